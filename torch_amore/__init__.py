@@ -1,0 +1,22 @@
+"""torch_amore: regional IF-THEN rules that explain what makes a trained PyTorch model predict a class.
+
+An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extraction).
+"""
+
+from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
+from torch_amore.rules import Rule, RuleSet
+from torch_amore.search import extract_rules
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Rule",
+    "RuleMetrics",
+    "RuleSet",
+    "__version__",
+    "confidence",
+    "extract_rules",
+    "fitness",
+    "rule_metrics",
+    "support",
+]

@@ -1,0 +1,224 @@
+"""Argument checks shared by the public functions.
+
+Every check raises a ``ValueError`` or ``TypeError`` that names the argument and shows the bad value, and runs
+before any heavy work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore._typing import FEATURE_TYPES, BIN_STRATEGIES
+
+
+def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | None]:
+    """Turn a tensor, numpy array or pandas DataFrame into a floating (N, F) tensor.
+
+    Returns the tensor (on its own device, floating dtype kept; integer and bool inputs become float64) and the
+    column names of a DataFrame (``None`` otherwise).
+    """
+    names = None
+    if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # pandas DataFrame, without importing pandas
+        names = [str(c) for c in X.columns]
+        try:
+            X = X.to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError) as err:
+            bad = [str(c) for c, dt in zip(X.columns, X.dtypes) if not np.issubdtype(np.dtype(dt), np.number)
+                   and dt != bool]
+            raise TypeError(
+                f"Expected `{name}` to hold numeric columns only, but columns {bad} are not numeric; "
+                "one-hot encode categorical columns first (e.g. pandas.get_dummies)."
+            ) from err
+    if isinstance(X, np.ndarray):
+        if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+            raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}.")
+        X = torch.from_numpy(np.ascontiguousarray(X))
+    elif not isinstance(X, torch.Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
+        )
+    if X.is_complex():
+        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    if X.ndim != 2:
+        raise ValueError(f"Expected `{name}` to have shape (N, F) (2 dimensions), but got shape {tuple(X.shape)}.")
+    if not X.is_floating_point():
+        X = X.to(torch.float64)
+    return X, names
+
+
+def check_finite(X: torch.Tensor, name: str = "X") -> None:
+    """NaN is a missing value; +-inf is an error."""
+    if torch.isinf(X).any():
+        rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
+        raise ValueError(
+            f"Expected `{name}` to hold finite values (NaN marks a missing value), but found +-inf at "
+            f"{int(rows.numel())} entries, first at row {int(rows[0])}, column {int(cols[0])}."
+        )
+
+
+def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
+    """Boolean (N,) subgroup mask on ``device``; 0/1 integers are accepted."""
+    if hasattr(target, "to_numpy"):
+        target = target.to_numpy()
+    if isinstance(target, (list, tuple)):
+        target = np.asarray(target)
+    if isinstance(target, np.ndarray):
+        target = torch.from_numpy(np.ascontiguousarray(target))
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"Expected `{name}` to be a boolean tensor or array of shape (N,), got {type(target).__name__}.")
+    target = target.reshape(-1) if target.ndim == 2 and 1 in target.shape else target
+    if target.ndim != 1:
+        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(target.shape)}.")
+    if target.shape[0] != n:
+        raise ValueError(f"Expected `{name}` to have one entry per row of X ({n}), but got {target.shape[0]}.")
+    if target.dtype != torch.bool:
+        if target.is_floating_point() and torch.isnan(target).any():
+            raise ValueError(f"Expected `{name}` to be boolean, but it holds NaN.")
+        uniq = torch.unique(target)
+        if not bool(((uniq == 0) | (uniq == 1)).all()):
+            raise TypeError(
+                f"Expected `{name}` to be boolean (or 0/1), but got values {uniq[:5].tolist()} of dtype {target.dtype}."
+            )
+        target = target != 0
+    n_t = int(target.sum())
+    if n_t == 0:
+        raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
+    if n_t == n:
+        raise ValueError(
+            f"Expected `{name}` to leave some samples out, but it covers all {n} samples: every rule would have "
+            "ratio 1."
+        )
+    return target.to(device)
+
+
+def resolve_min_support(min_support: Any, n: int) -> int:
+    """An int count, or a float fraction of ``n`` in (0, 1)."""
+    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), got {min_support!r}.")
+    if isinstance(min_support, (float, np.floating)) and not float(min_support).is_integer():
+        if not 0.0 < min_support < 1.0:
+            raise ValueError(f"Expected a fractional `min_support` to lie in (0, 1), but got {min_support}.")
+        value = int(math.ceil(float(min_support) * n))
+    else:
+        value = int(min_support)
+    if value < 1 or value > n:
+        raise ValueError(f"Expected `min_support` to lie in [1, {n}] (the number of samples), but got {min_support}.")
+    return value
+
+
+def check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Expected `{name}` to be an integer >= {low}, but got {value!r}.")
+    if value < low:
+        raise ValueError(f"Expected `{name}` to be an integer >= {low}, but got {value}.")
+    return int(value)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"Expected `{name}` to be one of {list(choices)}, but got {value!r}.")
+    return value
+
+
+def check_bin_strategy(value: Any) -> str:
+    return check_choice(value, "bin_strategy", BIN_STRATEGIES)
+
+
+def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
+    if feature_names is None:
+        return frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
+    if isinstance(feature_names, str):
+        raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
+    names = [str(n) for n in feature_names]
+    if len(names) != n_features:
+        raise ValueError(f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}.")
+    return names
+
+
+def resolve_features(features: Any, n_features: int) -> list[int]:
+    """Feature indices to search (``None``: all); accepts a ``FeatureSelection``-like object with ``.features``."""
+    if features is None:
+        return list(range(n_features))
+    if hasattr(features, "features") and not isinstance(features, (torch.Tensor, np.ndarray)):
+        features = features.features
+    if isinstance(features, torch.Tensor):
+        features = features.tolist()
+    if isinstance(features, np.ndarray):
+        features = features.tolist()
+    try:
+        idx = [int(f) for f in features]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
+    bad = [f for f in idx if f < 0 or f >= n_features]
+    if bad:
+        raise ValueError(f"Expected `features` indices in [0, {n_features - 1}], but got {bad[:5]}.")
+    if not idx:
+        raise ValueError("Expected `features` to name at least one feature, but it is empty.")
+    return sorted(set(idx))
+
+
+def resolve_affine(values: Any, name: str, n_features: int, default: float) -> list[float]:
+    if values is None:
+        return [default] * n_features
+    vals = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+    if len(vals) != n_features:
+        raise ValueError(f"Expected `{name}` to have {n_features} entries (columns of X), but got {len(vals)}.")
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"Expected `{name}` to hold finite numbers, but got {vals}.")
+    return vals
+
+
+def infer_feature_types(X: torch.Tensor) -> list[str]:
+    """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``."""
+    types = []
+    for f in range(X.shape[1]):
+        col = X[:, f]
+        col = col[~torch.isnan(col)]
+        if col.numel() == 0:
+            types.append("float")
+            continue
+        if bool((col == torch.round(col)).all()):
+            uniq = torch.unique(col)
+            if uniq.numel() == 2 and float(uniq[0]) == 0.0 and float(uniq[1]) == 1.0:
+                types.append("cat")
+            else:
+                types.append("int")
+        else:
+            types.append("float")
+    return types
+
+
+def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) -> list[str]:
+    n_features = X.shape[1]
+    if feature_types is None:
+        return infer_feature_types(X)
+    if isinstance(feature_types, str):
+        raise TypeError("Expected `feature_types` to be a sequence such as ['float', 'int', 'cat'], got a string.")
+    types = [str(t) for t in feature_types]
+    if len(types) != n_features:
+        raise ValueError(f"Expected `feature_types` to have {n_features} entries (columns of X), but got {len(types)}.")
+    bad = sorted({t for t in types if t not in FEATURE_TYPES})
+    if bad:
+        raise ValueError(f"Expected `feature_types` entries in {list(FEATURE_TYPES)}, but got {bad}.")
+    return types
+
+
+def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:
+    if local_x is None:
+        return None
+    if hasattr(local_x, "to_numpy"):
+        local_x = local_x.to_numpy(dtype=np.float64)
+    if isinstance(local_x, (list, tuple, np.ndarray)):
+        local_x = torch.as_tensor(np.asarray(local_x, dtype=np.float64))
+    if not isinstance(local_x, torch.Tensor):
+        raise TypeError(f"Expected `local_x` to be one sample of shape ({n_features},), got {type(local_x).__name__}.")
+    if local_x.ndim == 2 and local_x.shape[0] == 1:
+        local_x = local_x[0]
+    if local_x.ndim != 1 or local_x.shape[0] != n_features:
+        raise ValueError(f"Expected `local_x` to have shape ({n_features},), but got shape {tuple(local_x.shape)}.")
+    return local_x.detach().to("cpu", torch.float64)

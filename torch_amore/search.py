@@ -1,0 +1,274 @@
+"""The rule tree (Algorithms 2 and 3 of the paper) and the public :func:`extract_rules`.
+
+Starting from all samples, each node counts its samples per grid of every remaining feature in one pass
+(:func:`torch_amore.ratios.grid_counts`), turns the counts into candidate intervals
+(:func:`torch_amore.intervals.candidate_intervals`), keeps the ``top_k`` candidates with the highest probability
+ratios across all features, and opens a child node for each until rule sets reach ``max_length`` rules. Every node of
+the tree is a candidate rule set; the result is sorted by fitness, best first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from torch_amore import _validation as V
+from torch_amore._typing import ArrayLike, MaskLike
+from torch_amore.binning import Binned, bin_features
+from torch_amore.intervals import Candidates, candidate_intervals
+from torch_amore.ratios import grid_counts
+from torch_amore.rules import Rule, RuleSet
+
+
+@dataclass
+class _Node:
+    rows: torch.Tensor  # int64 indices of the samples satisfying the path
+    steps: tuple[tuple[int, int, int, float], ...]  # (searched feature, g_low, g_high, ratio) per rule
+
+
+def _top_k(c: Candidates, k: int) -> list[tuple[int, int, int, int, int, float]]:
+    """The ``k`` best candidates: highest ratio, then larger support, then lower feature index and grid."""
+    if len(c) == 0:
+        return []
+    rows = list(
+        zip(
+            c.feature.tolist(), c.g_low.tolist(), c.g_high.tolist(), c.hits.tolist(), c.support.tolist(),
+            c.ratio.tolist(),
+        )
+    )
+    rows.sort(key=lambda r: (-r[5], -r[4], r[0], r[1], r[2]))
+    return rows[:k]
+
+
+class _Extractor:
+    """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
+
+    def __init__(
+        self,
+        binned: Binned,
+        target: torch.Tensor,
+        names: Sequence[str],
+        scale: Sequence[float],
+        offset: Sequence[float],
+        target_name: str = "target",
+    ) -> None:
+        self.binned = binned
+        self.target = target
+        self.names = list(names)
+        self.scale = list(scale)
+        self.offset = list(offset)
+        self.target_name = target_name
+        self.n_total_target = int(target.sum())
+        self._root: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def root_counts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-grid counts of all samples and of the target at the root (cached: independent of min_support)."""
+        if self._root is None:
+            b = self.binned
+            t_rows = torch.nonzero(self.target, as_tuple=True)[0]
+            self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
+        return self._root
+
+    def _rule(self, j: int, g_low: int, g_high: int) -> Rule:
+        b = self.binned
+        col = b.columns[j]
+        kind = b.kinds[j]
+        name, scale, offset = self.names[col], self.scale[col], self.offset[col]
+        if bool(b.is_cat[j]):
+            return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
+        low, high = b.interval_bounds(j, g_low, g_high)
+        if kind == "int" and b.int_valued[j] and scale == 1.0 and offset == 0.0:
+            # on integer-valued data, x >= low <=> x >= ceil(low) and x < high <=> x < ceil(high)
+            low = math.ceil(low) if low > -math.inf else low
+            high = math.ceil(high) if high < math.inf else high
+        elif kind == "int" and not b.int_valued[j] and scale == 1.0 and offset == 0.0:
+            kind = "float"
+        return Rule(col, name, low=low, high=high, kind=kind, scale=scale, offset=offset)
+
+    def run(
+        self,
+        *,
+        max_length: int,
+        min_support: int,
+        top_k: int,
+        local_codes: list[int] | None = None,
+        progress: bool = False,
+    ) -> list[RuleSet]:
+        b = self.binned
+        device = b.codes.device
+        n_feat = len(b.columns)
+        n = b.codes.shape[0]
+        local = torch.tensor(local_codes, device=device) if local_codes is not None else None
+        stack = [_Node(torch.arange(n, device=device), ())]
+        found: dict[frozenset, RuleSet] = {}
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(desc="rule tree nodes", unit="node", leave=False)
+        while stack:
+            node = stack.pop()
+            depth = len(node.steps)
+            if node.steps:
+                tot, tgt = self._counts(node.rows)
+            else:
+                tot, tgt = self.root_counts()
+            n_node = int(node.rows.numel())
+            t_node = int(self.target[node.rows].sum()) if node.steps else self.n_total_target
+            if t_node == 0 or t_node == n_node:
+                continue
+            allowed = torch.ones(n_feat, dtype=torch.bool, device=device)
+            for step in node.steps:
+                allowed[step[0]] = False
+            cands = candidate_intervals(
+                tot, tgt, b.n_bins, b.is_cat, allowed, min_support, t_node, n_node, local_codes=local
+            )
+            children = []
+            for j, g_low, g_high, hits, support, ratio in _top_k(cands, top_k):
+                steps = node.steps + ((j, g_low, g_high, ratio),)
+                rules = tuple(self._rule(s[0], s[1], s[2]) for s in steps)
+                key = frozenset(rules)
+                if key not in found:
+                    found[key] = RuleSet(
+                        rules=rules,
+                        support=support,
+                        confidence=hits / support,
+                        fitness=(2 * hits - support) / self.n_total_target,
+                        ratios=tuple(s[3] for s in steps),
+                        target_name=self.target_name,
+                    )
+                if depth + 1 < max_length:
+                    code = b.codes[node.rows, j]
+                    keep = (code >= g_low) & (code <= g_high)
+                    children.append(_Node(node.rows[keep], steps))
+            stack.extend(reversed(children))  # depth-first, best candidate first
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return sorted(found.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
+
+    def _counts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.binned
+        t_rows = rows[self.target[rows]]
+        return grid_counts(b.codes, rows, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max)
+
+
+def prepare(
+    X: ArrayLike,
+    target: MaskLike,
+    *,
+    n_grids: int = 10,
+    bin_strategy: str = "uniform",
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    feature_types: Sequence[str] | None = None,
+    feature_scale: Sequence[float] | None = None,
+    feature_offset: Sequence[float] | None = None,
+    target_name: str = "target",
+) -> _Extractor:
+    """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
+    ``min_support`` nor ``max_length``)."""
+    X, frame_names = V.to_tensor_2d(X)
+    n, n_features = X.shape
+    if n == 0 or n_features == 0:
+        raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
+    names = V.resolve_names(feature_names, frame_names, n_features)
+    n_grids = V.check_int(n_grids, "n_grids", 2)
+    V.check_bin_strategy(bin_strategy)
+    columns = V.resolve_features(features, n_features)
+    if feature_types is not None:
+        kinds_all = V.resolve_feature_types(feature_types, X)
+    else:
+        kinds_all = ["float"] * n_features
+        inferred = V.infer_feature_types(X[:, columns])
+        for c, k in zip(columns, inferred):
+            kinds_all[c] = k
+    scale = V.resolve_affine(feature_scale, "feature_scale", n_features, 1.0)
+    offset = V.resolve_affine(feature_offset, "feature_offset", n_features, 0.0)
+    if any(s == 0 for s in scale):
+        raise ValueError("Expected non-zero entries in `feature_scale`.")
+    target_t = V.to_target(target, n, X.device)
+    V.check_finite(X)
+    binned = bin_features(X, columns, [kinds_all[c] for c in columns], n_grids=n_grids, bin_strategy=bin_strategy)
+    return _Extractor(binned, target_t, names, scale, offset, target_name=target_name)
+
+
+def extract_rules(
+    X: ArrayLike,
+    target: MaskLike,
+    *,
+    max_length: int = 2,
+    min_support: int | float = 0.05,
+    n_grids: int = 10,
+    bin_strategy: str = "uniform",
+    top_k: int = 3,
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    feature_types: Sequence[str] | None = None,
+    local_x: ArrayLike | None = None,
+    feature_scale: Sequence[float] | None = None,
+    feature_offset: Sequence[float] | None = None,
+    target_name: str = "target",
+    progress: bool = False,
+) -> list[RuleSet]:
+    """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
+    ``min_support`` samples, found by AMORE's probability-ratio search.
+
+    Args:
+        X: (N, F) features: a torch tensor (the search runs on its device), numpy array or pandas DataFrame (column
+            names become feature names). NaN marks a missing value; it satisfies no rule.
+        target: (N,) boolean subgroup, e.g. "the model predicts class c".
+        max_length: l_max, the most conditions in a rule set.
+        min_support: s_min, an int count or a float fraction of N in (0, 1).
+        n_grids: n_g, initial value grids per numeric feature.
+        bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
+        top_k: K, candidate rules kept at each node of the rule tree.
+        features: indices of the features to build rules from (e.g. ``select_features(...).features``).
+        feature_names: names used when printing (default: DataFrame columns, else ``feature_{i}``).
+        feature_types: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1 values: cat;
+            integer values: int; else float).
+        local_x: one sample (F,): only rules whose conditions contain it (local rules); may return ``[]`` when the
+            sample is an outlier of the subgroup.
+        feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
+        target_name: name of the subgroup in printed rules.
+        progress: show a progress bar over the nodes of the rule tree.
+
+    Returns:
+        Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.rand(1000, 3, generator=g)
+        >>> target = (X[:, 0] > 0.7) & (X[:, 2] < 0.5)
+        >>> best = extract_rules(X, target, max_length=2, min_support=50, n_grids=10)[0]
+        >>> print(best)
+        IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=149, confidence=1.000, fitness=1.000)
+    """
+    max_length = V.check_int(max_length, "max_length", 1)
+    top_k = V.check_int(top_k, "top_k", 1)
+    X_t, _ = V.to_tensor_2d(X)
+    min_s = V.resolve_min_support(min_support, X_t.shape[0])
+    local = V.to_local_x(local_x, X_t.shape[1])
+    if local is not None and bool(torch.isinf(local).any()):
+        raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
+    extractor = prepare(
+        X,
+        target,
+        n_grids=n_grids,
+        bin_strategy=bin_strategy,
+        features=features,
+        feature_names=feature_names,
+        feature_types=feature_types,
+        feature_scale=feature_scale,
+        feature_offset=feature_offset,
+        target_name=target_name,
+    )
+    local_codes = extractor.binned.encode_sample(local) if local is not None else None
+    return extractor.run(
+        max_length=max_length, min_support=min_s, top_k=top_k, local_codes=local_codes, progress=progress
+    )
