@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
-    ArrayLike = Union[torch.Tensor, np.ndarray, pd.DataFrame]
-else:
-    ArrayLike = Union[torch.Tensor, np.ndarray, Any]
+#: Feature matrices: a torch tensor, a numpy array or a pandas DataFrame (N, F).
+ArrayLike = torch.Tensor | np.ndarray | Any
 
 #: Boolean subgroup indicator of shape (N,).
-MaskLike = Union[torch.Tensor, np.ndarray]
+MaskLike = torch.Tensor | np.ndarray
 
 #: Feature kinds understood by the rule search.
 FEATURE_TYPES = ("float", "int", "cat")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_amore._typing import FEATURE_TYPES, BIN_STRATEGIES
+from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
 
 
 def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | None]:
@@ -28,8 +28,11 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
         try:
             X = X.to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError) as err:
-            bad = [str(c) for c, dt in zip(X.columns, X.dtypes) if not np.issubdtype(np.dtype(dt), np.number)
-                   and dt != bool]
+            bad = [
+                str(c)
+                for c, dt in zip(X.columns, X.dtypes)
+                if not (np.issubdtype(np.dtype(dt), np.number) or np.dtype(dt) == np.bool_)
+            ]
             raise TypeError(
                 f"Expected `{name}` to hold numeric columns only, but columns {bad} are not numeric; "
                 "one-hot encode categorical columns first (e.g. pandas.get_dummies)."
@@ -70,7 +73,9 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
     if isinstance(target, np.ndarray):
         target = torch.from_numpy(np.ascontiguousarray(target))
     if not isinstance(target, torch.Tensor):
-        raise TypeError(f"Expected `{name}` to be a boolean tensor or array of shape (N,), got {type(target).__name__}.")
+        raise TypeError(
+            f"Expected `{name}` to be a boolean tensor or array of shape (N,), got {type(target).__name__}."
+        )
     target = target.reshape(-1) if target.ndim == 2 and 1 in target.shape else target
     if target.ndim != 1:
         raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(target.shape)}.")

@@ -231,9 +231,7 @@ def candidate_intervals(
             if f_loc.numel():
                 s_loc = segs.seg_of_grid[f_loc, local_codes[f_loc]]
                 keep = s_loc >= 0
-                extra = expand_intervals(
-                    segs, f_loc[keep], s_loc[keep], min_support, n_target, n_samples, local=True
-                )
+                extra = expand_intervals(segs, f_loc[keep], s_loc[keep], min_support, n_target, n_samples, local=True)
                 found = Candidates.cat([found, extra])
         parts.append(found)
     cat = allowed & is_cat
@@ -251,7 +249,9 @@ def candidate_intervals(
             ok &= g == local_codes[:, None]
         f, gg = torch.nonzero(ok, as_tuple=True)
         parts.append(
-            Candidates(f, gg, gg, tgt[f, gg], tot[f, gg], probability_ratios(tgt[f, gg], tot[f, gg], n_target, n_samples))
+            Candidates(
+                f, gg, gg, tgt[f, gg], tot[f, gg], probability_ratios(tgt[f, gg], tot[f, gg], n_target, n_samples)
+            )
         )
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)

@@ -39,7 +39,9 @@ def _as_bool(x: torch.Tensor, name: str) -> torch.Tensor:
 def _check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     mask, target = _as_bool(mask, "mask"), _as_bool(target, "target")
     if mask.shape != target.shape:
-        raise ValueError(f"Expected `mask` and `target` of the same length, but got {mask.shape[0]} and {target.shape[0]}.")
+        raise ValueError(
+            f"Expected `mask` and `target` of the same length, but got {mask.shape[0]} and {target.shape[0]}."
+        )
     return mask, target
 
 

@@ -181,7 +181,7 @@ class RuleSet:
         >>> target = torch.tensor([False, False, True, True])
         >>> rs = RuleSet.from_rules([Rule(0, "x", low=0.65)], X, target)
         >>> print(rs)
-        IF x >= 0.65 THEN target  (support=2, confidence=1.000, fitness=0.500)
+        IF x >= 0.65 THEN target  (support=2, confidence=1.000, fitness=1.000)
     """
 
     rules: tuple[Rule, ...]

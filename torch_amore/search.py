@@ -35,7 +35,11 @@ def _top_k(c: Candidates, k: int) -> list[tuple[int, int, int, int, int, float]]
         return []
     rows = list(
         zip(
-            c.feature.tolist(), c.g_low.tolist(), c.g_high.tolist(), c.hits.tolist(), c.support.tolist(),
+            c.feature.tolist(),
+            c.g_low.tolist(),
+            c.g_high.tolist(),
+            c.hits.tolist(),
+            c.support.tolist(),
             c.ratio.tolist(),
         )
     )
