@@ -1,0 +1,6 @@
+"""``python -m torch_amore``: the ``torch-amore`` command line (see :mod:`torch_amore.cli`)."""
+
+from torch_amore.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
