@@ -6,10 +6,12 @@ An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extractio
 from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.search import extract_rules
+from torch_amore.selection import FeatureSelection, select_features
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FeatureSelection",
     "Rule",
     "RuleMetrics",
     "RuleSet",
@@ -18,5 +20,6 @@ __all__ = [
     "extract_rules",
     "fitness",
     "rule_metrics",
+    "select_features",
     "support",
 ]
