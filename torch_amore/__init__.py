@@ -3,7 +3,9 @@
 An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extraction).
 """
 
+from torch_amore.baselines import decision_tree_rules, decision_tree_search
 from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
+from torch_amore.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.search import extract_rules
 from torch_amore.selection import FeatureSelection, select_features
@@ -11,15 +13,21 @@ from torch_amore.selection import FeatureSelection, select_features
 __version__ = "0.1.0"
 
 __all__ = [
+    "DecisionList",
     "FeatureSelection",
     "Rule",
     "RuleMetrics",
     "RuleSet",
+    "SearchResult",
     "__version__",
     "confidence",
+    "decision_tree_rules",
+    "decision_tree_search",
     "extract_rules",
     "fitness",
     "rule_metrics",
+    "search_hyperparameters",
     "select_features",
+    "sequential_covering",
     "support",
 ]
