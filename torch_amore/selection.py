@@ -184,7 +184,8 @@ def select_features(
         max_length: k_max, the longest itemset FP-Growth builds (``None``: no limit).
         importance: a precomputed (N, D) importance matrix (SHAP, LIME, tree importances...) that replaces the
             integrated gradients -- the way to use non-differentiable models. Signed values count by magnitude.
-        feature_names: D names (default: the DataFrame's columns, else ``feature_{i}``).
+        feature_names: D names (default: the columns of ``importance`` or ``inputs`` when a DataFrame, else
+            ``feature_{i}``).
         seed: seed of the test-sample draw.
 
     Returns:
@@ -221,7 +222,8 @@ def select_features(
 
     if importance is not None:
         J = _importance_from_matrix(importance)
-        names = _names(feature_names, inputs if hasattr(inputs, "columns") else None, J.shape[1])
+        frame = importance if hasattr(importance, "columns") else inputs if hasattr(inputs, "columns") else None
+        names = _names(feature_names, frame, J.shape[1])
         return _select(J, names, gamma, min_frequency, max_length, pairs=None, n_skipped=0)
 
     n_test_per_class = V.check_int(n_test_per_class, "n_test_per_class", 1)
@@ -310,13 +312,17 @@ def _impact_matrix(
     for start in range(0, pair_b.numel(), chunk):
         b, m = pair_b[start : start + chunk], pair_m[start : start + chunk]
         attr = ig.attribute(
-            test[m], baselines=base[b], target=target, n_steps=n_steps, internal_batch_size=internal_batch_size,
+            test[m],
+            baselines=base[b],
+            target=target,
+            n_steps=n_steps,
+            internal_batch_size=internal_batch_size,
             **extra,
         )
         if isinstance(attr, (tuple, list)):
             raise ValueError(
-                f"Expected `layer` to produce a single tensor, but its {'inputs' if attribute_to_layer_input else 'output'}"
-                f" hold {len(attr)} tensors."
+                f"Expected `layer` to produce a single tensor, but its "
+                f"{'inputs' if attribute_to_layer_input else 'output'} hold {len(attr)} tensors."
             )
         attr = attr.detach().reshape(b.numel(), -1)
         rows.append((attr / shift[start : start + chunk, None].to(attr.dtype)).abs().cpu())
@@ -459,10 +465,13 @@ def _importance_from_matrix(importance: Any) -> torch.Tensor:
         importance = torch.from_numpy(np.ascontiguousarray(importance))
     if not isinstance(importance, torch.Tensor):
         raise TypeError(
-            f"Expected `importance` to be an (N, D) tensor, numpy array or DataFrame, but got {type(importance).__name__}."
+            "Expected `importance` to be an (N, D) tensor, numpy array or DataFrame, but got "
+            f"{type(importance).__name__}."
         )
     if importance.ndim != 2 or importance.shape[0] == 0 or importance.shape[1] == 0:
-        raise ValueError(f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(importance.shape)}.")
+        raise ValueError(
+            f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(importance.shape)}."
+        )
     J = importance.detach().cpu()
     J = (J if J.is_floating_point() else J.to(torch.float64)).abs()
     if not bool(torch.isfinite(J).all()):
@@ -531,7 +540,9 @@ def _to_labels(labels: Any, n: int) -> torch.Tensor:
             raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
         labels = torch.from_numpy(np.ascontiguousarray(labels))
     if not isinstance(labels, torch.Tensor):
-        raise TypeError(f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}.")
+        raise TypeError(
+            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
+        )
     labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"Expected `labels` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
@@ -575,8 +586,11 @@ def _baselines(baselines: Any, X: torch.Tensor, labels: torch.Tensor | None) -> 
 def _test_rows(labels: torch.Tensor | None, n: int, per_class: int, seed: int) -> torch.Tensor:
     """A seeded, class-balanced draw: ``per_class`` rows of each class without replacement (all of smaller ones)."""
     g = torch.Generator().manual_seed(seed)
-    groups = [torch.arange(n)] if labels is None else [torch.nonzero(labels == c).flatten() for c in
-                                                          range(int(labels.max()) + 1)]
+    groups = (
+        [torch.arange(n)]
+        if labels is None
+        else [torch.nonzero(labels == c).flatten() for c in range(int(labels.max()) + 1)]
+    )
     picks = [rows[torch.randperm(rows.numel(), generator=g)[:per_class]].sort().values for rows in groups]
     return torch.cat(picks)
 
@@ -591,8 +605,9 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
 
         def pre_hook(module: nn.Module, args: tuple) -> tuple:
             seen.append(True)
-            return tuple(a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a
-                         for a in args)
+            return tuple(
+                a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
+            )
 
         handle = layer.register_forward_pre_hook(pre_hook)
     else:
