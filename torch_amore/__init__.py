@@ -3,7 +3,10 @@
 An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extraction).
 """
 
+from torch_amore.attribution import RuleAttribution
 from torch_amore.baselines import decision_tree_rules, decision_tree_search
+from torch_amore.explainer import RegionalRuleExplainer
+from torch_amore.explanation import RegionalExplanation
 from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
 from torch_amore.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
 from torch_amore.rules import Rule, RuleSet
@@ -15,7 +18,10 @@ __version__ = "0.1.0"
 __all__ = [
     "DecisionList",
     "FeatureSelection",
+    "RegionalExplanation",
+    "RegionalRuleExplainer",
     "Rule",
+    "RuleAttribution",
     "RuleMetrics",
     "RuleSet",
     "SearchResult",
