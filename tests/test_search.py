@@ -64,6 +64,7 @@ def test_paper_diabetes_table(diabetes_task):
         n_grids=7,
         bin_strategy="uniform",
         top_k=3,
+        strategy="paper",
         **diabetes_kwargs(d),
     )
     best = rule_sets[0]
@@ -107,7 +108,14 @@ def test_matches_literal_loop_implementation(seed):
     min_support = int(torch.randint(5, 80, (1,), generator=g))
     types = ["float", "float", "float", "cat"]
     ours = ta.extract_rules(
-        X, target, max_length=2, min_support=min_support, n_grids=n_grids, top_k=2, feature_types=types
+        X,
+        target,
+        max_length=2,
+        min_support=min_support,
+        n_grids=n_grids,
+        top_k=2,
+        feature_types=types,
+        strategy="paper",
     )
     ref = naive_extract(
         X,
@@ -128,7 +136,7 @@ def test_matches_literal_loop_implementation(seed):
 
 def test_planted_box_is_found(box_data):
     X, target = box_data
-    best = ta.extract_rules(X, target, max_length=2, min_support=100, n_grids=10)[0]
+    best = ta.extract_rules(X, target, max_length=2, min_support=100, n_grids=10, strategy="paper")[0]
     assert sorted(best.features) == [0, 2]
     assert best.confidence > 0.9
     lows = {r.feature: r for r in best.rules}

@@ -16,11 +16,23 @@ from dataclasses import dataclass
 import torch
 
 from torch_amore import _validation as V
+from torch_amore import distributed as D
 from torch_amore._typing import ArrayLike, MaskLike
+from torch_amore.beam import BeamSearch, fine_binning
 from torch_amore.binning import Binned, bin_features
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
+
+STRATEGIES = ("beam", "paper")
+
+
+def sort_rule_sets(rule_sets) -> list[RuleSet]:
+    """Unique rule sets, best fitness first (ties: higher confidence, larger support, then text)."""
+    unique: dict[frozenset, RuleSet] = {}
+    for rs in rule_sets:
+        unique.setdefault(frozenset(rs.rules), rs)
+    return sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
 
 
 @dataclass
@@ -58,14 +70,16 @@ class _Extractor:
         scale: Sequence[float],
         offset: Sequence[float],
         target_name: str = "target",
+        X: torch.Tensor | None = None,
     ) -> None:
         self.binned = binned
+        self.X = X
         self.target = target
         self.names = list(names)
         self.scale = list(scale)
         self.offset = list(offset)
         self.target_name = target_name
-        self.n_total_target = int(target.sum())
+        self.n_total_target = int(D.all_reduce_sum(target.sum()))  # D: sums over the shards of a DDP run
         self._root: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def root_counts(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,14 +90,24 @@ class _Extractor:
             self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
         return self._root
 
-    def _rule(self, j: int, g_low: int, g_high: int) -> Rule:
-        b = self.binned
+    def _snap(self, col: int, bound: float) -> float:
+        """The smallest observed value >= ``bound``: the same split of the data, printed as a data value."""
+        if not math.isfinite(bound):
+            return bound
+        values = self.X[:, col].to(self.binned.thresholds.dtype)
+        above = values[values >= bound]
+        return float(above.min()) if above.numel() else bound
+
+    def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
+        b = self.binned if binned is None else binned
         col = b.columns[j]
         kind = b.kinds[j]
         name, scale, offset = self.names[col], self.scale[col], self.offset[col]
         if bool(b.is_cat[j]):
             return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
         low, high = b.interval_bounds(j, g_low, g_high)
+        if snap and self.X is not None:
+            low, high = self._snap(col, low), self._snap(col, high)
         if kind == "int" and b.int_valued[j] and scale == 1.0 and offset == 0.0:
             # on integer-valued data, x >= low <=> x >= ceil(low) and x < high <=> x < ceil(high)
             low = math.ceil(low) if low > -math.inf else low
@@ -120,8 +144,8 @@ class _Extractor:
                 tot, tgt = self._counts(node.rows)
             else:
                 tot, tgt = self.root_counts()
-            n_node = int(node.rows.numel())
-            t_node = int(self.target[node.rows].sum()) if node.steps else self.n_total_target
+            n_node = D.global_count(node.rows.numel())
+            t_node = D.global_count(int(self.target[node.rows].sum())) if node.steps else self.n_total_target
             if t_node == 0 or t_node == n_node:
                 continue
             allowed = torch.ones(n_feat, dtype=torch.bool, device=device)
@@ -153,7 +177,34 @@ class _Extractor:
                 bar.update(1)
         if bar is not None:
             bar.close()
-        return sorted(found.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
+        return sort_rule_sets(found.values())
+
+    def fine(self, n_fine: int) -> Binned:
+        """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
+        cache = self.__dict__.setdefault("_fine", {})
+        if n_fine not in cache:
+            cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
+        return cache[n_fine]
+
+    def run_beam(self, *, max_length: int, min_support: int, beam_width: int = 5, n_fine: int = 1024) -> list[RuleSet]:
+        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted."""
+        fine = self.fine(n_fine)
+        states = BeamSearch(fine, self.target, self.n_total_target, beam_width=beam_width).run(
+            max_length=max_length, min_support=min_support
+        )
+        out = []
+        for st in states:
+            rules = tuple(self._rule(j, lo, hi, fine, snap=True) for j, lo, hi in st.conds)
+            out.append(
+                RuleSet(
+                    rules=rules,
+                    support=st.support,
+                    confidence=st.hits / st.support,
+                    fitness=(2 * st.hits - st.support) / self.n_total_target,
+                    target_name=self.target_name,
+                )
+            )
+        return out
 
     def _counts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.binned
@@ -178,7 +229,7 @@ def prepare(
     ``min_support`` nor ``max_length``)."""
     X, frame_names = V.to_tensor_2d(X)
     n, n_features = X.shape
-    if n == 0 or n_features == 0:
+    if D.global_count(n) == 0 or n_features == 0:  # a DDP shard may be empty, the data may not
         raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
     names = V.resolve_names(feature_names, frame_names, n_features)
     n_grids = V.check_int(n_grids, "n_grids", 2)
@@ -198,7 +249,7 @@ def prepare(
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
     binned = bin_features(X, columns, [kinds_all[c] for c in columns], n_grids=n_grids, bin_strategy=bin_strategy)
-    return _Extractor(binned, target_t, names, scale, offset, target_name=target_name)
+    return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
 def extract_rules(
@@ -217,6 +268,9 @@ def extract_rules(
     feature_scale: Sequence[float] | None = None,
     feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
+    strategy: str = "beam",
+    min_confidence: float | None = None,
+    beam_width: int = 5,
     progress: bool = False,
 ) -> list[RuleSet]:
     """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
@@ -239,6 +293,11 @@ def extract_rules(
             sample is an outlier of the subgroup.
         feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
         target_name: name of the subgroup in printed rules.
+        strategy: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5). ``"beam"`` (default)
+            runs it too and adds a beam search over fitness-optimal intervals on fine grids with refinement
+            (:mod:`torch_amore.beam`), so its best fitness is never below the paper strategy's.
+        min_confidence: keep only rule sets with at least this confidence (in [0, 1]).
+        beam_width: rule sets kept per length by the beam strategy.
         progress: show a progress bar over the nodes of the rule tree.
 
     Returns:
@@ -255,8 +314,12 @@ def extract_rules(
     """
     max_length = V.check_int(max_length, "max_length", 1)
     top_k = V.check_int(top_k, "top_k", 1)
+    beam_width = V.check_int(beam_width, "beam_width", 1)
+    V.check_choice(strategy, "strategy", STRATEGIES)
+    if min_confidence is not None and not 0.0 <= float(min_confidence) <= 1.0:
+        raise ValueError(f"Expected `min_confidence` in [0, 1] or None, but got {min_confidence}.")
     X_t, _ = V.to_tensor_2d(X)
-    min_s = V.resolve_min_support(min_support, X_t.shape[0])
+    min_s = V.resolve_min_support(min_support, D.global_count(X_t.shape[0]))
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
@@ -273,6 +336,13 @@ def extract_rules(
         target_name=target_name,
     )
     local_codes = extractor.binned.encode_sample(local) if local is not None else None
-    return extractor.run(
+    rule_sets = extractor.run(
         max_length=max_length, min_support=min_s, top_k=top_k, local_codes=local_codes, progress=progress
     )
+    if strategy == "beam" and local is None:
+        rule_sets = sort_rule_sets(
+            rule_sets + extractor.run_beam(max_length=max_length, min_support=min_s, beam_width=beam_width)
+        )
+    if min_confidence is not None:
+        rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
+    return rule_sets

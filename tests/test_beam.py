@@ -1,0 +1,121 @@
+"""The beam strategy: fitness-optimal intervals, exact fine grids, never worse than the paper strategy or a tree."""
+
+from __future__ import annotations
+
+import math
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from sklearn.tree import DecisionTreeClassifier
+
+import torch_amore as ta
+from torch_amore.beam import best_intervals, fine_binning
+from torch_amore.binning import bin_features
+
+
+def brute_force_best(a: list[int], b: list[int], kappa: float, min_support: int):
+    """O(G^2) search over all proper intervals: maximise sum(a - kappa * b) with sum(b) >= min_support."""
+    best = None
+    n = len(a)
+    for i in range(n):
+        for j in range(i, n):
+            if i == 0 and j == n - 1:
+                continue
+            s = sum(b[i : j + 1])
+            if s < min_support:
+                continue
+            v = sum(a[i : j + 1]) - kappa * s
+            if v > 1e-12 and (best is None or v > best + 1e-9):
+                best = v
+    return best
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=2, max_size=10),
+    st.integers(1, 60),
+    st.sampled_from([0.5, 0.7, 0.9]),
+)
+def test_best_intervals_match_brute_force(grids, min_support, kappa):
+    tot = torch.tensor([[max(x, y) for x, y in grids]])
+    tgt = torch.tensor([[min(x, y) for x, y in grids]])
+    b = best_intervals(tot, tgt, torch.tensor([len(grids)]), torch.tensor([False]), min_support, kappas=(kappa,))
+    expect = brute_force_best(tgt[0].tolist(), tot[0].tolist(), kappa, min_support)
+    if expect is None:
+        assert len(b.feature) == 0
+    else:
+        assert len(b.feature) == 1
+        lo, hi = int(b.g_low[0]), int(b.g_high[0])
+        value = int(tgt[0, lo : hi + 1].sum()) - kappa * int(tot[0, lo : hi + 1].sum())
+        assert value == pytest.approx(expect)
+        assert (int(b.hits[0]), int(b.support[0])) == (int(tgt[0, lo : hi + 1].sum()), int(tot[0, lo : hi + 1].sum()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fine_grid_thresholds_agree_with_codes(dtype):
+    g = torch.Generator().manual_seed(0)
+    X = (torch.randn(3000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 1e-3, 1e4])).to(dtype)
+    X[::13, 1] = float("nan")
+    base = bin_features(X, [0, 1, 2], ["float"] * 3, n_grids=4)
+    fine = fine_binning(X, base, n_fine=256)
+    codes = fine.codes.long()
+    thr = fine.thresholds
+    Xd = X.double()
+    for f in range(3):
+        ok = ~torch.isnan(Xd[:, f])
+        reached = (Xd[ok, f][:, None] >= thr[f, :255][None, :]).sum(1)
+        assert torch.equal(reached, codes[ok, f])
+        assert (codes[~ok, f] == fine.nan_code).all()
+
+
+def tree_best_fitness(X: np.ndarray, target: np.ndarray, depth: int, leaf: int) -> float:
+    tree = DecisionTreeClassifier(max_depth=depth, min_samples_leaf=leaf, random_state=0).fit(X, target)
+    paths = tree.decision_path(X).toarray().astype(bool)[:, 1:]
+    return float(((2 * (paths & target[:, None]).sum(0) - paths.sum(0)) / target.sum()).max())
+
+
+def test_beam_finds_planted_box_and_beats_paper_and_tree(box_data):
+    X, target = box_data
+    kw = dict(max_length=2, min_support=100, n_grids=10)
+    beam = ta.extract_rules(X, target, strategy="beam", **kw)
+    paper = ta.extract_rules(X, target, strategy="paper", **kw)
+    best = beam[0]
+    assert sorted(best.features) == [0, 2] and best.fitness > 0.85
+    assert best.fitness >= paper[0].fitness
+    assert best.fitness >= tree_best_fitness(X.numpy(), target.numpy(), 2, 100) - 1e-9
+    for rs in beam:
+        mask = rs.mask(X)
+        hits = int((mask & target).sum())
+        assert rs.support == int(mask.sum()) >= 100 and len(rs) <= 2
+        assert rs.confidence == pytest.approx(hits / rs.support)
+        assert rs.fitness == pytest.approx((2 * hits - rs.support) / int(target.sum()))
+
+
+def test_beam_bounds_are_data_values(box_data):
+    X, target = box_data
+    best = ta.extract_rules(X, target, max_length=2, min_support=100)[0]
+    values = set(X.flatten().tolist())
+    for r in best.rules:
+        for bound in (r.low, r.high):
+            assert not math.isfinite(bound) or bound in values
+
+
+def test_min_confidence_is_respected(box_data):
+    X, target = box_data
+    rule_sets = ta.extract_rules(X, target, max_length=2, min_support=50, min_confidence=0.97)
+    assert rule_sets and all(rs.confidence >= 0.97 for rs in rule_sets)
+    with pytest.raises(ValueError, match="min_confidence"):
+        ta.extract_rules(X, target, min_confidence=1.5)
+    with pytest.raises(ValueError, match="strategy"):
+        ta.extract_rules(X, target, strategy="greedy")
+
+
+def test_beam_is_deterministic_across_dtypes(box_data):
+    X, target = box_data
+    X32 = X.float()
+    a = ta.extract_rules(X32, target, max_length=2, min_support=80)
+    b = ta.extract_rules(X32.double(), target, max_length=2, min_support=80)
+    assert a == b
