@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore import distributed as D
 from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
 
 
@@ -56,8 +57,10 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
 
 def check_finite(X: torch.Tensor, name: str = "X") -> None:
     """NaN is a missing value; +-inf is an error."""
-    if torch.isinf(X).any():
+    if D.any_rank(bool(torch.isinf(X).any())):  # every shard of a DDP run raises together
         rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
+        if rows.numel() == 0:
+            raise ValueError(f"Expected `{name}` to hold finite values, but another rank's shard holds +-inf.")
         raise ValueError(
             f"Expected `{name}` to hold finite values (NaN marks a missing value), but found +-inf at "
             f"{int(rows.numel())} entries, first at row {int(rows[0])}, column {int(cols[0])}."
@@ -90,7 +93,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"Expected `{name}` to be boolean (or 0/1), but got values {uniq[:5].tolist()} of dtype {target.dtype}."
             )
         target = target != 0
-    n_t = int(target.sum())
+    n_t, n = (int(v) for v in D.all_reduce_sum(torch.tensor([int(target.sum()), n])))  # all shards of a DDP run
     if n_t == 0:
         raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
     if n_t == n:
@@ -178,24 +181,38 @@ def resolve_affine(values: Any, name: str, n_features: int, default: float) -> l
     return vals
 
 
+def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
+
+    One chunked pass over X, vectorized over columns.
+    """
+    n, n_features = X.shape
+    is_int = torch.ones(n_features, dtype=torch.bool, device=X.device)
+    in01 = torch.ones_like(is_int)
+    has0, has1, seen = torch.zeros_like(is_int), torch.zeros_like(is_int), torch.zeros_like(is_int)
+    alive = torch.arange(n_features, device=X.device)  # columns that may still be integer-valued
+    step = max(1, (1 << 22) // max(1, n_features))
+    for r0 in range(0, n, step):
+        if alive.numel() == 0:
+            break
+        chunk = X[r0 : r0 + step]
+        chunk = chunk if alive.numel() == n_features else chunk[:, alive]
+        nan = torch.isnan(chunk)
+        whole = ((chunk == torch.round(chunk)) | nan).all(0)
+        zero, one = chunk == 0, chunk == 1
+        is_int[alive] &= whole
+        in01[alive] &= (zero | one | nan).all(0)
+        has0[alive] |= zero.any(0)
+        has1[alive] |= one.any(0)
+        seen[alive] |= (~nan).any(0)
+        alive = alive[is_int[alive]]
+    return is_int & seen, in01 & is_int & has0 & has1
+
+
 def infer_feature_types(X: torch.Tensor) -> list[str]:
     """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``."""
-    types = []
-    for f in range(X.shape[1]):
-        col = X[:, f]
-        col = col[~torch.isnan(col)]
-        if col.numel() == 0:
-            types.append("float")
-            continue
-        if bool((col == torch.round(col)).all()):
-            uniq = torch.unique(col)
-            if uniq.numel() == 2 and float(uniq[0]) == 0.0 and float(uniq[1]) == 1.0:
-                types.append("cat")
-            else:
-                types.append("int")
-        else:
-            types.append("float")
-    return types
+    is_int, binary = integer_columns(X)
+    return ["cat" if b else ("int" if i else "float") for i, b in zip(is_int.tolist(), binary.tolist())]
 
 
 def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) -> list[str]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from torch_amore._validation import check_bin_strategy, check_int
+from torch_amore import distributed as D
+from torch_amore._validation import check_bin_strategy, check_int, integer_columns
 
 #: Elements per temporary chunk (rows x features) in the passes over X.
 _CHUNK_ELEMENTS = 1 << 22
@@ -40,10 +41,18 @@ def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     hi = torch.full((X.shape[1],), float("-inf"), dtype=dt, device=X.device)
     step = _chunk_len(X.shape[0], X.shape[1])
     for r0 in range(0, X.shape[0], step):
-        chunk = X[r0 : r0 + step].to(dt)
-        nan = torch.isnan(chunk)
-        lo = torch.minimum(lo, torch.where(nan, torch.inf, chunk).amin(0))
-        hi = torch.maximum(hi, torch.where(nan, -torch.inf, chunk).amax(0))
+        chunk = X[r0 : r0 + step]
+        c_lo, c_hi = torch.aminmax(chunk, dim=0)  # NaN propagates: redo those columns with NaN masked
+        c_lo, c_hi = c_lo.to(dt), c_hi.to(dt)
+        bad = torch.nonzero(torch.isnan(c_lo), as_tuple=True)[0]
+        if bad.numel():
+            sub = chunk[:, bad].to(dt)
+            nan = torch.isnan(sub)
+            c_lo[bad] = torch.where(nan, torch.inf, sub).amin(0)
+            c_hi[bad] = torch.where(nan, -torch.inf, sub).amax(0)
+        lo = torch.minimum(lo, c_lo)
+        hi = torch.maximum(hi, c_hi)
+    lo, hi = D.all_reduce_min(lo), D.all_reduce_max(hi)  # over the shards of a DDP run (no-op otherwise)
     empty = torch.isinf(lo)
     return lo.masked_fill(empty, float("nan")), hi.masked_fill(empty, float("nan"))
 
@@ -59,6 +68,8 @@ def uniform_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
 
 def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics), NaN ignored."""
+    if D.is_sharded():  # exact order statistics of all shards by a distributed selection
+        return D.sharded_quantile_edges(X, n_grids)
     dt = _work_dtype(X.device)
     n, n_features = X.shape
     q = torch.arange(n_grids + 1, dtype=dt, device=X.device) / n_grids
@@ -105,19 +116,21 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
     n_features = X.shape[1]
     codes = torch.empty(X.shape, dtype=torch.int16 if n_grids < 32000 else torch.int32, device=X.device)
     offsets = torch.arange(n_features, device=X.device) * (n_grids + 1)
+    exps = D.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
     for _ in range(max_iter):
         centres = torch.sort(centres, dim=1).values
         bounds = (centres[:, 1:] + centres[:, :-1]) / 2
         _codes_from_thresholds(X, bounds, codes, n_grids)
-        sums = torch.zeros(n_features * (n_grids + 1), dtype=lo.dtype, device=X.device)
+        sums = torch.zeros(2, n_features * (n_grids + 1), dtype=torch.long, device=X.device)
         counts = torch.zeros(n_features * (n_grids + 1), dtype=torch.long, device=X.device)
         step = _chunk_len(X.shape[0], X.shape[1])
         for r0 in range(0, X.shape[0], step):
             idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
-            vals = X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0).reshape(-1)
-            sums.index_add_(0, idx, vals)
+            vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
+            sums.index_add_(1, idx, vals)
             counts += torch.bincount(idx, minlength=counts.numel())
-        sums = sums.view(n_features, -1)[:, :n_grids]
+        sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
+        sums = D.from_fixed_point(sums.view(2, n_features, -1)[:, :, :n_grids], exps, lo.dtype)
         counts = counts.view(n_features, -1)[:, :n_grids]
         new = torch.where(counts > 0, sums / counts.clamp(min=1), centres)
         moved = (new - centres).abs().amax() if new.numel() else torch.zeros(())
@@ -227,7 +240,7 @@ def bin_features(
     cat_values: list[torch.Tensor] = []
     for j in cat_idx:
         col = sub[:, j].to(dt)
-        cat_values.append(torch.unique(col[~torch.isnan(col)]))
+        cat_values.append(D.all_gather_unique(col))  # torch.unique of the non-missing values of all shards
     n_bins_max = max([n_grids] + [int(v.numel()) for v in cat_values])
     if n_bins_max > 4096:
         worst = max(cat_values, key=lambda v: v.numel()).numel()
@@ -252,14 +265,8 @@ def bin_features(
     codes = torch.empty(sub.shape, dtype=code_dtype, device=device)
     _codes_from_thresholds(sub, thresholds, codes, n_bins_max)
 
-    int_valued = []
-    for j, kind in enumerate(kinds):
-        if kind != "int":
-            int_valued.append(False)
-            continue
-        col = sub[:, j]
-        col = col[~torch.isnan(col)]
-        int_valued.append(bool((col == torch.round(col)).all()))
+    is_int, _ = integer_columns(sub)
+    int_valued = [kind == "int" and bool(v) for kind, v in zip(kinds, is_int.tolist())]
     return Binned(
         codes=codes,
         thresholds=thresholds,

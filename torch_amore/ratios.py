@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import torch
 
+from torch_amore import distributed as D
+
 #: int64 index elements per bincount call; bounds the temporary memory of one pass.
 _INDEX_BUDGET = 1 << 23
 
 
 def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int) -> torch.Tensor:
     """Count the samples ``rows`` (all when ``None``) in every grid of every feature.
+
+    Under a sharded DDP run (:mod:`torch_amore.distributed`) the counts are summed over all ranks, so every rank must
+    call this collectively.
 
     Args:
         codes: (N, F) bin codes; the code ``n_bins_max`` marks a missing value and is not counted.
@@ -37,14 +42,16 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     width = n_bins_max + 1
     out = torch.zeros(n_features * width, dtype=torch.long, device=codes.device)
     if n == 0 or n_features == 0:
-        return out.view(n_features, width)[:, :n_bins_max]
+        return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
     step = max(1, _INDEX_BUDGET // n)
-    offsets = torch.arange(n_features, device=codes.device, dtype=torch.long) * width
+    # int32 indices halve the memory traffic of the pass (bincount accepts them)
+    index_dtype = torch.int32 if step * width < 2**31 else torch.long
+    offsets = torch.arange(min(step, n_features), device=codes.device, dtype=index_dtype) * width
     for f0 in range(0, n_features, step):
         f1 = min(n_features, f0 + step)
-        idx = sub[:, f0:f1].to(torch.long) + offsets[f0:f1]
-        out[f0 * width : f1 * width] += torch.bincount(idx.view(-1) - f0 * width, minlength=(f1 - f0) * width)
-    return out.view(n_features, width)[:, :n_bins_max]
+        idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
+        out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
+    return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
 
 def probability_ratios(
