@@ -141,7 +141,7 @@ def test_main_on_diabetes_with_features_and_limit(tmp_path, capsys):
     code = main([
         "rules", str(DIABETES), "--target", "diabetes == 1 and age >= 40", "--max-length", "2",
         "--min-support", "0.01", "--features", "bmi,HbA1c_level,blood_glucose_level,gender", "--limit", "4",
-        "--json", str(out),
+        "--strategy", "paper", "--min-confidence", "0.6", "--json", str(out),
     ])
     stdout = capsys.readouterr().out
     assert code == 0
@@ -153,6 +153,9 @@ def test_main_on_diabetes_with_features_and_limit(tmp_path, capsys):
     names = {rule["name"] for rs in rule_sets for rule in rs["rules"]}
     assert names <= allowed
     assert all(rs["support"] >= 1000 for rs in rule_sets)  # 1% of 100,000 rows
+    assert all(conf >= 0.6 for _, _, _, conf, _ in rows)
+    # the paper strategy records the probability ratio of every step
+    assert all(len(rs["ratios"]) == len(rs["rules"]) for rs in rule_sets)
     assert "excluded: age, diabetes" in stdout  # both columns of the expression, in table order
 
 
@@ -261,6 +264,9 @@ BAD_INPUTS = [
     (["{csv}", "--target", "pred == 1", "--top-k", "0"], "--top-k"),
     (["{csv}", "--target", "pred == 1", "--limit", "0"], "--limit"),
     (["{csv}", "--target", "pred == 1", "--bin-strategy", "equal"], "invalid choice"),
+    (["{csv}", "--target", "pred == 1", "--strategy", "greedy"], "invalid choice"),
+    (["{csv}", "--target", "pred == 1", "--min-confidence", "1.5"], "--min-confidence"),
+    (["{csv}", "--target", "pred == 1", "--beam-width", "0"], "--beam-width"),
     (["{csv}", "--target", "pred == 1", "--features", "size,weight"], "unknown column 'weight' in --features"),
     (["{csv}", "--target", "pred == 1", "--features", "pred"], "excluded"),
     (["{csv}", "--target", "pred == 1", "--exclude", "weight"], "in --exclude"),

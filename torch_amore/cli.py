@@ -31,7 +31,7 @@ from torch_amore import __version__
 from torch_amore import _validation as V
 from torch_amore._typing import BIN_STRATEGIES
 from torch_amore.rules import RuleSet
-from torch_amore.search import extract_rules
+from torch_amore.search import STRATEGIES, extract_rules
 
 PROG = "torch-amore"
 
@@ -79,6 +79,16 @@ def _min_support(text: str) -> int | float:
         return int(value)
     if value > 1:
         raise argparse.ArgumentTypeError(bad)
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], but got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], but got {text!r}")
     return value
 
 
@@ -137,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how the grids are placed (default: uniform)")
     rules.add_argument("--top-k", type=_int_at_least(1), default=3, metavar="K",
                        help="K: candidate rules kept at each node of the rule tree (default: 3)")
+    rules.add_argument("--strategy", choices=STRATEGIES, default="beam",
+                       help="paper: the paper's ratio-driven rule tree exactly; beam: that tree plus a beam search "
+                       "over fitness-optimal intervals (default: beam)")
+    rules.add_argument("--min-confidence", type=_fraction, metavar="C",
+                       help="report only rule sets with confidence >= C (default: all)")
+    rules.add_argument("--beam-width", type=_int_at_least(1), default=5, metavar="W",
+                       help="rule sets kept per length by the beam strategy (default: 5)")
     rules.add_argument("--features", type=_name_list, metavar="A,B,C",
                        help="only these columns as features (a string column name selects all its one-hot columns; "
                        "one-hot names such as gender_Female select one)")
@@ -431,6 +448,9 @@ def _run_rules(args: argparse.Namespace) -> int:
             feature_names=names,
             feature_types=types,
             target_name=target_name,
+            strategy=args.strategy,
+            min_confidence=args.min_confidence,
+            beam_width=args.beam_width,
             progress=args.progress,
         )
     except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
@@ -452,7 +472,8 @@ def _run_rules(args: argparse.Namespace) -> int:
     )
     print(
         f"max_length={args.max_length}, min_support={args.min_support}, n_grids={args.n_grids}, "
-        f"bin_strategy={args.bin_strategy}, top_k={args.top_k}"
+        f"bin_strategy={args.bin_strategy}, top_k={args.top_k}, strategy={args.strategy}"
+        + (f", min_confidence={args.min_confidence}" if args.min_confidence is not None else "")
     )
     if found:
         print(format_table(found))
