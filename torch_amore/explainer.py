@@ -212,6 +212,23 @@ class RegionalRuleExplainer:
             label_key=label_key, target_name=target_name, local=x, forward_kwargs=forward_kwargs,
         )  # fmt: skip
 
+    def features_matrix(
+        self,
+        inputs: Any,
+        *,
+        batch_size: int = 256,
+        progress: bool = False,
+        input_key: BatchKey = None,
+        **forward_kwargs: Any,
+    ) -> torch.Tensor:
+        """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
+        inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        fwd = self._forward(
+            inputs, batch_size=batch_size, progress=progress, input_key=input_key,
+            collect_inputs=self.layer is None, forward_kwargs=forward_kwargs,
+        )  # fmt: skip
+        return fwd.activations if self.layer is not None else fwd.flat_inputs
+
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
         """Pixel (input) attribution maps of the latent unit of each rule, shape (n_rules, N, *inputs.shape[1:]).
 

@@ -162,7 +162,7 @@ def plot_rule_attributions(
         row_labels: one label per image (e.g. its true class).
         absolute: show ``|attribution|`` (sequential colormap) instead of signed values (diverging, centred at 0).
         cmap: colormap of the maps (default ``"RdBu_r"`` signed, ``"inferno"`` absolute).
-        alpha: opacity of the maps over the images.
+        alpha: largest opacity of the maps over the images (reached where ``|map|`` peaks; weak values fade out).
         image_cmap: colormap of single-channel images.
         panel_size: inches per panel.
 
@@ -214,10 +214,13 @@ def plot_rule_attributions(
             peak = float(np.abs(m).max())
             scaled = m / peak if peak > 0 else np.zeros_like(m)
             vmin = 0.0 if absolute else -1.0
-            mappable = ax.imshow(scaled, cmap=cmap, vmin=vmin, vmax=1.0, alpha=alpha)
+            # opacity grows with the magnitude, so the image stays visible where the unit does not look
+            mappable = ax.imshow(scaled, cmap=cmap, vmin=vmin, vmax=1.0, alpha=alpha * np.sqrt(np.abs(scaled)))
             if i == 0:
                 ax.set_title(titles[j - 1] if titles is not None else f"rule {j}", fontsize=9)
     if mappable is not None:
         cbar = fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02)
-        cbar.set_label("attribution (scaled per map)", fontsize=8)
+        label = "|attribution| (scaled per map)" if absolute else "attribution (scaled per map): red raises the unit"
+        cbar.set_label(label, fontsize=8)
+        cbar.solids.set_alpha(1.0)
     return fig
