@@ -221,6 +221,23 @@ def test_threshold_scan_matches_brute_force(seed, gamma):
     assert (thr, n_freq) == _brute_threshold(J, gamma)
 
 
+@pytest.mark.parametrize("block", [1, 5, 64])
+def test_blocked_scans_match_brute_force(monkeypatch, block):
+    """The scans over J run in blocks of _BLOCK elements (bounded memory); tiny blocks give the same answers."""
+    import torch_amore.selection as selection
+
+    monkeypatch.setattr(selection, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    J = np.round(rng.gamma(2.0, size=(23, 6)) * rng.uniform(0.2, 2.0, size=6), 2)
+    J[:, 4] *= 3.0  # one clearly dominant feature: no tie at the top
+    thr, n_freq = _threshold_scan(torch.from_numpy(J), 0.9)
+    assert (thr, n_freq) == _brute_threshold(J, 0.9)
+    sel = select_features(importance=J, gamma=0.9, min_frequency=0.3)
+    brute = _brute_itemsets(J >= thr, 0.3, None)
+    best = max(brute.items(), key=lambda kv: (len(kv[0]), kv[1], [-i for i in sorted(kv[0])]))
+    assert set(sel.itemsets["itemsets"]) == set(brute) and sel.features == tuple(sorted(best[0]))
+
+
 def test_threshold_scan_tie_falls_back_to_highest_threshold_with_a_warning():
     rng = np.random.default_rng(0)
     J = rng.uniform(0.0, 0.5, size=(20, 5))
@@ -294,6 +311,16 @@ def test_selection_picks_longest_then_most_frequent_itemset():
     assert best_three["itemsets"].tolist() == [frozenset({0, 3, 4}), frozenset({0, 1, 2})]
     assert best_three["support"].tolist() == [0.3, 0.2]
     assert select_features(importance=J, gamma=1.0, min_frequency=0.2, max_length=2).features == (0, 1)
+
+
+def test_warns_before_an_itemset_explosion():
+    used = torch.ones(5, 40, dtype=torch.bool)  # 2^40 frequent itemsets: warn (here: raise) before FP-Growth runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="max_length"):
+            _frequent_itemsets(used, 0.5, None)
+        table = _frequent_itemsets(used, 0.5, 2)  # bounded: 40 + 780 itemsets, no warning
+    assert len(table) == 40 + 780
 
 
 def test_importance_dataframe_names():

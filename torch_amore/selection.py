@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+_BLOCK = 1 << 22  # elements of J per temporary block in the threshold scan and the column counts
 _DENSE_CELLS = 1 << 22  # boolean frames with more cells go to mlxtend as a sparse DataFrame
+_ITEMSET_WARN = 1e9  # warn when FP-Growth may have to enumerate more candidate itemsets than this
 _WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
 
@@ -249,8 +251,8 @@ def select_features(
     test_rows = _test_rows(y_labels, n, n_test_per_class, seed)
 
     _check_differentiable(model, X[:2], layer, attribute_to_layer_input)
-    y_test, out_ndim = _outputs(model, X[test_rows], target, internal_batch_size)
-    y_base, _ = _outputs(model, base, target, internal_batch_size)
+    y_test, out_ndim = _outputs(model, X, test_rows, target, internal_batch_size)
+    y_base, _ = _outputs(model, base, None, target, internal_batch_size)
     shift = y_test[None, :] - y_base[:, None]  # (B, M): y~ - y for each baseline b and test sample m
     scale = torch.maximum(y_test.abs()[None, :], y_base.abs()[:, None])
     keep = shift.abs() > 4 * torch.finfo(shift.dtype).eps * scale
@@ -262,10 +264,10 @@ def select_features(
     pair_b, pair_m = torch.nonzero(keep, as_tuple=True)
     J = _impact_matrix(
         model,
-        X[test_rows],
+        X,
         base,
         pair_b,
-        pair_m,
+        test_rows[pair_m],
         shift[pair_b, pair_m],
         target=target if out_ndim == 2 else None,
         layer=layer,
@@ -283,10 +285,10 @@ def select_features(
 
 def _impact_matrix(
     model: Any,
-    test: torch.Tensor,
+    samples: torch.Tensor,
     base: torch.Tensor,
     pair_b: torch.Tensor,
-    pair_m: torch.Tensor,
+    pair_x: torch.Tensor,
     shift: torch.Tensor,
     *,
     target: int | None,
@@ -295,7 +297,10 @@ def _impact_matrix(
     n_steps: int,
     internal_batch_size: int,
 ) -> torch.Tensor:
-    """Rows ``|j / (y~ - y)|`` for the pairs (base[pair_b], test[pair_m]); ``shift`` holds ``y~ - y`` per pair.
+    """Rows ``|j / (y~ - y)|`` for the pairs (base[pair_b], samples[pair_x]); ``shift`` holds ``y~ - y`` per pair.
+
+    Pairs go through Captum in chunks of ``internal_batch_size // n_steps``, their samples gathered per chunk, and
+    each chunk's rows are written into the preallocated (P, D) result: the working memory is bounded by the chunk.
 
     Captum integrates from ``baselines`` to ``inputs``, so with inputs = test sample and baselines = baseline,
     ``sum_i j_i ~= y~ - y``; the paper's orientation (from x~ to x) flips the signs of both ``j_i`` and the shift and
@@ -308,11 +313,12 @@ def _impact_matrix(
     else:
         ig, extra = LayerIntegratedGradients(model, layer), {"attribute_to_layer_input": attribute_to_layer_input}
     chunk = max(1, internal_batch_size // n_steps)
-    rows = []
-    for start in range(0, pair_b.numel(), chunk):
-        b, m = pair_b[start : start + chunk], pair_m[start : start + chunk]
+    n_pairs = pair_b.numel()
+    J = None
+    for start in range(0, n_pairs, chunk):
+        b, m = pair_b[start : start + chunk], pair_x[start : start + chunk]
         attr = ig.attribute(
-            test[m],
+            samples[m],
             baselines=base[b],
             target=target,
             n_steps=n_steps,
@@ -325,10 +331,14 @@ def _impact_matrix(
                 f"{'inputs' if attribute_to_layer_input else 'output'} hold {len(attr)} tensors."
             )
         attr = attr.detach().reshape(b.numel(), -1)
-        rows.append((attr / shift[start : start + chunk, None].to(attr.dtype)).abs().cpu())
-    J = torch.cat(rows)
-    if not bool(torch.isfinite(J).all()):
-        raise ValueError("The integrated gradients hold NaN or inf: check that the model is finite along the paths.")
+        if J is None:
+            J = torch.empty(n_pairs, attr.shape[1], dtype=attr.dtype)
+        rows = (attr / shift[start : start + chunk, None].to(attr.dtype)).abs()
+        if not bool(torch.isfinite(rows).all()):
+            raise ValueError(
+                "The integrated gradients hold NaN or inf: check that the model is finite along the paths."
+            )
+        J[start : start + chunk] = rows.cpu()
     return J
 
 
@@ -338,9 +348,20 @@ def _coverage_thresholds(J: torch.Tensor, gamma: float) -> torch.Tensor:
     ``count_i(thr) >= gamma * N`` <=> ``count_i(thr) >= k`` with ``k = ceil(gamma * N)`` <=> ``thr <= `` the k-th
     largest value of column i.
     """
-    n = J.shape[0]
+    n, d = J.shape
     k = min(n, max(1, math.ceil(gamma * n)))
-    return torch.kthvalue(J, n - k + 1, dim=0).values
+    step = max(1, _BLOCK // n)  # column blocks bound the sort buffers of kthvalue
+    out = torch.empty(d, dtype=J.dtype)
+    for s in range(0, d, step):
+        out[s : s + step] = torch.kthvalue(J[:, s : s + step], n - k + 1, dim=0).values
+    return out
+
+
+def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Views of at most ``_BLOCK`` elements of J, in row order (temporary masks stay small)."""
+    step = max(1, _BLOCK // max(1, J.shape[1]))
+    for s in range(0, J.shape[0], step):
+        yield J[s : s + step]
 
 
 def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
@@ -365,7 +386,7 @@ def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
         return float(J.min()), 1
     second = float(torch.topk(top, 2).values[1])
     if second < first:
-        return float(J[J > second].min()), 1
+        return min(float(blk[blk > second].min()) for blk in _row_blocks(J) if bool((blk > second).any())), 1
     tied = torch.nonzero(top == first).flatten().tolist()
     warnings.warn(
         f"No impact threshold leaves exactly one feature with coverage >= gamma={gamma}: features {tied[:10]} tie at "
@@ -391,6 +412,19 @@ def _frequent_itemsets(
     counts = used.sum(dim=0)
     cols = torch.nonzero(counts >= min_frequency * n).flatten()
     used_np = used[:, cols].numpy()
+    # every frequent itemset is a subset of some row: bound their number by the subsets of each row (up to max_length)
+    per_row, n_rows = torch.unique(torch.from_numpy(used_np).sum(dim=1), return_counts=True)
+    bound = 0
+    for r, c in zip(per_row.tolist(), n_rows.tolist()):
+        longest = min(r, 64) if max_length is None else min(max_length, r, 64)
+        bound += c * sum(math.comb(r, k) for k in range(1, longest + 1))
+    if bound > _ITEMSET_WARN:
+        warnings.warn(
+            f"Rows use up to {max(per_row.tolist())} of the {cols.numel()} frequent features, so FP-Growth may "
+            f"enumerate more than {_ITEMSET_WARN:.0e} itemsets and take very long (importance is spread over many "
+            "features at j_th, or there are few rows). Set `max_length`, raise `min_frequency`, or lower `gamma`.",
+            stacklevel=4,
+        )
     if sparse is None:
         sparse = used_np.size > _DENSE_CELLS
     if cols.numel() == 0:
@@ -427,7 +461,11 @@ def _select(
     n_skipped: int,
 ) -> FeatureSelection:
     threshold, _ = _threshold_scan(J, gamma)
-    itemsets = _frequent_itemsets(J >= threshold, min_frequency, max_length)
+    counts = sum((blk >= threshold).sum(dim=0) for blk in _row_blocks(J))
+    cols = torch.nonzero(counts >= min_frequency * J.shape[0]).flatten()  # the only columns FP-Growth can use
+    itemsets = _frequent_itemsets(J[:, cols] >= threshold, min_frequency, max_length)
+    col_list = cols.tolist()
+    itemsets["itemsets"] = [frozenset(col_list[c] for c in s) for s in itemsets["itemsets"]]
     if len(itemsets) == 0:  # cannot happen when gamma >= min_frequency; kept as a clear error
         raise ValueError(f"FP-Growth found no itemset used in a fraction min_frequency={min_frequency} of the rows.")
     itemsets["names"] = [tuple(names[i] for i in sorted(s)) for s in itemsets["itemsets"]]
@@ -634,11 +672,15 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
 
 
 @torch.no_grad()
-def _outputs(model: Any, x: torch.Tensor, target: int | None, batch: int) -> tuple[torch.Tensor, int]:
-    """The explained model output (N,): column ``target`` of (N, C) outputs; and the number of output dimensions."""
+def _outputs(
+    model: Any, x: torch.Tensor, rows: torch.Tensor | None, target: int | None, batch: int
+) -> tuple[torch.Tensor, int]:
+    """The explained model output for ``x[rows]`` (all rows if None): column ``target`` of (N, C) outputs; and the
+    number of output dimensions."""
     parts, ndim = [], 1
-    for start in range(0, x.shape[0], batch):
-        out = model(x[start : start + batch])
+    n = x.shape[0] if rows is None else rows.numel()
+    for start in range(0, n, batch):
+        out = model(x[start : start + batch] if rows is None else x[rows[start : start + batch]])
         if not torch.is_tensor(out) or out.ndim > 2 or out.ndim == 0:
             shape = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
             raise ValueError(f"Expected the model to return (N,), (N, 1) or (N, C) outputs, but got {shape}.")
