@@ -21,7 +21,7 @@ Usage (from the repository root)::
 
     python examples/diabetes.py --data ../shared/data --out diabetes_out
     python examples/diabetes.py --data ../shared/data --quick
-    python examples/diabetes.py --paper-task --data ../shared/data [--search]
+    python examples/diabetes.py --paper-task --data ../shared/data [--local] [--search]
 """
 
 from __future__ import annotations
@@ -320,6 +320,9 @@ def run_paper_task(args) -> None:
     print(f"| confidence | {pa[2]:.3f} | {amore.confidence:.3f} | {pd_[2]:.3f} | {dt.best.confidence:.3f} |")
     print(f"| fitness | {pa[3]:.3f} | {amore.fitness:.3f} | {pd_[3]:.3f} | {dt.best.fitness:.3f} |")
 
+    if args.local:
+        local_rules(X, target, torch.from_numpy(d["X_test"]), torch.from_numpy(d["prob_test"]), names=names,
+                    types=types, scale=scale, offset=offset)
     if args.search:
         t0 = time.perf_counter()
         search = torch_amore.search_hyperparameters(
@@ -346,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="run on diabetes_paper_task.npz and print the paper's table")
     parser.add_argument("--search", action="store_true",
                         help="with --paper-task: also run AMORE's full grid search (about a minute)")
+    parser.add_argument("--local", action="store_true",
+                        help="with --paper-task: also the local rules of the paper's three test samples")
     parser.add_argument("--quick", action="store_true", help="small grids and fewer iterations (for tests)")
     parser.add_argument("--max-length", type=int, default=1, help="l_max = max_depth for the comparison (paper: 1)")
     parser.add_argument("--progress", action="store_true", help="progress bars")

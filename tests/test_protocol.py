@@ -199,3 +199,19 @@ def test_decision_list_text_and_json_round_trip():
     assert "empty" in str(empty) and empty.coverage == 0.0
     assert isinstance(dl[0], RuleSet)
     assert np.isfinite(dl.fitness)
+
+
+def test_local_search_returns_rules_containing_the_sample():
+    X, target = _toy(seed=7)
+    x = X[int(torch.nonzero(target)[0])]
+    result = search_hyperparameters(X, target, bin_strategies="uniform", n_grids=[4, 8], min_supports=[30, 90],
+                                    max_length=2, local_x=x)
+    for rs in result.records["rule_set"]:
+        if rs is not None:
+            assert bool(rs.mask(x[None, :])[0])
+    # same as the extractor's local run, selected independently
+    ext = prepare(X, target, n_grids=8)
+    candidates = ext.run(max_length=2, min_support=90, top_k=3, local_codes=ext.binned.encode_sample(x))
+    assert result.records["rule_set"].iloc[3] == _pick(candidates, 0.8)
+    with pytest.raises(ValueError, match="local_x"):
+        search_hyperparameters(X, target, local_x=torch.zeros(3))

@@ -151,6 +151,7 @@ def search_hyperparameters(
     feature_types: Sequence[str] | None = None,
     feature_scale: Sequence[float] | None = None,
     feature_offset: Sequence[float] | None = None,
+    local_x: ArrayLike | None = None,
     target_name: str = "target",
     progress: bool = False,
 ) -> SearchResult:
@@ -169,6 +170,7 @@ def search_hyperparameters(
         max_length: l_max, fixed during the search.
         top_k: K, candidates kept per node.
         confidence_lower_bound: iota (the paper uses 0.8).
+        local_x: one sample (F,): search local rules (rules containing it) in every setting.
         progress: show a progress bar over the settings.
         Other arguments: as in :func:`torch_amore.extract_rules`.
 
@@ -202,6 +204,9 @@ def search_hyperparameters(
     n, n_features = X_t.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
     supports = [V.resolve_min_support(m, n) for m in _as_grid(min_supports, "min_supports")]
+    local = V.to_local_x(local_x, n_features)
+    if local is not None and bool(torch.isinf(local).any()):
+        raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
 
     bar = None
     if progress:
@@ -222,8 +227,9 @@ def search_hyperparameters(
             feature_offset=feature_offset,
             target_name=target_name,
         )
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
         for s_min in supports:
-            rule_sets = extractor.run(max_length=max_length, min_support=s_min, top_k=top_k)
+            rule_sets = extractor.run(max_length=max_length, min_support=s_min, top_k=top_k, local_codes=local_codes)
             setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
             rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
             if bar is not None:
