@@ -10,6 +10,7 @@ uses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -102,11 +103,54 @@ def _codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch
         out[r0 : r0 + step] = acc
 
 
+def _kmeans_update(centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
+    """New centres from exact fixed-point sums and counts; an empty cluster keeps its centre."""
+    means = D.from_fixed_point(sums, exps, centres.dtype)
+    return torch.where(counts > 0, means / counts.clamp(min=1), centres)
+
+
+def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, tol: torch.Tensor,
+                   max_iter: int) -> torch.Tensor:
+    """Lloyd iterations for one process: each column is sorted once, then every iteration only needs a
+    ``searchsorted`` of the cluster bounds and differences of prefix sums (O(G log N) per column)."""
+    n, n_features = X.shape
+    step = max(1, _CHUNK_ELEMENTS // max(1, n))
+    out = centres.clone()
+    for f0 in range(0, n_features, step):
+        f1 = min(n_features, f0 + step)
+        vals = torch.sort(X[:, f0:f1].to(centres.dtype).t(), dim=1).values.contiguous()  # (f, N), NaN last
+        missing = torch.isnan(vals)
+        n_valid = (~missing).sum(1, keepdim=True)
+        limbs = D.to_fixed_point(vals.masked_fill(missing, 0.0).t(), exps[f0:f1])  # (2, N, f)
+        vals.masked_fill_(missing, math.inf)  # a proper sort order for searchsorted
+        prefix = torch.cat([torch.zeros_like(limbs[:, :1]), torch.cumsum(limbs, dim=1)], dim=1)  # (2, N+1, f)
+        prefix = prefix.transpose(1, 2)  # (2, f, N+1)
+        c = out[f0:f1]
+        active = torch.ones(f1 - f0, dtype=torch.bool, device=X.device)
+        for _ in range(max_iter):
+            c = torch.sort(c, dim=1).values
+            bounds = (c[:, 1:] + c[:, :-1]) / 2
+            pos = torch.minimum(torch.searchsorted(vals, bounds.contiguous(), side="left"), n_valid)
+            pos = torch.cat([torch.zeros_like(n_valid), pos, n_valid], dim=1)  # (f, G+1)
+            counts = pos[:, 1:] - pos[:, :-1]
+            sums = prefix.gather(2, pos[None].expand(2, -1, -1))
+            new = _kmeans_update(c, sums[:, :, 1:] - sums[:, :, :-1], counts, exps[f0:f1])
+            new = torch.where(active[:, None], new, c)
+            active &= (new - c).abs().amax(1) > tol[f0:f1]
+            c = new
+            if not bool(active.any()):
+                break
+        out[f0:f1] = c
+    return out
+
+
 def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float = 1e-8) -> torch.Tensor:
     """(F, n_grids + 1) edges of a 1-D k-means per column, all columns at once and deterministic.
 
-    Centres start at the uniform-grid midpoints; Lloyd iterations run until no centre moves by more than
-    ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and max.
+    Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
+    more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
+    max. Cluster sums are exact integer (fixed-point) sums, so the result does not depend on how the rows are split
+    (one process with sorted columns, or shards of a distributed run).
     """
     lo, hi = nan_min_max(X)
     span = (hi - lo).nan_to_num(0.0)
@@ -114,29 +158,35 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
     steps = (torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5) / n_grids
     centres = lo0[:, None] + span[:, None] * steps
     n_features = X.shape[1]
-    codes = torch.empty(X.shape, dtype=torch.int16 if n_grids < 32000 else torch.int32, device=X.device)
-    offsets = torch.arange(n_features, device=X.device) * (n_grids + 1)
     exps = D.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
-    for _ in range(max_iter):
-        centres = torch.sort(centres, dim=1).values
-        bounds = (centres[:, 1:] + centres[:, :-1]) / 2
-        _codes_from_thresholds(X, bounds, codes, n_grids)
-        sums = torch.zeros(2, n_features * (n_grids + 1), dtype=torch.long, device=X.device)
-        counts = torch.zeros(n_features * (n_grids + 1), dtype=torch.long, device=X.device)
-        step = _chunk_len(X.shape[0], X.shape[1])
-        for r0 in range(0, X.shape[0], step):
-            idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
-            vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
-            sums.index_add_(1, idx, vals)
-            counts += torch.bincount(idx, minlength=counts.numel())
-        sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
-        sums = D.from_fixed_point(sums.view(2, n_features, -1)[:, :, :n_grids], exps, lo.dtype)
-        counts = counts.view(n_features, -1)[:, :n_grids]
-        new = torch.where(counts > 0, sums / counts.clamp(min=1), centres)
-        moved = (new - centres).abs().amax() if new.numel() else torch.zeros(())
-        centres = new
-        if float(moved) <= tol * max(float(span.max()) if span.numel() else 0.0, 1e-300):
-            break
+    col_tol = tol * span
+    if not D.is_sharded():
+        centres = _kmeans_sorted(X, centres, exps, col_tol, max_iter)
+    else:
+        codes = torch.empty(X.shape, dtype=torch.int16 if n_grids < 32000 else torch.int32, device=X.device)
+        offsets = torch.arange(n_features, device=X.device) * (n_grids + 1)
+        active = torch.ones(n_features, dtype=torch.bool, device=X.device)
+        for _ in range(max_iter):
+            centres = torch.sort(centres, dim=1).values
+            bounds = (centres[:, 1:] + centres[:, :-1]) / 2
+            _codes_from_thresholds(X, bounds, codes, n_grids)
+            sums = torch.zeros(2, n_features * (n_grids + 1), dtype=torch.long, device=X.device)
+            counts = torch.zeros(n_features * (n_grids + 1), dtype=torch.long, device=X.device)
+            step = _chunk_len(X.shape[0], X.shape[1])
+            for r0 in range(0, X.shape[0], step):
+                idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
+                vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
+                sums.index_add_(1, idx, vals)
+                counts += torch.bincount(idx, minlength=counts.numel())
+            sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
+            sums = sums.view(2, n_features, -1)[:, :, :n_grids]
+            counts = counts.view(n_features, -1)[:, :n_grids]
+            new = _kmeans_update(centres, sums, counts, exps)
+            new = torch.where(active[:, None], new, centres)
+            active &= (new - centres).abs().amax(1) > col_tol
+            centres = new
+            if not bool(active.any()):
+                break
     centres = torch.sort(centres, dim=1).values
     bounds = (centres[:, 1:] + centres[:, :-1]) / 2
     return torch.cat([lo[:, None], bounds, hi[:, None]], dim=1)

@@ -96,7 +96,9 @@ class _Extractor:
             return bound
         values = self.X[:, col].to(self.binned.thresholds.dtype)
         above = values[values >= bound]
-        return float(above.min()) if above.numel() else bound
+        local = above.min() if above.numel() else torch.tensor(math.inf, dtype=values.dtype, device=values.device)
+        smallest = float(D.all_reduce_min(local.reshape(1))[0])  # over the shards of a DDP run
+        return smallest if math.isfinite(smallest) else bound
 
     def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
         b = self.binned if binned is None else binned
