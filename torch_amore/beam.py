@@ -148,10 +148,15 @@ def best_intervals(
     m = last_start.clamp(min=0)
     value = torch.where(feasible, pw - run_min.gather(1, m), torch.full_like(pw, -math.inf))
     start = arg_min.gather(1, m)
+    # an interval ending at the last grid must not start at the first (that is no condition at all)
+    run_min1, arg_min1 = torch.cummin(torch.cat([torch.full_like(zero, math.inf), pw[:, 1:]], 1), dim=1)
+    value1 = torch.where(last_start >= 1, pw - run_min1.gather(1, m), torch.full_like(pw, -math.inf))
     end_idx = torch.arange(width + 1, device=device)
     nb = n_bins.repeat_interleave(len(kappas))
-    whole = (start == 0) & (end_idx[None, :] >= nb[:, None])
-    value = torch.where(whole | (end_idx[None, :] > nb[:, None]), torch.full_like(value, -math.inf), value)
+    at_end = end_idx[None, :] == nb[:, None]
+    value = torch.where(at_end, value1, value)
+    start = torch.where(at_end, arg_min1.gather(1, m), start)
+    value = torch.where(end_idx[None, :] > nb[:, None], torch.full_like(value, -math.inf), value)
     cat_rows = is_cat.repeat_interleave(len(kappas))
     # categorical features: single categories only
     single = torch.where(counts >= min_support, w, torch.full_like(w, -math.inf))
