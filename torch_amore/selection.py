@@ -127,6 +127,7 @@ class FeatureSelection:
         ax.axvline(self.threshold, color="tab:red", linestyle="--", label=f"j_th = {self.threshold:.4g}")
         ax.axhline(1, color="gray", linewidth=0.8)
         ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("impact threshold")
         ax.set_ylabel(f"# features (coverage >= {self.gamma:g})")
         ax.set_title("Threshold scan")
@@ -667,7 +668,7 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
         where = "the inputs" if layer is None else "the layer activations"
         raise TypeError(
             f"The model output is not differentiable with respect to {where} (does the forward run under "
-            f"torch.no_grad(), detach, or round?); integrated gradients need gradients: {_WAY_OUT}."
+            f"torch.no_grad(), detach, or cast to integers?); integrated gradients need gradients: {_WAY_OUT}."
         )
 
 
