@@ -42,6 +42,57 @@ def _uniform_code(x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, n_grid
     return torch.floor((x - lo) * scale).clamp_(0, n_grids - 1)
 
 
+_SIGN = -(2**63)
+
+
+def _float_key(x: torch.Tensor) -> torch.Tensor:
+    """Order-preserving int64 key of float64 values (-0.0 and 0.0 share the key 0)."""
+    bits = x.view(torch.int64)
+    return torch.where(bits < 0, -(bits & ~torch.tensor(_SIGN, device=x.device)), bits)
+
+
+def _key_float(key: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`_float_key`."""
+    bits = torch.where(key < 0, (-key) | torch.tensor(_SIGN, device=key.device), key)
+    return bits.view(torch.float64)
+
+
+def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, n_fine: int) -> torch.Tensor:
+    """(F, n_fine - 1): for g = 1 .. n_fine - 1 the smallest float64 ``x`` with ``_uniform_code(x) >= g``.
+
+    Bisection on the floats' order (int64 keys), started from a tight bracket around ``lo + g / scale`` and run only
+    on the entries not yet resolved. Columns with ``scale == 0`` (constant) get ``+inf``.
+    """
+    lo, hi, scale = lo.double(), hi.double(), scale.double()
+    n_feat = lo.shape[0]
+    g = torch.arange(1, n_fine, dtype=torch.float64, device=lo.device).expand(n_feat, n_fine - 1).reshape(-1)
+    lo_f = lo[:, None].expand(n_feat, n_fine - 1).reshape(-1)
+    hi_f = hi[:, None].expand(n_feat, n_fine - 1).reshape(-1)
+    sc = scale[:, None].expand(n_feat, n_fine - 1).reshape(-1)
+    live = sc > 0
+
+    def reaches(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return _uniform_code(x, lo_f[idx], sc[idx], n_fine) >= g[idx]
+
+    x0 = lo_f + g / sc.clamp(min=1e-300)
+    d = 16 * torch.finfo(torch.float64).eps * (lo_f.abs() + x0.abs() + 1 / sc.clamp(min=1e-300))
+    every = torch.arange(g.numel(), device=lo.device)
+    low, high = (x0 - d).clamp(min=lo_f), (x0 + d).clamp(max=hi_f)
+    good = ~reaches(low, every) & reaches(high, every)  # the tight bracket holds the answer
+    lo_k = torch.where(good, _float_key(low), _float_key(lo_f))  # code(lo) = 0 < g
+    hi_k = torch.where(good, _float_key(high), _float_key(hi_f))  # code(hi) = n_fine - 1 >= g
+    todo = torch.nonzero(live & (hi_k - 1 > lo_k), as_tuple=True)[0]
+    while todo.numel():
+        a, b = lo_k[todo], hi_k[todo]
+        mid = (a >> 1) + (b >> 1) + (a & b & 1)  # no a + b: it could overflow int64
+        hit = reaches(_key_float(mid), todo)
+        hi_k[todo] = torch.where(hit, mid, b)
+        lo_k[todo] = torch.where(hit, a, mid)
+        todo = todo[hi_k[todo] - 1 > lo_k[todo]]
+    out = torch.where(live, _key_float(hi_k), torch.full_like(g, math.inf))
+    return out.view(n_feat, n_fine - 1)
+
+
 def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> Binned:
     """Fine equal-width grids for the numeric features of ``base`` (categorical features keep their categories).
 
@@ -67,19 +118,7 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> Binned:
         c = torch.where(is_cat, base.codes[r0 : r0 + step].to(dt), c)
         c.masked_fill_(torch.isnan(chunk), nan_code)
         codes[r0 : r0 + step] = c.to(torch.int16)
-    # thresholds: the smallest float reaching grid g (g = 1 .. n_fine - 1)
-    g = torch.arange(1, n_fine, dtype=dt, device=device)
-    x = lo0[:, None] + g[None, :] / scale.clamp(min=1e-300)[:, None]
-    x = torch.where(scale[:, None] > 0, x, torch.full_like(x, math.inf))
-    for _ in range(256):
-        code = _uniform_code(x, lo0[:, None], scale[:, None], n_fine)
-        below = torch.nextafter(x, torch.full_like(x, -math.inf))
-        code_below = _uniform_code(below, lo0[:, None], scale[:, None], n_fine)
-        up = (code < g) & torch.isfinite(x)
-        down = (code_below >= g) & torch.isfinite(x)
-        if not bool((up | down).any()):
-            break
-        x = torch.where(up, torch.nextafter(x, torch.full_like(x, math.inf)), torch.where(down, below, x))
+    x = _grid_starts(lo0, hi.nan_to_num(0.0), scale, n_fine).to(dt)
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     thresholds[:, : n_fine - 1] = x
     thresholds[is_cat] = math.inf
