@@ -65,8 +65,8 @@ class RegionalRuleExplainer:
         >>> X = torch.rand(1000, 2)
         >>> explainer = RegionalRuleExplainer(model, layer=model[1])
         >>> explanation = explainer.explain(X, 2, min_support=100, progress=False)
-        >>> print(explanation.best)
-        IF z_0 < 1 AND z_1 < 0.999 THEN predicted 2  (support=248, confidence=1.000, fitness=1.000)
+        >>> print(explanation.best.format(precision=1))
+        IF z_0 < 1 AND z_1 < 1 THEN predicted 2  (support=248, confidence=1.000, fitness=1.000)
     """
 
     def __init__(
