@@ -161,6 +161,7 @@ def test_target_kinds_define_the_expected_subgroups(data):
     assert torch.equal(explainer.explain(X, mask, **OPTS).subgroup, mask)
     assert torch.equal(explainer.explain(X, mask.numpy(), **OPTS).subgroup, mask)
     assert torch.equal(explainer.explain(X, lambda o: o[:, 2] > 0.1, **OPTS).subgroup, out[:, 2] > 0.1)
+    assert torch.equal(explainer.explain(X, torch.tensor(2), **OPTS).subgroup, out.argmax(1) == 2)
     # multi-class with a probability threshold: softmax probability of the class
     prob = torch.softmax(out.double(), 1)[:, 1]
     got = explainer.explain(X, 1, threshold=0.4, **OPTS)
