@@ -325,8 +325,11 @@ class RegionalRuleExplainer:
         forward_kwargs: dict,
     ) -> RegionalExplanation:
         # --- cheap checks first
-        if isinstance(target, torch.Tensor) and target.ndim == 0 and not target.is_floating_point() and (
-            target.dtype != torch.bool
+        if (
+            isinstance(target, torch.Tensor)
+            and target.ndim == 0
+            and not target.is_floating_point()
+            and (target.dtype != torch.bool)
         ):
             target = int(target)  # a class index given as a 0-dim tensor
         V.check_int(max_length, "max_length", 1)
