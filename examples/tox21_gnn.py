@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder with tox21.csv")
     parser.add_argument("--task", default="NR-AR")
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="3 epochs (a smoke test)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -125,10 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     y_train = torch.tensor([g.y.item() for g in train])
     pos_weight = (len(y_train) - y_train.sum()) / y_train.sum()  # up-weight the rare actives
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     t0 = time.perf_counter()
     epochs = 3 if args.quick else args.epochs
-    loader = DataLoader(train, batch_size=128, shuffle=True, generator=torch.Generator().manual_seed(args.seed))
+    loader = DataLoader(train, batch_size=256, shuffle=True, generator=torch.Generator().manual_seed(args.seed))
     model.train()
     for _ in range(epochs):
         for batch in loader:
