@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -94,13 +92,19 @@ def test_beam_finds_planted_box_and_beats_paper_and_tree(box_data):
         assert rs.fitness == pytest.approx((2 * hits - rs.support) / int(target.sum()))
 
 
-def test_beam_bounds_are_data_values(box_data):
-    X, target = box_data
-    best = ta.extract_rules(X, target, max_length=2, min_support=100)[0]
-    values = set(X.flatten().tolist())
-    for r in best.rules:
-        for bound in (r.low, r.high):
-            assert not math.isfinite(bound) or bound in values
+def test_beam_finds_the_exact_best_interval_on_one_feature():
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(400, generator=g, dtype=torch.float64)
+    target = ((x > 0.31) & (x < 0.62)) ^ (torch.rand(400, generator=g) < 0.1)
+    best = ta.extract_rules(x[:, None], target, max_length=1, min_support=20)[0]
+    # brute force over every pair of cut points between sorted values
+    v, order = torch.sort(x)
+    w = (2 * target[order].to(torch.long) - 1).tolist()
+    best_value = max(sum(w[i:j]) for i in range(400) for j in range(i + 20, 401) if not (i == 0 and j == 400))
+    assert round(best.fitness * int(target.sum())) == best_value
+    assert best.fitness == pytest.approx(
+        (2 * int((best.mask(x[:, None]) & target).sum()) - best.support) / int(target.sum())
+    )
 
 
 def test_min_confidence_is_respected(box_data):

@@ -198,13 +198,20 @@ def best_intervals(
     value = torch.where(end_idx[None, :] > nb[:, None], torch.full_like(value, -math.inf), value)
     cat_rows = is_cat.repeat_interleave(len(kappas))
     # categorical features: single categories only
-    single = torch.where(counts >= min_support, w, torch.full_like(w, -math.inf))
+    everything = counts.sum(1, keepdim=True)  # a category holding every non-missing sample is no condition
+    single = torch.where((counts >= min_support) & (counts < everything), w, torch.full_like(w, -math.inf))
     best_cat_val, best_cat = single.max(dim=1)
     best_val, best_end = value.max(dim=1)
     best_start = start.gather(1, best_end[:, None])[:, 0]
+    # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
+    below = pb.gather(1, best_start[:, None])[:, 0]
+    above = pb.gather(1, nb[:, None])[:, 0] - pb.gather(1, best_end[:, None])[:, 0]
+    best_start = torch.where(below == 0, torch.zeros_like(best_start), best_start)
+    best_end = torch.where(above == 0, nb, best_end)
+    vacuous = (best_start == 0) & (best_end == nb)  # no condition at all on this node's samples
     g_low = torch.where(cat_rows, best_cat, best_start)
     g_high = torch.where(cat_rows, best_cat, best_end - 1)
-    val = torch.where(cat_rows, best_cat_val, best_val)
+    val = torch.where(cat_rows, best_cat_val, torch.where(vacuous, torch.full_like(best_val, -math.inf), best_val))
     ok = torch.isfinite(val) & (val > 0) & (g_high >= g_low)
     feature = torch.arange(n_feat, device=device).repeat_interleave(len(kappas))
     g_low, g_high, feature = g_low[ok], g_high[ok], feature[ok]
@@ -315,3 +322,50 @@ class BeamSearch:
             if not beam:
                 break
         return list(found.values())
+
+
+def _midpoint(a: float, b: float) -> float:
+    """A float m with a < m <= b (the half-way point, or b when a and b are adjacent floats)."""
+    m = a + (b - a) / 2
+    return m if a < m <= b else b
+
+
+def exact_best_interval(
+    values: torch.Tensor, is_target: torch.Tensor, min_support: int
+) -> tuple[float, float, int, int] | None:
+    """The fitness-optimal interval ``low <= x < high`` of one feature over exact data values.
+
+    Distinct values become the grids of :func:`best_intervals` (kappa = 0.5), so every cut between two observed
+    values is considered; bounds lie half-way between the neighbouring observed values. Returns
+    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has positive
+    value (including when the best is no condition at all).
+
+    Example:
+        >>> import torch
+        >>> v = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5], dtype=torch.float64)
+        >>> exact_best_interval(v, torch.tensor([False, True, True, False, False]), 1)
+        (0.15000000000000002, 0.35, 2, 2)
+    """
+    keep = ~torch.isnan(values)
+    values, is_target = values[keep], is_target[keep]
+    if values.numel() == 0:
+        return None
+    order = torch.argsort(values, stable=True)
+    v, t = values[order], is_target[order].to(torch.long)
+    uniq, inverse, counts = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
+    hits = torch.zeros(uniq.numel(), dtype=torch.long, device=v.device).index_add_(0, inverse, t)
+    b = best_intervals(
+        counts[None],
+        hits[None],
+        torch.tensor([uniq.numel()], device=v.device),
+        torch.tensor([False], device=v.device),
+        min_support,
+        kappas=(0.5,),
+    )
+    if len(b.feature) == 0:
+        return None
+    lo_g, hi_g = int(b.g_low[0]), int(b.g_high[0])
+    # cut half-way between neighbouring observed values, as a decision tree does
+    low = _midpoint(float(uniq[lo_g - 1]), float(uniq[lo_g])) if lo_g > 0 else -math.inf
+    high = _midpoint(float(uniq[hi_g]), float(uniq[hi_g + 1])) if hi_g + 1 < uniq.numel() else math.inf
+    return low, high, int(b.hits[0]), int(b.support[0])
