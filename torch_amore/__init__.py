@@ -15,15 +15,38 @@ from torch_amore.selection import FeatureSelection, select_features
 
 __version__ = "0.1.0"
 
+# torchmetrics and Lightning take seconds to import: these public names load on first use
+_LAZY = {
+    "RegionalRuleExtractor": "torch_amore.callbacks",
+    "RuleConfidence": "torch_amore.rule_metrics",
+    "RuleFitness": "torch_amore.rule_metrics",
+    "RuleSetMetrics": "torch_amore.rule_metrics",
+    "RuleSupport": "torch_amore.rule_metrics",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torch_amore' has no attribute {name!r}")
+
+
 __all__ = [
     "DecisionList",
     "FeatureSelection",
     "RegionalExplanation",
     "RegionalRuleExplainer",
+    "RegionalRuleExtractor",
     "Rule",
     "RuleAttribution",
+    "RuleConfidence",
+    "RuleFitness",
     "RuleMetrics",
     "RuleSet",
+    "RuleSetMetrics",
+    "RuleSupport",
     "SearchResult",
     "__version__",
     "confidence",

@@ -157,7 +157,11 @@ class RuleSetMetrics(MetricCollection):
 
     def __init__(self, rule_set: RuleSet, *, prefix: str | None = None, postfix: str | None = None) -> None:
         super().__init__(
-            {"support": RuleSupport(rule_set), "confidence": RuleConfidence(rule_set), "fitness": RuleFitness(rule_set)},
+            {
+                "support": RuleSupport(rule_set),
+                "confidence": RuleConfidence(rule_set),
+                "fitness": RuleFitness(rule_set),
+            },
             prefix=prefix,
             postfix=postfix,
             compute_groups=[["support", "confidence", "fitness"]],
