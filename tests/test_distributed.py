@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 import torch_amore as ta
 from torch_amore import distributed as D
 from torch_amore.binning import grid_edges, kmeans_edges, quantile_edges
-from torch_amore.rule_metrics import RuleSetMetrics
+from torch_amore.metric_classes import RuleSetMetrics
 
 STRATEGIES = ("uniform", "quantile", "kmeans")
 TYPES = ["float", "int", "cat", "float", "float", "cat"]

@@ -18,10 +18,10 @@ __version__ = "0.1.0"
 # torchmetrics and Lightning take seconds to import: these public names load on first use
 _LAZY = {
     "RegionalRuleExtractor": "torch_amore.callbacks",
-    "RuleConfidence": "torch_amore.rule_metrics",
-    "RuleFitness": "torch_amore.rule_metrics",
-    "RuleSetMetrics": "torch_amore.rule_metrics",
-    "RuleSupport": "torch_amore.rule_metrics",
+    "RuleConfidence": "torch_amore.metric_classes",
+    "RuleFitness": "torch_amore.metric_classes",
+    "RuleSetMetrics": "torch_amore.metric_classes",
+    "RuleSupport": "torch_amore.metric_classes",
 }
 
 

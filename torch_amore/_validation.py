@@ -206,6 +206,8 @@ def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         has1[alive] |= one.any(0)
         seen[alive] |= (~nan).any(0)
         alive = alive[is_int[alive]]
+    is_int, in01 = D.all_ranks(torch.stack([is_int, in01]))  # over the shards of a DDP run (no-op otherwise)
+    seen, has0, has1 = D.any_rank(torch.stack([seen, has0, has1]))
     return is_int & seen, in01 & is_int & has0 & has1
 
 

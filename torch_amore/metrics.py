@@ -2,7 +2,7 @@
 
 Functional forms take a boolean rule ``mask`` (samples satisfying a rule set) and the boolean ``target`` subgroup, and
 return 0-dim tensors on the inputs' device. They are the single source of the maths: ``RuleSet.evaluate`` and the
-torchmetrics wrappers (:mod:`torch_amore.rule_metrics`) call them.
+torchmetrics wrappers (:mod:`torch_amore.metric_classes`) call them.
 
 Definitions (``T`` = number of target samples):
 

@@ -45,7 +45,8 @@ def _drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Ru
         key = (frozenset(rs.features), rs.support, rs.confidence)
         if key in masks:
             mask = rs.mask(X)
-            if any(torch.equal(mask, m) for m in masks[key]):
+            same = D.all_ranks(torch.tensor([torch.equal(mask, m) for m in masks[key]]))  # equal on every DDP shard
+            if bool(same.any()):
                 continue
             masks[key].append(mask)
         else:
