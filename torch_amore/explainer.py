@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore import _validation as V
+from torch_amore import distributed as D
 from torch_amore._forward import BatchKey, Forward, as_labels, n_rows, resolve_layer, run_model
 from torch_amore._subgroups import check_target, subgroup, subgroup_mask
 from torch_amore.explanation import RegionalExplanation
@@ -367,7 +368,7 @@ class RegionalRuleExplainer:
         if n_known is not None:
             if n_known == 0:
                 raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
-            V.resolve_min_support(min_support, n_known)
+            V.resolve_min_support(min_support, D.global_count(n_known))  # all ranks of a DDP run
             if matrix is not None and matrix.shape[0] != n_known:
                 raise ValueError(
                     f"Expected `features` to have one row per sample of `inputs` ({n_known}), but got "
@@ -410,7 +411,7 @@ class RegionalRuleExplainer:
             selection = self._select(fwd, mask, label_t, target, names, select_features)
             indices = selection
         local_x = None if local is None else self._local_vector(local, X, fwd, source, forward_kwargs)
-        min_s = V.resolve_min_support(min_support, n)
+        min_s = V.resolve_min_support(min_support, D.global_count(n))
         rule_sets = extract_rules(
             X, mask, max_length=max_length, min_support=min_s, n_grids=n_grids, bin_strategy=bin_strategy,
             top_k=top_k, features=indices, feature_names=names, local_x=local_x,
