@@ -23,7 +23,7 @@ def brute_force_best(a: list[int], b: list[int], kappa: float, min_support: int)
             if i == 0 and j == n - 1:
                 continue
             s = sum(b[i : j + 1])
-            if s < min_support:
+            if s < min_support or s == sum(b):  # too small, or every sample: no condition at all
                 continue
             v = sum(a[i : j + 1]) - kappa * s
             if v > 1e-12 and (best is None or v > best + 1e-9):

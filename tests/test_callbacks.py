@@ -146,17 +146,10 @@ def test_every_n_val_epochs_logs_through_lightning_and_checkpoints_state(tmp_pat
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_give_the_single_process_rules(tmp_path, monkeypatch):
+def test_ddp_two_processes_give_the_single_process_rules(tmp_path):
     """Trainer(devices=2, strategy="ddp") relaunches the script for rank 1; the rules of the three extractors
     (inputs/uniform, hidden layer/quantile, inputs/kmeans) equal one process's on the same final weights.
-
-    The beam strategy's final polish on exact data values runs in one process only (it is skipped under DDP, see
-    tests/test_distributed.py::test_beam_polish_is_single_process_only), so the reference run skips it too.
     """
-    from torch_amore.search import _Extractor
-
-    if hasattr(_Extractor, "polish"):
-        monkeypatch.setattr(_Extractor, "polish", lambda self, rule_set, *args, **kwargs: rule_set)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
     run = subprocess.run(
         [sys.executable, str(TASK), "--root", str(tmp_path), "--devices", "2", "--strategy", "ddp"],

@@ -229,46 +229,59 @@ class _Extractor:
         return out
 
     def polish(self, rule_set: RuleSet, min_support: int, rounds: int = 4) -> RuleSet:
-        """Exact coordinate ascent on data values: re-cut each interval given the other rules, or drop it.
+        """Coordinate ascent on observed values: re-cut each interval given the other rules, or drop it.
 
-        Each numeric rule in turn gets the fitness-optimal interval over the observed values of the samples satisfying
-        the other rules (:func:`torch_amore.beam.exact_best_interval`), so boundaries are exact rather than on a
-        grid. Fitness never decreases. Skipped under a sharded (DDP) run, where it would need the data of all ranks.
+        Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
+        other rules (:func:`torch_amore.beam.exact_best_interval`), cut half-way between observed values rather than
+        on a grid. Fitness never decreases. It needs only counts, minima and maxima, so a sharded (DDP) run gives the
+        single-process result.
         """
-        if self.X is None or D.is_sharded() or not rule_set.rules:
+        if self.X is None or not rule_set.rules:
             return rule_set
         X, target = self.X, self.target
         rules = list(rule_set.rules)
         masks = [r.mask(X) for r in rules]
-        score = 2 * round(rule_set.confidence * rule_set.support) - rule_set.support
+
+        def counts(mask: torch.Tensor) -> tuple[int, int]:
+            both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
+            return int(both[0]), int(both[1])
+
+        support, hits = counts(torch.stack(masks).all(0))
+        score = 2 * hits - support
         for _ in range(rounds):
             changed = False
             for k in range(len(rules)):
-                rule = rules[k]
-                if k >= len(rules) or rule.value is not None:
+                if k >= len(rules) or rules[k].value is not None:
                     continue
                 others = torch.ones_like(masks[0])
                 for j, m in enumerate(masks):
                     if j != k:
                         others &= m
-                n_o = int(others.sum())
-                t_o = int((others & target).sum())
+                n_o, t_o = counts(others)
                 if len(rules) > 1 and n_o >= min_support and 2 * t_o - n_o >= score:  # the rule does nothing
                     del rules[k], masks[k]
                     score, changed = 2 * t_o - n_o, True
                     break
-                found = exact_best_interval(X[others, rule.feature].to(torch.float64), target[others], min_support)
+                found = exact_best_interval(X[others, rules[k].feature], target[others], min_support)
                 if found is None or 2 * found[2] - found[3] <= score:
                     continue
-                low, high, hits, support = found
-                rules[k] = replace(rule, low=low, high=high)
+                low, high, _, _ = found
+                rules[k] = replace(rules[k], low=low, high=high)
                 masks[k] = rules[k].mask(X)
+                support, hits = counts(torch.stack(masks).all(0))
                 score, changed = 2 * hits - support, True
             if not changed:
                 break
         if rules == list(rule_set.rules):
             return rule_set
-        return RuleSet.from_rules(rules, X, target, target_name=self.target_name)
+        support, hits = counts(torch.stack(masks).all(0))
+        return RuleSet(
+            rules=tuple(rules),
+            support=support,
+            confidence=hits / support,
+            fitness=(2 * hits - support) / self.n_total_target,
+            target_name=self.target_name,
+        )
 
     def _counts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.binned
