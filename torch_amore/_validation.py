@@ -7,6 +7,7 @@ before any heavy work.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,9 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
     if isinstance(X, np.ndarray):
         if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
             raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}.")
-        X = torch.from_numpy(np.ascontiguousarray(X))
+        with warnings.catch_warnings():  # a read-only array is fine: X is never written to
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            X = torch.from_numpy(np.ascontiguousarray(X))
     elif not isinstance(X, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
@@ -74,7 +77,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
     if isinstance(target, (list, tuple)):
         target = np.asarray(target)
     if isinstance(target, np.ndarray):
-        target = torch.from_numpy(np.ascontiguousarray(target))
+        target = torch.from_numpy(np.array(target))  # a copy: read-only arrays (pandas) cannot be shared
     if not isinstance(target, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a boolean tensor or array of shape (N,), got {type(target).__name__}."
