@@ -58,18 +58,14 @@ def _key_float(key: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float64)
 
 
-def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, n_fine: int) -> torch.Tensor:
-    """(F, n_fine - 1): for g = 1 .. n_fine - 1 the smallest float64 ``x`` with ``_uniform_code(x) >= g``.
+def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, g: torch.Tensor, n_fine: int) -> torch.Tensor:
+    """For each entry, the smallest float64 ``x`` with ``_uniform_code(x, lo, scale, n_fine) >= g`` (1 <= g < n_fine).
 
-    Bisection on the floats' order (int64 keys), started from a tight bracket around ``lo + g / scale`` and run only
-    on the entries not yet resolved. Columns with ``scale == 0`` (constant) get ``+inf``.
+    All arguments are 1-D tensors of the same length (one entry per wanted threshold). Bisection on the floats'
+    order (int64 keys), started from a tight bracket around ``lo + g / scale`` and run only on the entries not yet
+    resolved. Entries with ``scale == 0`` (a constant column) get ``+inf``.
     """
-    lo, hi, scale = lo.double(), hi.double(), scale.double()
-    n_feat = lo.shape[0]
-    g = torch.arange(1, n_fine, dtype=torch.float64, device=lo.device).expand(n_feat, n_fine - 1).reshape(-1)
-    lo_f = lo[:, None].expand(n_feat, n_fine - 1).reshape(-1)
-    hi_f = hi[:, None].expand(n_feat, n_fine - 1).reshape(-1)
-    sc = scale[:, None].expand(n_feat, n_fine - 1).reshape(-1)
+    lo_f, hi_f, sc, g = lo.double(), hi.double(), scale.double(), g.double()
     live = sc > 0
 
     def reaches(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -90,15 +86,40 @@ def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, n_fine
         hi_k[todo] = torch.where(hit, mid, b)
         lo_k[todo] = torch.where(hit, a, mid)
         todo = todo[hi_k[todo] - 1 > lo_k[todo]]
-    out = torch.where(live, _key_float(hi_k), torch.full_like(g, math.inf))
-    return out.view(n_feat, n_fine - 1)
+    return torch.where(live, _key_float(hi_k), torch.full_like(g, math.inf))
 
 
-def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> Binned:
+@dataclass
+class FineBinned(Binned):
+    """A :class:`Binned` whose numeric grids are ``n_fine`` equal-width cells by arithmetic.
+
+    The thresholds of numeric features are computed only when asked for (:meth:`threshold`), since a search needs
+    a handful of them; ``thresholds`` holds the categorical features' thresholds (``+inf`` for numeric rows).
+    """
+
+    lo: torch.Tensor = None  # (F',) float64 column minima
+    hi: torch.Tensor = None  # (F',) float64 column maxima
+    scale: torch.Tensor = None  # (F',) cells per unit (0 for a constant column)
+
+    def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
+        """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
+        j = torch.as_tensor(j, device=self.lo.device).reshape(-1)
+        g = torch.as_tensor(g, device=self.lo.device).reshape(-1).expand_as(j)
+        return _grid_starts(self.lo[j], self.hi[j], self.scale[j], g, self.n_grids)
+
+    def interval_bounds(self, j: int, g_low: int, g_high: int) -> tuple[float, float]:
+        if bool(self.is_cat[j]):
+            return super().interval_bounds(j, g_low, g_high)
+        low = float(self.threshold(j, g_low)[0]) if g_low > 0 else float("-inf")
+        high = float(self.threshold(j, g_high + 1)[0]) if g_high < int(self.n_bins[j]) - 1 else float("inf")
+        return low, high
+
+
+def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinned:
     """Fine equal-width grids for the numeric features of ``base`` (categorical features keep their categories).
 
     Codes come from arithmetic, and each threshold is the smallest float64 reaching its grid, so codes and thresholds
-    agree exactly (``x >= thresholds[f, g - 1]`` iff ``code >= g``).
+    agree exactly (``x >= threshold(f, g)`` iff ``code >= g``).
     """
     device = X.device
     dt = _work_dtype(device)
@@ -119,15 +140,12 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> Binned:
         c = torch.where(is_cat, base.codes[r0 : r0 + step].to(dt), c)
         c.masked_fill_(torch.isnan(chunk), nan_code)
         codes[r0 : r0 + step] = c.to(torch.int16)
-    x = _grid_starts(lo0, hi.nan_to_num(0.0), scale, n_fine).to(dt)
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
-    thresholds[:, : n_fine - 1] = x
-    thresholds[is_cat] = math.inf
     thresholds[is_cat, : base.n_bins_max - 1] = base.thresholds[is_cat]
     n_bins = torch.where(is_cat, base.n_bins, torch.full_like(base.n_bins, n_fine))
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories
-    return Binned(
+    return FineBinned(
         codes=codes,
         thresholds=thresholds,
         n_bins=n_bins,
@@ -138,6 +156,9 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> Binned:
         int_valued=list(base.int_valued),
         n_grids=n_fine,
         bin_strategy="uniform",
+        lo=lo0.to(torch.float64),
+        hi=hi.nan_to_num(0.0).to(torch.float64),
+        scale=scale.to(torch.float64),
     )
 
 
@@ -151,6 +172,9 @@ class _Best:
     hits: torch.Tensor
     support: torch.Tensor
 
+
+#: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once.
+_BEST_BUDGET = 1 << 20
 
 #: Integer sentinels for infeasible weights (the weights are exact int64 sums).
 _NEG, _POS = -(1 << 62), 1 << 62
@@ -178,6 +202,27 @@ def best_intervals(
     """
     device = tot.device
     n_feat, width = tot.shape
+    block = max(1, _BEST_BUDGET // (len(kappas) * (width + 1)))
+    if n_feat > block:  # bounded working memory: features in blocks
+        parts = [
+            best_intervals(
+                tot[f0 : f0 + block],
+                tgt[f0 : f0 + block],
+                n_bins[f0 : f0 + block],
+                is_cat[f0 : f0 + block],
+                min_support,
+                kappas,
+            )
+            for f0 in range(0, n_feat, block)
+        ]
+        offsets = range(0, n_feat, block)
+        return _Best(
+            feature=torch.cat([p.feature + f0 for p, f0 in zip(parts, offsets)]),
+            g_low=torch.cat([p.g_low for p in parts]),
+            g_high=torch.cat([p.g_high for p in parts]),
+            hits=torch.cat([p.hits for p in parts]),
+            support=torch.cat([p.support for p in parts]),
+        )
     # exact integer weights: 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals)
     k = torch.tensor([round(1000 * kp) for kp in kappas], dtype=torch.long, device=device)
     w = (1000 * tgt[:, None, :] - k[None, :, None] * tot[:, None, :]).reshape(n_feat * len(kappas), width)

@@ -418,7 +418,7 @@ def extract_rules(
     )
     if strategy == "beam" and local is None:
         found = sort_rule_sets(extractor.run_beam(max_length=max_length, min_support=min_s, beam_width=beam_width))
-        found[:beam_width] = [extractor.polish(rs, min_s) for rs in found[:beam_width]]
+        found[:2] = [extractor.polish(rs, min_s) for rs in found[:2]]
         rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found), extractor.X)
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
