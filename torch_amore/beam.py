@@ -236,12 +236,15 @@ def best_intervals(
     m = last_start.clamp(min=0)
     value = torch.where(feasible, pw - run_min.gather(1, m), torch.full_like(pw, _NEG))
     start = arg_min.gather(1, m)
-    # an interval ending at the last grid must not start at the first (that is no condition at all)
-    run_min1, arg_min1 = torch.cummin(torch.cat([torch.full_like(zero, _POS), pw[:, 1:]], 1), dim=1)
-    value1 = torch.where(last_start >= 1, pw - run_min1.gather(1, m), torch.full_like(pw, _NEG))
+    # an interval holding every sample of the node is no condition at all: an end past the last sample needs a start
+    # after the first sample
+    total = pb.gather(1, n_bins.repeat_interleave(len(kappas))[:, None])
+    run_min1, arg_min1 = torch.cummin(torch.where(pb > 0, pw, torch.full_like(pw, _POS)), dim=1)
+    value1 = torch.where(feasible, pw - run_min1.gather(1, m), torch.full_like(pw, _NEG))
+    value1 = torch.where(run_min1.gather(1, m) == _POS, torch.full_like(pw, _NEG), value1)
     end_idx = torch.arange(width + 1, device=device)
     nb = n_bins.repeat_interleave(len(kappas))
-    at_end = end_idx[None, :] == nb[:, None]
+    at_end = pb >= total
     value = torch.where(at_end, value1, value)
     start = torch.where(at_end, arg_min1.gather(1, m), start)
     value = torch.where(end_idx[None, :] > nb[:, None], torch.full_like(value, _NEG), value)
@@ -352,21 +355,26 @@ class BeamSearch:
                 feats, lows, highs = b.feature[keep].tolist(), b.g_low[keep].tolist(), b.g_high[keep].tolist()
                 hits, sups = b.hits[keep].tolist(), b.support[keep].tolist()
                 order = sorted(range(len(feats)), key=lambda i: (-(2 * hits[i] - sups[i]), -hits[i], feats[i], lows[i]))
-                for i in order[: self.beam_width]:
+                taken = 0
+                for i in order:
+                    if taken == self.beam_width:
+                        break
                     conds = tuple(sorted(node.conds + ((feats[i], lows[i], highs[i]),)))
                     if conds in children or conds in found:
-                        continue
+                        continue  # the same interval from another kappa, or from another parent
+                    taken += 1
                     code = fine.codes[node.rows, feats[i]]
                     rows = node.rows[(code >= lows[i]) & (code <= highs[i])]
                     children[conds] = _State(conds, rows, hits[i], sups[i])
-            ranked = sorted(children.values(), key=lambda s: (-self._fitness(s.hits, s.support), s.conds))
-            beam = []
-            for state in ranked[: self.beam_width]:
-                refined = self._refine(state, min_support)
+            # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
+            refined: dict[tuple, _State] = {}
+            for state in children.values():
                 found.setdefault(state.conds, state)
-                found.setdefault(refined.conds, refined)
-                beam.append(refined)
-            for state in ranked[self.beam_width :]:
+                better = self._refine(state, min_support)
+                refined.setdefault(better.conds, better)
+            ranked = sorted(refined.values(), key=lambda s: (-self._fitness(s.hits, s.support), s.conds))
+            beam = ranked[: self.beam_width]
+            for state in ranked:
                 found.setdefault(state.conds, state)
             if not beam:
                 break
@@ -379,16 +387,41 @@ def _midpoint(a: float, b: float) -> float:
     return m if a < m <= b else b
 
 
+def _sorted_best_interval(v: torch.Tensor, t: torch.Tensor, min_support: int) -> tuple[float, float, int, int] | None:
+    """One process: every distinct value is its own grid (a sort), so the cuts are exact."""
+    if v.numel() == 0:
+        return None
+    order = torch.argsort(v, stable=True)
+    v, t = v[order], t[order].to(torch.long)
+    uniq, inverse, counts = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
+    hits = torch.zeros(uniq.numel(), dtype=torch.long, device=v.device).index_add_(0, inverse, t)
+    b = best_intervals(
+        counts[None],
+        hits[None],
+        torch.tensor([uniq.numel()], device=v.device),
+        torch.tensor([False], device=v.device),
+        min_support,
+        kappas=(0.5,),
+    )
+    if len(b.feature) == 0:
+        return None
+    lo_g, hi_g = int(b.g_low[0]), int(b.g_high[0])
+    low = _midpoint(float(uniq[lo_g - 1]), float(uniq[lo_g])) if lo_g > 0 else -math.inf
+    high = _midpoint(float(uniq[hi_g]), float(uniq[hi_g + 1])) if hi_g + 1 < uniq.numel() else math.inf
+    return low, high, int(b.hits[0]), int(b.support[0])
+
+
 def exact_best_interval(
     values: torch.Tensor, is_target: torch.Tensor, min_support: int, n_cells: int = 1 << 20
 ) -> tuple[float, float, int, int] | None:
     """The fitness-optimal interval ``low <= x < high`` of one feature, cut between observed values.
 
-    The values' range is split into ``n_cells`` (default 2**20) equal cells, fine enough that in practice each cell
-    holds one distinct value; the interval maximising ``sum(2 * target - 1)`` with support >= ``min_support`` is found
-    on the cell counts (:func:`best_intervals`, kappa = 0.5), and each finite bound is placed half-way between the
-    largest value below it and the smallest value above it, as a decision tree does. Only counts, minima and maxima
-    are needed, so under a sharded (DDP) run the ranks reduce them and get the single-process answer. Returns
+    The interval maximising ``sum(2 * target - 1)`` with support >= ``min_support`` is found on the counts of the
+    distinct values (:func:`best_intervals`, kappa = 0.5), and each finite bound is placed half-way between the largest
+    value below it and the smallest value above it, as a decision tree does. In one process the distinct values come
+    from a sort. Under a sharded (DDP) run, where no rank sees all values, the range is split into ``n_cells``
+    (default 2**20) equal cells and the ranks reduce cell counts, minima and maxima: the same answer whenever no cell
+    holds two distinct values that the best cut should separate (values closer than a millionth of the range). Returns
     ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has positive
     value (including when the best is no condition at all).
 
@@ -400,6 +433,8 @@ def exact_best_interval(
     """
     keep = ~torch.isnan(values)
     v, t = values[keep].to(torch.float64), is_target[keep]
+    if not D.is_sharded():
+        return _sorted_best_interval(v, t, min_support)
     lo, hi = nan_min_max(v[:, None])
     lo, hi = float(lo[0]), float(hi[0])
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
