@@ -199,7 +199,8 @@ def run_pysubgroup(task: _tasks.Task, repeat: int = 1, beam_width: int = 20, any
         return ps.BeamSearch(beam_width=beam_width).execute(search)
 
     result, seconds = _timed(call, repeat)
-    found = result.to_descriptions()
+    # the search starts from the empty description with a placeholder quality of 0: it is not a rule set
+    found = [(q, sg) for q, sg in result.to_descriptions() if len(sg.selectors) > 0]
     if not found:
         return Result("pysubgroup", None, seconds, "no subgroup")
     quality, subgroup = max(found, key=lambda qs: qs[0])
