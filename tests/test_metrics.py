@@ -51,15 +51,15 @@ def test_proposition_1(a_hits, a_n, b_hits, b_n, n_target, n_samples):
         assert r[2] == pytest.approx(lo)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.integers(2, 12), st.integers(1, 60))
-def test_random_rule_sets_are_exact(seed, n_grids, min_support):
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 12), st.integers(1, 60), st.sampled_from(["paper", "beam"]))
+def test_random_rule_sets_are_exact(seed, n_grids, min_support, strategy):
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(300, 3, generator=g, dtype=torch.float64)
     target = (X[:, 0] + 0.3 * torch.rand(300, generator=g, dtype=torch.float64)) > 0.8
     if target.all() or not target.any():
         return
-    for rs in ta.extract_rules(X, target, max_length=2, min_support=min_support, n_grids=n_grids):
+    for rs in ta.extract_rules(X, target, max_length=2, min_support=min_support, n_grids=n_grids, strategy=strategy):
         mask = rs.mask(X)
         assert rs.support == int(mask.sum()) >= min_support
         assert rs.confidence == pytest.approx(float((mask & target).sum()) / rs.support)
