@@ -215,3 +215,18 @@ def test_local_search_returns_rules_containing_the_sample():
     assert result.records["rule_set"].iloc[3] == _pick(candidates, 0.8)
     with pytest.raises(ValueError, match="local_x"):
         search_hyperparameters(X, target, local_x=torch.zeros(3))
+
+
+def test_beam_strategy_in_the_grid_search_is_at_least_the_paper_strategy():
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(1500, 3, generator=g, dtype=torch.float64)
+    target = (X[:, 0] > 0.4) & (X[:, 1] < 0.7)
+    kw = dict(bin_strategies="uniform", n_grids=[4, 8], min_supports=[50, 200], max_length=2)
+    paper = search_hyperparameters(X, target, **kw)
+    beam = search_hyperparameters(X, target, strategy="beam", **kw)
+    assert beam.best.fitness >= paper.best.fitness
+    m = rule_metrics(beam.best.mask(X), target)
+    assert (m.support, m.confidence, m.fitness) == pytest.approx((beam.best.support, beam.best.confidence,
+                                                                  beam.best.fitness))
+    with pytest.raises(ValueError, match="strategy"):
+        search_hyperparameters(X, target, strategy="greedy", **kw)

@@ -22,7 +22,7 @@ from torch_amore import _validation as V
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules import RuleSet
-from torch_amore.search import prepare
+from torch_amore.search import STRATEGIES, prepare
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -153,6 +153,7 @@ def search_hyperparameters(
     feature_offset: Sequence[float] | None = None,
     local_x: ArrayLike | None = None,
     target_name: str = "target",
+    strategy: str = "paper",
     progress: bool = False,
 ) -> SearchResult:
     """The paper's grid search over ``bin_strategy`` x ``n_grids`` x ``min_support`` for a fixed ``max_length``.
@@ -171,6 +172,8 @@ def search_hyperparameters(
         top_k: K, candidates kept per node.
         confidence_lower_bound: iota (the paper uses 0.8).
         local_x: one sample (F,): search local rules (rules containing it) in every setting.
+        strategy: the rule search of each setting: ``"paper"`` (default, the paper's protocol) or ``"beam"``
+            (see :func:`torch_amore.extract_rules`).
         progress: show a progress bar over the settings.
         Other arguments: as in :func:`torch_amore.extract_rules`.
 
@@ -199,6 +202,7 @@ def search_hyperparameters(
     max_length = V.check_int(max_length, "max_length", 1)
     top_k = V.check_int(top_k, "top_k", 1)
     strategies = [V.check_bin_strategy(s) for s in _as_grid(bin_strategies, "bin_strategies", str)]
+    search_strategy = V.check_choice(strategy, "strategy", STRATEGIES)
     grids = [V.check_int(g, "n_grids", 2) for g in _as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
@@ -229,7 +233,13 @@ def search_hyperparameters(
         )
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         for s_min in supports:
-            rule_sets = extractor.run(max_length=max_length, min_support=s_min, top_k=top_k, local_codes=local_codes)
+            rule_sets = extractor.extract(
+                strategy=search_strategy,
+                max_length=max_length,
+                min_support=s_min,
+                top_k=top_k,
+                local_codes=local_codes,
+            )
             setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
             rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
             if bar is not None:
@@ -372,7 +382,6 @@ class DecisionList:
             n_target=int(data["n_target"]),
             target_name=str(data.get("target_name", "target")),
         )
-
 
 
 def sequential_covering(

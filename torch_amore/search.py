@@ -201,6 +201,27 @@ class _Extractor:
             bar.close()
         return sort_rule_sets(found.values())
 
+    def extract(
+        self,
+        *,
+        strategy: str,
+        max_length: int,
+        min_support: int,
+        top_k: int,
+        local_codes: list[int] | None = None,
+        beam_width: int = 5,
+        progress: bool = False,
+    ) -> list[RuleSet]:
+        """Rule sets of a search ``strategy`` (see :func:`extract_rules`), best fitness first."""
+        rule_sets = self.run(
+            max_length=max_length, min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress
+        )
+        if strategy == "beam" and local_codes is None:
+            found = sort_rule_sets(self.run_beam(max_length=max_length, min_support=min_support, beam_width=beam_width))
+            found[:2] = [self.polish(rs, min_support) for rs in found[:2]]
+            rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found), self.X)
+        return rule_sets
+
     def fine(self, n_fine: int) -> Binned:
         """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
         cache = self.__dict__.setdefault("_fine", {})
@@ -413,13 +434,15 @@ def extract_rules(
         target_name=target_name,
     )
     local_codes = extractor.binned.encode_sample(local) if local is not None else None
-    rule_sets = extractor.run(
-        max_length=max_length, min_support=min_s, top_k=top_k, local_codes=local_codes, progress=progress
+    rule_sets = extractor.extract(
+        strategy=strategy,
+        max_length=max_length,
+        min_support=min_s,
+        top_k=top_k,
+        local_codes=local_codes,
+        beam_width=beam_width,
+        progress=progress,
     )
-    if strategy == "beam" and local is None:
-        found = sort_rule_sets(extractor.run_beam(max_length=max_length, min_support=min_s, beam_width=beam_width))
-        found[:2] = [extractor.polish(rs, min_s) for rs in found[:2]]
-        rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found), extractor.X)
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
     return rule_sets
