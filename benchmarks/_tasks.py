@@ -53,6 +53,7 @@ class Task:
     n_grids: int
     bin_strategy: str
     feature_types: list[str] | None = None
+    min_confidence: float | None = None  # when set, every method must return a rule set at least this confident
     about: str = ""
     planted: dict = field(default_factory=dict)  # synthetic rows: the planted region, for reference
 

@@ -27,11 +27,13 @@ Usage::
     python benchmarks/bench_quality.py --rows diabetes_l3,multimode --repeat 3
     python benchmarks/bench_quality.py --quick                # the small rows only (those of tests/test_quality.py)
     python benchmarks/bench_quality.py --markdown table.md    # also write the summary table as markdown
+    python benchmarks/bench_quality.py --min-confidence 0.9   # best rule sets of confidence >= 0.9 only
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -95,11 +97,11 @@ def run_amore(task: _tasks.Task, strategy: str, repeat: int = 1) -> Result:
         return torch_amore.extract_rules(
             X, target, max_length=task.max_length, min_support=task.min_support, n_grids=task.n_grids,
             bin_strategy=task.bin_strategy, feature_names=task.feature_names, feature_types=task.feature_types,
-            strategy=strategy,
+            strategy=strategy, min_confidence=task.min_confidence,
         )  # fmt: skip
 
     rule_sets, seconds = _timed(call, repeat)
-    return Result(strategy, _measure(rule_sets[0], task) if rule_sets else None, seconds)
+    return Result(strategy, _measure(rule_sets[0], task) if rule_sets else None, seconds, "none found")
 
 
 def run_tree(task: _tasks.Task, repeat: int = 1) -> Result:
@@ -110,7 +112,9 @@ def run_tree(task: _tasks.Task, repeat: int = 1) -> Result:
         )  # fmt: skip
 
     rule_sets, seconds = _timed(call, repeat)
-    return Result("tree", _measure(rule_sets[0], task) if rule_sets else None, seconds)
+    if task.min_confidence is not None:  # the best node among those confident enough
+        rule_sets = [rs for rs in rule_sets if rs.confidence >= task.min_confidence]
+    return Result("tree", _measure(rule_sets[0], task) if rule_sets else None, seconds, "no node confident enough")
 
 
 def pysubgroup_available() -> bool:
@@ -200,14 +204,18 @@ def run_pysubgroup(task: _tasks.Task, repeat: int = 1, beam_width: int = 20, any
 
     result, seconds = _timed(call, repeat)
     # the search starts from the empty description with a placeholder quality of 0: it is not a rule set
-    found = [(q, sg) for q, sg in result.to_descriptions() if len(sg.selectors) > 0]
-    if not found:
-        return Result("pysubgroup", None, seconds, "no subgroup")
-    quality, subgroup = max(found, key=lambda qs: qs[0])
-    rule_set = RuleSet.from_rules(pysubgroup_rules(subgroup.selectors, task), task.X, task.target)
-    if not math.isclose(rule_set.fitness, quality, abs_tol=1e-9):  # our conversion must select the same samples
-        raise RuntimeError(f"pysubgroup's {subgroup} has fitness {quality}, its conversion {rule_set.fitness}")
-    return Result("pysubgroup", rule_set, seconds)
+    best = None
+    for quality, subgroup in result.to_descriptions():
+        if not subgroup.selectors:  # the search starts from the empty description, with a placeholder quality 0
+            continue
+        rule_set = RuleSet.from_rules(pysubgroup_rules(subgroup.selectors, task), task.X, task.target)
+        if not math.isclose(rule_set.fitness, quality, abs_tol=1e-9):  # the conversion must select the same samples
+            raise RuntimeError(f"pysubgroup's {subgroup} has fitness {quality}, its conversion {rule_set.fitness}")
+        if task.min_confidence is not None and rule_set.confidence < task.min_confidence:
+            continue  # like the others: the best subgroup found that is confident enough
+        if best is None or rule_set.fitness > best.fitness:
+            best = rule_set
+    return Result("pysubgroup", best, seconds, "no subgroup")
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -217,7 +225,8 @@ def check(results: dict[str, Result]) -> tuple[bool, bool, str]:
     """(fitness criterion holds, time criterion holds, the row's check line)."""
     beam, paper = results["beam"], results["paper"]
     others = {m: r.fitness for m, r in results.items() if m != "beam" and r.rule_set is not None}
-    rival = max(others, key=others.get)
+    rival = max(others, key=others.get) if others else "none"
+    others.setdefault(rival, -math.inf)
     fit_ok = beam.fitness >= others[rival] - TOLERANCE
     time_ok = beam.seconds <= TIME_FACTOR * paper.seconds
     line = (
@@ -303,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pysubgroup", action="store_true", help="skip pysubgroup")
     parser.add_argument("--pysubgroup-any-features", action="store_true",
                         help="let pysubgroup's conditions name up to 2 x max_length features")  # fmt: skip
+    parser.add_argument("--min-confidence", type=float, default=None,
+                        help="every method returns its best rule set of at least this confidence")  # fmt: skip
     parser.add_argument("--markdown", type=Path, default=None, help="also write the summary table to this file")
     args = parser.parse_args(argv)
     names = args.rows.split(",") if args.rows else list(QUICK_ROWS if args.quick else _tasks.TASKS)
@@ -318,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, failed = [], []
     for name in names:
         task = _tasks.TASKS[name]()
+        if args.min_confidence is not None:
+            task = dataclasses.replace(task, name=f"{task.name} (conf>={args.min_confidence:g})",
+                                       min_confidence=args.min_confidence)  # fmt: skip
         results = run_row(task, repeat=args.repeat, use_pysubgroup=use_psg, any_features=args.pysubgroup_any_features)
         rows.append((task, results))
         print(format_row(task, results), flush=True)
