@@ -26,13 +26,13 @@ beam strategy's best fitness is never below the paper strategy's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from torch_amore import distributed as D
 from torch_amore.binning import Binned, _chunk_len, _work_dtype, nan_min_max
-from torch_amore.ratios import grid_counts
+from torch_amore.ratios import group_grid_counts
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -100,6 +100,8 @@ class FineBinned(Binned):
     lo: torch.Tensor = None  # (F',) float64 column minima
     hi: torch.Tensor = None  # (F',) float64 column maxima
     scale: torch.Tensor = None  # (F',) cells per unit (0 for a constant column)
+    codes_t: torch.Tensor = None  # (F', N) the codes, one contiguous row per feature (``codes`` is its transpose)
+    _known: dict = field(default_factory=dict, repr=False)  # (feature, grid) -> threshold, filled by prefetch
 
     def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
         """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
@@ -107,11 +109,23 @@ class FineBinned(Binned):
         g = torch.as_tensor(g, device=self.lo.device).reshape(-1).expand_as(j)
         return _grid_starts(self.lo[j], self.hi[j], self.scale[j], g, self.n_grids)
 
+    def prefetch(self, pairs: list[tuple[int, int]]) -> None:
+        """Compute the thresholds of many ``(feature, grid)`` pairs in one batched call, for :meth:`interval_bounds`."""
+        todo = sorted({p for p in pairs if p not in self._known and 0 < p[1] < self.n_grids})
+        if todo:
+            values = self.threshold([p[0] for p in todo], [p[1] for p in todo]).tolist()
+            self._known.update(zip(todo, values))
+
+    def _edge(self, j: int, g: int) -> float:
+        if (j, g) not in self._known:
+            self._known[(j, g)] = float(self.threshold(j, g)[0])
+        return self._known[(j, g)]
+
     def interval_bounds(self, j: int, g_low: int, g_high: int) -> tuple[float, float]:
         if bool(self.is_cat[j]):
             return super().interval_bounds(j, g_low, g_high)
-        low = float(self.threshold(j, g_low)[0]) if g_low > 0 else float("-inf")
-        high = float(self.threshold(j, g_high + 1)[0]) if g_high < int(self.n_bins[j]) - 1 else float("inf")
+        low = self._edge(j, g_low) if g_low > 0 else float("-inf")
+        high = self._edge(j, g_high + 1) if g_high < int(self.n_bins[j]) - 1 else float("inf")
         return low, high
 
 
@@ -131,7 +145,7 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     lo0 = lo.nan_to_num(0.0)
     width = max(n_fine, base.n_bins_max)
     nan_code = width
-    codes = torch.empty(sub.shape, dtype=torch.int16, device=device)
+    codes_t = torch.empty(sub.shape[::-1], dtype=torch.int16, device=device)  # column-major: features are rows
     step = _chunk_len(sub.shape[0], sub.shape[1])
     is_cat = base.is_cat
     for r0 in range(0, sub.shape[0], step):
@@ -139,14 +153,15 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
         c = _uniform_code(chunk, lo0, scale, n_fine)
         c = torch.where(is_cat, base.codes[r0 : r0 + step].to(dt), c)
         c.masked_fill_(torch.isnan(chunk), nan_code)
-        codes[r0 : r0 + step] = c.to(torch.int16)
+        codes_t[:, r0 : r0 + step] = c.to(torch.int16).T
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     thresholds[is_cat, : base.n_bins_max - 1] = base.thresholds[is_cat]
     n_bins = torch.where(is_cat, base.n_bins, torch.full_like(base.n_bins, n_fine))
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories
     return FineBinned(
-        codes=codes,
+        codes=codes_t.T,
+        codes_t=codes_t,
         thresholds=thresholds,
         n_bins=n_bins,
         is_cat=is_cat,
@@ -176,9 +191,6 @@ class _Best:
 #: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once.
 _BEST_BUDGET = 1 << 20
 
-#: Integer sentinels for infeasible weights (the weights are exact int64 sums).
-_NEG, _POS = -(1 << 62), 1 << 62
-
 
 def best_intervals(
     tot: torch.Tensor,
@@ -187,11 +199,14 @@ def best_intervals(
     is_cat: torch.Tensor,
     min_support: int,
     kappas: tuple[float, ...] = KAPPAS,
+    *,
+    positive: bool = True,
 ) -> _Best:
     """For every feature and kappa, the interval of grids maximising sum(tgt - kappa * tot) with support >= s_min.
 
-    Intervals spanning all grids of a feature (no condition at all) are dropped, as are intervals with no positive
-    value. Categorical features offer single categories only.
+    Intervals spanning all grids of a feature (no condition at all) are dropped, and so are intervals with no positive
+    value unless ``positive=False`` (a condition that is bad alone may be good beside others). Categorical features
+    offer single categories only.
 
     Example:
         >>> import torch
@@ -212,6 +227,7 @@ def best_intervals(
                 is_cat[f0 : f0 + block],
                 min_support,
                 kappas,
+                positive=positive,
             )
             for f0 in range(0, n_feat, block)
         ]
@@ -223,161 +239,265 @@ def best_intervals(
             hits=torch.cat([p.hits for p in parts]),
             support=torch.cat([p.support for p in parts]),
         )
-    # exact integer weights: 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals)
-    k = torch.tensor([round(1000 * kp) for kp in kappas], dtype=torch.long, device=device)
-    w = (1000 * tgt[:, None, :] - k[None, :, None] * tot[:, None, :]).reshape(n_feat * len(kappas), width)
-    counts = tot.repeat_interleave(len(kappas), dim=0)
-    zero = torch.zeros(w.shape[0], 1, dtype=w.dtype, device=device)
-    pw = torch.cat([zero, torch.cumsum(w, 1)], 1)  # (R, G+1)
-    pb = torch.cat([zero.long(), torch.cumsum(counts, 1)], 1)
-    run_min, arg_min = torch.cummin(pw, dim=1)
-    last_start = torch.searchsorted(pb, pb - min_support, right=True) - 1  # (R, G+1): feasible starts 0..m
-    feasible = last_start >= 0
-    m = last_start.clamp(min=0)
-    value = torch.where(feasible, pw - run_min.gather(1, m), torch.full_like(pw, _NEG))
-    start = arg_min.gather(1, m)
-    # an interval holding every sample of the node is no condition at all: an end past the last sample needs a start
-    # after the first sample
-    total = pb.gather(1, n_bins.repeat_interleave(len(kappas))[:, None])
-    run_min1, arg_min1 = torch.cummin(torch.where(pb > 0, pw, torch.full_like(pw, _POS)), dim=1)
-    value1 = torch.where(feasible, pw - run_min1.gather(1, m), torch.full_like(pw, _NEG))
-    value1 = torch.where(run_min1.gather(1, m) == _POS, torch.full_like(pw, _NEG), value1)
-    end_idx = torch.arange(width + 1, device=device)
-    nb = n_bins.repeat_interleave(len(kappas))
-    at_end = pb >= total
-    value = torch.where(at_end, value1, value)
-    start = torch.where(at_end, arg_min1.gather(1, m), start)
-    value = torch.where(end_idx[None, :] > nb[:, None], torch.full_like(value, _NEG), value)
-    cat_rows = is_cat.repeat_interleave(len(kappas))
-    # categorical features: single categories only
-    everything = counts.sum(1, keepdim=True)  # a category holding every non-missing sample is no condition
-    single = torch.where((counts >= min_support) & (counts < everything), w, torch.full_like(w, _NEG))
-    best_cat_val, best_cat = single.max(dim=1)
-    best_val, best_end = value.max(dim=1)
-    best_start = start.gather(1, best_end[:, None])[:, 0]
+    # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), held in float64
+    # (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; a start s and an end e (prefix
+    # indices, 0..G) delimit the grids s..e-1
+    fdt = _work_dtype(device)
+    n_k = len(kappas)
+    k = torch.tensor([round(1000 * kp) for kp in kappas], dtype=fdt, device=device)
+    zero = torch.zeros(n_feat, 1, dtype=torch.long, device=device)
+    ct = torch.cat([zero, torch.cumsum(tgt, 1)], 1)  # (F, G+1)
+    cb = torch.cat([zero, torch.cumsum(tot, 1)], 1)
+    total = cb.gather(1, n_bins[:, None])  # (F, 1) the node's non-missing samples
+    pw = (1000 * ct).to(fdt)[:, None, :] - k[None, :, None] * cb.to(fdt)[:, None, :]  # (F, K, G+1)
+    run_min, arg_min = torch.cummin(pw, dim=2)
+    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (F, G+1) the last start with support >= s_min
+    m = last.clamp(min=0)
+    # ends that leave out some sample after them: the best start is a prefix minimum
+    off = torch.zeros(n_feat, 1, width + 1, dtype=fdt, device=device)
+    normal = off.masked_fill(~((last >= 0) & (cb < total))[:, None, :], -math.inf)
+    value = pw - run_min.gather(2, m[:, None, :].expand(n_feat, n_k, width + 1)) + normal
+    best_val, best_end = value.max(dim=2)  # (F, K)
+    best_start = arg_min.gather(2, m.gather(1, best_end)[:, :, None])[:, :, 0]
+    # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
+    ends = torch.arange(width + 1, device=device)
+    starts = off.masked_fill(~((cb > 0) & (ends[None, :] <= last.gather(1, n_bins[:, None])))[:, None, :], math.inf)
+    tail_min, tail_start = (pw + starts).min(dim=2)
+    tail_val = pw.gather(2, n_bins[:, None, None].expand(n_feat, n_k, 1))[:, :, 0] - tail_min
+    use_tail = tail_val > best_val
+    best_val = torch.where(use_tail, tail_val, best_val)
+    best_start = torch.where(use_tail, tail_start, best_start)
+    nb = n_bins[:, None].expand(n_feat, n_k)
+    best_end = torch.where(use_tail, nb, best_end)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    below = pb.gather(1, best_start[:, None])[:, 0]
-    above = pb.gather(1, nb[:, None])[:, 0] - pb.gather(1, best_end[:, None])[:, 0]
-    best_start = torch.where(below == 0, torch.zeros_like(best_start), best_start)
-    best_end = torch.where(above == 0, nb, best_end)
-    vacuous = (best_start == 0) & (best_end == nb)  # no condition at all on this node's samples
-    g_low = torch.where(cat_rows, best_cat, best_start)
-    g_high = torch.where(cat_rows, best_cat, best_end - 1)
-    val = torch.where(cat_rows, best_cat_val, torch.where(vacuous, torch.full_like(best_val, _NEG), best_val))
-    ok = (val > 0) & (g_high >= g_low)
-    feature = torch.arange(n_feat, device=device).repeat_interleave(len(kappas))
+    best_start = torch.where(cb.gather(1, best_start) == 0, torch.zeros_like(best_start), best_start)
+    best_end = torch.where(cb.gather(1, best_end) == total, nb, best_end)
+    g_low, g_high = best_start, best_end - 1
+    if bool(is_cat.any()):  # categorical features: single categories only
+        w = (1000 * tgt).to(fdt)[:, None, :] - k[None, :, None] * tot.to(fdt)[:, None, :]  # (F, K, G)
+        everything = cb[:, -1:]  # a category holding every non-missing sample is no condition
+        fits = (tot >= min_support) & (tot < everything)
+        cat_val, cat_best = (w + off[:, :, :-1].masked_fill(~fits[:, None, :], -math.inf)).max(dim=2)
+        cat = is_cat[:, None]
+        best_val = torch.where(cat, cat_val, best_val)
+        g_low = torch.where(cat, cat_best, g_low)
+        g_high = torch.where(cat, cat_best, g_high)
+    val, g_low, g_high = best_val.reshape(-1), g_low.reshape(-1), g_high.reshape(-1)
+    ok = ((val > 0) if positive else (val > -math.inf)) & (g_high >= g_low)
+    feature = torch.arange(n_feat, device=device).repeat_interleave(n_k)
     g_low, g_high, feature = g_low[ok], g_high[ok], feature[ok]
-    cum_t = torch.cat([torch.zeros(n_feat, 1, dtype=torch.long, device=device), torch.cumsum(tgt, 1)], 1)
-    cum_b = torch.cat([torch.zeros(n_feat, 1, dtype=torch.long, device=device), torch.cumsum(tot, 1)], 1)
-    hits = cum_t[feature, g_high + 1] - cum_t[feature, g_low]
-    support = cum_b[feature, g_high + 1] - cum_b[feature, g_low]
+    hits = ct[feature, g_high + 1] - ct[feature, g_low]
+    support = cb[feature, g_high + 1] - cb[feature, g_low]
     return _Best(feature, g_low, g_high, hits, support)
+
+
+def confidence_kappa(min_confidence: float) -> float:
+    """The smallest kappa with three decimals that is >= ``min_confidence`` (at most 0.999): an interval with a
+    positive value ``sum(a - kappa * b)`` then has confidence > kappa >= ``min_confidence``."""
+    return min(0.999, math.ceil(1000 * min_confidence - 1e-9) / 1000)
+
+
+class Objective:
+    """How rule sets are compared: by fitness, or (with ``min_confidence``) confident ones first, then by fitness.
+
+    Keys are tuples (larger is better) of exact integers and a flag, so comparisons are deterministic.
+    """
+
+    def __init__(self, min_confidence: float | None = None) -> None:
+        self.min_confidence = min_confidence
+
+    def key(self, hits: int, support: int) -> tuple[bool, int]:
+        ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
+        return ok, 2 * hits - support
+
+    def kappas(self, candidates: bool = True) -> tuple[float, ...]:
+        """The kappas whose best intervals are offered: all of :data:`KAPPAS` as candidates for new conditions, or
+        (``candidates=False``) only those that can win under this objective: 0.5 is the fitness optimum, and
+        kappas >= ``min_confidence`` give confident intervals."""
+        if self.min_confidence is None:
+            return KAPPAS if candidates else (0.5,)
+        c = confidence_kappa(self.min_confidence)
+        extra = {c, round(c + (1 - c) / 2, 3)}
+        return tuple(sorted(set(KAPPAS if candidates else (0.5,)) | extra))
 
 
 @dataclass
 class _State:
     conds: tuple[tuple[int, int, int], ...]  # (searched feature, g_low, g_high), sorted by feature
-    rows: torch.Tensor
     hits: int
     support: int
+    rows: torch.Tensor | None = None  # the samples satisfying ``conds`` (beam nodes only)
 
 
 class BeamSearch:
-    """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring)."""
+    """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
-    def __init__(self, fine: Binned, target: torch.Tensor, n_target: int, beam_width: int = 5) -> None:
+    The nodes of one length are expanded together: one batched histogram pass (:func:`group_grid_counts`) and one
+    :func:`best_intervals` call for all of them, and the children are refined together, one batched single-column
+    pass per condition position and round (:func:`group_column_counts`).
+    """
+
+    def __init__(
+        self,
+        fine: Binned,
+        target: torch.Tensor,
+        n_target: int,
+        beam_width: int = 5,
+        min_confidence: float | None = None,
+    ) -> None:
         self.fine = fine
         self.target = target
         self.n_target = n_target
         self.beam_width = beam_width
         self.width = fine.n_bins_max
+        self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
+        self.kappas = self.objectives[-1].kappas()
 
-    def _rows_for(self, conds, exclude: int | None = None) -> torch.Tensor:
-        codes = self.fine.codes
-        mask = torch.ones(codes.shape[0], dtype=torch.bool, device=codes.device)
-        for j, lo, hi in conds:
-            if j == exclude:
-                continue
-            c = codes[:, j]
-            mask &= (c >= lo) & (c <= hi)
+    def _mask(self, cond: tuple[int, int, int]) -> torch.Tensor:
+        j, lo, hi = cond
+        c = self.fine.codes_t[j]
+        return (c >= lo) & (c <= hi)
+
+    def _rows_for(self, conds) -> torch.Tensor:
+        mask = torch.ones(self.fine.codes.shape[0], dtype=torch.bool, device=self.fine.codes.device)
+        for cond in conds:
+            mask &= self._mask(cond)
         return torch.nonzero(mask, as_tuple=True)[0]
 
-    def _fitness(self, hits: int, support: int) -> float:
-        return (2 * hits - support) / self.n_target
-
-    def _counts(self, rows: torch.Tensor, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        t_rows = rows[self.target[rows]]
-        return grid_counts(codes, rows, self.width), grid_counts(codes, t_rows, self.width)
-
-    def _refine(self, state: _State, min_support: int) -> _State:
+    def _expand(self, beam: list[_State], min_support: int, seen: set) -> dict[tuple, _State]:
+        """The best children of every node of the beam, ``beam_width`` per node and objective."""
         fine = self.fine
-        conds = list(state.conds)
-        best_hits, best_support = state.hits, state.support
-        for _ in range(8):
-            changed = False
-            for k, (j, _, _) in enumerate(conds):
-                others = self._rows_for(conds, exclude=j)
-                tot, tgt = self._counts(others, fine.codes[:, j : j + 1])
-                b = best_intervals(tot, tgt, fine.n_bins[j : j + 1], fine.is_cat[j : j + 1], min_support)
-                if len(b.feature) == 0:
-                    continue
-                fit = (2 * b.hits - b.support).tolist()
-                i = max(range(len(fit)), key=lambda r: (fit[r], -r))
-                new_hits, new_support = int(b.hits[i]), int(b.support[i])
-                if 2 * new_hits - new_support > 2 * best_hits - best_support:
-                    conds[k] = (j, int(b.g_low[i]), int(b.g_high[i]))
-                    best_hits, best_support = new_hits, new_support
-                    changed = True
-            if not changed:
-                break
-        if (best_hits, best_support) == (state.hits, state.support):
-            return state
-        conds_t = tuple(sorted(conds))
-        return _State(conds_t, self._rows_for(conds_t), best_hits, best_support)
-
-    def run(self, *, max_length: int, min_support: int) -> list[_State]:
-        fine = self.fine
-        n = fine.codes.shape[0]
-        device = fine.codes.device
+        codes = fine.codes
         n_feat = len(fine.columns)
-        root = _State((), torch.arange(n, device=device), self.n_target, n)
-        beam = [root]
-        found: dict[tuple, _State] = {}
-        for _ in range(max_length):
-            children: dict[tuple, _State] = {}
-            for node in beam:
-                tot, tgt = self._counts(node.rows, fine.codes)
-                allowed = torch.ones(n_feat, dtype=torch.bool, device=device)
-                for j, _, _ in node.conds:
-                    allowed[j] = False
-                b = best_intervals(tot, tgt, fine.n_bins, fine.is_cat, min_support)
-                keep = allowed[b.feature]
-                feats, lows, highs = b.feature[keep].tolist(), b.g_low[keep].tolist(), b.g_high[keep].tolist()
-                hits, sups = b.hits[keep].tolist(), b.support[keep].tolist()
-                order = sorted(range(len(feats)), key=lambda i: (-(2 * hits[i] - sups[i]), -hits[i], feats[i], lows[i]))
+        g = len(beam)
+        rows = torch.cat([s.rows for s in beam])
+        groups = torch.repeat_interleave(
+            torch.arange(g, device=codes.device), torch.tensor([s.rows.numel() for s in beam], device=codes.device)
+        )
+        t = self.target[rows]
+        tot = group_grid_counts(fine.codes_t, rows, groups, g, self.width).view(g * n_feat, self.width)
+        tgt = group_grid_counts(fine.codes_t, rows[t], groups[t], g, self.width).view(g * n_feat, self.width)
+        b = best_intervals(
+            tot, tgt, fine.n_bins.repeat(g), fine.is_cat.repeat(g), min_support, self.kappas, positive=False
+        )
+        node, feats = (b.feature // n_feat).tolist(), (b.feature % n_feat).tolist()
+        lows, highs, hits, sups = b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()
+        per_node: list[list[int]] = [[] for _ in range(g)]
+        for i, k in enumerate(node):
+            per_node[k].append(i)
+        children: dict[tuple, _State] = {}
+        for k, parent in enumerate(beam):
+            used = {c[0] for c in parent.conds}
+            cand = [i for i in per_node[k] if feats[i] not in used]
+            for obj in self.objectives:
+                cand.sort(key=lambda i: (obj.key(hits[i], sups[i]), hits[i], -feats[i], -lows[i]), reverse=True)
                 taken = 0
-                for i in order:
+                for i in cand:
                     if taken == self.beam_width:
                         break
-                    conds = tuple(sorted(node.conds + ((feats[i], lows[i], highs[i]),)))
-                    if conds in children or conds in found:
-                        continue  # the same interval from another kappa, or from another parent
+                    conds = tuple(sorted(parent.conds + ((feats[i], lows[i], highs[i]),)))
+                    if conds in seen or (conds in children and obj is self.objectives[0]):
+                        continue  # the same interval from another kappa or another parent
                     taken += 1
-                    code = fine.codes[node.rows, feats[i]]
-                    rows = node.rows[(code >= lows[i]) & (code <= highs[i])]
-                    children[conds] = _State(conds, rows, hits[i], sups[i])
-            # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
-            refined: dict[tuple, _State] = {}
+                    if conds not in children:
+                        children[conds] = _State(conds, hits[i], sups[i])
+        return children
+
+    def _refine(self, states: list[_State], min_support: int, obj: Objective) -> list[_State]:
+        """Coordinate ascent, all states at once: re-optimise each condition given the others until nothing changes.
+
+        The codes of the states' features and whether each sample satisfies each condition are gathered once,
+        (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state still changing, the
+        samples satisfying its other conditions per grid of condition ``k``'s feature.
+        """
+        if not states or len(states[0].conds) < 2:
+            return states  # a single condition is already the best interval of its feature
+        fine = self.fine
+        device = fine.codes_t.device
+        n_states, length = len(states), len(states[0].conds)
+        feats = torch.tensor([[c[0] for c in s.conds] for s in states], device=device)  # (S, L)
+        lows = [[c[1] for c in s.conds] for s in states]
+        highs = [[c[2] for c in s.conds] for s in states]
+        score = [(s.hits, s.support) for s in states]
+        n = fine.codes_t.shape[1]
+        # exact integer counts from float weights: float32 below 2**24 samples
+        wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
+        codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n)  # (L, S, N)
+        bounds = torch.tensor([lows, highs], device=device, dtype=codes.dtype).permute(0, 2, 1)[..., None]
+        sat = (codes >= bounds[0]) & (codes <= bounds[1])  # (L, S, N)
+        wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
+        target = self.target.to(wdt)
+        live = list(range(n_states))
+        for _ in range(8):
+            changed: set[int] = set()
+            cur = torch.tensor(live, device=device)
+            whole = len(live) == n_states
+            sub_codes = codes if whole else codes.index_select(1, cur)  # the states still changing
+            sub_sat = sat if whole else sat.index_select(1, cur)
+            offsets = torch.arange(len(live), device=device, dtype=torch.int32)[:, None] * wide
+            for k in range(length):
+                others = [m for m in range(length) if m != k]
+                inside = sub_sat[others[0]]
+                for m in others[1:]:
+                    inside = inside & sub_sat[m]
+                w = inside.to(wdt)
+                idx = (sub_codes[k].to(torch.int32) + offsets).view(-1)
+                size = len(live) * wide
+                tot = torch.bincount(idx, weights=w.view(-1), minlength=size).round_().long()
+                tgt = torch.bincount(idx, weights=(w * target).view(-1), minlength=size).round_().long()
+                tot = D.all_reduce_sum(tot).view(len(live), wide)[:, : self.width]
+                tgt = D.all_reduce_sum(tgt).view(len(live), wide)[:, : self.width]
+                fk = feats[cur, k]
+                b = best_intervals(
+                    tot, tgt, fine.n_bins[fk], fine.is_cat[fk], min_support, obj.kappas(False), positive=False
+                )
+                best: dict[int, tuple] = {}
+                rows = zip(b.feature.tolist(), b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist())
+                for p, lo, hi, h, sup in rows:
+                    s, key = live[p], obj.key(h, sup)
+                    if key > obj.key(*score[s]) and (p not in best or key > best[p][0]):
+                        best[p] = (key, lo, hi, h, sup)
+                for p, (_, lo, hi, h, sup) in best.items():
+                    s = live[p]
+                    lows[s][k], highs[s][k], score[s] = lo, hi, (h, sup)
+                    changed.add(s)
+                    c = sub_codes[k, p]
+                    sub_sat[k, p] = (c >= lo) & (c <= hi)
+            if not whole:
+                sat.index_copy_(1, cur, sub_sat)
+            live = sorted(changed)
+            if not live:
+                break
+        out = []
+        for s, state in enumerate(states):
+            conds = tuple(zip(feats[s].tolist(), lows[s], highs[s]))
+            out.append(_State(conds, *score[s]) if score[s] != (state.hits, state.support) else state)
+        return out
+
+    def run(self, *, max_length: int, min_support: int) -> list[_State]:
+        """Every rule set the search visits (children before and after refinement), unsorted."""
+        n = self.fine.codes.shape[0]
+        device = self.fine.codes.device
+        beam = [_State((), self.n_target, D.global_count(n), torch.arange(n, device=device))]
+        found: dict[tuple, _State] = {}
+        for _ in range(max_length):
+            children = self._expand(beam, min_support, set(found))
+            if not children:
+                break
             for state in children.values():
                 found.setdefault(state.conds, state)
-                better = self._refine(state, min_support)
-                refined.setdefault(better.conds, better)
-            ranked = sorted(refined.values(), key=lambda s: (-self._fitness(s.hits, s.support), s.conds))
-            beam = ranked[: self.beam_width]
-            for state in ranked:
-                found.setdefault(state.conds, state)
-            if not beam:
-                break
+            # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
+            chosen: dict[tuple, _State] = {}
+            for obj in self.objectives:
+                refined: dict[tuple, _State] = {}
+                for state in self._refine(list(children.values()), min_support, obj):
+                    refined.setdefault(state.conds, state)
+                    found.setdefault(state.conds, state)
+                ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
+                ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
+                for state in ranked[: self.beam_width]:
+                    chosen.setdefault(state.conds, state)
+            beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
         return list(found.values())
 
 
@@ -387,12 +507,20 @@ def _midpoint(a: float, b: float) -> float:
     return m if a < m <= b else b
 
 
-def _sorted_best_interval(v: torch.Tensor, t: torch.Tensor, min_support: int) -> tuple[float, float, int, int] | None:
-    """One process: every distinct value is its own grid (a sort), so the cuts are exact."""
+def _pick(b: _Best, objective: Objective) -> int | None:
+    """The row of ``b`` (one feature, several kappas) that ``objective`` ranks highest (ties: the smallest kappa)."""
+    keys = [objective.key(h, n) for h, n in zip(b.hits.tolist(), b.support.tolist())]
+    return max(range(len(keys)), key=lambda r: (keys[r], -r)) if keys else None
+
+
+def sorted_best_interval(
+    v: torch.Tensor, t: torch.Tensor, min_support: int, objective: Objective
+) -> tuple[float, float, int, int] | None:
+    """:func:`exact_best_interval` in one process on values ``v`` sorted ascending (no NaN) and their target flags
+    ``t``: every distinct value is its own grid, so the cuts are exact."""
     if v.numel() == 0:
         return None
-    order = torch.argsort(v, stable=True)
-    v, t = v[order], t[order].to(torch.long)
+    t = t.to(torch.long)
     uniq, inverse, counts = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
     hits = torch.zeros(uniq.numel(), dtype=torch.long, device=v.device).index_add_(0, inverse, t)
     b = best_intervals(
@@ -401,18 +529,24 @@ def _sorted_best_interval(v: torch.Tensor, t: torch.Tensor, min_support: int) ->
         torch.tensor([uniq.numel()], device=v.device),
         torch.tensor([False], device=v.device),
         min_support,
-        kappas=(0.5,),
+        kappas=objective.kappas(False),
     )
-    if len(b.feature) == 0:
+    r = _pick(b, objective)
+    if r is None:
         return None
-    lo_g, hi_g = int(b.g_low[0]), int(b.g_high[0])
+    lo_g, hi_g = int(b.g_low[r]), int(b.g_high[r])
     low = _midpoint(float(uniq[lo_g - 1]), float(uniq[lo_g])) if lo_g > 0 else -math.inf
     high = _midpoint(float(uniq[hi_g]), float(uniq[hi_g + 1])) if hi_g + 1 < uniq.numel() else math.inf
-    return low, high, int(b.hits[0]), int(b.support[0])
+    return low, high, int(b.hits[r]), int(b.support[r])
 
 
 def exact_best_interval(
-    values: torch.Tensor, is_target: torch.Tensor, min_support: int, n_cells: int = 1 << 20
+    values: torch.Tensor,
+    is_target: torch.Tensor,
+    min_support: int,
+    n_cells: int = 1 << 20,
+    *,
+    min_confidence: float | None = None,
 ) -> tuple[float, float, int, int] | None:
     """The fitness-optimal interval ``low <= x < high`` of one feature, cut between observed values.
 
@@ -421,9 +555,10 @@ def exact_best_interval(
     value below it and the smallest value above it, as a decision tree does. In one process the distinct values come
     from a sort. Under a sharded (DDP) run, where no rank sees all values, the range is split into ``n_cells``
     (default 2**20) equal cells and the ranks reduce cell counts, minima and maxima: the same answer whenever no cell
-    holds two distinct values that the best cut should separate (values closer than a millionth of the range). Returns
-    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has positive
-    value (including when the best is no condition at all).
+    holds two distinct values that the best cut should separate (values closer than a millionth of the range). With
+    ``min_confidence``, intervals at least that confident are preferred (the kappa sweep of :class:`Objective`).
+    Returns ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has
+    positive value (including when the best is no condition at all).
 
     Example:
         >>> import torch
@@ -433,8 +568,10 @@ def exact_best_interval(
     """
     keep = ~torch.isnan(values)
     v, t = values[keep].to(torch.float64), is_target[keep]
+    objective = Objective(min_confidence)
     if not D.is_sharded():
-        return _sorted_best_interval(v, t, min_support)
+        order = torch.argsort(v, stable=True)
+        return sorted_best_interval(v[order], t[order], min_support, objective)
     lo, hi = nan_min_max(v[:, None])
     lo, hi = float(lo[0]), float(hi[0])
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
@@ -451,11 +588,12 @@ def exact_best_interval(
         torch.tensor([n_cells], device=device),
         torch.tensor([False], device=device),
         min_support,
-        kappas=(0.5,),
+        kappas=objective.kappas(False),
     )
-    if len(b.feature) == 0:
+    r = _pick(b, objective)
+    if r is None:
         return None
-    lo_g, hi_g = int(b.g_low[0]), int(b.g_high[0])
+    lo_g, hi_g = int(b.g_low[r]), int(b.g_high[r])
 
     def cut(g: int) -> float:  # half-way between the values in cells < g and those in cells >= g
         inf = torch.tensor([math.inf], dtype=torch.float64, device=device)
@@ -466,4 +604,4 @@ def exact_best_interval(
 
     low = cut(lo_g) if lo_g > 0 else -math.inf
     high = cut(hi_g + 1) if hi_g + 1 < n_cells else math.inf
-    return low, high, int(b.hits[0]), int(b.support[0])
+    return low, high, int(b.hits[r]), int(b.support[r])

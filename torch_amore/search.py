@@ -18,7 +18,7 @@ import torch
 from torch_amore import _validation as V
 from torch_amore import distributed as D
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.beam import BeamSearch, exact_best_interval, fine_binning
+from torch_amore.beam import BeamSearch, Objective, exact_best_interval, fine_binning, sorted_best_interval
 from torch_amore.binning import Binned, bin_features
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.ratios import grid_counts
@@ -110,15 +110,40 @@ class _Extractor:
             self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
         return self._root
 
+    def _sorted_column(self, col: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Indices of column ``col``'s non-missing values in ascending order (stable), and the sorted values in the
+        binning's float dtype (cached: polish and snapping need them again and again)."""
+        cache = self.__dict__.setdefault("_sorted", {})
+        if col not in cache:
+            values = self.X[:, col].to(self.binned.thresholds.dtype)
+            order = torch.argsort(values, stable=True)  # NaN last
+            order = order[: int((~torch.isnan(values)).sum())]
+            cache[col] = (order, values[order])
+        return cache[col]
+
+    def _prefetch_snaps(self, bounds: list[tuple[int, float]]) -> None:
+        """Snap many ``(column, bound)`` pairs at once: one search per column and one reduction (see :meth:`_snap`)."""
+        cache = self.__dict__.setdefault("_snaps", {})
+        todo = sorted({(c, b) for c, b in bounds if math.isfinite(b) and (c, b) not in cache})
+        if self.X is None or not todo:
+            return
+        dt = self.binned.thresholds.dtype
+        parts = []
+        for col in sorted({c for c, _ in todo}):
+            want = torch.tensor([b for c, b in todo if c == col], dtype=dt, device=self.X.device)
+            values = self._sorted_column(col)[1]
+            idx = torch.searchsorted(values, want)  # the first value >= bound
+            parts.append(torch.cat([values, values.new_full((1,), math.inf)])[idx])
+        smallest = D.all_reduce_min(torch.cat(parts)).tolist()  # over the shards of a DDP run
+        for (c, b), v in zip(todo, smallest):
+            cache[(c, b)] = v if math.isfinite(v) else b
+
     def _snap(self, col: int, bound: float) -> float:
         """The smallest observed value >= ``bound``: the same split of the data, printed as a data value."""
         if not math.isfinite(bound):
             return bound
-        values = self.X[:, col].to(self.binned.thresholds.dtype)
-        above = values[values >= bound]
-        local = above.min() if above.numel() else torch.tensor(math.inf, dtype=values.dtype, device=values.device)
-        smallest = float(D.all_reduce_min(local.reshape(1))[0])  # over the shards of a DDP run
-        return smallest if math.isfinite(smallest) else bound
+        self._prefetch_snaps([(col, bound)])
+        return self.__dict__["_snaps"][(col, bound)]
 
     def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
         b = self.binned if binned is None else binned
@@ -210,16 +235,25 @@ class _Extractor:
         top_k: int,
         local_codes: list[int] | None = None,
         beam_width: int = 5,
+        min_confidence: float | None = None,
         progress: bool = False,
     ) -> list[RuleSet]:
-        """Rule sets of a search ``strategy`` (see :func:`extract_rules`), best fitness first."""
+        """Rule sets of a search ``strategy`` (see :func:`extract_rules`), best fitness first.
+
+        ``min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the result.
+        """
         rule_sets = self.run(
             max_length=max_length, min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress
         )
         if strategy == "beam" and local_codes is None:
-            found = sort_rule_sets(self.run_beam(max_length=max_length, min_support=min_support, beam_width=beam_width))
-            found[:2] = [self.polish(rs, min_support) for rs in found[:2]]
-            rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found), self.X)
+            found = self.run_beam(
+                max_length=max_length, min_support=min_support, beam_width=beam_width, min_confidence=min_confidence
+            )
+            polished = [self.polish(rs, min_support) for rs in sort_rule_sets(found)[:2]]
+            if min_confidence is not None:
+                confident = [rs for rs in sort_rule_sets(found) if rs.confidence >= min_confidence]
+                polished += [self.polish(rs, min_support, min_confidence=min_confidence) for rs in confident[:2]]
+            rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         return rule_sets
 
     def fine(self, n_fine: int) -> Binned:
@@ -229,12 +263,31 @@ class _Extractor:
             cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
         return cache[n_fine]
 
-    def run_beam(self, *, max_length: int, min_support: int, beam_width: int = 5, n_fine: int = 1024) -> list[RuleSet]:
+    def run_beam(
+        self,
+        *,
+        max_length: int,
+        min_support: int,
+        beam_width: int = 5,
+        n_fine: int = 1024,
+        min_confidence: float | None = None,
+    ) -> list[RuleSet]:
         """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted."""
         fine = self.fine(n_fine)
-        states = BeamSearch(fine, self.target, self.n_total_target, beam_width=beam_width).run(
-            max_length=max_length, min_support=min_support
+        search = BeamSearch(
+            fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
+        states = search.run(max_length=max_length, min_support=min_support)
+        # all thresholds in one batched call, then all snapped bounds per column in one pass
+        fine.prefetch([(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
+        bounds = [
+            (fine.columns[j], bound)
+            for st in states
+            for j, lo, hi in st.conds
+            for bound in fine.interval_bounds(j, lo, hi)
+            if not bool(fine.is_cat[j])
+        ]
+        self._prefetch_snaps(bounds)
         out = []
         for st in states:
             rules = tuple(self._rule(j, lo, hi, fine, snap=True) for j, lo, hi in st.conds)
@@ -249,26 +302,28 @@ class _Extractor:
             )
         return out
 
-    def polish(self, rule_set: RuleSet, min_support: int, rounds: int = 4) -> RuleSet:
+    def polish(
+        self, rule_set: RuleSet, min_support: int, rounds: int = 4, *, min_confidence: float | None = None
+    ) -> RuleSet:
         """Coordinate ascent on observed values: re-cut each interval given the other rules, or drop it.
 
         Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
         other rules (:func:`torch_amore.beam.exact_best_interval`), cut half-way between observed values rather than
-        on a grid. Fitness never decreases. It needs only counts, minima and maxima, so a sharded (DDP) run gives the
-        single-process result.
+        on a grid. Fitness never decreases (with ``min_confidence``: a confident rule set stays confident). It needs
+        only counts, minima and maxima, so a sharded (DDP) run gives the single-process result.
         """
         if self.X is None or not rule_set.rules:
             return rule_set
         X, target = self.X, self.target
+        key = Objective(min_confidence).key
         rules = list(rule_set.rules)
         masks = [r.mask(X) for r in rules]
 
         def counts(mask: torch.Tensor) -> tuple[int, int]:
             both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
-            return int(both[0]), int(both[1])
+            return int(both[1]), int(both[0])
 
-        support, hits = counts(torch.stack(masks).all(0))
-        score = 2 * hits - support
+        best = key(*counts(torch.stack(masks).all(0)))
         for _ in range(rounds):
             changed = False
             for k in range(len(rules)):
@@ -278,24 +333,33 @@ class _Extractor:
                 for j, m in enumerate(masks):
                     if j != k:
                         others &= m
-                n_o, t_o = counts(others)
-                if len(rules) > 1 and n_o >= min_support and 2 * t_o - n_o >= score:  # the rule does nothing
+                t_o, n_o = counts(others)
+                if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
                     del rules[k], masks[k]
-                    score, changed = 2 * t_o - n_o, True
+                    best, changed = key(t_o, n_o), True
                     break
-                found = exact_best_interval(X[others, rules[k].feature], target[others], min_support)
-                if found is None or 2 * found[2] - found[3] <= score:
+                col = rules[k].feature
+                if D.is_sharded():
+                    found = exact_best_interval(
+                        X[others, col], target[others], min_support, min_confidence=min_confidence
+                    )
+                else:  # the cached order of the column, restricted to the other rules' samples: no sort
+                    order = self._sorted_column(col)[0]
+                    sel = order[others[order]]
+                    found = sorted_best_interval(
+                        X[sel, col].double(), target[sel], min_support, Objective(min_confidence)
+                    )
+                if found is None or key(found[2], found[3]) <= best:
                     continue
                 low, high, _, _ = found
                 rules[k] = replace(rules[k], low=low, high=high)
                 masks[k] = rules[k].mask(X)
-                support, hits = counts(torch.stack(masks).all(0))
-                score, changed = 2 * hits - support, True
+                best, changed = key(*counts(torch.stack(masks).all(0))), True
             if not changed:
                 break
         if rules == list(rule_set.rules):
             return rule_set
-        support, hits = counts(torch.stack(masks).all(0))
+        hits, support = counts(torch.stack(masks).all(0))
         return RuleSet(
             rules=tuple(rules),
             support=support,
@@ -441,6 +505,7 @@ def extract_rules(
         top_k=top_k,
         local_codes=local_codes,
         beam_width=beam_width,
+        min_confidence=min_confidence,
         progress=progress,
     )
     if min_confidence is not None:
