@@ -40,17 +40,23 @@ def _drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Ru
     if X is None:
         return rule_sets
     kept: list[RuleSet] = []
-    masks: dict[tuple, list[torch.Tensor]] = {}
+    groups: dict[tuple, list[RuleSet]] = {}  # kept rule sets per (features, support, confidence)
+    masks: dict[int, torch.Tensor] = {}  # computed only when two rule sets share a key
+
+    def mask(rs: RuleSet) -> torch.Tensor:
+        if id(rs) not in masks:
+            masks[id(rs)] = rs.mask(X)
+        return masks[id(rs)]
+
     for rs in rule_sets:
         key = (frozenset(rs.features), rs.support, rs.confidence)
-        if key in masks:
-            mask = rs.mask(X)
-            same = D.all_ranks(torch.tensor([torch.equal(mask, m) for m in masks[key]]))  # equal on every DDP shard
-            if bool(same.any()):
+        same = groups.setdefault(key, [])
+        if same:
+            m = mask(rs)
+            equal = D.all_ranks(torch.tensor([torch.equal(m, mask(o)) for o in same]))  # equal on every DDP shard
+            if bool(equal.any()):
                 continue
-            masks[key].append(mask)
-        else:
-            masks[key] = [rs.mask(X)]
+        same.append(rs)
         kept.append(rs)
     return kept
 
@@ -137,6 +143,29 @@ class _Extractor:
         smallest = D.all_reduce_min(torch.cat(parts)).tolist()  # over the shards of a DDP run
         for (c, b), v in zip(todo, smallest):
             cache[(c, b)] = v if math.isfinite(v) else b
+
+    def _snap_fine(self, fine: Binned, pairs: list[tuple[int, int]]) -> None:
+        """Thresholds of many fine grids ``(feature, grid)`` in one batched call, and their snapped values: the smallest
+        observed value with a code >= the grid, from per-grid minima (one scatter per feature, one reduction)."""
+        numeric = [not c for c in fine.is_cat.tolist()]
+        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < fine.n_grids})
+        fine.prefetch(pairs)
+        if self.X is None or not pairs:
+            return
+        dt = self.binned.thresholds.dtype
+        feats = sorted({j for j, _ in pairs})
+        width = fine.n_bins_max + 1
+        cell_min = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
+        for r, j in enumerate(feats):
+            values = self.X[:, fine.columns[j]].to(dt)
+            cell_min[r].scatter_reduce_(0, fine.codes_t[j].long(), values, "amin")  # NaN: the last cell, unused
+        cell_min = D.all_reduce_min(cell_min[:, :-1].contiguous())  # over the shards of a DDP run
+        above = cell_min.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
+        cache = self.__dict__.setdefault("_snaps", {})
+        row = {j: r for r, j in enumerate(feats)}
+        for j, g in pairs:
+            bound, value = fine.interval_bounds(j, g, fine.n_grids - 1)[0], above[row[j]][g]
+            cache[(fine.columns[j], bound)] = value if math.isfinite(value) else bound
 
     def _snap(self, col: int, bound: float) -> float:
         """The smallest observed value >= ``bound``: the same split of the data, printed as a data value."""
@@ -278,16 +307,7 @@ class _Extractor:
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
         states = search.run(max_length=max_length, min_support=min_support)
-        # all thresholds in one batched call, then all snapped bounds per column in one pass
-        fine.prefetch([(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
-        bounds = [
-            (fine.columns[j], bound)
-            for st in states
-            for j, lo, hi in st.conds
-            for bound in fine.interval_bounds(j, lo, hi)
-            if not bool(fine.is_cat[j])
-        ]
-        self._prefetch_snaps(bounds)
+        self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
             rules = tuple(self._rule(j, lo, hi, fine, snap=True) for j, lo, hi in st.conds)
