@@ -129,6 +129,19 @@ class FineBinned(Binned):
         return low, high
 
 
+def default_n_fine(n_samples: int) -> int:
+    """Fine grids per feature for ``n_samples`` samples: about 32 samples a grid on average, as a power of two
+    between 256 and 1024 (finer grids cost time and gain nothing once cells hold a handful of samples; the exact
+    polish of the best rule sets cuts between observed values anyway).
+
+    Example:
+        >>> [default_n_fine(n) for n in (1_000, 20_000, 70_000)]
+        [256, 512, 1024]
+    """
+    cells = max(1, n_samples // 32)
+    return min(1024, max(256, 1 << (cells.bit_length() - 1)))
+
+
 def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinned:
     """Fine equal-width grids for the numeric features of ``base`` (categorical features keep their categories).
 
@@ -371,7 +384,7 @@ class BeamSearch:
 
     def _candidates(self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int) -> _Best:
         """Candidate intervals of every (node, feature) row of ``tot``/``tgt``: the kappas of the objectives for all
-        features, the other kappas of :data:`KAPPAS` only for each node's ``2 * beam_width`` features of highest
+        features, the other kappas of :data:`KAPPAS` only for each node's ``beam_width + 1`` features of highest
         fitness (a candidate never has a higher fitness than its feature's kappa-0.5 interval, so the others could
         not make a node's top ``beam_width``)."""
         fine = self.fine
@@ -383,7 +396,7 @@ class BeamSearch:
         b = best_intervals(tot, tgt, n_bins, is_cat, min_support, main, positive=False)
         if not rest:
             return b
-        top = 2 * self.beam_width
+        top = self.beam_width + 1
         if n_feat > top:
             score = torch.full((g * n_feat,), -math.inf, dtype=torch.float64, device=device)
             half = b.kappa == 0
@@ -528,8 +541,12 @@ class BeamSearch:
             # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
             chosen: dict[tuple, _State] = {}
             for obj in self.objectives:
-                refined: dict[tuple, _State] = {}
-                for state in self._refine(list(children.values()), min_support, obj):
+                # children on the same features tend to climb to the same optimum: refine the best of each set
+                first: dict[tuple, _State] = {}
+                for st in sorted(children.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
+                    first.setdefault(tuple(c[0] for c in st.conds), st)
+                refined: dict[tuple, _State] = {st.conds: st for st in children.values()}
+                for state in self._refine(list(first.values()), min_support, obj):
                     refined.setdefault(state.conds, state)
                     found.setdefault(state.conds, state)
                 ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first

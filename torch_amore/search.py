@@ -18,7 +18,14 @@ import torch
 from torch_amore import _validation as V
 from torch_amore import distributed as D
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.beam import BeamSearch, Objective, exact_best_interval, fine_binning, sorted_best_interval
+from torch_amore.beam import (
+    BeamSearch,
+    Objective,
+    default_n_fine,
+    exact_best_interval,
+    fine_binning,
+    sorted_best_interval,
+)
 from torch_amore.binning import Binned, bin_features
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.ratios import grid_counts
@@ -298,10 +305,13 @@ class _Extractor:
         max_length: int,
         min_support: int,
         beam_width: int = 5,
-        n_fine: int = 1024,
+        n_fine: int | None = None,
         min_confidence: float | None = None,
     ) -> list[RuleSet]:
-        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted."""
+        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
+        :func:`torch_amore.beam.default_n_fine` of the number of samples."""
+        if n_fine is None:
+            n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
         search = BeamSearch(
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
@@ -323,7 +333,7 @@ class _Extractor:
         return out
 
     def polish(
-        self, rule_set: RuleSet, min_support: int, rounds: int = 4, *, min_confidence: float | None = None
+        self, rule_set: RuleSet, min_support: int, rounds: int = 2, *, min_confidence: float | None = None
     ) -> RuleSet:
         """Coordinate ascent on observed values: re-cut each interval given the other rules, or drop it.
 
