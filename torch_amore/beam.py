@@ -339,6 +339,22 @@ class Objective:
         return tuple(sorted(set(KAPPAS if candidates else (0.5,)) | extra))
 
 
+class Lift:
+    """Ranks rule sets by their excess of target samples over the base rate, ``hits - rate * support`` (weighted
+    relative accuracy times N), then by fitness: broad regions of high lift, as a tree split or subgroup discovery
+    would choose. The beam keeps a few such nodes before the last length, so that later conditions can cut their
+    non-target samples away (conditions that are weak alone but strong together). Only for choosing nodes."""
+
+    def __init__(self, rate: float) -> None:
+        self.k = round(1000 * rate)
+
+    def key(self, hits: int, support: int) -> tuple[int, int]:
+        return 1000 * hits - self.k * support, 2 * hits - support
+
+    def kappas(self, candidates: bool = True) -> tuple[float, ...]:
+        return (self.k / 1000,)
+
+
 @dataclass
 class _State:
     conds: tuple[tuple[int, int, int], ...]  # (searched feature, g_low, g_high), sorted by feature
@@ -369,7 +385,12 @@ class BeamSearch:
         self.beam_width = beam_width
         self.width = fine.n_bins_max
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
-        self.kappas = self.objectives[-1].kappas()
+        # plus the target's base rate (maximising sum(a - rate * b) is weighted relative accuracy, the broad regions
+        # of high lift that subgroup discovery and tree splits favour) and half-way to 0.5
+        rate = n_target / max(1, D.global_count(fine.codes.shape[0]))
+        rate, half = round(min(0.999, max(0.001, rate)), 3), round(min(0.999, max(0.001, (rate + 0.5) / 2)), 3)
+        self.lift = Lift(rate)
+        self.kappas = tuple(sorted(set(self.objectives[-1].kappas()) | {rate, half}))
 
     def _mask(self, cond: tuple[int, int, int]) -> torch.Tensor:
         j, lo, hi = cond
@@ -382,7 +403,9 @@ class BeamSearch:
             mask &= self._mask(cond)
         return torch.nonzero(mask, as_tuple=True)[0]
 
-    def _candidates(self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int) -> _Best:
+    def _candidates(
+        self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
+    ) -> _Best:
         """Candidate intervals of every (node, feature) row of ``tot``/``tgt``: the kappas of the objectives for all
         features, the other kappas of :data:`KAPPAS` only for each node's ``beam_width + 1`` features of highest
         fitness (a candidate never has a higher fitness than its feature's kappa-0.5 interval, so the others could
@@ -392,6 +415,8 @@ class BeamSearch:
         n_feat, g = len(fine.columns), len(beam)
         n_bins, is_cat = fine.n_bins.repeat(g), fine.is_cat.repeat(g)
         main = self.objectives[-1].kappas(False)  # 0.5 first
+        if lift:  # the base rate's intervals of every feature: candidates for the nodes of high lift
+            main = main + tuple(kp for kp in self.lift.kappas() if kp not in main)
         rest = tuple(kp for kp in self.kappas if kp not in main)
         b = best_intervals(tot, tgt, n_bins, is_cat, min_support, main, positive=False)
         if not rest:
@@ -418,8 +443,9 @@ class BeamSearch:
             kappa=torch.cat([b.kappa, b2.kappa + len(main)]),
         )
 
-    def _expand(self, beam: list[_State], min_support: int, seen: set) -> dict[tuple, _State]:
-        """The best children of every node of the beam, ``beam_width`` per node and objective."""
+    def _expand(self, beam: list[_State], min_support: int, seen: set, chooser: list) -> dict[tuple, _State]:
+        """The best children of every node of the beam: per ``(objective, width)`` of ``chooser``, ``width`` per
+        node."""
         fine = self.fine
         codes = fine.codes
         n_feat = len(fine.columns)
@@ -431,7 +457,7 @@ class BeamSearch:
         t = self.target[rows]
         tot = group_grid_counts(fine.codes_t, rows, groups, g, self.width).view(g * n_feat, self.width)
         tgt = group_grid_counts(fine.codes_t, rows[t], groups[t], g, self.width).view(g * n_feat, self.width)
-        b = self._candidates(beam, tot, tgt, min_support)
+        b = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
         node, feats = (b.feature // n_feat).tolist(), (b.feature % n_feat).tolist()
         lows, highs, hits, sups = b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()
         per_node: list[list[int]] = [[] for _ in range(g)]
@@ -441,14 +467,14 @@ class BeamSearch:
         for k, parent in enumerate(beam):
             used = {c[0] for c in parent.conds}
             cand = [i for i in per_node[k] if feats[i] not in used]
-            for obj in self.objectives:
+            for obj, width in chooser:
                 cand.sort(key=lambda i: (obj.key(hits[i], sups[i]), hits[i], -feats[i], -lows[i]), reverse=True)
                 taken = 0
                 for i in cand:
-                    if taken == self.beam_width:
+                    if taken == width:
                         break
                     conds = tuple(sorted(parent.conds + ((feats[i], lows[i], highs[i]),)))
-                    if conds in seen or (conds in children and obj is self.objectives[0]):
+                    if conds in seen or (conds in children and obj is chooser[0][0]):
                         continue  # the same interval from another kappa or another parent
                     taken += 1
                     if conds not in children:
@@ -532,8 +558,11 @@ class BeamSearch:
         device = self.fine.codes.device
         beam = [_State((), self.n_target, D.global_count(n), torch.arange(n, device=device))]
         found: dict[tuple, _State] = {}
-        for _ in range(max_length):
-            children = self._expand(beam, min_support, set(found))
+        for length in range(1, max_length + 1):
+            chooser = [(obj, self.beam_width) for obj in self.objectives]
+            if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
+                chooser.append((self.lift, max(1, self.beam_width // 2)))
+            children = self._expand(beam, min_support, set(found), chooser)
             if not children:
                 break
             for state in children.values():
@@ -552,6 +581,11 @@ class BeamSearch:
                 ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
                 ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
                 for state in ranked[: self.beam_width]:
+                    chosen.setdefault(state.conds, state)
+            if length < max_length:
+                level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
+                level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
+                for state in level[: max(1, self.beam_width // 2)]:
                     chosen.setdefault(state.conds, state)
             beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
         return list(found.values())
