@@ -123,3 +123,20 @@ def test_beam_is_deterministic_across_dtypes(box_data):
     a = ta.extract_rules(X32, target, max_length=2, min_support=80)
     b = ta.extract_rules(X32.double(), target, max_length=2, min_support=80)
     assert a == b
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.floats(1e-9, 1e3))
+def test_short_cut_lies_in_the_gap_and_is_short(a, gap):
+    from torch_amore.beam import short_cut
+
+    b = a + gap
+    if not a < b:
+        return
+    c = short_cut(a, b)
+    assert a < c <= b
+    # no number of fewer significant digits lies in the gap: c's digits minus one cannot land inside
+    digits = len(f"{c:.17g}".lstrip("-").replace(".", "").lstrip("0").rstrip("0")) or 1
+    if digits > 1:
+        shorter = float(f"{c:.{digits - 1}g}")
+        assert not (a < shorter <= b) or shorter == c

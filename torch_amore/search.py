@@ -24,6 +24,7 @@ from torch_amore.beam import (
     default_n_fine,
     exact_best_interval,
     fine_binning,
+    short_cut,
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features
@@ -134,26 +135,11 @@ class _Extractor:
             cache[col] = (order, values[order])
         return cache[col]
 
-    def _prefetch_snaps(self, bounds: list[tuple[int, float]]) -> None:
-        """Snap many ``(column, bound)`` pairs at once: one search per column and one reduction (see :meth:`_snap`)."""
-        cache = self.__dict__.setdefault("_snaps", {})
-        todo = sorted({(c, b) for c, b in bounds if math.isfinite(b) and (c, b) not in cache})
-        if self.X is None or not todo:
-            return
-        dt = self.binned.thresholds.dtype
-        parts = []
-        for col in sorted({c for c, _ in todo}):
-            want = torch.tensor([b for c, b in todo if c == col], dtype=dt, device=self.X.device)
-            values = self._sorted_column(col)[1]
-            idx = torch.searchsorted(values, want)  # the first value >= bound
-            parts.append(torch.cat([values, values.new_full((1,), math.inf)])[idx])
-        smallest = D.all_reduce_min(torch.cat(parts)).tolist()  # over the shards of a DDP run
-        for (c, b), v in zip(todo, smallest):
-            cache[(c, b)] = v if math.isfinite(v) else b
-
     def _snap_fine(self, fine: Binned, pairs: list[tuple[int, int]]) -> None:
-        """Thresholds of many fine grids ``(feature, grid)`` in one batched call, and their snapped values: the smallest
-        observed value with a code >= the grid, from per-grid minima (one scatter per feature, one reduction)."""
+        """Thresholds of many fine grids ``(feature, grid)`` in one batched call, and readable bounds for them: the
+        shortest number between the largest observed value below the grid and the smallest one from it on
+        (:func:`torch_amore.beam.short_cut`: the same samples), from per-grid minima and maxima (one scatter each per
+        feature, one reduction)."""
         numeric = [not c for c in fine.is_cat.tolist()]
         pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < fine.n_grids})
         fine.prefetch(pairs)
@@ -162,24 +148,26 @@ class _Extractor:
         dt = self.binned.thresholds.dtype
         feats = sorted({j for j, _ in pairs})
         width = fine.n_bins_max + 1
-        cell_min = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
+        lows = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
+        highs = torch.full((len(feats), width), -math.inf, dtype=dt, device=self.X.device)
         for r, j in enumerate(feats):
-            values = self.X[:, fine.columns[j]].to(dt)
-            cell_min[r].scatter_reduce_(0, fine.codes_t[j].long(), values, "amin")  # NaN: the last cell, unused
-        cell_min = D.all_reduce_min(cell_min[:, :-1].contiguous())  # over the shards of a DDP run
-        above = cell_min.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
+            values, codes = self.X[:, fine.columns[j]].to(dt), fine.codes_t[j].long()
+            lows[r].scatter_reduce_(0, codes, values, "amin")  # NaN: the last cell, unused
+            highs[r].scatter_reduce_(0, codes, values, "amax")
+        lows = D.all_reduce_min(lows[:, :-1].contiguous())  # over the shards of a DDP run
+        highs = D.all_reduce_max(highs[:, :-1].contiguous())
+        above = lows.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
+        below = highs.cummax(1).values.tolist()  # the largest value in grids <= g
         cache = self.__dict__.setdefault("_snaps", {})
         row = {j: r for r, j in enumerate(feats)}
         for j, g in pairs:
-            bound, value = fine.interval_bounds(j, g, fine.n_grids - 1)[0], above[row[j]][g]
-            cache[(fine.columns[j], bound)] = value if math.isfinite(value) else bound
+            bound = fine.interval_bounds(j, g, fine.n_grids - 1)[0]
+            a, b = below[row[j]][g - 1], above[row[j]][g]
+            cache[(fine.columns[j], bound)] = short_cut(a, b) if math.isfinite(a) and math.isfinite(b) else bound
 
     def _snap(self, col: int, bound: float) -> float:
-        """The smallest observed value >= ``bound``: the same split of the data, printed as a data value."""
-        if not math.isfinite(bound):
-            return bound
-        self._prefetch_snaps([(col, bound)])
-        return self.__dict__["_snaps"][(col, bound)]
+        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_fine`), else ``bound``."""
+        return self.__dict__.get("_snaps", {}).get((col, bound), bound)
 
     def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
         b = self.binned if binned is None else binned
