@@ -69,6 +69,16 @@ def _drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Ru
     return kept
 
 
+def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
+    """The first rule set and the first one on other features: those worth polishing (rule sets on the same features
+    mostly polish to the same optimum)."""
+    out = ranked[:1]
+    for rs in ranked[1:]:
+        if frozenset(rs.features) != frozenset(out[0].features):
+            return out + [rs]
+    return out
+
+
 @dataclass
 class _Node:
     rows: torch.Tensor  # int64 indices of the samples satisfying the path
@@ -273,10 +283,11 @@ class _Extractor:
             found = self.run_beam(
                 max_length=max_length, min_support=min_support, beam_width=beam_width, min_confidence=min_confidence
             )
-            polished = [self.polish(rs, min_support) for rs in sort_rule_sets(found)[:2]]
+            ranked = sort_rule_sets(found)
+            polished = [self.polish(rs, min_support) for rs in _two_feature_sets(ranked)]
             if min_confidence is not None:
-                confident = [rs for rs in sort_rule_sets(found) if rs.confidence >= min_confidence]
-                polished += [self.polish(rs, min_support, min_confidence=min_confidence) for rs in confident[:2]]
+                confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= min_confidence])
+                polished += [self.polish(rs, min_support, min_confidence=min_confidence) for rs in confident]
             rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         return rule_sets
 
@@ -321,14 +332,15 @@ class _Extractor:
         return out
 
     def polish(
-        self, rule_set: RuleSet, min_support: int, rounds: int = 2, *, min_confidence: float | None = None
+        self, rule_set: RuleSet, min_support: int, rounds: int = 1, *, min_confidence: float | None = None
     ) -> RuleSet:
         """Coordinate ascent on observed values: re-cut each interval given the other rules, or drop it.
 
         Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
-        other rules (:func:`torch_amore.beam.exact_best_interval`), cut half-way between observed values rather than
-        on a grid. Fitness never decreases (with ``min_confidence``: a confident rule set stays confident). It needs
-        only counts, minima and maxima, so a sharded (DDP) run gives the single-process result.
+        other rules (:func:`torch_amore.beam.exact_best_interval`), cut between observed values rather than on a grid
+        (``rounds`` sweeps over the rules, one by default: the grid search before it has converged already). Fitness
+        never decreases (with ``min_confidence``: a confident rule set stays confident). It needs only counts, minima
+        and maxima, so a sharded (DDP) run gives the single-process result.
         """
         if self.X is None or not rule_set.rules:
             return rule_set
