@@ -140,3 +140,58 @@ def test_short_cut_lies_in_the_gap_and_is_short(a, gap):
     if digits > 1:
         shorter = float(f"{c:.{digits - 1}g}")
         assert not (a < shorter <= b) or shorter == c
+
+
+def test_group_grid_counts_match_per_group_grid_counts():
+    from torch_amore.ratios import grid_counts, group_grid_counts
+
+    g = torch.Generator().manual_seed(3)
+    codes = torch.randint(0, 7, (500, 4), generator=g, dtype=torch.int16)
+    codes[::11, 2] = 6  # the missing code of 6 grids
+    rows = torch.randint(0, 500, (900,), generator=g)
+    groups = torch.randint(0, 3, (900,), generator=g)
+    out = group_grid_counts(codes.T.contiguous(), rows, groups, 3, 6)
+    for k in range(3):
+        assert torch.equal(out[k], grid_counts(codes, rows[groups == k], 6))
+
+
+def test_refined_beam_rule_sets_are_coordinatewise_optimal_on_the_fine_grid(box_data):
+    """After refinement no single condition of the best beam rule set can be re-cut on the fine grid to a higher
+    fitness: brute force over every interval of every condition, given the other conditions' samples."""
+    from torch_amore.beam import BeamSearch
+    from torch_amore.search import prepare
+
+    X, target = box_data
+    ex = prepare(X, target, n_grids=10)
+    fine = ex.fine(128)
+    states = BeamSearch(fine, ex.target, ex.n_total_target, beam_width=3).run(max_length=2, min_support=100)
+    best = max(states, key=lambda s: (2 * s.hits - s.support, s.conds))
+    codes = fine.codes.long()
+    assert len(best.conds) == 2
+    for k, (j, lo, hi) in enumerate(best.conds):
+        others = torch.ones(len(X), dtype=torch.bool)
+        for m, (jm, lom, him) in enumerate(best.conds):
+            if m != k:
+                others &= (codes[:, jm] >= lom) & (codes[:, jm] <= him)
+        c, t = codes[others, j], target[others]
+        tot = torch.bincount(c, minlength=129)[:128].tolist()
+        tgt = torch.bincount(c[t], minlength=129)[:128].tolist()
+        best_value = max(
+            2 * sum(tgt[a : b + 1]) - sum(tot[a : b + 1])
+            for a in range(128)
+            for b in range(a, 128)
+            if sum(tot) > sum(tot[a : b + 1]) >= 100  # a proper condition: it leaves some sample out
+        )
+        assert 2 * best.hits - best.support >= best_value
+        inside = others & (codes[:, j] >= lo) & (codes[:, j] <= hi)
+        assert (best.support, best.hits) == (int(inside.sum()), int((inside & target).sum()))
+
+
+def test_refinement_in_batches_gives_the_same_rules(box_data, monkeypatch):
+    import torch_amore.beam as beam
+
+    X, target = box_data
+    kw = dict(max_length=3, min_support=60, n_grids=8)
+    whole = ta.extract_rules(X, target, **kw)
+    monkeypatch.setattr(beam, "_REFINE_BUDGET", 3 * X.shape[0])  # one state per batch
+    assert ta.extract_rules(X, target, **kw) == whole

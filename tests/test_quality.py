@@ -54,19 +54,23 @@ def recomputed_fitness(rule_set: ta.RuleSet, task) -> float:
     return fitness
 
 
-def tree_fitness(task) -> float:
-    """Best fitness over the non-root nodes of scikit-learn's tree, from its decision paths."""
+def tree_fitness(task, min_confidence: float = 0.0) -> float:
+    """Best fitness over the non-root nodes of scikit-learn's tree (those at least ``min_confidence`` confident), from
+    its decision paths; -inf when no node is confident enough."""
     clf = DecisionTreeClassifier(max_depth=task.max_length, min_samples_leaf=task.min_support, random_state=0)
     clf.fit(task.X, task.target)
     paths = clf.decision_path(task.X).toarray().astype(bool)[:, 1:]
-    hits = (paths & task.target[:, None]).sum(0)
-    return float(((2 * hits - paths.sum(0)) / task.target.sum()).max())
+    hits, support = (paths & task.target[:, None]).sum(0), paths.sum(0)
+    fitness = (2 * hits - support) / task.target.sum()
+    confident = hits >= min_confidence * support
+    return float(fitness[confident].max()) if confident.any() else -np.inf
 
 
-def extract(task, strategy: str) -> list[ta.RuleSet]:
+def extract(task, strategy: str, min_confidence: float | None = None) -> list[ta.RuleSet]:
     return ta.extract_rules(
         task.X, task.target, max_length=task.max_length, min_support=task.min_support, n_grids=task.n_grids,
         bin_strategy=task.bin_strategy, feature_types=task.feature_types, strategy=strategy,
+        min_confidence=min_confidence,
     )  # fmt: skip
 
 
@@ -97,6 +101,21 @@ def test_beam_is_at_least_pysubgroup(task, beam_fitness):
     result = bench.run_pysubgroup(task)
     assert result.rule_set is not None
     assert beam_fitness >= recomputed_fitness(result.rule_set, task) - TOLERANCE
+
+
+@pytest.mark.slow
+def test_min_confidence_is_at_least_the_confident_tree_nodes(task):
+    """With min_confidence the beam is steered to confident rule sets: its best is at least as fit as the tree's best
+    node of that confidence."""
+    best_tree = tree_fitness(task, min_confidence=0.9)
+    if best_tree == -np.inf:
+        pytest.skip("no node of the tree is confident enough")
+    rule_sets = extract(task, "beam", min_confidence=0.9)
+    assert rule_sets and all(rs.confidence >= 0.9 for rs in rule_sets)
+    X, target = torch.from_numpy(task.X), torch.from_numpy(task.target)
+    mask = rule_sets[0].mask(X)
+    assert int((mask & target).sum()) >= 0.9 * int(mask.sum())
+    assert recomputed_fitness(rule_sets[0], task) >= best_tree - TOLERANCE
 
 
 def test_planted_regions_are_found():

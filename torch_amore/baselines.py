@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from torch_amore import _validation as V
+from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.protocol import SearchResult, _as_grid, _check_bound, _result_from_rows, _select_best
 from torch_amore.rules import Rule, RuleSet
@@ -292,11 +293,7 @@ def decision_tree_search(
     leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in _as_grid(min_samples_leaf, "min_samples_leaf")]
 
     settings = list(itertools.product(crits, leaves, weights))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(settings), desc="decision-tree settings", leave=False)
+    bar = progress_bar(progress, total=len(settings), desc="decision-tree settings")
     rows = []
     for crit, msl, cw in settings:
         rule_sets, _ = _tree_rule_sets(
@@ -310,9 +307,7 @@ def decision_tree_search(
         )
         setting = {"criterion": crit, "min_samples_leaf": msl, "class_weight": cw}
         rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     return _result_from_rows(rows, bound)
 

@@ -3,21 +3,26 @@
 The paper's search (``strategy="paper"``) adds, at each step, the interval with the highest probability *ratio*.
 That favours narrow, near-pure regions: once a condition is almost pure no second condition can raise the ratio, and
 a first condition taken from the sharpest peak can miss a broader box. The beam strategy keeps AMORE's machinery
-(one vectorized histogram pass per node, intervals from grid counts, no rescans) but optimises the paper's own
-objective, fitness, directly:
+(vectorized histogram passes, intervals from grid counts, no rescans of the data per candidate) but optimises the
+paper's own objective, fitness, directly:
 
-1. **Fine grids.** Each numeric feature is cut into ``n_fine`` (default 1024) equal-width grids by arithmetic on the
-   values (one pass, no search). The lower edge of grid ``g`` is the smallest float64 whose grid index is ``g``, so
-   ``x >= edge`` holds exactly for the values in grids ``>= g``.
+1. **Fine grids.** Each numeric feature is cut into ``n_fine`` equal-width grids by arithmetic on the values (one
+   pass, no search; :func:`default_n_fine`: about 32 samples a grid, 256 to 1024). The lower edge of grid ``g`` is
+   the smallest float64 whose grid index is ``g``, so ``x >= edge`` holds exactly for the values in grids ``>= g``.
 2. **Best intervals per feature in linear time.** On the grid counts of a node (``a_g`` target, ``b_g`` all), the
    interval maximising ``sum(a_g - kappa * b_g)`` subject to ``sum(b_g) >= min_support`` is a maximum-subarray problem
    with a prefix constraint: for every end grid the best start is a prefix minimum of the cumulative sums, found with
-   ``cummin`` + ``searchsorted`` for all features at once. ``kappa = 0.5`` maximises fitness; larger ``kappa`` trade
-   support for confidence (a Lagrangian sweep), so confident candidates are offered too.
-3. **Beam search.** Every node of the beam gets its best candidates over all remaining features; the ``beam_width``
-   best rule sets by fitness go on to the next length.
-4. **Refinement.** Each rule set's conditions are re-optimised in turn given the others (one single-feature histogram
-   over the samples satisfying the other conditions), until nothing changes. Fitness never decreases.
+   ``cummin`` + ``searchsorted`` for all features and nodes at once (:func:`best_intervals`). ``kappa = 0.5``
+   maximises fitness; larger kappas trade support for confidence (a Lagrangian sweep); smaller ones, down to the
+   target's base rate (weighted relative accuracy), give broad regions of high lift.
+3. **Beam search.** All nodes of the beam are counted in one batched pass; each gets its ``beam_width`` best children
+   by fitness (and by confidence-then-fitness with ``min_confidence``); before the last length a few children of high
+   lift (:class:`Lift`) join them, so that a condition weak alone can be sharpened by the next one.
+4. **Refinement.** The children's conditions are re-optimised in turn given the others (coordinate ascent, all
+   children at once: one weighted ``bincount`` per condition position and round) until nothing changes; fitness never
+   decreases. The ``beam_width`` best rule sets go on to the next length.
+5. **Polish** (:meth:`torch_amore.search._Extractor.polish`): the best rule sets are re-cut between observed values,
+   at the shortest number that selects the same samples (:func:`short_cut`).
 
 Every rule set found (and all of the paper strategy's rule sets, which run too) is returned, sorted by fitness, so the
 beam strategy's best fitness is never below the paper strategy's.
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_amore import distributed as D
+from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned, _chunk_len, _work_dtype, nan_min_max
 from torch_amore.ratios import group_grid_counts
 
@@ -363,12 +369,16 @@ class _State:
     rows: torch.Tensor | None = None  # the samples satisfying ``conds`` (beam nodes only)
 
 
+#: Elements of the (conditions x states x samples) tables of one refinement batch (about 1 GiB of working memory).
+_REFINE_BUDGET = 1 << 27
+
+
 class BeamSearch:
     """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
     The nodes of one length are expanded together: one batched histogram pass (:func:`group_grid_counts`) and one
-    :func:`best_intervals` call for all of them, and the children are refined together, one batched single-column
-    pass per condition position and round (:func:`group_column_counts`).
+    :func:`best_intervals` call for all of them; the children are refined together, one weighted ``bincount`` per
+    condition position and round.
     """
 
     def __init__(
@@ -490,6 +500,14 @@ class BeamSearch:
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
+        n_rows = self.fine.codes_t.shape[1]
+        per_call = max(1, _REFINE_BUDGET // (len(states[0].conds) * max(1, n_rows)))
+        if len(states) > per_call:  # bounded working memory: states in batches
+            return [
+                s
+                for i in range(0, len(states), per_call)
+                for s in self._refine(states[i : i + per_call], min_support, obj)
+            ]
         fine = self.fine
         device = fine.codes_t.device
         n_states, length = len(states), len(states[0].conds)
@@ -552,8 +570,9 @@ class BeamSearch:
             out.append(_State(conds, *score[s]) if score[s] != (state.hits, state.support) else state)
         return out
 
-    def run(self, *, max_length: int, min_support: int) -> list[_State]:
+    def run(self, *, max_length: int, min_support: int, progress: bool = False) -> list[_State]:
         """Every rule set the search visits (children before and after refinement), unsorted."""
+        bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         n = self.fine.codes.shape[0]
         device = self.fine.codes.device
         beam = [_State((), self.n_target, D.global_count(n), torch.arange(n, device=device))]
@@ -588,6 +607,8 @@ class BeamSearch:
                 for state in level[: max(1, self.beam_width // 2)]:
                     chosen.setdefault(state.conds, state)
             beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
+            bar.update(1)
+        bar.close()
         return list(found.values())
 
 

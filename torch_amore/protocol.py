@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from torch_amore import _validation as V
+from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules import RuleSet
@@ -212,11 +213,7 @@ def search_hyperparameters(
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(strategies) * len(grids) * len(supports), desc="hyperparameter settings", leave=False)
+    bar = progress_bar(progress, total=len(strategies) * len(grids) * len(supports), desc="hyperparameter settings")
     rows = []
     for strategy, n_g in itertools.product(strategies, grids):
         extractor = prepare(
@@ -242,10 +239,8 @@ def search_hyperparameters(
             )
             setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
             rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.update(1)
+    bar.close()
     return _result_from_rows(rows, bound)
 
 
@@ -450,11 +445,7 @@ def sequential_covering(
 
     remaining = torch.ones(n, dtype=torch.bool, device=X_t.device)
     entries: list[RuleSet] = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(desc="decision-list entries", unit="rule set", leave=False)
+    bar = progress_bar(progress, desc="decision-list entries", unit="rule set")
     while max_rules is None or len(entries) < max_rules:
         n_rem = int(remaining.sum())
         t_rem = int((target_t & remaining).sum())
@@ -483,8 +474,6 @@ def sequential_covering(
             break
         entries.append(best)
         remaining &= ~best.mask(X_t).to(remaining.device)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     return DecisionList(tuple(entries), n_samples=n, n_target=n_target, target_name=target_name)

@@ -17,6 +17,7 @@ import torch
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
+from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.beam import (
     BeamSearch,
@@ -213,11 +214,7 @@ class _Extractor:
         local = torch.tensor(local_codes, device=device) if local_codes is not None else None
         stack = [_Node(torch.arange(n, device=device), ())]
         found: dict[frozenset, RuleSet] = {}
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(desc="rule tree nodes", unit="node", leave=False)
+        bar = progress_bar(progress, desc="rule tree nodes", unit="node")
         while stack:
             node = stack.pop()
             depth = len(node.steps)
@@ -254,10 +251,8 @@ class _Extractor:
                     keep = (code >= g_low) & (code <= g_high)
                     children.append(_Node(node.rows[keep], steps))
             stack.extend(reversed(children))  # depth-first, best candidate first
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
+            bar.update(1)
+        bar.close()
         return sort_rule_sets(found.values())
 
     def extract(
@@ -281,7 +276,11 @@ class _Extractor:
         )
         if strategy == "beam" and local_codes is None:
             found = self.run_beam(
-                max_length=max_length, min_support=min_support, beam_width=beam_width, min_confidence=min_confidence
+                max_length=max_length,
+                min_support=min_support,
+                beam_width=beam_width,
+                min_confidence=min_confidence,
+                progress=progress,
             )
             ranked = sort_rule_sets(found)
             polished = [self.polish(rs, min_support) for rs in _two_feature_sets(ranked)]
@@ -306,6 +305,7 @@ class _Extractor:
         beam_width: int = 5,
         n_fine: int | None = None,
         min_confidence: float | None = None,
+        progress: bool = False,
     ) -> list[RuleSet]:
         """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
         :func:`torch_amore.beam.default_n_fine` of the number of samples."""
@@ -315,7 +315,7 @@ class _Extractor:
         search = BeamSearch(
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
-        states = search.run(max_length=max_length, min_support=min_support)
+        states = search.run(max_length=max_length, min_support=min_support, progress=progress)
         self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
@@ -488,9 +488,10 @@ def extract_rules(
         strategy: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5). ``"beam"`` (default)
             runs it too and adds a beam search over fitness-optimal intervals on fine grids with refinement
             (:mod:`torch_amore.beam`), so its best fitness is never below the paper strategy's.
-        min_confidence: keep only rule sets with at least this confidence (in [0, 1]).
+        min_confidence: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy also looks
+            for the fittest rule sets that are this confident.
         beam_width: rule sets kept per length by the beam strategy.
-        progress: show a progress bar over the nodes of the rule tree.
+        progress: show progress bars over the nodes of the rule tree and the lengths of the beam search.
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
