@@ -195,3 +195,35 @@ def test_refinement_in_batches_gives_the_same_rules(box_data, monkeypatch):
     whole = ta.extract_rules(X, target, **kw)
     monkeypatch.setattr(beam, "_REFINE_BUDGET", 3 * X.shape[0])  # one state per batch
     assert ta.extract_rules(X, target, **kw) == whole
+
+
+@pytest.mark.parametrize("pure", [True, False])
+def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure):
+    """A condition that neither raises fitness nor confidence is dropped: for every beam rule set (empty ratios),
+    removing any one condition lowers its fitness or its confidence (recomputed from masks)."""
+    X, target = box_data
+    if pure:  # one pure condition: no second condition can help
+        target = X[:, 1] > 0.8
+    rule_sets = ta.extract_rules(X, target, max_length=3, min_support=40, n_grids=6)
+    n_target = int(target.sum())
+
+    def metrics(rules):
+        mask = torch.ones(len(X), dtype=torch.bool)
+        for r in rules:
+            mask &= r.mask(X)
+        hits, support = int((mask & target).sum()), int(mask.sum())
+        return (2 * hits - support) / n_target, hits / support
+
+    checked = 0
+    for rs in rule_sets:
+        if rs.ratios or len(rs) < 2:
+            continue
+        fit, conf = metrics(rs.rules)
+        assert fit == pytest.approx(rs.fitness) and conf == pytest.approx(rs.confidence)
+        for k in range(len(rs)):
+            sub_fit, sub_conf = metrics(rs.rules[:k] + rs.rules[k + 1 :])
+            assert sub_fit < fit - 1e-12 or sub_conf < conf - 1e-12, (str(rs), k)
+        checked += 1
+    assert pure or checked > 0
+    if pure:
+        assert str(rule_sets[0]).startswith("IF feature_1 >= 0.8") and len(rule_sets[0]) == 1

@@ -571,12 +571,14 @@ class BeamSearch:
         return out
 
     def run(self, *, max_length: int, min_support: int, progress: bool = False) -> list[_State]:
-        """Every rule set the search visits (children before and after refinement), unsorted."""
+        """The best rule sets of every length (``beam_width`` per objective), unsorted, without those that a rule set
+        with one condition fewer matches or beats in both fitness and confidence (a condition that adds nothing)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         n = self.fine.codes.shape[0]
         device = self.fine.codes.device
         beam = [_State((), self.n_target, D.global_count(n), torch.arange(n, device=device))]
-        found: dict[tuple, _State] = {}
+        found: dict[tuple, _State] = {}  # every rule set visited
+        best: dict[tuple, _State] = {}  # the best of each length and objective
         for length in range(1, max_length + 1):
             chooser = [(obj, self.beam_width) for obj in self.objectives]
             if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
@@ -601,6 +603,7 @@ class BeamSearch:
                 ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
                 for state in ranked[: self.beam_width]:
                     chosen.setdefault(state.conds, state)
+                    best.setdefault(state.conds, state)
             if length < max_length:
                 level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
                 level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
@@ -609,7 +612,33 @@ class BeamSearch:
             beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
             bar.update(1)
         bar.close()
-        return list(found.values())
+        return self._without_idle_conditions(best, found)
+
+    def _without_idle_conditions(self, best: dict[tuple, _State], found: dict[tuple, _State]) -> list[_State]:
+        """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
+        fitness and confidence (exact integer comparisons; counted when the search did not visit it)."""
+        out: dict[tuple, _State] = {}
+        for state in best.values():
+            changed = True
+            while changed and len(state.conds) > 1:
+                changed = False
+                for k in range(len(state.conds)):
+                    conds = state.conds[:k] + state.conds[k + 1 :]
+                    sub = found.get(conds)
+                    if sub is None:
+                        rows = self._rows_for(conds)
+                        both = D.all_reduce_sum(
+                            torch.stack([self.target[rows].sum(), torch.tensor(rows.numel(), device=rows.device)])
+                        )
+                        sub = found[conds] = _State(conds, int(both[0]), int(both[1]))
+                    if (
+                        2 * sub.hits - sub.support >= 2 * state.hits - state.support
+                        and sub.hits * state.support >= state.hits * sub.support
+                    ):
+                        state, changed = sub, True
+                        break
+            out.setdefault(state.conds, state)
+        return list(out.values())
 
 
 def short_cut(a: float, b: float) -> float:
