@@ -580,7 +580,10 @@ class BeamSearch:
         found: dict[tuple, _State] = {}  # every rule set visited
         best: dict[tuple, _State] = {}  # the best of each length and objective
         for length in range(1, max_length + 1):
-            chooser = [(obj, self.beam_width) for obj in self.objectives]
+            chooser = [
+                (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2))
+                for i, obj in enumerate(self.objectives)
+            ]
             if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
                 chooser.append((self.lift, max(1, self.beam_width // 2)))
             children = self._expand(beam, min_support, set(found), chooser)
