@@ -227,3 +227,26 @@ def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure):
     assert pure or checked > 0
     if pure:
         assert str(rule_sets[0]).startswith("IF feature_1 >= 0.8") and len(rule_sets[0]) == 1
+
+
+def test_masked_counts_without_weights_agree(monkeypatch):
+    """The spare-bin path (for CUDA under deterministic algorithms) counts exactly what the weighted path counts."""
+    from torch_amore import beam
+
+    g = torch.Generator().manual_seed(1)
+    idx = (
+        torch.randint(0, 30, (3, 200), generator=g, dtype=torch.int32)
+        + torch.arange(3, dtype=torch.int32)[:, None] * 30
+    )
+    inside = torch.rand(3, 200, generator=g) < 0.6
+    target = torch.rand(200, generator=g) < 0.3
+    weighted = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.float32)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    spare = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.float32)
+    expect_tot = torch.stack([torch.bincount(idx[s][inside[s]] - 30 * s, minlength=30) for s in range(3)]).view(-1)
+    expect_tgt = torch.stack(
+        [torch.bincount(idx[s][inside[s] & target] - 30 * s, minlength=30) for s in range(3)]
+    ).view(-1)
+    for tot, tgt in (weighted, spare):
+        assert torch.equal(tot, expect_tot) and torch.equal(tgt, expect_tgt)

@@ -369,6 +369,24 @@ class _State:
     rows: torch.Tensor | None = None  # the samples satisfying ``conds`` (beam nodes only)
 
 
+def _masked_counts(
+    idx: torch.Tensor, inside: torch.Tensor, target: torch.Tensor, size: int, weight_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``bincount`` of ``idx`` where ``inside``, and where ``inside`` and the target (``idx`` is ``(S, N)`` flattened,
+    ``target`` is ``(N,)``): exact counts from 0/1 weights, or, where weighted ``bincount`` is not allowed (CUDA under
+    ``torch.use_deterministic_algorithms``), from indices moved to a spare bin."""
+    flags = inside.view(-1, target.numel())
+    if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
+        spare = torch.full_like(idx, size)
+        tot = torch.bincount(torch.where(flags.reshape(-1), idx, spare), minlength=size + 1)[:size]
+        tgt = torch.bincount(torch.where((flags & target).reshape(-1), idx, spare), minlength=size + 1)[:size]
+        return tot, tgt
+    w = flags.to(weight_dtype)
+    tot = torch.bincount(idx, weights=w.view(-1), minlength=size).round_().long()
+    tgt = torch.bincount(idx, weights=(w * target).view(-1), minlength=size).round_().long()
+    return tot, tgt
+
+
 #: Elements of the (conditions x states x samples) tables of one refinement batch (about 1 GiB of working memory).
 _REFINE_BUDGET = 1 << 27
 
@@ -522,7 +540,7 @@ class BeamSearch:
         bounds = torch.tensor([lows, highs], device=device, dtype=codes.dtype).permute(0, 2, 1)[..., None]
         sat = (codes >= bounds[0]) & (codes <= bounds[1])  # (L, S, N)
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
-        target = self.target.to(wdt)
+        target = self.target
         live = list(range(n_states))
         for _ in range(8):
             changed: set[int] = set()
@@ -536,11 +554,8 @@ class BeamSearch:
                 inside = sub_sat[others[0]]
                 for m in others[1:]:
                     inside = inside & sub_sat[m]
-                w = inside.to(wdt)
                 idx = (sub_codes[k] + offsets).view(-1)
-                size = len(live) * wide
-                tot = torch.bincount(idx, weights=w.view(-1), minlength=size).round_().long()
-                tgt = torch.bincount(idx, weights=(w * target).view(-1), minlength=size).round_().long()
+                tot, tgt = _masked_counts(idx, inside.view(-1), target, len(live) * wide, wdt)
                 tot = D.all_reduce_sum(tot).view(len(live), wide)[:, : self.width]
                 tgt = D.all_reduce_sum(tgt).view(len(live), wide)[:, : self.width]
                 fk = feats[cur, k]
