@@ -250,3 +250,22 @@ def test_masked_counts_without_weights_agree(monkeypatch):
     ).view(-1)
     for tot, tgt in (weighted, spare):
         assert torch.equal(tot, expect_tot) and torch.equal(tgt, expect_tgt)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.0, 1.0),
+    st.floats(1e-6, 0.2),
+    st.floats(1e-3, 1e4),
+    st.floats(-1e3, 1e3),
+)
+def test_short_cut_in_printed_units_stays_in_the_gap(a, gap, scale, offset):
+    from torch_amore.beam import short_cut
+
+    b = a + gap
+    c = short_cut(a, b, scale, offset)
+    assert a < c <= b  # the same samples on either side, whatever the units
+    printed = c * scale + offset
+    shortest_stored = short_cut(a, b)
+    # printed in the user's units, the cut is no longer than the stored-units cut would be
+    assert len(f"{printed:.12g}") <= len(f"{shortest_stored * scale + offset:.12g}") + 1

@@ -659,18 +659,8 @@ class BeamSearch:
         return list(out.values())
 
 
-def short_cut(a: float, b: float) -> float:
-    """A cut ``c`` with ``a < c <= b`` of as few significant digits as possible (``b`` itself when none is shorter).
-
-    A bound anywhere between the largest value below a cut and the smallest value above it selects the same
-    samples; the shortest one reads best (``x < 0.5`` rather than ``x < 0.5017943978``).
-
-    Example:
-        >>> short_cut(0.4998, 0.5018), short_cut(-2.31, -2.2999), short_cut(1.0, 1.0000001)
-        (0.5, -2.3, 1.0000001)
-    """
-    if not (math.isfinite(a) and math.isfinite(b)) or not a < b:
-        return b
+def _shortest(a: float, b: float) -> float:
+    """The number of fewest significant digits in ``(a, b]`` (``b`` itself when none is shorter)."""
     top = math.floor(math.log10(max(abs(a), abs(b)))) if max(abs(a), abs(b)) > 0 else 0
     for digits in range(1, 18):
         step = 10.0 ** (top - digits + 1)
@@ -680,6 +670,30 @@ def short_cut(a: float, b: float) -> float:
     return b
 
 
+def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> float:
+    """A cut ``c`` with ``a < c <= b`` that reads short: as few significant digits as possible in the printed units
+    ``c * scale + offset`` (in the stored units when the printed ones give no cut strictly inside; ``b`` when neither
+    is shorter).
+
+    A bound anywhere between the largest value below a cut and the smallest value above it selects the same
+    samples; the shortest one reads best (``x < 0.5`` rather than ``x < 0.5017943978``).
+
+    Example:
+        >>> short_cut(0.4998, 0.5018), short_cut(-2.31, -2.2999), short_cut(1.0, 1.0000001)
+        (0.5, -2.3, 1.0000001)
+        >>> c = short_cut(0.45, 0.46, scale=5.5, offset=3.5)  # printed units (5.975, 6.03]: 6
+        >>> round(c * 5.5 + 3.5, 12)
+        6.0
+    """
+    if not (math.isfinite(a) and math.isfinite(b)) or not a < b:
+        return b
+    if scale > 0 and (scale, offset) != (1.0, 0.0):
+        c = (_shortest(a * scale + offset, b * scale + offset) - offset) / scale
+        if a < c <= b:
+            return c
+    return _shortest(a, b)
+
+
 def _pick(b: _Best, objective: Objective) -> int | None:
     """The row of ``b`` (one feature, several kappas) that ``objective`` ranks highest (ties: the smallest kappa)."""
     keys = [objective.key(h, n) for h, n in zip(b.hits.tolist(), b.support.tolist())]
@@ -687,10 +701,11 @@ def _pick(b: _Best, objective: Objective) -> int | None:
 
 
 def sorted_best_interval(
-    v: torch.Tensor, t: torch.Tensor, min_support: int, objective: Objective
+    v: torch.Tensor, t: torch.Tensor, min_support: int, objective: Objective, units: tuple[float, float] = (1.0, 0.0)
 ) -> tuple[float, float, int, int] | None:
     """:func:`exact_best_interval` in one process on values ``v`` sorted ascending (no NaN) and their target flags
-    ``t``: every distinct value is its own grid, so the cuts are exact."""
+    ``t``: every distinct value is its own grid, so the cuts are exact. ``units``: the printed units' (scale, offset),
+    for :func:`short_cut`."""
     if v.numel() == 0:
         return None
     t = t.to(torch.long)
@@ -708,8 +723,8 @@ def sorted_best_interval(
     if r is None:
         return None
     lo_g, hi_g = int(b.g_low[r]), int(b.g_high[r])
-    low = short_cut(float(uniq[lo_g - 1]), float(uniq[lo_g])) if lo_g > 0 else -math.inf
-    high = short_cut(float(uniq[hi_g]), float(uniq[hi_g + 1])) if hi_g + 1 < uniq.numel() else math.inf
+    low = short_cut(float(uniq[lo_g - 1]), float(uniq[lo_g]), *units) if lo_g > 0 else -math.inf
+    high = short_cut(float(uniq[hi_g]), float(uniq[hi_g + 1]), *units) if hi_g + 1 < uniq.numel() else math.inf
     return low, high, int(b.hits[r]), int(b.support[r])
 
 
@@ -720,6 +735,7 @@ def exact_best_interval(
     n_cells: int = 1 << 20,
     *,
     min_confidence: float | None = None,
+    units: tuple[float, float] = (1.0, 0.0),
 ) -> tuple[float, float, int, int] | None:
     """The fitness-optimal interval ``low <= x < high`` of one feature, cut between observed values.
 
@@ -730,7 +746,8 @@ def exact_best_interval(
     ``n_cells`` (default 2**20) equal cells and the ranks reduce cell counts, minima and maxima: the same answer
     whenever no cell holds two distinct values that the best cut should separate (values closer than a millionth of
     the range). With ``min_confidence``, intervals at least that confident are preferred (the kappa sweep of
-    :class:`Objective`). Returns ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no
+    :class:`Objective`). ``units`` are the printed units' (scale, offset) for :func:`short_cut`. Returns
+    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no
     proper interval has positive value (including when the best is no condition at all).
 
     Example:
@@ -744,7 +761,7 @@ def exact_best_interval(
     objective = Objective(min_confidence)
     if not D.is_sharded():
         order = torch.argsort(v, stable=True)
-        return sorted_best_interval(v[order], t[order], min_support, objective)
+        return sorted_best_interval(v[order], t[order], min_support, objective, units)
     lo, hi = nan_min_max(v[:, None])
     lo, hi = float(lo[0]), float(hi[0])
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
@@ -773,7 +790,7 @@ def exact_best_interval(
         below = v[cell < g].max().reshape(1) if bool((cell < g).any()) else -inf
         above = v[cell >= g].min().reshape(1) if bool((cell >= g).any()) else inf
         a, c = float(D.all_reduce_max(below)[0]), float(D.all_reduce_min(above)[0])
-        return short_cut(a, c)
+        return short_cut(a, c, *units)
 
     low = cut(lo_g) if lo_g > 0 else -math.inf
     high = cut(hi_g + 1) if hi_g + 1 < n_cells else math.inf

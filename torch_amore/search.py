@@ -174,7 +174,9 @@ class _Extractor:
         for j, g in pairs:
             bound = fine.interval_bounds(j, g, fine.n_grids - 1)[0]
             a, b = below[row[j]][g - 1], above[row[j]][g]
-            cache[(fine.columns[j], bound)] = short_cut(a, b) if math.isfinite(a) and math.isfinite(b) else bound
+            col = fine.columns[j]
+            readable = short_cut(a, b, self.scale[col], self.offset[col])
+            cache[(col, bound)] = readable if math.isfinite(a) and math.isfinite(b) else bound
 
     def _snap(self, col: int, bound: float) -> float:
         """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_fine`), else ``bound``."""
@@ -368,17 +370,16 @@ class _Extractor:
                     del rules[k], masks[k]
                     best, changed = key(t_o, n_o), True
                     break
-                col = rules[k].feature
+                col, units = rules[k].feature, (rules[k].scale, rules[k].offset)
                 if D.is_sharded():
                     found = exact_best_interval(
-                        X[others, col], target[others], min_support, min_confidence=min_confidence
+                        X[others, col], target[others], min_support, min_confidence=min_confidence, units=units
                     )
                 else:  # the cached order of the column, restricted to the other rules' samples: no sort
                     order = self._sorted_column(col)[0]
                     sel = order[others[order]]
-                    found = sorted_best_interval(
-                        X[sel, col].double(), target[sel], min_support, Objective(min_confidence)
-                    )
+                    objective = Objective(min_confidence)
+                    found = sorted_best_interval(X[sel, col].double(), target[sel], min_support, objective, units)
                 if found is None or key(found[2], found[3]) <= best:
                     continue
                 low, high, _, _ = found
