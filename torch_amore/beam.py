@@ -664,9 +664,10 @@ def _shortest(a: float, b: float) -> float:
     top = math.floor(math.log10(max(abs(a), abs(b)))) if max(abs(a), abs(b)) > 0 else 0
     for digits in range(1, 18):
         step = 10.0 ** (top - digits + 1)
-        c = float(f"{math.floor(b / step) * step:.{digits}g}")  # the largest number of these digits <= b
-        if a < c <= b:
-            return c
+        # the largest number of these digits <= b (and b rounded to them, which float division can miss)
+        for c in (float(f"{math.floor(b / step) * step:.{digits}g}"), float(f"{b:.{digits}g}")):
+            if a < c <= b:
+                return c
     return b
 
 
@@ -694,10 +695,20 @@ def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> fl
     return _shortest(a, b)
 
 
-def _pick(b: _Best, objective: Objective) -> int | None:
-    """The row of ``b`` (one feature, several kappas) that ``objective`` ranks highest (ties: the smallest kappa)."""
-    keys = [objective.key(h, n) for h, n in zip(b.hits.tolist(), b.support.tolist())]
-    return max(range(len(keys)), key=lambda r: (keys[r], -r)) if keys else None
+def _best_of_row(
+    counts: torch.Tensor, hits: torch.Tensor, min_support: int, objective: Objective
+) -> tuple[int, int, int, int] | None:
+    """The interval of grids of one feature's counts that ``objective`` ranks highest over its kappas (ties: the
+    smallest kappa), as ``(g_low, g_high, hits, support)``; ``None`` when no proper interval has positive value."""
+    device = counts.device
+    no = torch.tensor([False], device=device)
+    b = best_intervals(counts[None], hits[None], torch.tensor([counts.numel()], device=device), no, min_support,
+                       kappas=objective.kappas(False))  # fmt: skip
+    rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
+    if not rows:
+        return None
+    keys = [objective.key(h, n) for _, _, h, n in rows]
+    return rows[max(range(len(rows)), key=lambda r: (keys[r], -r))]
 
 
 def sorted_best_interval(
@@ -708,24 +719,17 @@ def sorted_best_interval(
     for :func:`short_cut`."""
     if v.numel() == 0:
         return None
-    t = t.to(torch.long)
-    uniq, inverse, counts = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
-    hits = torch.zeros(uniq.numel(), dtype=torch.long, device=v.device).index_add_(0, inverse, t)
-    b = best_intervals(
-        counts[None],
-        hits[None],
-        torch.tensor([uniq.numel()], device=v.device),
-        torch.tensor([False], device=v.device),
-        min_support,
-        kappas=objective.kappas(False),
-    )
-    r = _pick(b, objective)
-    if r is None:
+    uniq, counts = torch.unique_consecutive(v, return_counts=True)
+    # target count per distinct value: differences of the running target count at each run's end (values are sorted)
+    ends = torch.cumsum(t.to(torch.long), 0)[torch.cumsum(counts, 0) - 1]
+    hits = torch.diff(ends, prepend=ends.new_zeros(1))
+    found = _best_of_row(counts, hits, min_support, objective)
+    if found is None:
         return None
-    lo_g, hi_g = int(b.g_low[r]), int(b.g_high[r])
+    lo_g, hi_g, n_hits, support = found
     low = short_cut(float(uniq[lo_g - 1]), float(uniq[lo_g]), *units) if lo_g > 0 else -math.inf
     high = short_cut(float(uniq[hi_g]), float(uniq[hi_g + 1]), *units) if hi_g + 1 < uniq.numel() else math.inf
-    return low, high, int(b.hits[r]), int(b.support[r])
+    return low, high, n_hits, support
 
 
 def exact_best_interval(
@@ -747,8 +751,8 @@ def exact_best_interval(
     whenever no cell holds two distinct values that the best cut should separate (values closer than a millionth of
     the range). With ``min_confidence``, intervals at least that confident are preferred (the kappa sweep of
     :class:`Objective`). ``units`` are the printed units' (scale, offset) for :func:`short_cut`. Returns
-    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no
-    proper interval has positive value (including when the best is no condition at all).
+    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has positive
+    value (including when the best is no condition at all).
 
     Example:
         >>> import torch
@@ -772,18 +776,10 @@ def exact_best_interval(
     cell = _uniform_code(v, lo_t, scale, n_cells).to(torch.long)
     counts = D.all_reduce_sum(torch.bincount(cell, minlength=n_cells))
     hits = D.all_reduce_sum(torch.bincount(cell[t], minlength=n_cells))
-    b = best_intervals(
-        counts[None],
-        hits[None],
-        torch.tensor([n_cells], device=device),
-        torch.tensor([False], device=device),
-        min_support,
-        kappas=objective.kappas(False),
-    )
-    r = _pick(b, objective)
-    if r is None:
+    found = _best_of_row(counts, hits, min_support, objective)
+    if found is None:
         return None
-    lo_g, hi_g = int(b.g_low[r]), int(b.g_high[r])
+    lo_g, hi_g, n_hits, support = found
 
     def cut(g: int) -> float:  # between the values in cells < g and those in cells >= g
         inf = torch.tensor([math.inf], dtype=torch.float64, device=device)
@@ -794,4 +790,4 @@ def exact_best_interval(
 
     low = cut(lo_g) if lo_g > 0 else -math.inf
     high = cut(hi_g + 1) if hi_g + 1 < n_cells else math.inf
-    return low, high, int(b.hits[r]), int(b.support[r])
+    return low, high, n_hits, support
