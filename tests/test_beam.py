@@ -277,3 +277,20 @@ def test_short_cut_reads_short_in_printed_units(a, b, scale, offset, printed):
     c = short_cut(a, b, scale, offset)
     assert a < c <= b
     assert c * scale + offset == pytest.approx(printed, abs=1e-9)
+
+
+def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):
+    from torch_amore import beam
+
+    g = torch.Generator().manual_seed(0)
+    tot = torch.randint(0, 20, (50, 64), generator=g)
+    tgt = (tot * torch.rand(50, 64, generator=g)).long()
+    n_bins, is_cat = torch.full((50,), 64), torch.zeros(50, dtype=torch.bool)
+    whole = beam.best_intervals(tot, tgt, n_bins, is_cat, 30)
+    monkeypatch.setattr(beam, "_BEST_BUDGET", 8 * 65 * len(beam.KAPPAS))  # blocks of 8 features
+    blocks = beam.best_intervals(tot, tgt, n_bins, is_cat, 30)
+    for field in ("feature", "g_low", "g_high", "hits", "support", "kappa"):
+        assert torch.equal(getattr(whole, field), getattr(blocks, field))
+    # each row's counts are the sums over its interval
+    cum_t = torch.cat([torch.zeros(50, 1, dtype=torch.long), tgt.cumsum(1)], 1)
+    assert torch.equal(whole.hits, cum_t[whole.feature, whole.g_high + 1] - cum_t[whole.feature, whole.g_low])

@@ -207,6 +207,19 @@ class _Best:
     support: torch.Tensor
     kappa: torch.Tensor
 
+    @staticmethod
+    def concat(parts: list[_Best], features: list[torch.Tensor], kappa_offsets: list[int]) -> _Best:
+        """The rows of ``parts`` together, each part's feature indices mapped through ``features`` (an index tensor
+        per part) and its kappa indices shifted by ``kappa_offsets``."""
+        return _Best(
+            feature=torch.cat([f[p.feature] for p, f in zip(parts, features)]),
+            g_low=torch.cat([p.g_low for p in parts]),
+            g_high=torch.cat([p.g_high for p in parts]),
+            hits=torch.cat([p.hits for p in parts]),
+            support=torch.cat([p.support for p in parts]),
+            kappa=torch.cat([p.kappa + k for p, k in zip(parts, kappa_offsets)]),
+        )
+
 
 #: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once.
 _BEST_BUDGET = 1 << 20
@@ -251,15 +264,9 @@ def best_intervals(
             )
             for f0 in range(0, n_feat, block)
         ]
-        offsets = range(0, n_feat, block)
-        return _Best(
-            feature=torch.cat([p.feature + f0 for p, f0 in zip(parts, offsets)]),
-            g_low=torch.cat([p.g_low for p in parts]),
-            g_high=torch.cat([p.g_high for p in parts]),
-            hits=torch.cat([p.hits for p in parts]),
-            support=torch.cat([p.support for p in parts]),
-            kappa=torch.cat([p.kappa for p in parts]),
-        )
+        every = torch.arange(n_feat, device=device)
+        blocks = [every[f0 : f0 + block] for f0 in range(0, n_feat, block)]
+        return _Best.concat(parts, blocks, [0] * len(parts))
     # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), held in float64
     # (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; a start s and an end e (prefix
     # indices, 0..G) delimit the grids s..e-1
@@ -462,14 +469,7 @@ class BeamSearch:
         else:
             sel = torch.arange(g * n_feat, device=device)
         b2 = best_intervals(tot[sel], tgt[sel], n_bins[sel], is_cat[sel], min_support, rest, positive=False)
-        return _Best(
-            feature=torch.cat([b.feature, sel[b2.feature]]),
-            g_low=torch.cat([b.g_low, b2.g_low]),
-            g_high=torch.cat([b.g_high, b2.g_high]),
-            hits=torch.cat([b.hits, b2.hits]),
-            support=torch.cat([b.support, b2.support]),
-            kappa=torch.cat([b.kappa, b2.kappa + len(main)]),
-        )
+        return _Best.concat([b, b2], [torch.arange(g * n_feat, device=device), sel], [0, len(main)])
 
     def _expand(self, beam: list[_State], min_support: int, seen: set, chooser: list) -> dict[tuple, _State]:
         """The best children of every node of the beam: per ``(objective, width)`` of ``chooser``, ``width`` per
