@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from rule_compare import assert_rule_sets_close
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -62,10 +63,9 @@ def test_layer_rules_equal_extract_rules_on_activations_by_hand(data):
     assert expected, "the toy task should yield rules"
     for layer, layer_input in [(model[1], False), ("1", False), (model[2], True), ("3", True)]:
         explanation = RegionalRuleExplainer(model, layer, layer_input=layer_input).explain(X, c, **OPTS)
-        assert explanation.rule_sets == expected
+        assert_rule_sets_close(explanation.rule_sets, expected)  # batches of 256 vs one matmul: ulps apart
         assert torch.equal(explanation.subgroup, predicted == c)
-        assert torch.equal(explanation.features_matrix, hidden)
-        assert [rs.ratios for rs in explanation.rule_sets] == [rs.ratios for rs in expected]
+        assert torch.allclose(explanation.features_matrix, hidden, rtol=1e-5, atol=1e-6)
     assert model.training and all(m.training for m in model.modules())
     assert _hooks(model) == 0
 
@@ -91,7 +91,7 @@ def test_dataloader_dataset_and_dict_paths_equal_tensor_path(data):
         explainer.explain(DataLoader(DictData(), batch_size=33), 2, input_key=lambda b: b["image"], **OPTS),
     ]
     for run in runs:
-        assert run.rule_sets == ref.rule_sets
+        assert_rule_sets_close(run.rule_sets, ref.rule_sets)  # batch sizes differ: activations may differ in ulps
         assert torch.equal(run.subgroup, ref.subgroup)
         assert torch.allclose(run.features_matrix, ref.features_matrix)
 
@@ -103,10 +103,11 @@ def test_labels_come_from_tuple_and_dict_batches_for_roc(data):
     explainer = RegionalRuleExplainer(model)
     ref = explainer.explain(X, 1, labels=labels, threshold="roc", **OPTS)
     loader = DataLoader(TensorDataset(X, labels), batch_size=128)
-    assert explainer.explain(loader, 1, threshold="roc", **OPTS).threshold == ref.threshold
+    assert math.isclose(explainer.explain(loader, 1, threshold="roc", **OPTS).threshold, ref.threshold, rel_tol=1e-5)
     dict_loader = DataLoader([{"x": a, "y": b} for a, b in zip(X, labels)], batch_size=100)
     run = explainer.explain(dict_loader, 1, threshold="roc", input_key="x", label_key="y", **OPTS)
-    assert run.threshold == ref.threshold and run.rule_sets == ref.rule_sets
+    assert math.isclose(run.threshold, ref.threshold, rel_tol=1e-5)
+    assert_rule_sets_close(run.rule_sets, ref.rule_sets)
 
 
 def test_tuple_inputs_are_positional_model_inputs(data):
@@ -127,7 +128,8 @@ def test_tuple_inputs_are_positional_model_inputs(data):
     expl = RegionalRuleExplainer(model, "a").explain((X[:, :2], X[:, 2:]), 1, **OPTS)
     assert torch.equal(expl.subgroup, expected_mask)
     loader = DataLoader(TensorDataset(X[:, :2], X[:, 2:]), batch_size=100)
-    assert RegionalRuleExplainer(model, "a").explain(loader, 1, input_key=(0, 1), **OPTS).rule_sets == expl.rule_sets
+    batched = RegionalRuleExplainer(model, "a").explain(loader, 1, input_key=(0, 1), **OPTS)
+    assert_rule_sets_close(batched.rule_sets, expl.rule_sets)  # batches of 100 vs 256
 
 
 def test_rules_on_inputs_and_on_a_separate_features_matrix(data):
