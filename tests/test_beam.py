@@ -159,10 +159,11 @@ def test_refined_beam_rule_sets_are_coordinatewise_optimal_on_the_fine_grid(box_
     """After refinement no single condition of the best beam rule set can be re-cut on the fine grid to a higher
     fitness: brute force over every interval of every condition, given the other conditions' samples."""
     from torch_amore.beam import BeamSearch
+    from torch_amore.options import SearchOptions
     from torch_amore.search import prepare
 
     X, target = box_data
-    ex = prepare(X, target, n_grids=10)
+    ex = prepare(X, target, SearchOptions(n_grids=10))
     fine = ex.fine(128)
     states = BeamSearch(fine, ex.target, ex.n_total_target, beam_width=3).run(max_length=2, min_support=100)
     best = max(states, key=lambda s: (2 * s.hits - s.support, s.conds))

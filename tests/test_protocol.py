@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_amore.search as search_mod
-from torch_amore import DecisionList, RuleSet, rule_metrics, search_hyperparameters, sequential_covering
+from torch_amore import DecisionList, RuleSet, SearchOptions, rule_metrics, search_hyperparameters, sequential_covering
 from torch_amore.search import prepare
 
 
@@ -70,7 +70,8 @@ def test_selection_within_and_across_settings(bound):
     picks = []
     for (bs, ng, sm), (_, row) in zip(itertools.product(strategies, grids, supports), result.records.iterrows()):
         assert (row["bin_strategy"], row["n_grids"], row["min_support"]) == (bs, ng, sm)
-        candidates = prepare(X, target, n_grids=ng, bin_strategy=bs).run(max_length=2, min_support=sm, top_k=2)
+        extractor = prepare(X, target, SearchOptions(n_grids=ng, bin_strategy=bs))
+        candidates = extractor.run(max_length=2, min_support=sm, top_k=2)
         expected = _pick(candidates, bound)
         assert row["n_rule_sets"] == len(candidates)
         assert row["rule_set"] == expected
@@ -176,7 +177,8 @@ def test_sequential_covering_stops_for_the_documented_reasons():
     rest_target = target & ~covered
     if int(rest_target.sum()) >= 40 and int(rest_target.sum()) < int((~covered).sum()):
         rows = ~covered
-        candidates = prepare(X[rows], target[rows], n_grids=10).run(max_length=2, min_support=40, top_k=3)
+        extractor = prepare(X[rows], target[rows], SearchOptions(n_grids=10))
+        candidates = extractor.run(max_length=2, min_support=40, top_k=3)
         assert all(r.confidence < 0.8 for r in candidates)  # no further entry could qualify
     one = sequential_covering(X, target, max_length=2, min_support=40, n_grids=10, max_rules=1)
     assert len(one) == 1 and one[0] == dl[0]
@@ -210,7 +212,7 @@ def test_local_search_returns_rules_containing_the_sample():
         if rs is not None:
             assert bool(rs.mask(x[None, :])[0])
     # same as the extractor's local run, selected independently
-    ext = prepare(X, target, n_grids=8)
+    ext = prepare(X, target, SearchOptions(n_grids=8))
     candidates = ext.run(max_length=2, min_support=90, top_k=3, local_codes=ext.binned.encode_sample(x))
     assert result.records["rule_set"].iloc[3] == _pick(candidates, 0.8)
     with pytest.raises(ValueError, match="local_x"):

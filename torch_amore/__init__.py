@@ -8,6 +8,7 @@ from torch_amore.baselines import decision_tree_rules, decision_tree_search
 from torch_amore.explainer import RegionalRuleExplainer
 from torch_amore.explanation import RegionalExplanation
 from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
+from torch_amore.options import SearchOptions
 from torch_amore.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.search import extract_rules
@@ -47,6 +48,7 @@ __all__ = [
     "RuleSet",
     "RuleSetMetrics",
     "RuleSupport",
+    "SearchOptions",
     "SearchResult",
     "__version__",
     "confidence",

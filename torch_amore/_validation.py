@@ -107,17 +107,30 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
     return target.to(device)
 
 
-def resolve_min_support(min_support: Any, n: int) -> int:
-    """An int count, or a float fraction of ``n`` in (0, 1)."""
+def check_min_support(min_support: Any) -> int | float:
+    """``min_support`` as given, checked: an int count >= 1 or a float fraction in (0, 1).
+
+    A float is always a fraction: ``1.0`` or ``50.0`` are refused (write ``1`` or ``50`` for a count).
+    """
     if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.integer, np.floating)):
-        raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), got {min_support!r}.")
-    if isinstance(min_support, (float, np.floating)) and not float(min_support).is_integer():
-        if not 0.0 < min_support < 1.0:
-            raise ValueError(f"Expected a fractional `min_support` to lie in (0, 1), but got {min_support}.")
-        value = int(math.ceil(float(min_support) * n))
-    else:
-        value = int(min_support)
-    if value < 1 or value > n:
+        raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), but got {min_support!r}.")
+    if isinstance(min_support, (float, np.floating)):
+        if not 0.0 < float(min_support) < 1.0:
+            whole = float(min_support).is_integer()
+            hint = f" (for a count of samples pass the int {int(min_support)})" if whole else ""
+            raise ValueError(f"Expected a float `min_support` to be a fraction in (0, 1), but got {min_support}{hint}.")
+        return float(min_support)
+    if min_support < 1:
+        raise ValueError(f"Expected an int `min_support` to be a count >= 1, but got {min_support}.")
+    return int(min_support)
+
+
+def resolve_min_support(min_support: Any, n: int) -> int:
+    """The count of samples meant by ``min_support`` (see :func:`check_min_support`) on ``n`` samples."""
+    value = check_min_support(min_support)
+    if isinstance(value, float):
+        value = int(math.ceil(value * n))
+    if value > n:
         raise ValueError(f"Expected `min_support` to lie in [1, {n}] (the number of samples), but got {min_support}.")
     return value
 

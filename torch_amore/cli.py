@@ -30,8 +30,9 @@ import torch
 from torch_amore import __version__
 from torch_amore import _validation as V
 from torch_amore._typing import BIN_STRATEGIES
+from torch_amore.options import STRATEGIES
 from torch_amore.rules import RuleSet
-from torch_amore.search import STRATEGIES, extract_rules
+from torch_amore.search import extract_rules
 
 PROG = "torch-amore"
 

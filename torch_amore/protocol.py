@@ -22,8 +22,9 @@ from torch_amore import _validation as V
 from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
+from torch_amore.options import SearchOptions
 from torch_amore.rules import RuleSet
-from torch_amore.search import STRATEGIES, prepare
+from torch_amore.search import prepare
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -144,18 +145,13 @@ def search_hyperparameters(
     bin_strategies: str | Sequence[str] = ("uniform", "kmeans"),
     n_grids: int | Iterable[int] = range(2, 11),
     min_supports: int | float | Iterable[int | float] = DEFAULT_MIN_SUPPORTS,
-    max_length: int = 2,
-    top_k: int = 3,
     confidence_lower_bound: float = 0.8,
+    options: SearchOptions | None = None,
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     local_x: ArrayLike | None = None,
     target_name: str = "target",
-    strategy: str = "paper",
-    progress: bool = False,
+    **search_options: Any,
 ) -> SearchResult:
     """The paper's grid search over ``bin_strategy`` x ``n_grids`` x ``min_support`` for a fixed ``max_length``.
 
@@ -169,13 +165,13 @@ def search_hyperparameters(
         bin_strategies: one strategy or a sequence of ``"uniform"``, ``"quantile"``, ``"kmeans"``.
         n_grids: one value or an iterable (default 2..10).
         min_supports: one value or an iterable of int counts / float fractions of N.
-        max_length: l_max, fixed during the search.
-        top_k: K, candidates kept per node.
         confidence_lower_bound: iota (the paper uses 0.8).
+        options: a :class:`torch_amore.SearchOptions` for everything but the three grids above (its
+            ``bin_strategy``, ``n_grids`` and ``min_support`` are replaced by each setting's); keyword arguments
+            override its fields. Without it the ``strategy`` is ``"paper"`` (the paper's protocol), not the beam.
         local_x: one sample (F,): search local rules (rules containing it) in every setting.
-        strategy: the rule search of each setting: ``"paper"`` (default, the paper's protocol) or ``"beam"``
-            (see :func:`torch_amore.extract_rules`).
-        progress: show a progress bar over the settings.
+        **search_options: fields of :class:`torch_amore.SearchOptions`, e.g. ``max_length`` (l_max, fixed during
+            the search), ``top_k``, ``strategy``, ``feature_types``; ``progress`` shows a bar over the settings.
         Other arguments: as in :func:`torch_amore.extract_rules`.
 
     Returns:
@@ -200,10 +196,10 @@ def search_hyperparameters(
               10          100      593    1.000
     """
     bound = _check_bound(confidence_lower_bound)
-    max_length = V.check_int(max_length, "max_length", 1)
-    top_k = V.check_int(top_k, "top_k", 1)
+    options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
+    progress = options.progress
+    options = options.replace(progress=False)
     strategies = [V.check_bin_strategy(s) for s in _as_grid(bin_strategies, "bin_strategies", str)]
-    search_strategy = V.check_choice(strategy, "strategy", STRATEGIES)
     grids = [V.check_int(g, "n_grids", 2) for g in _as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
@@ -216,27 +212,12 @@ def search_hyperparameters(
     bar = progress_bar(progress, total=len(strategies) * len(grids) * len(supports), desc="hyperparameter settings")
     rows = []
     for strategy, n_g in itertools.product(strategies, grids):
-        extractor = prepare(
-            X_t,
-            target,
-            n_grids=n_g,
-            bin_strategy=strategy,
-            features=features,
-            feature_names=names,
-            feature_types=feature_types,
-            feature_scale=feature_scale,
-            feature_offset=feature_offset,
-            target_name=target_name,
-        )
+        setting_options = options.replace(bin_strategy=strategy, n_grids=n_g)
+        extractor = prepare(X_t, target, setting_options, features=features, feature_names=names,
+                            target_name=target_name)  # fmt: skip
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         for s_min in supports:
-            rule_sets = extractor.extract(
-                strategy=search_strategy,
-                max_length=max_length,
-                min_support=s_min,
-                top_k=top_k,
-                local_codes=local_codes,
-            )
+            rule_sets = extractor.extract(setting_options, min_support=s_min, local_codes=local_codes)
             setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
             rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
             bar.update(1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -30,10 +31,9 @@ from torch_amore.beam import (
 )
 from torch_amore.binning import Binned, bin_features
 from torch_amore.intervals import Candidates, candidate_intervals
+from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
-
-STRATEGIES = ("beam", "paper")
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
@@ -258,37 +258,29 @@ class _Extractor:
         return sort_rule_sets(found.values())
 
     def extract(
-        self,
-        *,
-        strategy: str,
-        max_length: int,
-        min_support: int,
-        top_k: int,
-        local_codes: list[int] | None = None,
-        beam_width: int = 5,
-        min_confidence: float | None = None,
-        progress: bool = False,
+        self, options: SearchOptions, *, min_support: int, local_codes: list[int] | None = None
     ) -> list[RuleSet]:
-        """Rule sets of a search ``strategy`` (see :func:`extract_rules`), best fitness first.
+        """Rule sets of ``options.strategy`` (see :func:`extract_rules`), best fitness first; ``min_support`` is the
+        count meant by ``options.min_support`` on the data.
 
-        ``min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the result.
+        ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
+        result.
         """
+        o = options
         rule_sets = self.run(
-            max_length=max_length, min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress
-        )
-        if strategy == "beam" and local_codes is None:
+            max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
+            progress=o.progress,
+        )  # fmt: skip
+        if o.strategy == "beam" and local_codes is None:
             found = self.run_beam(
-                max_length=max_length,
-                min_support=min_support,
-                beam_width=beam_width,
-                min_confidence=min_confidence,
-                progress=progress,
-            )
+                max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
+                min_confidence=o.min_confidence, progress=o.progress,
+            )  # fmt: skip
             ranked = sort_rule_sets(found)
             polished = [self.polish(rs, min_support) for rs in _two_feature_sets(ranked)]
-            if min_confidence is not None:
-                confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= min_confidence])
-                polished += [self.polish(rs, min_support, min_confidence=min_confidence) for rs in confident]
+            if o.min_confidence is not None:
+                confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
+                polished += [self.polish(rs, min_support, min_confidence=o.min_confidence) for rs in confident]
             rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         return rule_sets
 
@@ -408,40 +400,34 @@ class _Extractor:
 def prepare(
     X: ArrayLike,
     target: MaskLike,
+    options: SearchOptions | None = None,
     *,
-    n_grids: int = 10,
-    bin_strategy: str = "uniform",
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
 ) -> _Extractor:
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
-    ``min_support`` nor ``max_length``)."""
+    ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units."""
+    options = SearchOptions() if options is None else options
     X, frame_names = V.to_tensor_2d(X)
     n, n_features = X.shape
     if D.global_count(n) == 0 or n_features == 0:  # a DDP shard may be empty, the data may not
         raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
     names = V.resolve_names(feature_names, frame_names, n_features)
-    n_grids = V.check_int(n_grids, "n_grids", 2)
-    V.check_bin_strategy(bin_strategy)
     columns = V.resolve_features(features, n_features)
-    if feature_types is not None:
-        kinds_all = V.resolve_feature_types(feature_types, X)
+    if options.feature_types is not None:
+        kinds_all = V.resolve_feature_types(options.feature_types, X)
     else:
         kinds_all = ["float"] * n_features
         inferred = V.infer_feature_types(X[:, columns])
         for c, k in zip(columns, inferred):
             kinds_all[c] = k
-    scale = V.resolve_affine(feature_scale, "feature_scale", n_features, 1.0)
-    offset = V.resolve_affine(feature_offset, "feature_offset", n_features, 0.0)
-    if any(s == 0 for s in scale):
-        raise ValueError("Expected non-zero entries in `feature_scale`.")
+    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
+    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
-    binned = bin_features(X, columns, [kinds_all[c] for c in columns], n_grids=n_grids, bin_strategy=bin_strategy)
+    kinds = [kinds_all[c] for c in columns]
+    binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -449,22 +435,12 @@ def extract_rules(
     X: ArrayLike,
     target: MaskLike,
     *,
-    max_length: int = 2,
-    min_support: int | float = 0.05,
-    n_grids: int = 10,
-    bin_strategy: str = "uniform",
-    top_k: int = 3,
+    options: SearchOptions | None = None,
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
     local_x: ArrayLike | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
-    strategy: str = "beam",
-    min_confidence: float | None = None,
-    beam_width: int = 5,
-    progress: bool = False,
+    **search_options: Any,
 ) -> list[RuleSet]:
     """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
     ``min_support`` samples, found by AMORE's probability-ratio search.
@@ -473,26 +449,29 @@ def extract_rules(
         X: (N, F) features: a torch tensor (the search runs on its device), numpy array or pandas DataFrame (column
             names become feature names). NaN marks a missing value; it satisfies no rule.
         target: (N,) boolean subgroup, e.g. "the model predicts class c".
-        max_length: l_max, the most conditions in a rule set.
-        min_support: s_min, an int count or a float fraction of N in (0, 1).
-        n_grids: n_g, initial value grids per numeric feature.
-        bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
-        top_k: K, candidate rules kept at each node of the rule tree.
+        options: a :class:`torch_amore.SearchOptions`; keyword arguments below override its fields.
         features: indices of the features to build rules from (e.g. ``select_features(...).features``).
         feature_names: names used when printing (default: DataFrame columns, else ``feature_{i}``).
-        feature_types: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1 values: cat;
-            integer values: int; else float).
         local_x: one sample (F,): only rules whose conditions contain it (local rules); may return ``[]`` when the
             sample is an outlier of the subgroup.
-        feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
         target_name: name of the subgroup in printed rules.
-        strategy: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5). ``"beam"`` (default)
-            runs it too and adds a beam search over fitness-optimal intervals on fine grids with refinement
-            (:mod:`torch_amore.beam`), so its best fitness is never below the paper strategy's.
-        min_confidence: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy also looks
-            for the fittest rule sets that are this confident.
-        beam_width: rule sets kept per length by the beam strategy.
-        progress: show progress bars over the nodes of the rule tree and the lengths of the beam search.
+        **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
+
+            * ``max_length``: l_max, the most conditions in a rule set (default 2).
+            * ``min_support``: s_min, an int count or a float fraction of N in (0, 1) (default 0.05).
+            * ``n_grids``: n_g, initial value grids per numeric feature (default 10).
+            * ``bin_strategy``: ``"uniform"`` (default), ``"quantile"`` or ``"kmeans"``.
+            * ``top_k``: K, candidate rules kept at each node of the rule tree (default 3).
+            * ``strategy``: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5).
+              ``"beam"`` (default) runs it too and adds a beam search over fitness-optimal intervals on fine grids
+              with refinement (:mod:`torch_amore.beam`), so its best fitness is never below the paper strategy's.
+            * ``min_confidence``: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy
+              also looks for the fittest rule sets that are this confident.
+            * ``beam_width``: rule sets kept per length by the beam strategy (default 5).
+            * ``feature_types``: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1
+              values: cat; integer values: int; else float).
+            * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
+            * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
@@ -506,40 +485,16 @@ def extract_rules(
         >>> print(best)
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
-    max_length = V.check_int(max_length, "max_length", 1)
-    top_k = V.check_int(top_k, "top_k", 1)
-    beam_width = V.check_int(beam_width, "beam_width", 1)
-    V.check_choice(strategy, "strategy", STRATEGIES)
-    if min_confidence is not None and not 0.0 <= float(min_confidence) <= 1.0:
-        raise ValueError(f"Expected `min_confidence` in [0, 1] or None, but got {min_confidence}.")
+    options = SearchOptions.resolve(options, **search_options)
     X_t, _ = V.to_tensor_2d(X)
-    min_s = V.resolve_min_support(min_support, D.global_count(X_t.shape[0]))
+    min_s = V.resolve_min_support(options.min_support, D.global_count(X_t.shape[0]))
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    extractor = prepare(
-        X,
-        target,
-        n_grids=n_grids,
-        bin_strategy=bin_strategy,
-        features=features,
-        feature_names=feature_names,
-        feature_types=feature_types,
-        feature_scale=feature_scale,
-        feature_offset=feature_offset,
-        target_name=target_name,
-    )
+    extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
     local_codes = extractor.binned.encode_sample(local) if local is not None else None
-    rule_sets = extractor.extract(
-        strategy=strategy,
-        max_length=max_length,
-        min_support=min_s,
-        top_k=top_k,
-        local_codes=local_codes,
-        beam_width=beam_width,
-        min_confidence=min_confidence,
-        progress=progress,
-    )
+    rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
+    min_confidence = options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
     return rule_sets
