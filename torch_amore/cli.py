@@ -1,42 +1,44 @@
 """Command-line entry point: regional rules for a subgroup of a CSV or Parquet table.
 
-``torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500`` reads the table, defines the
-subgroup with a pandas ``DataFrame.eval`` expression (or a column of 0/1 model predictions, ``--target-column``),
-one-hot encodes string columns, runs :func:`torch_amore.extract_rules` on the remaining columns and prints the rule sets
-(optionally writing them as JSON). ``python -m torch_amore`` is the same program.
+``torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500`` reads the table
+(:mod:`torch_amore.table`), defines the subgroup with a target expression (:mod:`torch_amore.expression`, a small
+language that cannot run code) or a column of 0/1 model predictions (``--target-column``), one-hot encodes string
+columns, runs :func:`torch_amore.extract_rules` with one :class:`torch_amore.SearchOptions` built from the flags, and
+prints the rule sets (optionally writing them as a :class:`torch_amore.RegionalExplanation` JSON file).
+``python -m torch_amore`` is the same program.
 
-Bad input (missing file, unknown column, bad expression, empty subgroup, bad option) is reported as one line on stderr,
-``torch-amore: error: ...``, with exit code 2 and no traceback.
+Bad input (missing or malformed file, unknown column, bad expression, empty subgroup, bad option, unusable device,
+too little memory) is reported as one line on stderr, ``torch-amore: error: ...``, with exit code 2 and no traceback.
+An unexpected failure is one line ``torch-amore: internal error: ...`` with exit code 1 (set the environment variable
+``TORCH_AMORE_TRACEBACK=1`` to see the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import io
-import json
 import math
 import os
-import re
 import sys
-import tokenize
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
 from torch_amore import __version__
-from torch_amore import _validation as V
-from torch_amore._typing import BIN_STRATEGIES
-from torch_amore.options import STRATEGIES
+from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
+from torch_amore.explanation import RegionalExplanation
+from torch_amore.expression import GRAMMAR, ExpressionError, parse_expression, show_columns
+from torch_amore.options import STRATEGIES, SearchOptions
 from torch_amore.rules import RuleSet
 from torch_amore.search import extract_rules
+from torch_amore.table import encode_features, is_text, read_table, subgroup_from_column
 
 PROG = "torch-amore"
-
-_PARQUET_SUFFIXES = (".parquet", ".pq")
+_DEFAULTS = SearchOptions()
 
 
 class CLIError(Exception):
@@ -53,43 +55,36 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------------------------------- option types
 
 
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, but got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, but got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-def _min_support(text: str) -> int | float:
-    """A positive count (``500``) or a fraction of the rows in (0, 1) (``0.05``)."""
-    bad = f"expected a count >= 1 (e.g. 500) or a fraction in (0, 1) (e.g. 0.05), but got {text!r}"
+def _number(text: str) -> int | float:
+    """An int when the text is one (``500``), else a float (``0.05``); ranges are checked by SearchOptions."""
     try:
-        value = float(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(bad) from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(bad)
-    if value.is_integer():
-        return int(value)
-    if value > 1:
-        raise argparse.ArgumentTypeError(bad)
-    return value
-
-
-def _fraction(text: str) -> float:
+        pass
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], but got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], but got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, but got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, but got {value}")
     return value
 
 
@@ -98,6 +93,32 @@ def _name_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated column names, but got {text!r}")
     return names
+
+
+def _per_feature(parse_value):
+    """A parser of ``v1,v2,...`` (one value per feature) or ``name=v,name=v`` (the named features only)."""
+
+    def parse(text: str) -> list | dict:
+        items = [t.strip() for t in text.split(",")]
+        if not text.strip() or any(not t for t in items):
+            raise argparse.ArgumentTypeError(f"expected v1,v2,... or name=v,name=v, but got {text!r}")
+        if not any("=" in t for t in items):
+            return [parse_value(t) for t in items]
+        out = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise argparse.ArgumentTypeError(f"expected name=value pairs, but got {item!r} in {text!r}")
+            out[name.strip()] = parse_value(value.strip())
+        return out
+
+    return parse
+
+
+def _feature_type(text: str) -> str:
+    if text not in FEATURE_TYPES:
+        raise argparse.ArgumentTypeError(f"expected feature types in {list(FEATURE_TYPES)}, but got {text!r}")
+    return text
 
 
 # --------------------------------------------------------------------------------------------------------- parser
@@ -119,17 +140,29 @@ def build_parser() -> argparse.ArgumentParser:
         "fitness first. String and categorical columns are one-hot encoded (columns named like "
         "'gender_Female'); the column(s) used by --target or --target-column are excluded from the features "
         "automatically.",
-        epilog='Example: torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500',
+        epilog='Example: torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500. '
+        "Exit status: 0 on success, 2 for bad input (one line on stderr), 1 for an internal error.",
     )
-    rules.add_argument("table", help="path of a .csv/.tsv file (optionally compressed, e.g. .csv.gz) or a "
-                       ".parquet file (needs pyarrow)")
-    target = rules.add_mutually_exclusive_group(required=True)
+    rules.add_argument("table", help="path of a .csv/.tsv file (optionally compressed: .gz, .bz2, .xz, .zip) or a "
+                       ".parquet file (needs pyarrow); every CSV row must have as many fields as the header")
+    _add_target_arguments(rules)
+    _add_search_arguments(rules)
+    _add_feature_arguments(rules)
+    _add_output_arguments(rules)
+    rules.set_defaults(func=_run_rules)
+    return parser
+
+
+def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("subgroup (one of)")
+    target = group.add_mutually_exclusive_group(required=True)
     target.add_argument(
         "--target",
         metavar="EXPR",
-        help="the subgroup as a boolean pandas DataFrame.eval expression on the columns, e.g. \"diabetes == 1\" or "
-        "\"gender == 'Female' and age > 50\" (quote column names with spaces in backticks); the columns it "
-        "uses are excluded from the features",
+        help="the subgroup as a condition on the columns, e.g. \"diabetes == 1\" or \"gender == 'Female' and "
+        f"50 <= age < 70\". The language allows only {GRAMMAR}. Nothing else (attribute access, calls, "
+        "indexing, '@' names, lambdas) is accepted, and no code is run. A missing value satisfies no comparison "
+        "except != and 'not in'. The columns it uses are excluded from the features.",
     )
     target.add_argument(
         "--target-column",
@@ -137,252 +170,169 @@ def build_parser() -> argparse.ArgumentParser:
         help="a column of 0/1 (or True/False) model predictions; rows with 1 form the subgroup; the column is "
         "excluded from the features",
     )
-    rules.add_argument("--max-length", type=_int_at_least(1), default=2, metavar="L",
-                       help="l_max: at most L conditions per rule set (default: 2)")
-    rules.add_argument("--min-support", type=_min_support, default=0.05, metavar="S",
-                       help="s_min: at least S rows per rule set, a count (500) or a fraction of the rows (0.05) "
-                       "(default: 0.05)")
-    rules.add_argument("--n-grids", type=_int_at_least(2), default=10, metavar="G",
-                       help="n_g: initial value grids per numeric feature (default: 10)")
-    rules.add_argument("--bin-strategy", choices=BIN_STRATEGIES, default="uniform",
-                       help="how the grids are placed (default: uniform)")
-    rules.add_argument("--top-k", type=_int_at_least(1), default=3, metavar="K",
-                       help="K: candidate rules kept at each node of the rule tree (default: 3)")
-    rules.add_argument("--strategy", choices=STRATEGIES, default="beam",
+
+
+def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    d = _DEFAULTS
+    group = parser.add_argument_group("search options (the fields of torch_amore.SearchOptions)")
+    group.add_argument("--max-length", type=_integer, metavar="L",
+                       help=f"l_max: at most L conditions per rule set (default: {d.max_length})")
+    group.add_argument("--min-support", type=_number, metavar="S",
+                       help="s_min: at least S rows per rule set, an integer count (500) or a fraction of the rows "
+                       f"in (0, 1) (0.05) (default: {d.min_support})")
+    group.add_argument("--n-grids", type=_integer, metavar="G",
+                       help=f"n_g: initial value grids per numeric feature (default: {d.n_grids})")
+    group.add_argument("--bin-strategy", choices=BIN_STRATEGIES,
+                       help=f"how the grids are placed (default: {d.bin_strategy})")
+    group.add_argument("--top-k", type=_integer, metavar="K",
+                       help=f"K: candidate rules kept at each node of the rule tree (default: {d.top_k})")
+    group.add_argument("--strategy", choices=STRATEGIES,
                        help="paper: the paper's ratio-driven rule tree exactly; beam: that tree plus a beam search "
-                       "over fitness-optimal intervals (default: beam)")
-    rules.add_argument("--min-confidence", type=_fraction, metavar="C",
-                       help="report only rule sets with confidence >= C (default: all)")
-    rules.add_argument("--beam-width", type=_int_at_least(1), default=5, metavar="W",
-                       help="rule sets kept per length by the beam strategy (default: 5)")
-    rules.add_argument("--features", type=_name_list, metavar="A,B,C",
+                       f"over fitness-optimal intervals (default: {d.strategy})")
+    group.add_argument("--min-confidence", type=_float, metavar="C",
+                       help="report only rule sets with confidence >= C, in [0, 1] (default: all)")
+    group.add_argument("--beam-width", type=_integer, metavar="W",
+                       help=f"rule sets kept per length by the beam strategy (default: {d.beam_width})")
+    group.add_argument("--feature-types", type=_per_feature(_feature_type), metavar="SPEC",
+                       help="feature types, float/int/cat: one per feature (int,float,cat,...) or per name "
+                       "(age=int,bmi=float; a string column's name sets all its one-hot columns) (default: one-hot "
+                       "and bool columns cat, integer columns int, others float)")
+    group.add_argument("--feature-scale", type=_per_feature(_float), metavar="SPEC",
+                       help="print bounds in original units, raw = value * scale + offset: one scale per feature "
+                       "(1,2.5,...) or per name (age=12.3) (default: 1)")
+    group.add_argument("--feature-offset", type=_per_feature(_float), metavar="SPEC",
+                       help="offsets for --feature-scale, one per feature or per name (default: 0)")
+    group.add_argument("--progress", action="store_true", default=None,
+                       help="show progress bars over the rule tree and the beam search (on stderr)")
+
+
+def _add_feature_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("features")
+    group.add_argument("--features", type=_name_list, metavar="A,B,C",
                        help="only these columns as features (a string column name selects all its one-hot columns; "
                        "one-hot names such as gender_Female select one)")
-    rules.add_argument("--exclude", type=_name_list, action="append", default=[], metavar="A,B",
+    group.add_argument("--exclude", type=_name_list, action="append", default=[], metavar="A,B",
                        help="leave these columns out of the features (repeatable, comma-separated)")
-    rules.add_argument("--max-categories", type=_int_at_least(1), default=100, metavar="M",
+    group.add_argument("--max-categories", type=_positive, default=100, metavar="M",
                        help="a string column with more than M distinct values is an error (exclude it, e.g. an id "
                        "column) (default: 100)")
-    rules.add_argument("--limit", type=_int_at_least(1), metavar="N",
-                       help="report only the N best rule sets (printed and in --json) (default: all)")
-    rules.add_argument("--json", metavar="PATH", help="also write the reported rule sets as a JSON list of "
-                       "RuleSet.to_dict() objects")
-    rules.add_argument("--device", default="cpu", help="torch device for the search, e.g. cuda (default: cpu)")
-    rules.add_argument("--progress", action="store_true", help="show a progress bar over the rule tree")
-    rules.set_defaults(func=_run_rules)
-    return parser
+    group.add_argument("--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps "
+                       "(default: cpu)")
 
 
-# ---------------------------------------------------------------------------------------------------- data input
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--all", action="store_true",
+                       help="also print rule sets with negative fitness (they cover more rows outside the subgroup "
+                       "than inside), flagged; by default they are left out of the table with a note")
+    group.add_argument("--limit", type=_positive, metavar="N",
+                       help="keep only the N best rule sets (printed and in --json) (default: all)")
+    group.add_argument("--json", metavar="PATH",
+                       help="also write the rule sets (all kept ones, negative fitness included) as a "
+                       "torch_amore.RegionalExplanation JSON file (read it with RegionalExplanation.from_json)")
 
 
-def read_table(path: str) -> pd.DataFrame:
-    """Read a CSV/TSV (compression inferred from the suffix) or Parquet file; column names become strings."""
-    p = Path(path)
-    if not p.exists():
-        raise CLIError(f"file not found: {path}")
-    if p.is_dir():
-        raise CLIError(f"expected a CSV or Parquet file, but {path} is a directory")
-    suffixes = [s.lower() for s in p.suffixes]
-    try:
-        if suffixes and suffixes[-1] in _PARQUET_SUFFIXES:
-            if importlib.util.find_spec("pyarrow") is None:
-                raise CLIError(f"reading Parquet files needs pyarrow (pip install pyarrow); cannot read {path}")
-            df = pd.read_parquet(p, engine="pyarrow")
-        else:
-            df = pd.read_csv(p, sep="\t" if ".tsv" in suffixes else ",")
-    except CLIError:
-        raise
-    except (OSError, ValueError) as err:  # includes pandas' EmptyDataError/ParserError and decoding errors
-        raise CLIError(f"cannot read {path}: {err}") from None
-    df.columns = [str(c) for c in df.columns]
-    if len(df) == 0:
-        raise CLIError(f"{path} has no data rows")
-    return df
-
-
-def _show_columns(columns: Sequence[str], limit: int = 20) -> str:
-    shown = ", ".join(columns[:limit])
-    return shown + (f", ... ({len(columns)} in all)" if len(columns) > limit else "")
-
-
-def referenced_columns(expr: str, columns: Sequence[str]) -> list[str]:
-    """The columns an eval expression names (bare identifiers or `backtick quoted`), in table order.
-
-    Example:
-        >>> referenced_columns("gender == 'age' and `blood glucose` > 100", ["age", "gender", "blood glucose"])
-        ['gender', 'blood glucose']
-    """
-    names = set(re.findall(r"`([^`]*)`", expr))
-    rest = re.sub(r"`[^`]*`", " _ ", expr)
-    try:
-        names |= {t.string for t in tokenize.generate_tokens(io.StringIO(rest).readline) if t.type == tokenize.NAME}
-    except (tokenize.TokenError, SyntaxError):  # DataFrame.eval reports the syntax error
-        pass
-    return [c for c in columns if c in names]
+# ---------------------------------------------------------------------------------------------------------- target
 
 
 def subgroup_from_expression(df: pd.DataFrame, expr: str) -> tuple[np.ndarray, list[str]]:
-    """Boolean (N,) mask of ``DataFrame.eval(expr)`` and the columns the expression uses."""
-    if not expr.strip():
-        raise CLIError("--target is empty; give a boolean expression such as \"diabetes == 1\"")
-    used = referenced_columns(expr, list(df.columns))
-    try:
-        result = df.eval(expr)
-    except pd.errors.UndefinedVariableError as err:
-        raise CLIError(f"unknown column in --target {expr!r}: {err}; columns are: {_show_columns(list(df.columns))}") \
-            from None
-    except SyntaxError as err:
-        raise CLIError(f"cannot parse --target {expr!r}: {err.msg}") from None
-    except Exception as err:  # DataFrame.eval raises many types for expressions it cannot evaluate
-        raise CLIError(f"cannot evaluate --target {expr!r}: {type(err).__name__}: {err}") from None
-    if not isinstance(result, pd.Series) or len(result) != len(df):
-        raise CLIError(
-            f"--target {expr!r} must give one True/False per row (a boolean expression on the columns, such as "
-            f"\"diabetes == 1\"), but it gives a {type(result).__name__}"
-        )
-    if result.dtype == "boolean":  # nullable booleans: missing is not in the subgroup
-        result = result.fillna(False)
-    if result.dtype != bool:
-        raise CLIError(
-            f"--target {expr!r} must be a boolean expression such as \"diabetes == 1\", but it gives values of "
-            f"dtype {result.dtype}"
-        )
-    return np.array(result.to_numpy(dtype=bool), dtype=bool), used
-
-
-def subgroup_from_column(df: pd.DataFrame, column: str) -> np.ndarray:
-    """Boolean (N,) mask from a column of 0/1 (or True/False) predictions."""
-    if column not in df.columns:
-        raise CLIError(f"unknown --target-column {column!r}; columns are: {_show_columns(list(df.columns))}")
-    col = df[column]
-    n_missing = int(col.isna().sum())
-    if n_missing:
-        raise CLIError(f"--target-column {column!r} has {n_missing} missing values; expected 0/1 in every row")
-    if col.dtype == bool or col.dtype == "boolean":
-        return np.array(col.to_numpy(dtype=bool), dtype=bool)
-    if not pd.api.types.is_numeric_dtype(col):
-        raise CLIError(f"--target-column {column!r} must hold 0/1 predictions, but it has dtype {col.dtype}; "
-                       f"use --target \"{column} == ...\" for other values")
-    values = col.to_numpy(dtype=np.float64)
-    bad = np.unique(values[(values != 0) & (values != 1)])
-    if bad.size:
-        raise CLIError(f"--target-column {column!r} must hold 0/1 predictions, but it also holds "
-                       f"{[v.item() for v in bad[:5]]}; use --target \"{column} == ...\" to pick one class")
-    return values == 1
-
-
-def _is_categorical(col: pd.Series) -> bool:
-    return isinstance(col.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(col) or col.dtype == object
-
-
-def _dummy_owner(name: str, df: pd.DataFrame, candidates: Sequence[str]) -> str | None:
-    """The string column whose one-hot column ``name`` (``<column>_<value>``) would be, if any."""
-    for c in candidates:
-        if name.startswith(c + "_") and _is_categorical(df[c]):
-            values = {str(v) for v in df[c].dropna().unique()}
-            if name[len(c) + 1:] in values:
-                return c
-    return None
-
-
-def encode_features(
-    df: pd.DataFrame,
-    *,
-    exclude: Sequence[str] = (),
-    features: Sequence[str] | None = None,
-    max_categories: int = 100,
-) -> tuple[np.ndarray, list[str], list[str]]:
-    """The feature matrix of a table: numeric columns as they are, string/categorical columns one-hot encoded.
-
-    One-hot columns are named ``<column>_<value>`` and typed ``"cat"``; a row whose string value is missing gets NaN
-    in all of that column's one-hot columns (so it satisfies no rule on them). Boolean columns become 0/1.
-
-    Returns:
-        ``(X, names, types)``: float64 (N, F) values, feature names and ``float``/``int``/``cat`` types.
+    """Boolean (N,) mask of a target expression (:mod:`torch_amore.expression`) and the columns it uses, in table
+    order.
 
     Example:
-        >>> df = pd.DataFrame({"age": [30, 41, 52], "gender": ["F", None, "M"], "y": [0, 1, 1]})
-        >>> X, names, types = encode_features(df, exclude=["y"])
-        >>> names, types
-        (['age', 'gender_F', 'gender_M'], ['int', 'cat', 'cat'])
-        >>> X[1].tolist()
-        [41.0, nan, nan]
+        >>> df = pd.DataFrame({"age": [30, 60, 70], "y": [1, 1, 0]})
+        >>> mask, used = subgroup_from_expression(df, "y == 1 and age > 40")
+        >>> mask.tolist(), used
+        ([False, True, False], ['age', 'y'])
     """
-    excluded = set(exclude)
-    candidates = [c for c in df.columns if c not in excluded]
-    keep_dummies: dict[str, set[str] | None] = {}  # column -> selected one-hot names (None: all)
-    if features is None:
-        selected = candidates
-    else:
-        chosen: set[str] = set()
-        for name in features:
-            if name in excluded:
-                raise CLIError(f"--features names {name!r}, which is excluded (used by the target or --exclude)")
-            if name in candidates:
-                chosen.add(name)
-                keep_dummies[name] = None
-                continue
-            owner = _dummy_owner(name, df, candidates)
-            if owner is None:
-                raise CLIError(f"unknown column {name!r} in --features; columns are: "
-                               f"{_show_columns(list(df.columns))}")
-            chosen.add(owner)
-            if keep_dummies.get(owner, set()) is not None:
-                keep_dummies.setdefault(owner, set()).add(name)
-        selected = [c for c in candidates if c in chosen]
-    if not selected:
-        raise CLIError("no feature columns left (all columns are used by the target or excluded)")
+    columns = list(df.columns)
+    try:
+        parsed = parse_expression(expr, columns)
+        mask = parsed.evaluate(df)
+    except ExpressionError as err:
+        message = str(err)
+        if "columns are:" not in message:
+            message += f"; columns are: {show_columns(columns)}"
+        raise CLIError(f"--target {expr!r}: {message}") from None
+    return mask, [c for c in columns if c in parsed.columns]
 
-    blocks: list[np.ndarray] = []
-    names: list[str] = []
-    types: list[str] = []
-    for c in selected:
-        col = df[c]
-        if col.dtype == bool or col.dtype == "boolean":
-            blocks.append(col.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)[:, None])
-            names.append(c)
-            types.append("cat")
-        elif pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_complex_dtype(col):
-            values = np.array(col.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
-            if np.isinf(values).any():
-                raise CLIError(f"column {c!r} holds infinite values; replace them or remove the column with "
-                               f"--exclude {c}")
-            blocks.append(values[:, None])
-            names.append(c)
-            types.extend(V.infer_feature_types(torch.from_numpy(values[:, None])))
-        elif _is_categorical(col):
-            present = col.dropna()
-            n_values = int(present.astype(str).nunique())
-            if n_values > max_categories:
-                raise CLIError(f"column {c!r} has {n_values} distinct values (more than --max-categories "
-                               f"{max_categories}); remove it with --exclude {c} or raise --max-categories")
-            labels = col.where(col.isna(), col.astype(str))
-            dummies = pd.get_dummies(labels, prefix=c, prefix_sep="_", dtype=np.float64)
-            wanted = keep_dummies.get(c)
-            if wanted is not None:
-                dummies = dummies[[d for d in dummies.columns if d in wanted]]
-            values = dummies.to_numpy(dtype=np.float64, copy=True)
-            values[col.isna().to_numpy()] = np.nan
-            blocks.append(values)
-            names.extend(str(d) for d in dummies.columns)
-            types.extend(["cat"] * dummies.shape[1])
-        else:
-            raise CLIError(f"column {c!r} has unsupported dtype {col.dtype}; remove it with --exclude {c}")
-    seen: set[str] = set()
-    dup = [n for n in names if n in seen or seen.add(n)]
-    if dup:
-        raise CLIError(f"one-hot encoding produced duplicate feature names {dup[:5]}; rename or --exclude columns")
-    if not names:
-        raise CLIError("no feature columns left (all selected columns are empty)")
-    return np.concatenate(blocks, axis=1), names, types
+
+# --------------------------------------------------------------------------------------------------------- options
+
+
+def _flag_names(message: str) -> str:
+    """A library message with option names (```min_support```) written as the command line's flags."""
+    for name in SearchOptions.names():
+        message = message.replace(f"`{name}`", "--" + name.replace("_", "-"))
+    return message
+
+
+def _expand(spec: list | dict, names: list[str], owners: dict[str, list[str]], flag: str, default: Any) -> list:
+    """Per-feature values from a ``--feature-*`` spec: a list with one value per feature, or a mapping of feature
+    (or string column) names to values (``default`` for the others)."""
+    if isinstance(spec, list):
+        if len(spec) != len(names):
+            raise CLIError(f"{flag} has {len(spec)} values, but there are {len(names)} features "
+                           f"({show_columns(names)}); give one per feature or name=value pairs")  # fmt: skip
+        return spec
+    values = [default] * len(names)
+    index = {n: i for i, n in enumerate(names)}
+    for key, value in spec.items():
+        targets = [key] if key in index else owners.get(key, [])
+        if not targets:
+            raise CLIError(f"unknown feature {key!r} in {flag}; features are: {show_columns(names)}")
+        for name in targets:
+            values[index[name]] = value
+    return values
+
+
+def build_options(args: argparse.Namespace, names: list[str], types: list[str], owners: dict[str, list[str]]):
+    """The one :class:`~torch_amore.SearchOptions` of a command line: its flags over the library's defaults, with
+    the encoded columns' types unless ``--feature-types`` says otherwise."""
+    given = {name: getattr(args, name) for name in SearchOptions.names() if getattr(args, name, None) is not None}
+    types_spec = given.pop("feature_types", None)
+    given["feature_types"] = types if types_spec is None else _expand(types_spec, names, owners, "--feature-types",
+                                                                      None)  # fmt: skip
+    if isinstance(types_spec, dict):
+        given["feature_types"] = [t if t is not None else types[i] for i, t in enumerate(given["feature_types"])]
+    for field, default in (("feature_scale", 1.0), ("feature_offset", 0.0)):
+        if field in given:
+            given[field] = _expand(given[field], names, owners, "--" + field.replace("_", "-"), default)
+    try:
+        return SearchOptions(**given)
+    except (ValueError, TypeError) as err:
+        raise CLIError(_flag_names(str(err))) from None
+
+
+def _device(text: str) -> torch.device:
+    """The ``--device``: cpu, or an available cuda/mps device."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CLIError(f"cannot use --device {text!r}: CUDA is not available here; use --device cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise CLIError(f"cannot use --device {text!r}: there {'is' if count == 1 else 'are'} {count} CUDA "
+                           f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})")  # fmt: skip
+        return device
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise CLIError(f"cannot use --device {text!r}: MPS is not available here; use --device cpu")
+        return device
+    raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps")
 
 
 # ---------------------------------------------------------------------------------------------------------- output
 
 
-def format_table(rule_sets: Sequence[RuleSet]) -> str:
-    """The rule sets as an aligned text table: rank, rule, support, confidence, fitness.
+def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -> str:
+    """The rule sets as an aligned text table: rank, rule, support, confidence, fitness (and, with
+    ``flag_negative``, a note on rule sets with negative fitness).
 
     Example:
         >>> from torch_amore.rules import Rule
@@ -395,94 +345,150 @@ def format_table(rule_sets: Sequence[RuleSet]) -> str:
     width = max([len("rule")] + [len(r) for r in rules])
     lines = [f"{'rank':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
     for i, (rs, text) in enumerate(zip(rule_sets, rules), start=1):
-        lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}")
+        note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
+        lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{note}")
     return "\n".join(lines)
+
+
+def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> str:
+    """What the rows of the table are, in one line."""
+    tree = (f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
+            f"max_length={options.max_length} conditions)")  # fmt: skip
+    what = tree if options.strategy == "paper" else (
+        f"{tree}, plus the beam search's best rule sets (beam_width={options.beam_width} per length)"
+    )
+    if options.min_confidence is not None:
+        what += f", with confidence >= {options.min_confidence:g}"
+    kept = f"; kept the {limit} best" if limit is not None and n_found > limit else ""
+    return f"{n_found} rule set{'s' if n_found != 1 else ''} found: {what}, best fitness first{kept}"
+
+
+def _describe_options(options: SearchOptions, n: int) -> str:
+    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means."""
+    shown = []
+    for key, value in options.to_dict().items():
+        if key in ("feature_types", "feature_scale", "feature_offset", "progress") or value is None:
+            continue
+        shown.append(f"{key}={value}")
+        if key == "min_support" and isinstance(value, float):
+            shown[-1] += f" ({math.ceil(value * n)} rows)"
+    return "options: " + ", ".join(shown)
+
+
+def _write_json(path: str, explanation: RegionalExplanation) -> None:
+    try:
+        explanation.to_json(path)
+    except OSError as err:
+        raise CLIError(f"cannot write --json {path}: {err.strerror or err}") from None
 
 
 # --------------------------------------------------------------------------------------------------------- command
 
 
-def _run_rules(args: argparse.Namespace) -> int:
-    df = read_table(args.table)
-    n = len(df)
+def _one_hot_owners(df: pd.DataFrame, names: list[str]) -> dict[str, list[str]]:
+    """For each string column, the one-hot feature names it became."""
+    return {c: [n for n in names if n.startswith(c + "_") and n not in df.columns] for c in df.columns
+            if is_text(df[c])}  # fmt: skip
+
+
+def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, list[str], str, str]:
+    """The subgroup mask, the columns it uses, how the user gave it, and its name in printed rules."""
     if args.target is not None:
         target, used = subgroup_from_expression(df, args.target)
-        label = f"--target {args.target!r}"
-        target_name = args.target.strip()
+        label, name = f"--target {args.target!r}", " ".join(args.target.split())
     else:
-        target = subgroup_from_column(df, args.target_column)
-        used = [args.target_column]
-        label = f"--target-column {args.target_column!r}"
-        target_name = f"{args.target_column} == 1"
-    n_target = int(target.sum())
+        target, used = subgroup_from_column(df, args.target_column), [args.target_column]
+        label, name = f"--target-column {args.target_column!r}", f"{args.target_column} == 1"
+    n, n_target = len(df), int(target.sum())
     if n_target == 0:
         raise CLIError(f"the subgroup {label} selects no rows (of {n})")
     if n_target == n:
         raise CLIError(f"the subgroup {label} selects all {n} rows; rules need rows outside the subgroup")
+    return target, used, label, name
 
-    if isinstance(args.min_support, int) and args.min_support > n:
-        raise CLIError(f"--min-support {args.min_support} is larger than the table ({n} rows)")
+
+def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: SearchOptions, names, name):
+    X_t = torch.from_numpy(X)
+    if device.type != "cpu":
+        X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names,
+                                  target_name=name)  # fmt: skip
+    except torch.cuda.OutOfMemoryError:
+        raise CLIError(f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
+                       "--n-grids or --beam-width, or --device cpu") from None  # fmt: skip
+    except MemoryError as err:
+        raise CLIError(_flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller "
+                       "--n-grids") from None  # fmt: skip
+    except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
+        raise CLIError(_flag_names(str(err))) from None
+    for w in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)):
+        print(f"{PROG}: warning: {_one_line(_flag_names(w))}", file=sys.stderr)
+    return found
+
+
+def _run_rules(args: argparse.Namespace) -> int:
+    device = _device(args.device)
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        raise CLIError(f"cannot write --json {args.json}: its folder does not exist")
+    try:
+        df = read_table(args.table)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    n = len(df)
+    target, used, label, target_name = _subgroup(df, args)
     exclude = list(dict.fromkeys(name for group in args.exclude for name in group))
     unknown = [name for name in exclude if name not in df.columns]
     if unknown:
-        raise CLIError(f"unknown column(s) {unknown} in --exclude; columns are: {_show_columns(list(df.columns))}")
-    X, names, types = encode_features(
-        df, exclude=list(used) + exclude, features=args.features, max_categories=args.max_categories
-    )
-
+        raise CLIError(f"unknown column(s) {unknown} in --exclude; columns are: {show_columns(list(df.columns))}")
     try:
-        device = torch.device(args.device)
-        X_t = torch.from_numpy(X)
-        if device.type != "cpu":
-            X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
-    except (RuntimeError, AssertionError) as err:  # unknown device string, or a device torch was not built for
-        raise CLIError(f"cannot use --device {args.device!r}: {str(err).splitlines()[0]}") from None
-    try:
-        found = extract_rules(
-            X_t,
-            torch.from_numpy(target),
-            max_length=args.max_length,
-            min_support=args.min_support,
-            n_grids=args.n_grids,
-            bin_strategy=args.bin_strategy,
-            top_k=args.top_k,
-            feature_names=names,
-            feature_types=types,
-            target_name=target_name,
-            strategy=args.strategy,
-            min_confidence=args.min_confidence,
-            beam_width=args.beam_width,
-            progress=args.progress,
+        X, names, types = encode_features(
+            df, exclude=list(used) + exclude, features=args.features, max_categories=args.max_categories
         )
-    except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
+    except ValueError as err:
         raise CLIError(str(err)) from None
+    options = build_options(args, names, types, _one_hot_owners(df, names))
+
+    found = _search(X, target, device, options, names, target_name)
     if args.limit is not None:
-        found = found[: args.limit]
+        n_found, found = len(found), found[: args.limit]
+    else:
+        n_found = len(found)
+    n_target = int(target.sum())
+    negative = [rs for rs in found if rs.fitness < 0]
+    shown = found if args.all else [rs for rs in found if rs.fitness >= 0]
 
     if args.json is not None:  # written first: a bad path fails before anything is printed
-        try:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump([rs.to_dict() for rs in found], fh, indent=2)
-                fh.write("\n")
-        except OSError as err:
-            raise CLIError(f"cannot write --json {args.json}: {err.strerror or err}") from None
+        params = {
+            "source": "torch-amore rules", "table": str(args.table), "target": label, "target_name": target_name,
+            "n_samples": n, "subgroup_size": n_target, "excluded": list(dict.fromkeys(list(used) + exclude)),
+            "options": options.to_dict(), "device": str(device),
+        }  # fmt: skip
+        explanation = RegionalExplanation(
+            rule_sets=list(found), subgroup=torch.from_numpy(target), threshold=None,
+            features=list(range(len(names))), feature_names=list(names), params=params,
+            message="" if found else "no rule set found",
+        )  # fmt: skip
+        _write_json(args.json, explanation)
 
-    print(
-        f"subgroup {target_name}: {n_target} of {n} rows ({100 * n_target / n:.1f}%); {len(names)} features "
-        f"(excluded: {', '.join(dict.fromkeys(list(used) + exclude)) or 'none'})"
-    )
-    print(
-        f"max_length={args.max_length}, min_support={args.min_support}, n_grids={args.n_grids}, "
-        f"bin_strategy={args.bin_strategy}, top_k={args.top_k}, strategy={args.strategy}"
-        + (f", min_confidence={args.min_confidence}" if args.min_confidence is not None else "")
-    )
-    if found:
-        print(format_table(found))
-    else:
+    print(f"subgroup {target_name}: {n_target} of {n} rows ({100 * n_target / n:.1f}%); {len(names)} features "
+          f"(excluded: {', '.join(dict.fromkeys(list(used) + exclude)) or 'none'})")  # fmt: skip
+    print(_describe_options(options, n))
+    if not found:
         print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
-              "--min-support")
+              "--min-support")  # fmt: skip
+    else:
+        print(_describe_rows(options, n_found, args.limit))
+        if shown:
+            print(format_table(shown, flag_negative=args.all))
+        if negative and not args.all:
+            print(f"{len(negative)} rule set{'s' if len(negative) > 1 else ''} with negative fitness (covering more "
+                  "rows outside the subgroup than inside) not shown; --all shows them")  # fmt: skip
     if args.json is not None:
-        print(f"wrote {len(found)} rule sets to {args.json}")
+        extra = f" ({len(negative)} with negative fitness)" if negative else ""
+        print(f"wrote {len(found)} rule sets{extra} to {args.json}")
     return 0
 
 
@@ -491,7 +497,7 @@ def _one_line(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``torch-amore`` command line; returns the exit status (0 ok, 2 bad input).
+    """Run the ``torch-amore`` command line; returns the exit status (0 ok, 2 bad input, 1 internal error).
 
     Example:
         >>> main(["rules", "no_such_file.csv", "--target", "y == 1"])
@@ -510,3 +516,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug: one line, the traceback on request
+        if os.environ.get("TORCH_AMORE_TRACEBACK"):
+            raise
+        print(f"{PROG}: internal error: {type(err).__name__}: {_one_line(str(err))} (set TORCH_AMORE_TRACEBACK=1 "
+              "for the traceback)", file=sys.stderr)  # fmt: skip
+        return 1
