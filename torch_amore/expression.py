@@ -93,12 +93,16 @@ class ExpressionError(ValueError):
 @dataclass(frozen=True)
 class _Value:
     """An evaluated sub-expression: ``kind`` is ``"bool"``, ``"num"`` or ``"str"``; ``data`` an (N,) array or a
-    scalar (``column=False``); ``text`` its source, for messages."""
+    scalar (``column=False``); ``source`` gives its text for messages (computed only when one is raised)."""
 
     kind: str
     data: Any
     column: bool
-    text: str
+    source: Callable[[], str] = field(repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        return self.source()
 
 
 @dataclass(frozen=True)
@@ -189,8 +193,10 @@ names, numbers, 'strings', True/False, comparisons, and/or/not, in [...], + - * 
             f"cannot parse the expression: {err.msg}{where} (backquote column names that are not Python identifiers, "
             "e.g. `blood glucose` > 100)"
         ) from None
-    except (ValueError, RecursionError, MemoryError) as err:  # null bytes; absurd nesting
-        raise ExpressionError(f"cannot parse the expression: {err}") from None
+    except (RecursionError, MemoryError):
+        raise ExpressionError("cannot parse the expression: it is nested too deeply") from None
+    except ValueError as err:  # null bytes, integers with more than 4300 digits
+        raise ExpressionError(f"cannot parse the expression: {' '.join(str(err).split())}") from None
     checker = _Checker(source.strip(), names, columns)
     try:
         checker.check(tree.body, in_list=False)
@@ -318,6 +324,8 @@ class _Checker:
             raise self.refuse(f"{type(node.value).__name__} literals", node)
 
     def compare(self, node: ast.Compare) -> None:
+        if len(node.ops) > 1 and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            raise self.refuse("'in' in a chain of comparisons (use parentheses and 'and')", node)
         self.check(node.left, in_list=False)
         for op, right in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
@@ -386,34 +394,34 @@ class _Evaluator:
         self.df = df
         self.cache: dict[str, _Value] = {}
 
-    def text(self, node: ast.AST) -> str:
-        return _snippet(self.expression.source, self.expression.names, node)
+    def source(self, node: ast.AST) -> Callable[[], str]:
+        return lambda: _snippet(self.expression.source, self.expression.names, node)
 
     def value(self, node: ast.AST) -> _Value:
         if isinstance(node, ast.Name):
             return self.column(node)
         if isinstance(node, ast.Constant):
-            return _scalar(node.value, self.text(node))
+            return _scalar(node.value, self.source(node))
         if isinstance(node, ast.BoolOp):
             parts = [self.boolean(v, "and" if isinstance(node.op, ast.And) else "or") for v in node.values]
             combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
             data = parts[0].data
             for p in parts[1:]:
                 data = combine(data, p.data)
-            return _Value("bool", data, any(p.column for p in parts), self.text(node))
+            return _Value("bool", data, any(p.column for p in parts), self.source(node))
         if isinstance(node, ast.UnaryOp):
             return self.unary(node)
         if isinstance(node, ast.BinOp):
             return self.binary(node)
         if isinstance(node, ast.Compare):
             return self.compare(node)
-        raise ExpressionError(f"{type(node).__name__} is not allowed ({self.text(node)})")  # unreachable: checked
+        raise ExpressionError(f"not allowed: {type(node).__name__}")  # unreachable: the checker refused it
 
     def column(self, node: ast.Name) -> _Value:
         name = self.expression.names.get(node.id, node.id)
         if name not in self.cache:
             kind, data = column_value(self.df[name], name)
-            self.cache[name] = _Value(kind, data, True, self.text(node))
+            self.cache[name] = _Value(kind, data, True, self.source(node))
         return self.cache[name]
 
     def boolean(self, node: ast.AST, op: str) -> _Value:
@@ -428,18 +436,18 @@ class _Evaluator:
     def unary(self, node: ast.UnaryOp) -> _Value:
         if isinstance(node.op, (ast.Not, ast.Invert)):
             v = self.boolean(node.operand, "not" if isinstance(node.op, ast.Not) else "~")
-            return _Value("bool", np.logical_not(v.data), v.column, self.text(node))
-        v = self.number(node.operand, "-")
-        return _Value("num", -v.data if isinstance(node.op, ast.USub) else v.data, v.column, self.text(node))
+            return _Value("bool", np.logical_not(v.data), v.column, self.source(node))
+        v = self.number(node.operand, "-" if isinstance(node.op, ast.USub) else "+")
+        return _Value("num", -v.data if isinstance(node.op, ast.USub) else v.data, v.column, self.source(node))
 
     def number(self, node: ast.AST, op: str) -> _Value:
         v = self.value(node)
         if v.kind == "str":
             raise ExpressionError(f"{op!r} needs numbers, but {v.text} is text")
         if v.column:
-            return _Value("num", np.asarray(v.data, dtype=np.float64), True, v.text)
+            return _Value("num", np.asarray(v.data, dtype=np.float64), True, v.source)
         try:
-            return _Value("num", np.float64(float(v.data)), False, v.text)
+            return _Value("num", np.float64(float(v.data)), False, v.source)
         except OverflowError:
             raise ExpressionError(f"the number {v.text} is too large") from None
 
@@ -447,70 +455,78 @@ class _Evaluator:
         if type(node.op) in _LOGIC:
             symbol, fn = _LOGIC[type(node.op)]
             a, b = self.boolean(node.left, symbol), self.boolean(node.right, symbol)
-            return _Value("bool", fn(a.data, b.data), a.column or b.column, self.text(node))
+            return _Value("bool", fn(a.data, b.data), a.column or b.column, self.source(node))
         symbol, fn = _ARITH[type(node.op)]
         a, b = self.number(node.left, symbol), self.number(node.right, symbol)
-        return _Value("num", fn(a.data, b.data), a.column or b.column, self.text(node))
+        return _Value("num", fn(a.data, b.data), a.column or b.column, self.source(node))
 
     def compare(self, node: ast.Compare) -> _Value:
         left = self.value(node.left)
-        result: _Value | None = None
+        data: Any = True
+        column = False
         for op, right_node in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
-                step = self.member(left, right_node, negate=isinstance(op, ast.NotIn))
-                right = left
+                assert isinstance(right_node, (ast.List, ast.Tuple, ast.Set))
+                step = self.member(left, right_node.elts, negate=isinstance(op, ast.NotIn))
+                right = left  # 'in' is never chained (refused by the checker)
             else:
                 right = self.value(right_node)
                 step = _compare(type(op), left, right)
-            result = step if result is None else _Value(
-                "bool", np.logical_and(result.data, step.data), result.column or step.column, self.text(node)
-            )
+            data = step if data is True else np.logical_and(data, step)
+            column = column or left.column or right.column
             left = right
-        assert result is not None
-        return _Value("bool", result.data, result.column, self.text(node))
+        return _Value("bool", data, column, self.source(node))
 
-    def member(self, left: _Value, node: ast.AST, *, negate: bool) -> _Value:
-        assert isinstance(node, (ast.List, ast.Tuple, ast.Set))
-        data: Any = np.zeros(len(self.df), dtype=bool) if left.column else False
-        for elt in node.elts:
-            data = np.logical_or(data, _compare(ast.Eq, left, _scalar(_literal(elt), self.text(elt))).data)
-        return _Value("bool", np.logical_not(data) if negate else data, left.column, left.text)
+    def member(self, left: _Value, elts: list[ast.expr], *, negate: bool) -> Any:
+        """``left in [...]``: one pass over the column (pandas ``isin``) after checking every value's kind."""
+        values = [_scalar(_literal(e), self.source(e)) for e in elts]
+        for v in values:
+            _check_kinds(left, v, "in")
+        literals = [v.data for v in values]
+        if left.column:
+            data = np.array(pd.Series(left.data, copy=False).isin(literals).to_numpy(dtype=bool))
+            if left.kind == "num":  # NaN is never in a list
+                data = data & ~np.isnan(np.asarray(left.data, dtype=np.float64))
+        else:
+            data = left.data in literals
+        return np.logical_not(data) if negate else data
 
 
-def _scalar(value: Any, text: str) -> _Value:
+def _scalar(value: Any, source: Callable[[], str]) -> _Value:
     if isinstance(value, bool):
-        return _Value("bool", value, False, text)
+        return _Value("bool", value, False, source)
     if isinstance(value, (int, float)):
-        return _Value("num", value, False, text)
-    return _Value("str", value, False, text)
+        return _Value("num", value, False, source)
+    return _Value("str", value, False, source)
 
 
-def _compare(op: type, a: _Value, b: _Value) -> _Value:
-    symbol, fn = _COMPARE[op]
-    text = f"{a.text} {symbol} {b.text}"
-    column = a.column or b.column
+def _check_kinds(a: _Value, b: _Value, symbol: str) -> None:
     if (a.kind == "str") != (b.kind == "str"):
         txt, other = (a, b) if a.kind == "str" else (b, a)
+        example = f"{txt.text} in ['{other.text}']" if symbol == "in" else f"{txt.text} {symbol} '{other.text}'"
         raise ExpressionError(
             f"cannot compare text {txt.text} with {'a number' if other.kind == 'num' else 'True/False'} "
-            f"{other.text}; quote the value, e.g. {txt.text} {symbol} '{other.text}'"
+            f"{other.text}; quote the value, e.g. {example}"
         )
-    if a.kind == "str":
-        return _Value("bool", _compare_text(op, a, b), column, text)
+
+
+def _compare(op: type, a: _Value, b: _Value) -> Any:
+    """Elementwise ``a op b`` (a bool array, or a bool when neither is a column)."""
+    symbol, fn = _COMPARE[op]
+    _check_kinds(a, b, symbol)
     if op is ast.NotEq:
-        return _Value("bool", np.logical_not(_compare(ast.Eq, a, b).data), column, text)
+        return np.logical_not(_compare(ast.Eq, a, b))
+    if a.kind == "str":
+        return _compare_text(fn, a, b)
     try:
         data = fn(a.data, b.data)
-    except OverflowError:  # a Python int beyond int64 against an int64 column in older numpy
+    except OverflowError:  # a Python int beyond the column's integer type, in older numpy
         data = fn(np.asarray(a.data, dtype=np.float64), np.asarray(b.data, dtype=np.float64))
-    return _Value("bool", np.asarray(data, dtype=bool) if column else bool(data), column, text)
+    return np.asarray(data, dtype=bool) if (a.column or b.column) else bool(data)
 
 
-def _compare_text(op: type, a: _Value, b: _Value) -> Any:
-    """Elementwise comparison of text values; a missing value (None) satisfies no comparison but ``!=``."""
-    if op is ast.NotEq:
-        return np.logical_not(_compare_text(ast.Eq, a, b))
-    fn = _COMPARE[op][1]
+def _compare_text(fn: Callable[[Any, Any], Any], a: _Value, b: _Value) -> Any:
+    """Elementwise comparison of text values; a missing value (None) satisfies none."""
     if not (a.column or b.column):
         return bool(fn(a.data, b.data))
     n = len(a.data) if a.column else len(b.data)
