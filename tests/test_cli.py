@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from torch_amore.cli import encode_features, main, referenced_columns
+from torch_amore import RegionalExplanation, SearchOptions, extract_rules
+from torch_amore.cli import main
+from torch_amore.table import TableError, encode_features
 
 ROOT = Path(__file__).resolve().parents[1]
 DIABETES = ROOT.parent / "shared" / "data" / "diabetes_prediction_dataset.csv"
@@ -36,9 +38,9 @@ def _parse_rows(stdout: str) -> list[tuple[int, str, int, float, float]]:
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "rule"]) + 1
     rows = []
     for line in lines[start:]:
-        parts = line.split()
-        if not parts or not parts[0].isdigit():
+        if not (line[:4].strip().isdigit() and line[4:6] == "  "):
             break
+        line = line.removesuffix("  negative fitness")  # the flag of --all
         rank, rest = line.strip().split(maxsplit=1)
         text, support, conf, fit = rest.rsplit(maxsplit=3)
         rows.append((int(rank), text.strip(), int(support), float(conf), float(fit)))
@@ -76,9 +78,22 @@ def _recompute(df: pd.DataFrame, target: pd.Series, rule_set: dict, string_colum
 
 
 def _check_against_pandas(stdout: str, json_path: Path, df: pd.DataFrame, target: pd.Series, string_columns):
+    """Every rule set of the JSON file recomputed with pandas; the table shows those with fitness >= 0, in order,
+    and a note counts the others."""
     rows = _parse_rows(stdout)
-    rule_sets = json.loads(json_path.read_text())
-    assert len(rows) == len(rule_sets) > 0
+    data = json.loads(json_path.read_text())
+    assert data["format"] == "torch_amore.RegionalExplanation"
+    rule_sets = data["rule_sets"]
+    assert data["params"]["n_samples"] == len(df) and data["params"]["subgroup_size"] == int(target.sum())
+    hidden = [rs for rs in rule_sets if _recompute(df, target, rs, string_columns)[2] < 0]
+    assert len(rows) == len(rule_sets) - len(hidden) > 0
+    if hidden:
+        assert f"{len(hidden)} rule set{'s' if len(hidden) > 1 else ''} with negative fitness" in stdout
+    else:
+        assert "negative fitness" not in stdout
+    for rs in rule_sets[len(rows):]:
+        exp_support, exp_conf, exp_fit = _recompute(df, target, rs, string_columns)
+        assert rs["support"] == exp_support and rs["fitness"] == pytest.approx(exp_fit, abs=1e-12)
     for (rank, text, support, conf, fit), rs in zip(rows, rule_sets):
         exp_support, exp_conf, exp_fit = _recompute(df, target, rs, string_columns)
         assert support == exp_support, (rank, text)
@@ -91,7 +106,7 @@ def _check_against_pandas(stdout: str, json_path: Path, df: pd.DataFrame, target
             assert rule["name"] in text
     fits = [r[4] for r in rows]
     assert fits == sorted(fits, reverse=True)
-    return rows, rule_sets
+    return rows, rule_sets[: len(rows)]
 
 
 @pytest.fixture(scope="module")
@@ -207,12 +222,6 @@ def test_features_select_single_one_hot_columns(small_csv):
     assert names == ["color_blue", "color_green", "color_red", "size", "city_Oslo"]
 
 
-def test_referenced_columns():
-    cols = ["a", "b", "my col", "Female"]
-    assert referenced_columns("a > 1 and `my col` == 'Female'", cols) == ["a", "my col"]
-    assert referenced_columns("b.isna()", cols) == ["b"]
-
-
 def test_parquet(small_csv, tmp_path, capsys):
     path = tmp_path / "small.parquet"
     if importlib.util.find_spec("pyarrow") is None:
@@ -236,69 +245,97 @@ def test_help_says_target_columns_are_excluded(capsys):
 # -------------------------------------------------------------------------------------------------------- errors
 
 
+def _err_line(captured) -> str:
+    """The single stderr line of a failed run (asserting it is one line and nothing went to stdout)."""
+    assert captured.out == ""
+    assert captured.err.startswith("torch-amore: error: ")
+    assert captured.err.count("\n") == 1 and captured.err.endswith("\n")
+    return captured.err
+
+
 BAD_INPUTS = [
     (["{missing}", "--target", "label == 'yes'"], "file not found"),
     (["{dir}", "--target", "label == 'yes'"], "directory"),
     (["{empty}", "--target", "label == 'yes'"], "cannot read"),
     (["{header}", "--target", "label == 'yes'"], "no data rows"),
-    (["{csv}", "--target", "colour == 'red'"], "unknown column in --target"),
-    (["{csv}", "--target", "size >"], "cannot parse --target"),
-    (["{csv}", "--target", "size + 1"], "boolean expression"),
-    (["{csv}", "--target", "color + 1 > 0"], "cannot evaluate --target"),
-    (["{csv}", "--target", "1 == 1"], "one True/False per row"),
+    (["{short}", "--target", "y == 1"], "2 rows have fewer fields than the header's 3 (first: line 3 has 2)"),
+    (["{long}", "--target", "y == 1"], "3 rows have more fields than the header's 2"),
+    (["{dup}", "--target", "y == 1"], "names column 'a' more than once"),
+    (["{binary}", "--target", "y == 1"], "cannot read"),
+    (["{csv}", "--target", "colour == 'red'"], "unknown column 'colour' (did you mean 'color'?)"),
+    (["{csv}", "--target", "size >"], "cannot parse"),
+    (["{csv}", "--target", "size + 1"], "gives numbers, not True/False"),
+    (["{csv}", "--target", "color + 1 > 0"], "'+' needs numbers"),
+    (["{csv}", "--target", "color == 1"], "quote the value"),
+    (["{csv}", "--target", "1 == 1"], "always True"),
     (["{csv}", "--target", "size > 100"], "selects no rows"),
     (["{csv}", "--target", "size >= -100"], "selects all 600 rows"),
+    (["{csv}", "--target", "   "], "empty"),
     (["{csv}", "--target-column", "prediction"], "unknown --target-column"),
     (["{csv}", "--target-column", "count"], "0/1 predictions"),
     (["{csv}", "--target-column", "color"], "0/1 predictions"),
     (["{csv}"], "one of the arguments --target --target-column is required"),
     (["{csv}", "--target", "pred == 1", "--target-column", "pred"], "not allowed with"),
     (["{csv}", "--target", "pred == 1", "--max-length", "0"], "--max-length"),
+    (["{csv}", "--target", "pred == 1", "--max-length", "two"], "--max-length"),
     (["{csv}", "--target", "pred == 1", "--min-support", "-5"], "--min-support"),
     (["{csv}", "--target", "pred == 1", "--min-support", "abc"], "--min-support"),
     (["{csv}", "--target", "pred == 1", "--min-support", "1.5"], "--min-support"),
-    (["{csv}", "--target", "pred == 1", "--min-support", "601"], "larger than the table"),
+    (["{csv}", "--target", "pred == 1", "--min-support", "1.0"], "--min-support"),
+    (["{csv}", "--target", "pred == 1", "--min-support", "601"], "--min-support"),
     (["{csv}", "--target", "pred == 1", "--n-grids", "1"], "--n-grids"),
+    (["{csv}", "--target", "pred == 1", "--n-grids", "5000"], "4096"),
     (["{csv}", "--target", "pred == 1", "--top-k", "0"], "--top-k"),
     (["{csv}", "--target", "pred == 1", "--limit", "0"], "--limit"),
     (["{csv}", "--target", "pred == 1", "--bin-strategy", "equal"], "invalid choice"),
     (["{csv}", "--target", "pred == 1", "--strategy", "greedy"], "invalid choice"),
     (["{csv}", "--target", "pred == 1", "--min-confidence", "1.5"], "--min-confidence"),
     (["{csv}", "--target", "pred == 1", "--beam-width", "0"], "--beam-width"),
+    (["{csv}", "--target", "pred == 1", "--feature-types", "int,cat"], "--feature-types has 2 values, but there"),
+    (["{csv}", "--target", "pred == 1", "--feature-types", "size=integer"], "expected feature types"),
+    (["{csv}", "--target", "pred == 1", "--feature-types", "weight=int"], "unknown feature 'weight'"),
+    (["{csv}", "--target", "pred == 1", "--feature-scale", "size=0"], "--feature-scale"),
+    (["{csv}", "--target", "pred == 1", "--feature-offset", "size=abc"], "--feature-offset"),
+    (["{csv}", "--target", "pred == 1", "--feature-scale", "1,2"], "--feature-scale has 2 values"),
     (["{csv}", "--target", "pred == 1", "--features", "size,weight"], "unknown column 'weight' in --features"),
     (["{csv}", "--target", "pred == 1", "--features", "pred"], "excluded"),
     (["{csv}", "--target", "pred == 1", "--exclude", "weight"], "in --exclude"),
     (["{csv}", "--target", "pred == 1", "--max-categories", "2"], "distinct values"),
     (["{csv}", "--target", "pred == 1", "--exclude", "color,size,city,count,label"], "no feature columns left"),
     (["{csv}", "--target", "pred == 1", "--device", "toaster"], "cannot use --device"),
+    (["{csv}", "--target", "pred == 1", "--device", "meta"], "cannot use --device 'meta'"),
+    (["{csv}", "--target", "pred == 1", "--device", "cuda:99"], "cannot use --device 'cuda:99'"),
     (["{csv}", "--target", "pred == 1", "--json", "{nodir}"], "cannot write --json"),
     (["{inf}", "--target", "y == 1"], "infinite values"),
     ([], "required"),
 ]
 
 
-@pytest.mark.parametrize(("args", "expected"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
-def test_bad_input_is_one_line_exit_2(args, expected, small_csv, tmp_path, capsys):
-    (tmp_path / "empty.csv").write_text("")
-    (tmp_path / "header.csv").write_text("a,b,y\n")
-    (tmp_path / "inf.csv").write_text("a,y\n1.0,0\ninf,1\n2.0,1\n")
-    paths = {
-        "missing": tmp_path / "nope.csv",
-        "dir": tmp_path,
-        "empty": tmp_path / "empty.csv",
-        "header": tmp_path / "header.csv",
-        "inf": tmp_path / "inf.csv",
-        "csv": small_csv,
-        "nodir": tmp_path / "no" / "such" / "dir.json",
+@pytest.fixture
+def bad_paths(small_csv, tmp_path) -> dict[str, Path]:
+    files = {
+        "empty.csv": "",
+        "header.csv": "a,b,y\n",
+        "inf.csv": "a,y\n1.0,0\ninf,1\n2.0,1\n",
+        "short.csv": "a,b,y\n1,2,0\n3,4\n5,,1\n6\n",
+        "long.csv": "a,y\n1,0,\n2,1,\n3,0,\n",  # pandas would silently take `a` as the index
+        "dup.csv": "a,a,y\n1,2,0\n3,4,1\n",
     }
-    argv = [a.format(**{k: str(v) for k, v in paths.items()}) for a in args]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "binary.csv").write_bytes(b"a,y\n\xff\xfe\x00\x01,1\n")
+    paths = {name.split(".")[0]: tmp_path / name for name in [*files, "binary.csv"]}
+    paths.update(missing=tmp_path / "nope.csv", dir=tmp_path, csv=small_csv, nodir=tmp_path / "no" / "dir.json")
+    return paths
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2(args, expected, bad_paths, capsys):
+    argv = [a.format(**{k: str(v) for k, v in bad_paths.items()}) for a in args]
     code = main(["rules", *argv] if argv else ["rules"])
     captured = capsys.readouterr()
     assert code == 2
-    assert captured.out == ""
-    assert captured.err.startswith("torch-amore: error: ")
-    assert captured.err.count("\n") == 1 and captured.err.endswith("\n")
-    assert expected in captured.err
+    assert expected in _err_line(captured)
 
 
 def test_module_bad_input_has_no_traceback(small_csv):
@@ -306,4 +343,177 @@ def test_module_bad_input_has_no_traceback(small_csv):
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("torch-amore: error: unknown column in --target")
+    assert len(lines) == 1 and lines[0].startswith("torch-amore: error: --target 'weight > 3': unknown column")
+    assert "columns are: color, size, city, count, label, pred" in lines[0]
+
+
+def test_library_memory_error_and_internal_errors_are_one_line(small_csv, monkeypatch, capsys):
+    import torch_amore.cli as cli
+
+    def too_big(*args, **kwargs):
+        raise MemoryError("Expected the search to fit in memory, but it needs 12.0 GiB; lower `n_grids`.")
+
+    monkeypatch.setattr(cli, "extract_rules", too_big)
+    assert main(["rules", str(small_csv), "--target", "pred == 1"]) == 2
+    assert "needs 12.0 GiB; lower --n-grids" in _err_line(capsys.readouterr())
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(cli, "extract_rules", bug)
+    assert main(["rules", str(small_csv), "--target", "pred == 1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("torch-amore: internal error: RuntimeError: something broke") and err.count("\n") == 1
+
+
+def test_dates_are_refused_with_advice():
+    df = pd.DataFrame({"day": pd.to_datetime(["2020-01-01", "2021-06-01", "2022-01-01"]), "y": [0, 1, 1]})
+    with pytest.raises(TableError, match="dates") as info:
+        encode_features(df, exclude=["y"])
+    assert "--exclude day" in str(info.value) and "the year" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- hostile targets
+
+
+def _hostile(marker: Path) -> list[str]:
+    m = str(marker)
+    return [
+        f"label == 'yes' and @os.system('touch {m}') == 0",
+        f"size.__class__.__init__.__globals__['os'].system('touch {m}')",
+        "size.__class__.__init__.__globals__",
+        f"__import__('os').system('touch {m}') == 0",
+        f"open('{m}', 'w')",
+        f"(lambda: __import__('os').system('touch {m}'))() == 0",
+        f"[__import__('os').system('touch {m}') for _ in [1]] == 1",
+        f"f\"{{__import__('os').system('touch {m}')}}\" == '0'",
+        f"size[__import__('os').system('touch {m}')] > 0",
+        "__builtins__ == 1",
+        "().__class__.__bases__[0].__subclasses__()",
+        f"size > 1 if __import__('os').system('touch {m}') else size < 1",
+        f"(size := __import__('os').system('touch {m}')) == 0",
+        "size ** 9 ** 9 ** 9 > 1",
+    ]
+
+
+def test_hostile_targets_exit_2_with_one_line_and_no_side_effect(small_csv, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    before = small_csv.read_bytes()
+    expressions = _hostile(marker)
+    assert len(expressions) >= 10
+    for expr in expressions:
+        code = main(["rules", str(small_csv), "--target", expr, "--json", str(tmp_path / "out.json")])
+        err = _err_line(capsys.readouterr())
+        assert code == 2, expr
+        assert "not allowed" in err and "columns are: color, size, city" in err, err
+        assert not marker.exists(), expr
+        assert not (tmp_path / "out.json").exists()
+    assert small_csv.read_bytes() == before
+
+
+@pytest.mark.parametrize("index", [0, 1])  # the two exploits of issue 12 (each run imports torch)
+def test_hostile_targets_through_the_module(small_csv, tmp_path, index):
+    marker = tmp_path / "pwned"
+    proc = _run_module("rules", str(small_csv), "--target", _hostile(marker)[index])
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torch-amore: error: --target") and "not allowed" in lines[0]
+    assert not marker.exists()
+
+
+def test_target_expression_mask_matches_numpy(small_csv, tmp_path, capsys):
+    out = tmp_path / "rules.json"
+    expr = "(color in ['red', 'blue'] and 2.5 < size <= 8) or `count` * 2 - 1 >= 9"
+    assert main(["rules", str(small_csv), "--target", expr, "--min-support", "30", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    df = pd.read_csv(small_csv)
+    color, size, count = df["color"].to_numpy(), df["size"].to_numpy(), df["count"].to_numpy()
+    want = ((np.isin(color, ["red", "blue"])) & (size > 2.5) & (size <= 8)) | (count * 2 - 1 >= 9)
+    assert 0 < want.sum() < len(df)
+    assert f"{int(want.sum())} of {len(df)} rows" in stdout
+    assert "excluded: color, size, count" in stdout
+    explanation = RegionalExplanation.from_json(out)
+    assert explanation.params["subgroup_size"] == int(want.sum())
+    assert not {r.name for rs in explanation for r in rs.rules} & {"size", "count", "color_red", "color_blue"}
+
+
+# --------------------------------------------------------------------------------------- options and output
+
+
+def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, capsys):
+    """The CLI's rules equal extract_rules on the same encoded data with the same SearchOptions (issue 14, 1)."""
+    out = tmp_path / "rules.json"
+    argv = [
+        "rules", str(small_csv), "--target", "label == 'yes'", "--exclude", "pred", "--json", str(out),
+        "--max-length", "3", "--min-support", "25", "--n-grids", "6", "--bin-strategy", "quantile", "--top-k", "2",
+        "--strategy", "paper", "--min-confidence", "0.3", "--beam-width", "3",
+        "--feature-types", "count=float,city=cat", "--feature-scale", "size=2.5,count=10",
+        "--feature-offset", "size=-1", "--all",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    df = pd.read_csv(small_csv)
+    X, names, types = encode_features(df, exclude=["label", "pred"])
+    assert names == ["color_blue", "color_green", "color_red", "size", "city_Lima", "city_Oslo", "city_Pune", "count"]
+    options = SearchOptions(
+        max_length=3, min_support=25, n_grids=6, bin_strategy="quantile", top_k=2, strategy="paper",
+        min_confidence=0.3, beam_width=3, feature_types=["cat", "cat", "cat", "float", "cat", "cat", "cat", "float"],
+        feature_scale=[1, 1, 1, 2.5, 1, 1, 1, 10], feature_offset=[0, 0, 0, -1, 0, 0, 0, 0],
+    )  # fmt: skip
+    expected = extract_rules(X, (df["label"] == "yes").to_numpy(), options=options, feature_names=names,
+                             target_name="label == 'yes'")  # fmt: skip
+    got = RegionalExplanation.from_json(out)
+    assert len(expected) > 3
+    assert got.rule_sets == expected
+    assert got.params["options"] == options.to_dict()
+    scaled = [r for rs in got for r in rs.rules if r.name == "size"]
+    assert scaled and all(r.scale == 2.5 and r.offset == -1 for r in scaled)
+
+
+def test_beam_and_default_options_equal_extract_rules(small_csv, tmp_path, capsys):
+    out = tmp_path / "rules.json"
+    assert main(["rules", str(small_csv), "--target-column", "pred", "--exclude", "label", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    df = pd.read_csv(small_csv)
+    X, names, types = encode_features(df, exclude=["pred", "label"])
+    expected = extract_rules(X, (df["pred"] == 1).to_numpy(), options=SearchOptions(feature_types=types),
+                             feature_names=names, target_name="pred == 1")  # fmt: skip
+    assert RegionalExplanation.from_json(out).rule_sets == expected
+    d = SearchOptions()
+    assert (f"options: max_length={d.max_length}, min_support={d.min_support} (30 rows), n_grids={d.n_grids}, "
+            f"bin_strategy={d.bin_strategy}, top_k={d.top_k}, strategy={d.strategy}, beam_width={d.beam_width}"
+            ) in stdout  # fmt: skip
+    assert f"{len(expected)} rule sets found: every node of the rule tree (the top_k=3 candidate" in stdout
+
+
+def test_header_says_what_the_rows_are_and_negative_fitness_is_flagged(small_csv, tmp_path, capsys):
+    argv = ["rules", str(small_csv), "--target", "label == 'yes'", "--exclude", "pred", "--min-support", "40",
+            "--strategy", "paper", "--top-k", "3"]  # fmt: skip
+    assert main(argv) == 0
+    default = capsys.readouterr().out
+    assert main([*argv, "--all"]) == 0
+    everything = capsys.readouterr().out
+    rows, all_rows = _parse_rows(default), _parse_rows(everything)
+    negative = [r for r in all_rows if r[4] < 0]
+    assert negative, "the case must have negative-fitness rule sets"
+    # paper strategy, max_length=2, top_k=3: at most 3 + 9 rule sets (every node of the tree)
+    assert len(all_rows) <= 3 + 9
+    assert f"{len(all_rows)} rule sets found: every node of the rule tree (the top_k=3 candidate intervals at each " \
+           "node, up to max_length=2 conditions), best fitness first" in default
+    assert [r[1:] for r in rows] == [r[1:] for r in all_rows if r[4] >= 0]
+    assert f"{len(negative)} rule sets with negative fitness (covering more rows outside the subgroup than " \
+           "inside) not shown; --all shows them" in default
+    flagged = [line for line in everything.splitlines() if line.endswith("negative fitness")]
+    assert len(flagged) == len(negative)
+    assert "not shown" not in everything
+
+
+def test_limit_keeps_the_best(small_csv, capsys):
+    argv = ["rules", str(small_csv), "--target", "label == 'yes'", "--exclude", "pred", "--min-support", "40"]
+    assert main(argv) == 0
+    full = _parse_rows(capsys.readouterr().out)
+    assert main([*argv, "--limit", "2"]) == 0
+    limited = capsys.readouterr().out
+    assert _parse_rows(limited) == full[:2]
+    assert "; kept the 2 best" in limited

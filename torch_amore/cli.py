@@ -397,7 +397,10 @@ def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, l
         target, used = subgroup_from_expression(df, args.target)
         label, name = f"--target {args.target!r}", " ".join(args.target.split())
     else:
-        target, used = subgroup_from_column(df, args.target_column), [args.target_column]
+        try:
+            target, used = subgroup_from_column(df, args.target_column), [args.target_column]
+        except ValueError as err:
+            raise CLIError(str(err)) from None
         label, name = f"--target-column {args.target_column!r}", f"{args.target_column} == 1"
     n, n_target = len(df), int(target.sum())
     if n_target == 0:
