@@ -216,11 +216,11 @@ def _add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-categories", type=_positive, default=100, metavar="M",
                        help="a string column with more than M distinct values is an error (exclude it, e.g. an id "
                        "column) (default: 100)")
-    group.add_argument("--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps "
-                       "(default: cpu)")
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps "
+                        "(default: cpu)")
     group = parser.add_argument_group("output")
     group.add_argument("--all", action="store_true",
                        help="also print rule sets with negative fitness (they cover more rows outside the subgroup "
