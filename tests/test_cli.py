@@ -517,3 +517,58 @@ def test_limit_keeps_the_best(small_csv, capsys):
     limited = capsys.readouterr().out
     assert _parse_rows(limited) == full[:2]
     assert "; kept the 2 best" in limited
+
+
+def test_library_warnings_are_one_line(small_csv, monkeypatch, capsys):
+    import warnings
+
+    import torch_amore.cli as cli
+
+    real = cli.extract_rules
+
+    def warn_then_search(*args, **kwargs):
+        warnings.warn("`min_support` (500) exceeds the subgroup (\n77 rows).", UserWarning, stacklevel=2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "extract_rules", warn_then_search)
+    assert main(["rules", str(small_csv), "--target", "pred == 1", "--min-support", "40"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "torch-amore: warning: --min-support (500) exceeds the subgroup ( 77 rows).\n"
+    assert _parse_rows(captured.out)
+
+
+def test_feature_types_as_a_list(small_csv, tmp_path, capsys):
+    out = tmp_path / "rules.json"
+    types = ["cat", "cat", "cat", "float", "cat", "cat", "cat", "float"]  # count (an int column) as float
+    argv = ["rules", str(small_csv), "--target", "label == 'yes'", "--exclude", "pred", "--min-support", "40",
+            "--feature-types", ",".join(types), "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert RegionalExplanation.from_json(out).params["options"]["feature_types"] == types
+
+
+@pytest.mark.parametrize("suffix", [".csv.gz", ".csv.bz2", ".csv.xz", ".zip"])
+def test_compressed_tables_are_read_strictly(small_csv, tmp_path, suffix):
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    from torch_amore.table import read_table
+
+    def write(path: Path, text: str) -> None:
+        if suffix == ".zip":
+            with zipfile.ZipFile(path, "w") as archive:
+                archive.writestr("data.csv", text)
+        else:
+            opener = {".csv.gz": gzip.open, ".csv.bz2": bz2.open, ".csv.xz": lzma.open}[suffix]
+            with opener(path, "wt") as fh:
+                fh.write(text)
+
+    good = tmp_path / f"good{suffix}"
+    write(good, small_csv.read_text())
+    pd.testing.assert_frame_equal(read_table(good), pd.read_csv(small_csv))
+    bad = tmp_path / f"bad{suffix}"
+    write(bad, "a,b,y\n1,2,0\n3,4\n")
+    with pytest.raises(TableError, match="1 row has fewer fields than the header's 3"):
+        read_table(bad)

@@ -21,6 +21,8 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +224,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps "
                         "(default: cpu)")
     group = parser.add_argument_group("output")
-    group.add_argument("--all", action="store_true",
+    group.add_argument("--all", action="store_true", dest="all_rule_sets",
                        help="also print rule sets with negative fitness (they cover more rows outside the subgroup "
                        "than inside), flagged; by default they are left out of the table with a note")
     group.add_argument("--limit", type=_positive, metavar="N",
@@ -432,7 +434,47 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
     return found
 
 
-def _run_rules(args: argparse.Namespace) -> int:
+@dataclass
+class _Run:
+    """What one ``rules`` command computed: the inputs of the search and its result."""
+
+    args: argparse.Namespace
+    n: int
+    target: np.ndarray
+    target_label: str
+    target_name: str
+    excluded: list[str]
+    X: np.ndarray
+    names: list[str]
+    options: SearchOptions
+    device: torch.device
+    n_found: int = 0
+    found: list[RuleSet] = dataclass_field(default_factory=list)
+
+    @property
+    def negative(self) -> list[RuleSet]:
+        return [rs for rs in self.found if rs.fitness < 0]
+
+    def shown(self) -> list[RuleSet]:
+        """The rule sets of the printed table: all with ``--all``, else those with fitness >= 0."""
+        return list(self.found) if self.args.all_rule_sets else [rs for rs in self.found if rs.fitness >= 0]
+
+    def explanation(self) -> RegionalExplanation:
+        """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``."""
+        params = {
+            "source": "torch-amore rules", "table": str(self.args.table), "target": self.target_label,
+            "target_name": self.target_name, "n_samples": self.n, "subgroup_size": int(self.target.sum()),
+            "excluded": self.excluded, "options": self.options.to_dict(), "device": str(self.device),
+        }  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=list(self.found), subgroup=torch.from_numpy(self.target), threshold=None,
+            features=list(range(len(self.names))), feature_names=list(self.names), params=params,
+            features_matrix=torch.from_numpy(self.X), message="" if self.found else "no rule set found",
+        )  # fmt: skip
+
+
+def _prepare(args: argparse.Namespace) -> _Run:
+    """Everything before the search: device, table, subgroup, features and options (all checked)."""
     device = _device(args.device)
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise CLIError(f"cannot write --json {args.json}: its folder does not exist")
@@ -440,58 +482,51 @@ def _run_rules(args: argparse.Namespace) -> int:
         df = read_table(args.table)
     except ValueError as err:
         raise CLIError(str(err)) from None
-    n = len(df)
     target, used, label, target_name = _subgroup(df, args)
     exclude = list(dict.fromkeys(name for group in args.exclude for name in group))
     unknown = [name for name in exclude if name not in df.columns]
     if unknown:
         raise CLIError(f"unknown column(s) {unknown} in --exclude; columns are: {show_columns(list(df.columns))}")
+    excluded = list(dict.fromkeys(list(used) + exclude))
     try:
-        X, names, types = encode_features(
-            df, exclude=list(used) + exclude, features=args.features, max_categories=args.max_categories
-        )
+        X, names, types = encode_features(df, exclude=excluded, features=args.features,
+                                          max_categories=args.max_categories)  # fmt: skip
     except ValueError as err:
         raise CLIError(str(err)) from None
     options = build_options(args, names, types, _one_hot_owners(df, names))
+    return _Run(args, len(df), target, label, target_name, excluded, X, names, options, device)
 
-    found = _search(X, target, device, options, names, target_name)
-    if args.limit is not None:
-        n_found, found = len(found), found[: args.limit]
-    else:
-        n_found = len(found)
-    n_target = int(target.sum())
-    negative = [rs for rs in found if rs.fitness < 0]
-    shown = found if args.all else [rs for rs in found if rs.fitness >= 0]
 
-    if args.json is not None:  # written first: a bad path fails before anything is printed
-        params = {
-            "source": "torch-amore rules", "table": str(args.table), "target": label, "target_name": target_name,
-            "n_samples": n, "subgroup_size": n_target, "excluded": list(dict.fromkeys(list(used) + exclude)),
-            "options": options.to_dict(), "device": str(device),
-        }  # fmt: skip
-        explanation = RegionalExplanation(
-            rule_sets=list(found), subgroup=torch.from_numpy(target), threshold=None,
-            features=list(range(len(names))), feature_names=list(names), params=params,
-            message="" if found else "no rule set found",
-        )  # fmt: skip
-        _write_json(args.json, explanation)
-
-    print(f"subgroup {target_name}: {n_target} of {n} rows ({100 * n_target / n:.1f}%); {len(names)} features "
-          f"(excluded: {', '.join(dict.fromkeys(list(used) + exclude)) or 'none'})")  # fmt: skip
-    print(_describe_options(options, n))
-    if not found:
+def _report(run: _Run) -> None:
+    """Print what was run and the table of rule sets."""
+    n_target = int(run.target.sum())
+    print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); "
+          f"{len(run.names)} features (excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
+    print(_describe_options(run.options, run.n))
+    if not run.found:
         print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
               "--min-support")  # fmt: skip
-    else:
-        print(_describe_rows(options, n_found, args.limit))
-        if shown:
-            print(format_table(shown, flag_negative=args.all))
-        if negative and not args.all:
-            print(f"{len(negative)} rule set{'s' if len(negative) > 1 else ''} with negative fitness (covering more "
-                  "rows outside the subgroup than inside) not shown; --all shows them")  # fmt: skip
+        return
+    print(_describe_rows(run.options, run.n_found, run.args.limit))
+    shown, negative = run.shown(), run.negative
+    if shown:
+        print(format_table(shown, flag_negative=run.args.all_rule_sets))
+    if negative and not run.args.all_rule_sets:
+        print(f"{len(negative)} rule set{'s' if len(negative) > 1 else ''} with negative fitness (covering more "
+              "rows outside the subgroup than inside) not shown; --all shows them")  # fmt: skip
+
+
+def _run_rules(args: argparse.Namespace) -> int:
+    run = _prepare(args)
+    found = _search(run.X, run.target, run.device, run.options, run.names, run.target_name)
+    run.n_found = len(found)
+    run.found = found if args.limit is None else found[: args.limit]
+    if args.json is not None:  # written first: a bad path fails before anything is printed
+        _write_json(args.json, run.explanation())
+    _report(run)
     if args.json is not None:
-        extra = f" ({len(negative)} with negative fitness)" if negative else ""
-        print(f"wrote {len(found)} rule sets{extra} to {args.json}")
+        extra = f" ({len(run.negative)} with negative fitness)" if run.negative else ""
+        print(f"wrote {len(run.found)} rule sets{extra} to {args.json}")
     return 0
 
 
