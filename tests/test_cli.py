@@ -572,3 +572,12 @@ def test_compressed_tables_are_read_strictly(small_csv, tmp_path, suffix):
     write(bad, "a,b,y\n1,2,0\n3,4\n")
     with pytest.raises(TableError, match="1 row has fewer fields than the header's 3"):
         read_table(bad)
+
+
+def test_blank_lines_are_skipped_as_pandas_does(tmp_path):
+    from torch_amore.table import read_table
+
+    path = tmp_path / "blank.csv"
+    path.write_text('a,b,y\n1,2,0\n   \n\n3,"x, y",1\n')
+    pd.testing.assert_frame_equal(read_table(path), pd.read_csv(path))
+    assert len(read_table(path)) == 2

@@ -501,13 +501,18 @@ def _scalar(value: Any, source: Callable[[], str]) -> _Value:
 
 
 def _check_kinds(a: _Value, b: _Value, symbol: str) -> None:
-    if (a.kind == "str") != (b.kind == "str"):
-        txt, other = (a, b) if a.kind == "str" else (b, a)
+    """Text compares only with text: name the column and say how to fix the value."""
+    if (a.kind == "str") == (b.kind == "str"):
+        return
+    txt, other = (a, b) if a.kind == "str" else (b, a)
+    what = "numbers" if other.kind == "num" else "True/False"
+    if txt.column and not other.column:
         example = f"{txt.text} in ['{other.text}']" if symbol == "in" else f"{txt.text} {symbol} '{other.text}'"
-        raise ExpressionError(
-            f"cannot compare text {txt.text} with {'a number' if other.kind == 'num' else 'True/False'} "
-            f"{other.text}; quote the value, e.g. {example}"
-        )
+        raise ExpressionError(f"cannot compare text {txt.text} with {other.text}; quote the value, e.g. {example}")
+    if other.column and not txt.column:
+        raise ExpressionError(f"cannot compare {other.text} ({what}) with the text {txt.text}; write the value "
+                              "without quotes")  # fmt: skip
+    raise ExpressionError(f"cannot compare text {txt.text} with {other.text} ({what})")
 
 
 def _compare(op: type, a: _Value, b: _Value) -> Any:

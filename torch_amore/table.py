@@ -100,38 +100,45 @@ def _open_text(path: Path) -> Iterator[io.TextIOBase]:
 def check_csv_shape(path: Path, sep: str) -> None:
     """Raise :class:`TableError` when a non-blank CSV row has fewer or more fields than the header, or the header
     names a column twice; quoting follows the CSV standard, as in ``pandas.read_csv``."""
-    short = long = 0
-    first_short = first_long = None
-    with _open_text(path) as fh:
-        reader = csv.reader(fh, delimiter=sep)
-        header = next(reader, None)
-        if header is None:
-            return  # pandas reports the empty file
-        n = len(header)
-        seen: set[str] = set()
-        dup = [name for name in header if name in seen or seen.add(name)]
-        if dup:
-            raise TableError(f"cannot read {path}: the header names column {dup[0]!r} more than once; rename it")
-        for row in reader:
-            if not row or len(row) == n:
-                continue
-            if len(row) < n:
-                short += 1
-                first_short = first_short or (reader.line_num, len(row))
-            else:
-                long += 1
-                first_long = first_long or (reader.line_num, len(row))
-    if short:
-        rows = f"{short} row{'s have' if short > 1 else ' has'}"
-        example = sep.join(["1", "", "0"])
-        raise TableError(f"cannot read {path}: {rows} fewer fields than the header's {n} (first: line "
-                         f"{first_short[0]} has {first_short[1]}); write missing values as empty fields, e.g. "
-                         f"{example}")  # fmt: skip
-    if long:
-        rows = f"{long} row{'s have' if long > 1 else ' has'}"
-        raise TableError(f"cannot read {path}: {rows} more fields than the header's {n} (first: line "
-                         f"{first_long[0]} has {first_long[1]}); remove trailing delimiters or quote fields that "
-                         "contain the delimiter")  # fmt: skip
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)  # pandas reads fields of any length
+    try:
+        with _open_text(path) as fh:
+            counts = _count_bad_rows(csv.reader(fh, delimiter=sep), path)
+    finally:
+        csv.field_size_limit(limit)
+    if counts is None:
+        return  # no header: pandas reports the empty file
+    n, bad = counts
+    for kind, advice in (
+        ("fewer", f"write missing values as empty fields, e.g. {sep.join(['1', '', '0'])}"),
+        ("more", "remove trailing delimiters or quote fields that contain the delimiter"),
+    ):
+        count, (line, fields) = bad[kind]
+        if count:
+            rows = f"{count} row{'s have' if count > 1 else ' has'}"
+            raise TableError(f"cannot read {path}: {rows} {kind} fields than the header's {n} (first: line {line} "
+                             f"has {fields}); {advice}")  # fmt: skip
+
+
+def _count_bad_rows(reader, path: Path) -> tuple[int, dict[str, tuple[int, tuple[int, int]]]] | None:
+    """The header's field count and, for rows with fewer/more fields, their count and (line, fields) of the first."""
+    header = next(reader, None)
+    if header is None:
+        return None
+    n = len(header)
+    seen: set[str] = set()
+    dup = [name for name in header if name in seen or seen.add(name)]
+    if dup:
+        raise TableError(f"cannot read {path}: the header names column {dup[0]!r} more than once; rename it")
+    bad = {"fewer": (0, (0, 0)), "more": (0, (0, 0))}
+    for row in reader:
+        if len(row) == n or not row or (len(row) == 1 and not row[0].strip()):  # pandas skips blank lines
+            continue
+        kind = "fewer" if len(row) < n else "more"
+        count, first = bad[kind]
+        bad[kind] = (count + 1, first if count else (reader.line_num, len(row)))
+    return n, bad
 
 
 # --------------------------------------------------------------------------------------------------------- subgroup
