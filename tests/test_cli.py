@@ -581,3 +581,17 @@ def test_blank_lines_are_skipped_as_pandas_does(tmp_path):
     path.write_text('a,b,y\n1,2,0\n   \n\n3,"x, y",1\n')
     pd.testing.assert_frame_equal(read_table(path), pd.read_csv(path))
     assert len(read_table(path)) == 2
+
+
+def test_empty_column_is_left_out_with_a_one_line_warning(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"x": rng.random(200), "empty": np.nan})
+    df["y"] = (df["x"] > 0.7).astype(int)
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    assert main(["rules", str(path), "--target", "y == 1\n or y == 2", "--min-support", "10"]) == 0  # two lines
+    captured = capsys.readouterr()
+    assert captured.err == ("torch-amore: warning: column 'empty' has no values (all missing); it is left out of "
+                            "the features\n")  # fmt: skip
+    assert "subgroup y == 1 or y == 2: " in captured.out and "1 features (excluded: y)" in captured.out
+    assert _parse_rows(captured.out)[0][1].startswith("x >= 0.7")

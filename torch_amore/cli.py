@@ -274,8 +274,9 @@ def _expand(spec: list | dict, names: list[str], owners: dict[str, list[str]], f
     (or string column) names to values (``default`` for the others)."""
     if isinstance(spec, list):
         if len(spec) != len(names):
-            raise CLIError(f"{flag} has {len(spec)} values, but there are {len(names)} features "
-                           f"({show_columns(names)}); give one per feature or name=value pairs")  # fmt: skip
+            values = f"{len(spec)} value{'s' if len(spec) != 1 else ''}"
+            raise CLIError(f"{flag} has {values}, but there are {len(names)} features ({show_columns(names)}); give "
+                           "one per feature or name=value pairs")  # fmt: skip
         return spec
     values = [default] * len(names)
     index = {n: i for i, n in enumerate(names)}
@@ -417,10 +418,7 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
     if device.type != "cpu":
         X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names,
-                                  target_name=name)  # fmt: skip
+        found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
     except torch.cuda.OutOfMemoryError:
         raise CLIError(f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
                        "--n-grids or --beam-width, or --device cpu") from None  # fmt: skip
@@ -429,8 +427,6 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
                        "--n-grids") from None  # fmt: skip
     except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
         raise CLIError(_flag_names(str(err))) from None
-    for w in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)):
-        print(f"{PROG}: warning: {_one_line(_flag_names(w))}", file=sys.stderr)
     return found
 
 
@@ -534,6 +530,11 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of the library and of table reading as one line each, with option names as flags."""
+    print(f"{PROG}: warning: {_one_line(_flag_names(str(message)))}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``torch-amore`` command line; returns the exit status (0 ok, 2 bad input, 1 internal error).
 
@@ -547,7 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help and --version
             return exc.code if isinstance(exc.code, int) else 0
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            warnings.simplefilter("default", UserWarning)  # each distinct warning once
+            return args.func(args)
     except CLIError as err:
         print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
         return 2

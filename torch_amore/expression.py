@@ -188,7 +188,7 @@ names, numbers, 'strings', True/False, comparisons, and/or/not, in [...], + - * 
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as err:
-        where = f" at column {err.offset}" if err.offset else ""
+        where = f" at column {err.offset}" if err.offset else ""  # one line: newlines became spaces
         raise ExpressionError(
             f"cannot parse the expression: {err.msg}{where} (backquote column names that are not Python identifiers, "
             "e.g. `blood glucose` > 100)"
@@ -250,6 +250,9 @@ def _replace_backquotes(text: str) -> tuple[str, dict[str, str]]:
                 names[by_name[name]] = name
             out.append(by_name[name])
             i = j + 1
+        elif ch in "\r\n":  # an expression may span lines (e.g. from a config file)
+            out.append(" ")
+            i += 1
         elif ch == "@":
             raise ExpressionError(
                 f"not allowed: '@' (at column {i + 1}: {text[i:i + 30]!r}); an expression may only use the table's "

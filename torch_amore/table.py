@@ -14,6 +14,7 @@ import gzip
 import importlib.util
 import io
 import lzma
+import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -278,7 +279,7 @@ def encode_features(
 
     One-hot columns are named ``<column>_<value>`` and typed ``"cat"``; a row whose string value is missing gets NaN
     in all of that column's one-hot columns (so it satisfies no rule on them). Boolean columns become 0/1. Date and
-    duration columns raise :class:`TableError` with advice.
+    duration columns raise :class:`TableError` with advice; columns without any value are left out with a warning.
 
     Args:
         df: the table.
@@ -304,6 +305,9 @@ def encode_features(
         raise TableError("no feature columns left (all columns are used by the target or excluded)")
     blocks, names, types = [], [], []
     for c in selected:
+        if df[c].isna().all():
+            warnings.warn(f"column {c!r} has no values (all missing); it is left out of the features", stacklevel=2)
+            continue
         values, col_names, col_types = _encode_column(df[c], c, keep.get(c), max_categories)
         blocks.append(values)
         names.extend(col_names)
