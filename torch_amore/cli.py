@@ -289,15 +289,14 @@ def _expand(spec: list | dict, names: list[str], owners: dict[str, list[str]], f
     return values
 
 
-def build_options(args: argparse.Namespace, names: list[str], types: list[str], owners: dict[str, list[str]]):
+def _build_options(
+    args: argparse.Namespace, names: list[str], types: list[str], owners: dict[str, list[str]]
+) -> SearchOptions:
     """The one :class:`~torch_amore.SearchOptions` of a command line: its flags over the library's defaults, with
-    the encoded columns' types unless ``--feature-types`` says otherwise."""
+    the encoded columns' types where ``--feature-types`` does not name them."""
     given = {name: getattr(args, name) for name in SearchOptions.names() if getattr(args, name, None) is not None}
-    types_spec = given.pop("feature_types", None)
-    given["feature_types"] = types if types_spec is None else _expand(types_spec, names, owners, "--feature-types",
-                                                                      None)  # fmt: skip
-    if isinstance(types_spec, dict):
-        given["feature_types"] = [t if t is not None else types[i] for i, t in enumerate(given["feature_types"])]
+    chosen = _expand(given.pop("feature_types", {}), names, owners, "--feature-types", None)
+    given["feature_types"] = [c or t for c, t in zip(chosen, types)]
     for field, default in (("feature_scale", 1.0), ("feature_offset", 0.0)):
         if field in given:
             given[field] = _expand(given[field], names, owners, "--" + field.replace("_", "-"), default)
@@ -489,7 +488,7 @@ def _prepare(args: argparse.Namespace) -> _Run:
                                           max_categories=args.max_categories)  # fmt: skip
     except ValueError as err:
         raise CLIError(str(err)) from None
-    options = build_options(args, names, types, _one_hot_owners(df, names))
+    options = _build_options(args, names, types, _one_hot_owners(df, names))
     return _Run(args, len(df), target, label, target_name, excluded, X, names, options, device)
 
 
