@@ -158,7 +158,12 @@ class Expression:
 
 
 def show_columns(columns: Sequence[str], limit: int = 20) -> str:
-    """The first ``limit`` column names, comma-separated, with the total when there are more."""
+    """The first ``limit`` column names, comma-separated, with the total when there are more.
+
+    Example:
+        >>> show_columns(["a", "b", "c"], limit=2)
+        'a, b, ... (3 in all)'
+    """
     columns = [str(c) for c in columns]
     shown = ", ".join(columns[:limit])
     return shown + (f", ... ({len(columns)} in all)" if len(columns) > limit else "")
@@ -363,7 +368,7 @@ def _literal(node: ast.AST) -> bool | int | float | str | None:
 # ----------------------------------------------------------------------------------------------------- evaluation
 
 
-def column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
+def _column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
     """``(kind, values)`` of a table column for the expression: ``"bool"`` (bool array), ``"num"`` (int64 array
     without missing values, else float64 with NaN) or ``"str"`` (object array of str, None for missing)."""
     dtype = series.dtype
@@ -423,7 +428,7 @@ class _Evaluator:
     def column(self, node: ast.Name) -> _Value:
         name = self.expression.names.get(node.id, node.id)
         if name not in self.cache:
-            kind, data = column_value(self.df[name], name)
+            kind, data = _column_value(self.df[name], name)
             self.cache[name] = _Value(kind, data, True, self.source(node))
         return self.cache[name]
 

@@ -68,7 +68,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
             df = pd.read_parquet(p, engine="pyarrow")
         else:
             sep = "\t" if ".tsv" in suffixes else ","
-            check_csv_shape(p, sep)
+            _check_csv_shape(p, sep)
             df = pd.read_csv(p, sep=sep)
     except TableError:
         raise
@@ -98,7 +98,7 @@ def _open_text(path: Path) -> Iterator[io.TextIOBase]:
         yield fh
 
 
-def check_csv_shape(path: Path, sep: str) -> None:
+def _check_csv_shape(path: Path, sep: str) -> None:
     """Raise :class:`TableError` when a non-blank CSV row has fewer or more fields than the header, or the header
     names a column twice; quoting follows the CSV standard, as in ``pandas.read_csv``."""
     limit = csv.field_size_limit()
@@ -176,7 +176,12 @@ def subgroup_from_column(df: pd.DataFrame, column: str) -> np.ndarray:
 
 
 def is_text(col: pd.Series) -> bool:
-    """Whether a column is one-hot encoded: categorical, string or object dtype."""
+    """Whether a column is one-hot encoded: categorical, string or object dtype.
+
+    Example:
+        >>> is_text(pd.Series(["a", "b"])), is_text(pd.Series([1.5, 2.0])), is_text(pd.Series([True, False]))
+        (True, False, False)
+    """
     return isinstance(col.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(col) or col.dtype == object
 
 
