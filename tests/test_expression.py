@@ -194,3 +194,10 @@ def test_nullable_and_category_columns():
     assert parse_expression("c == 'y'", df.columns).evaluate(df).tolist() == [False, True, False]
     assert parse_expression("t != 'u'", df.columns).evaluate(df).tolist() == [False, True, True]
     assert parse_expression("g == 1", df.columns).evaluate(df).tolist() == [True, False, False]
+
+
+def test_evaluation_leaves_the_table_unchanged(df):
+    before = df.copy(deep=True)
+    for text, _ in VALID:
+        parse_expression(text, df.columns).evaluate(df)
+    pd.testing.assert_frame_equal(df, before)

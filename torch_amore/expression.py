@@ -389,10 +389,8 @@ def _column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
         if pd.api.types.is_integer_dtype(dtype) and not series.isna().any():
             return "num", np.asarray(series.to_numpy(dtype=getattr(dtype, "numpy_dtype", dtype)))
         return "num", series.to_numpy(dtype=np.float64, na_value=np.nan)
-    values = np.empty(len(series), dtype=object)
-    missing = series.isna().to_numpy()
-    values[~missing] = [str(v) for v in series[~missing].tolist()]
-    values[missing] = None
+    values = np.array(series.astype(str).to_numpy(dtype=object), dtype=object, copy=True)  # never a view of df
+    values[series.isna().to_numpy()] = None
     return "str", values
 
 

@@ -256,21 +256,15 @@ def _one_hot(
     col: pd.Series, name: str, keep: set[str] | None, max_categories: int
 ) -> tuple[np.ndarray, list[str], list[str]]:
     missing = col.isna().to_numpy()
-    labels = pd.Series([str(v) for v in col.to_numpy(dtype=object)], index=col.index, dtype=object)
-    n_values = int(labels[~missing].nunique())
-    if n_values > max_categories:
-        raise TableError(f"column {name!r} has {n_values} distinct values (more than --max-categories "
+    codes, uniques = pd.factorize(col.astype(str).to_numpy(dtype=object)[~missing], sort=True)
+    if len(uniques) > max_categories:
+        raise TableError(f"column {name!r} has {len(uniques)} distinct values (more than --max-categories "
                          f"{max_categories}); remove it with --exclude {name} or raise --max-categories")  # fmt: skip
-    categories = sorted(set(labels[~missing]))
-    names = [f"{name}_{c}" for c in categories]
-    if keep is not None:
-        categories = [c for c, n in zip(categories, names) if n in keep]
-        names = [n for n in names if n in keep]
-    values = np.stack([(labels == c).to_numpy(dtype=np.float64) for c in categories], axis=1) if categories else (
-        np.empty((len(col), 0))
-    )
-    values[missing] = np.nan
-    return values, names, ["cat"] * len(names)
+    names = [f"{name}_{c}" for c in uniques]
+    chosen = [i for i, n in enumerate(names) if keep is None or n in keep]
+    values = np.full((len(col), len(chosen)), np.nan)
+    values[~missing] = (codes[:, None] == np.array(chosen, dtype=codes.dtype)[None, :]).astype(np.float64)
+    return values, [names[i] for i in chosen], ["cat"] * len(chosen)
 
 
 def encode_features(
