@@ -593,7 +593,7 @@ def test_empty_column_is_left_out_with_a_one_line_warning(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == ("torch-amore: warning: column 'empty' has no values (all missing); it is left out of "
                             "the features\n")  # fmt: skip
-    assert "subgroup y == 1 or y == 2: " in captured.out and "1 features (excluded: y)" in captured.out
+    assert "subgroup y == 1 or y == 2: " in captured.out and "1 feature (excluded: y)" in captured.out
     assert _parse_rows(captured.out)[0][1].startswith("x >= 0.7")
 
 

@@ -495,8 +495,9 @@ def _prepare(args: argparse.Namespace) -> _Run:
 def _report(run: _Run) -> None:
     """Print what was run and the table of rule sets."""
     n_target = int(run.target.sum())
-    print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); "
-          f"{len(run.names)} features (excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
+    features = f"{len(run.names)} feature{'s' if len(run.names) != 1 else ''}"
+    print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
+          f"(excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
     print(_describe_options(run.options, run.n))
     if not run.found:
         print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
