@@ -138,6 +138,7 @@ def test_hostile_expression_is_refused_naming_the_construct(df, text, construct)
         ("blood glucose > 100", "cannot parse"),
         ("a >", "cannot parse"),
         ("`a > 1", "unterminated backquote"),
+        ("`a`b > 1", "cannot parse"),
         ("s == 'red", "unterminated string"),
         ("", "empty"),
         ("not " * 5000 + "f", "nested too deeply"),

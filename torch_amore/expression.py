@@ -253,7 +253,7 @@ def _replace_backquotes(text: str) -> tuple[str, dict[str, str]]:
             if name not in by_name:
                 by_name[name] = f"{prefix}{len(names)}"
                 names[by_name[name]] = name
-            out.append(by_name[name])
+            out.append(f" {by_name[name]} ")  # spaced: `a`b is two tokens, not the name _bq0b
             i = j + 1
         elif ch in "\r\n":  # an expression may span lines (e.g. from a config file)
             out.append(" ")
