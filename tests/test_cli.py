@@ -435,6 +435,7 @@ def test_target_expression_mask_matches_numpy(small_csv, tmp_path, capsys):
     assert "excluded: color, size, count" in stdout
     explanation = RegionalExplanation.from_json(out)
     assert explanation.params["subgroup_size"] == int(want.sum())
+    assert explanation.params["min_support_count"] == 30 and explanation.params["n_samples"] == len(df)
     assert not {r.name for rs in explanation for r in rs.rules} & {"size", "count", "color_red", "color_blue"}
 
 
@@ -466,7 +467,8 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
     got = RegionalExplanation.from_json(out)
     assert len(expected) > 3
     assert got.rule_sets == expected
-    assert got.params["options"] == options.to_dict()
+    assert {k: got.params[k] for k in SearchOptions.names()} == options.to_dict()
+    assert got.params["min_support_count"] == 25
     scaled = [r for rs in got for r in rs.rules if r.name == "size"]
     assert scaled and all(r.scale == 2.5 and r.offset == -1 for r in scaled)
 
@@ -544,7 +546,7 @@ def test_feature_types_as_a_list(small_csv, tmp_path, capsys):
             "--feature-types", ",".join(types), "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     capsys.readouterr()
-    assert RegionalExplanation.from_json(out).params["options"]["feature_types"] == types
+    assert RegionalExplanation.from_json(out).params["feature_types"] == types
 
 
 @pytest.mark.parametrize("suffix", [".csv.gz", ".csv.bz2", ".csv.xz", ".zip"])

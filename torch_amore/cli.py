@@ -373,8 +373,14 @@ def _describe_options(options: SearchOptions, n: int) -> str:
             continue
         shown.append(f"{key}={value}")
         if key == "min_support" and isinstance(value, float):
-            shown[-1] += f" ({math.ceil(value * n)} rows)"
+            shown[-1] += f" ({_support_count(options, n)} rows)"
     return "options: " + ", ".join(shown)
+
+
+def _support_count(options: SearchOptions, n: int) -> int:
+    """The number of rows ``min_support`` means on ``n`` rows (a fraction is rounded up, as the search does)."""
+    s = options.min_support
+    return int(math.ceil(s * n)) if isinstance(s, float) else int(s)
 
 
 def _write_json(path: str, explanation: RegionalExplanation) -> None:
@@ -455,11 +461,13 @@ class _Run:
         return list(self.found) if self.args.all_rule_sets else [rs for rs in self.found if rs.fitness >= 0]
 
     def explanation(self) -> RegionalExplanation:
-        """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``."""
+        """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
+        ``params`` hold every search option (as the explainer's do) and the facts of the run."""
         params = {
+            **self.options.to_dict(), "min_support_count": _support_count(self.options, self.n),
             "source": "torch-amore rules", "table": str(self.args.table), "target": self.target_label,
             "target_name": self.target_name, "n_samples": self.n, "subgroup_size": int(self.target.sum()),
-            "excluded": self.excluded, "options": self.options.to_dict(), "device": str(self.device),
+            "excluded": self.excluded, "device": str(self.device),
         }  # fmt: skip
         return RegionalExplanation(
             rule_sets=list(self.found), subgroup=torch.from_numpy(self.target), threshold=None,
