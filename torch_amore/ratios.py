@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from torch_amore import distributed as D
+from torch_amore.threads import parallel_pass
 
 #: int64 index elements per bincount call; bounds the temporary memory of one pass.
 _INDEX_BUDGET = 1 << 23
@@ -47,10 +48,11 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     # int32 indices halve the memory traffic of the pass (bincount accepts them)
     index_dtype = torch.int32 if step * width < 2**31 else torch.long
     offsets = torch.arange(min(step, n_features), device=codes.device, dtype=index_dtype) * width
-    for f0 in range(0, n_features, step):
-        f1 = min(n_features, f0 + step)
-        idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
-        out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
+            out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
 
@@ -85,10 +87,11 @@ def group_grid_counts(
         index_dtype = torch.int32 if step * block < 2**31 else torch.long
         base = groups.to(index_dtype)[None, :] * width
         offsets = torch.arange(min(step, n_features), device=codes_t.device, dtype=index_dtype)[:, None] * block
-        for f0 in range(0, n_features, step):
-            f1 = min(n_features, f0 + step)
-            idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype) + base + offsets[: f1 - f0]
-            out[f0 * block : f1 * block] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * block)
+        with parallel_pass(n * n_features):
+            for f0 in range(0, n_features, step):
+                f1 = min(n_features, f0 + step)
+                idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype) + base + offsets[: f1 - f0]
+                out[f0 * block : f1 * block] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * block)
     out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
 

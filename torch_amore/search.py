@@ -34,6 +34,7 @@ from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
+from torch_amore.threads import parallel_pass, search_threads
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
@@ -288,7 +289,8 @@ class _Extractor:
         """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
         cache = self.__dict__.setdefault("_fine", {})
         if n_fine not in cache:
-            cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
+            with parallel_pass(self.X.numel()):
+                cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
         return cache[n_fine]
 
     def run_beam(
@@ -427,7 +429,8 @@ def prepare(
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
     kinds = [kinds_all[c] for c in columns]
-    binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
+    with parallel_pass(X.numel()):
+        binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -491,9 +494,10 @@ def extract_rules(
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
-    local_codes = extractor.binned.encode_sample(local) if local is not None else None
-    rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
+    with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
+        extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
