@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torch_amore as ta
-import torch_amore.search as search_module
+import torch_amore.tree as tree_module
 from torch_amore.threads import PARALLEL_MIN_ELEMENTS, parallel_pass, search_threads
 
 
@@ -26,13 +26,13 @@ def _task():
 
 def test_search_runs_small_work_on_one_thread_and_restores(two_threads, monkeypatch):
     seen = []
-    original = search_module.candidate_intervals
+    original = tree_module.candidate_intervals
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(search_module, "candidate_intervals", spy)
+    monkeypatch.setattr(tree_module, "candidate_intervals", spy)
     X, target = _task()
     assert ta.extract_rules(X, target, max_length=2, min_support=20)
     assert seen and set(seen) == {1}
