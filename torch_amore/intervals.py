@@ -43,7 +43,10 @@ class Candidates:
         return Candidates(*(torch.cat([getattr(p, k) for p in parts]) for k in Candidates.__dataclass_fields__))
 
     def select(self, keep: torch.Tensor) -> Candidates:
-        return Candidates(*(getattr(self, k)[keep] for k in Candidates.__dataclass_fields__))
+        """The candidates at ``keep`` (indices, or a bool mask: turned into indices once, one host sync)."""
+        if keep.dtype == torch.bool:
+            keep = torch.nonzero(keep, as_tuple=True)[0]
+        return Candidates(*(getattr(self, k).index_select(0, keep) for k in Candidates.__dataclass_fields__))
 
 
 @dataclass

@@ -63,9 +63,9 @@ def _top_k(c: Candidates, n_nodes: int, n_features: int, top_k: int) -> tuple[to
     node_sorted = node[perm]
     per_node = torch.bincount(node_sorted, minlength=n_nodes)
     rank = torch.arange(len(c), device=node.device) - (torch.cumsum(per_node, 0) - per_node)[node_sorted]
-    sel = perm[rank < top_k]
-    return node[sel], feature[sel], c.g_low[sel], c.g_high[sel], c.hits[sel], c.support[sel], rank[rank < top_k], \
-        c.ratio[sel]  # fmt: skip
+    best = torch.nonzero(rank < top_k, as_tuple=True)[0]
+    sel = perm[best]
+    return node[sel], feature[sel], c.g_low[sel], c.g_high[sel], c.hits[sel], c.support[sel], rank[best], c.ratio[sel]
 
 
 def _children_rows(
@@ -80,7 +80,7 @@ def _children_rows(
     entry = (starts[node] - first)[child] + torch.arange(total, device=rows.device)
     r = rows[entry]
     code = codes[r, feature[child]]
-    inside = (code >= g_low[child]) & (code <= g_high[child])
+    inside = torch.nonzero((code >= g_low[child]) & (code <= g_high[child]), as_tuple=True)[0]
     return r[inside], child[inside]
 
 
@@ -137,7 +137,7 @@ def grow_tree(
             n_node = torch.tensor([D.global_count(codes.shape[0])], device=device)
             t_node = torch.tensor([n_total_target], device=device)
         else:
-            is_t = target[rows]
+            is_t = torch.nonzero(target[rows], as_tuple=True)[0]
             tot = node_grid_counts(codes, rows, nodes, n_nodes, width)
             tgt = node_grid_counts(codes, rows[is_t], nodes[is_t], n_nodes, width)
             n_node = D.all_reduce_sum(sizes)
