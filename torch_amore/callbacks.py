@@ -270,7 +270,8 @@ class RegionalRuleExtractor(Callback):
         if trainer.is_global_zero:
             dirpath.mkdir(parents=True, exist_ok=True)
             explanation.to_json(self.last_path)
-            (dirpath / f"{self.filename}.txt").write_text(explanation.format(max_rows=len(explanation) or 1) + "\n")
+            every = explanation.format(max_rows=len(explanation) or 1, distinct=False)  # the full list, not the table
+            (dirpath / f"{self.filename}.txt").write_text(every + "\n")
         trainer.strategy.barrier("RegionalRuleExtractor.write")
 
     def _metrics(self, explanation: RegionalExplanation) -> dict[str, float]:
