@@ -200,6 +200,13 @@ class RegionalExplanation:
         """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it."""
         return cls.from_dict(json.loads(Path(path).read_text()), explainer=explainer)
 
+    def to_html(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write a self-contained HTML report (rule table, figures, options, version); see
+        :func:`torch_amore.report.write_html` for the options (``figures``, ``held_out``, ``title``, ...)."""
+        from torch_amore.report import write_html
+
+        return write_html(self, path, **kwargs)
+
     def to_dataframe(self, *, distinct: bool = True) -> Any:
         """A pandas DataFrame with one row per rule set: the rule text, its length, features and metrics.
 
