@@ -181,3 +181,39 @@ def test_the_report_renders_in_headless_chromium(tmp_path):
     )  # fmt: skip
     pixels = plt.imread(shot)
     assert pixels.std() > 0.02  # not a blank page
+
+
+def test_command_line_writes_the_report_and_prints_distinct_rule_sets(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from torch_amore.cli import main
+
+    g = np.random.default_rng(1)
+    n = 800
+    df = pd.DataFrame({"age": g.uniform(20, 80, n).round(1), "bmi": g.uniform(15, 45, n).round(1)})
+    df["sick"] = ((df["age"] > 55) & (df["bmi"] > 30)) ^ (g.random(n) < 0.05)
+    csv = tmp_path / "t.csv"
+    df.to_csv(csv, index=False)
+    base = ["rules", str(csv), "--target", "sick", "--min-support", "40"]
+    assert main([*base, "--all", "--json", str(tmp_path / "all.json")]) == 0
+    every = [RuleSet.from_dict(d) for d in json.loads((tmp_path / "all.json").read_text())]
+    capsys.readouterr()
+    html_path = tmp_path / "out.html"
+    assert main([*base, "--json", str(tmp_path / "d.json"), "--html", str(html_path)]) == 0
+    out = capsys.readouterr().out
+    shown = [RuleSet.from_dict(d) for d in json.loads((tmp_path / "d.json").read_text())]
+    X = torch.tensor(df[["age", "bmi"]].to_numpy(dtype=np.float64))
+    assert shown == torch_amore.distinct.distinct_rule_sets(every, X, min_fitness=0.0)
+    assert len(shown) < len(every) and f"{len(every) - len(shown)} of {len(every)} rule sets not shown" in out
+    assert f"wrote the HTML report to {html_path}" in out
+    page = Page()
+    page.feed(html_path.read_text())
+    _, *rows = page.tables["rules"]
+    assert len(rows) == len(shown)
+    for (_, cells), rs in zip(rows, shown):
+        _check_metrics(cells[3:6], rs)
+    assert len(page.images) == min(3, len(shown))
+    assert main([*base, "--html", str(tmp_path / "no_dir" / "x.html")]) == 2
+    assert "cannot write --html" in capsys.readouterr().err

@@ -129,6 +129,10 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
     """plot_rule for the first ``n_rules`` rule sets of the default table (when the data are at hand)."""
     if explanation.features_matrix is None or explanation.subgroup is None or n_rules <= 0:
         return []
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment: the report without figures
+        return []
     from torch_amore.plot import plot_rule
 
     out = []
