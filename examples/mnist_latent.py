@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     held_out = explanation.evaluate(x_test)
     print(f"\non the {len(x_test)} held-out images:")
     print(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}")
-    for i, m in enumerate(held_out[:5], 1):
+    shown = [explanation.rule_sets.index(rs) for rs in explanation.distinct()[:5]]  # the rows of the table above
+    for i, m in enumerate((held_out[j] for j in shown), 1):
         print(f"  {i:>2}  {m.support:>7}  {m.confidence:>10.3f}  {m.fitness:>7.3f}")
 
     # the paper's baseline: a depth-matched decision tree on the same latent features (its Table of hyperparameters)
