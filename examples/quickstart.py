@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         predicted = model(x[covered]).argmax(1)
     units = explainer.features_matrix(x[covered])  # the latent values, shown against each rule's threshold
     fig = plot_rule_attributions(x[covered], maps, rules=explanation.best, features=units,
-                                 row_labels=[f"test digit {int(i)}: label {int(t)}, predicted {int(p)}"
+                                 row_labels=[f"test digit {int(i)}\nlabel {int(t)}, predicted {int(p)}"
                                              for i, t, p in zip(covered, y[covered], predicted)],
                                  target_name=explanation.target_name)  # fmt: skip
     fig.savefig(args.out, dpi=100, bbox_inches="tight")
