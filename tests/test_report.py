@@ -217,3 +217,34 @@ def test_command_line_writes_the_report_and_prints_distinct_rule_sets(tmp_path, 
     assert len(page.images) == min(3, len(shown))
     assert main([*base, "--html", str(tmp_path / "no_dir" / "x.html")]) == 2
     assert "cannot write --html" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_lightning_callback_writes_the_report_and_logs_the_rule_figure(tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("sklearn")
+    from lightning_task import BreastCancerModule, loaders
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from torch_amore import RegionalRuleExtractor
+
+    callback = RegionalRuleExtractor(target=1, data="val", n_grids=8, min_support=0.05, html=True, log_figures=True)
+    tb = pl.loggers.TensorBoardLogger(tmp_path, name="tb")
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, default_root_dir=tmp_path, callbacks=[callback], logger=[tb],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
+    )  # fmt: skip
+    trainer.fit(BreastCancerModule(), *loaders())
+    expl = callback.explanation
+    page = Page()
+    page.feed((callback.last_path.parent / "rules.html").read_text())
+    _, *rows = page.tables["rules"]
+    assert len(rows) == len(expl.distinct()) > 0
+    for (_, cells), rs in zip(rows, expl.distinct()):
+        _check_metrics(cells[3:6], rs)
+    events = EventAccumulator(tb.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert "rules/best_rule_set" in events.Tags()["images"]
+    image = events.Images("rules/best_rule_set")[0]
+    assert image.width > 100 and image.height > 100
