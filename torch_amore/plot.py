@@ -355,7 +355,7 @@ def plot_rule_attributions(
             title shows the unit's value against the rule; needs ``rules``.
         titles: one column title per rule (default: the rules' text).
         row_labels: one label per image (e.g. ``"label 7, predicted 7"``); default ``"image i"``.
-        target_name: what the rules explain, named in the figure title.
+        target_name: what the rules explain, named in the figure title (default: a RuleSet's ``target_name``).
         absolute: show ``|attribution|`` (sequential colormap from 0) instead of signed values.
         scale: ``"shared"`` (one symmetric colour scale for all panels, in attribution units) or ``"panel"`` (each
             panel divided by its own largest magnitude: shapes comparable, sizes not).
@@ -393,6 +393,8 @@ def plot_rule_attributions(
     if scale not in ("shared", "panel"):
         raise ValueError(f"Expected `scale` to be 'shared' or 'panel', but got {scale!r}.")
     n_rules = maps.shape[0]
+    if target_name is None and isinstance(rules, RuleSet):
+        target_name = rules.target_name
     rule_list = _rule_list(rules, n_rules)
     values = _unit_values(features, rule_list, n)
     if titles is not None and len(titles) != n_rules:
