@@ -216,7 +216,8 @@ def explanation_html(
         "<h2>Rule sets</h2>",
         f'<p class="note">Best fitness first; near-duplicates (covered rows with a Jaccard index >= {max_jaccard:g}) '
         "are collapsed into the fitter rule set and negative-fitness rule sets left out; the full list is below. "
-        "Click a column header to sort."
+        "Click a column header to sort. Support: rows satisfying the rule set; confidence: the share of them in "
+        "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."
         + (" Held-out columns: the same rule sets measured on new data." if held is not None else "")
         + "</p>",
         _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules")
