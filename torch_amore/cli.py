@@ -30,6 +30,7 @@ import torch
 from torch_amore import __version__
 from torch_amore import _validation as V
 from torch_amore._typing import BIN_STRATEGIES
+from torch_amore.distinct import distinct_rule_sets
 from torch_amore.options import STRATEGIES
 from torch_amore.rules import RuleSet
 from torch_amore.search import extract_rules
@@ -165,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "column) (default: 100)")
     rules.add_argument("--limit", type=_int_at_least(1), metavar="N",
                        help="report only the N best rule sets (printed and in --json) (default: all)")
+    rules.add_argument("--all", action="store_true", dest="all_rule_sets",
+                       help="report every rule set found; by default near-duplicates (covered rows with a Jaccard "
+                       "index >= 0.9: the fitter one is kept) and negative-fitness rule sets are left out")
+    rules.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report (rule table, a plot "
+                       "per top rule set, options)")
     rules.add_argument("--json", metavar="PATH", help="also write the reported rule sets as a JSON list of "
                        "RuleSet.to_dict() objects")
     rules.add_argument("--device", default="cpu", help="torch device for the search, e.g. cuda (default: cpu)")
@@ -456,6 +462,9 @@ def _run_rules(args: argparse.Namespace) -> int:
         )
     except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
         raise CLIError(str(err)) from None
+    n_found = len(found)
+    if not args.all_rule_sets:
+        found = distinct_rule_sets(found, X_t, min_fitness=0.0)
     if args.limit is not None:
         found = found[: args.limit]
 
@@ -466,6 +475,8 @@ def _run_rules(args: argparse.Namespace) -> int:
                 fh.write("\n")
         except OSError as err:
             raise CLIError(f"cannot write --json {args.json}: {err.strerror or err}") from None
+    if args.html is not None:
+        _write_html(args, found, X_t, target, names, target_name)
 
     print(
         f"subgroup {target_name}: {n_target} of {n} rows ({100 * n_target / n:.1f}%); {len(names)} features "
@@ -478,12 +489,32 @@ def _run_rules(args: argparse.Namespace) -> int:
     )
     if found:
         print(format_table(found))
+        if len(found) < n_found and not args.all_rule_sets:
+            print(f"({n_found - len(found)} of {n_found} rule sets not shown: near-duplicates, negative fitness"
+                  + (" or beyond --limit" if args.limit is not None else "") + "; --all lists every one)")
     else:
         print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
               "--min-support")
     if args.json is not None:
         print(f"wrote {len(found)} rule sets to {args.json}")
+    if args.html is not None:
+        print(f"wrote the HTML report to {args.html}")
     return 0
+
+
+def _write_html(args: argparse.Namespace, found: list[RuleSet], X: torch.Tensor, target: np.ndarray,
+                names: list[str], target_name: str) -> None:  # fmt: skip
+    from torch_amore.explanation import RegionalExplanation
+
+    options = ("max_length", "min_support", "n_grids", "bin_strategy", "top_k", "strategy", "min_confidence")
+    params = {k: getattr(args, k) for k in options} | {"table": args.table, "target_name": target_name,
+                                                        "n_samples": len(target), "subgroup_size": int(target.sum())}
+    explanation = RegionalExplanation(found, torch.from_numpy(target), None, list(range(len(names))), names, params,
+                                      features_matrix=X.cpu())  # fmt: skip
+    try:
+        explanation.to_html(args.html)
+    except OSError as err:
+        raise CLIError(f"cannot write --html {args.html}: {err.strerror or err}") from None
 
 
 def _one_line(message: str) -> str:
