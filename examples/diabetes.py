@@ -241,6 +241,21 @@ def figure(amore: SearchResult, dt: SearchResult, path: Path) -> None:
     print(f"\nwrote {path}")
 
 
+def rule_figure(rs, X, target, path: Path) -> None:
+    """The chosen AMORE rule set over the features' distributions (subgroup vs rest, raw units)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from torch_amore.plot import plot_rule
+
+    fig = plot_rule(rs, X, target)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
 # ---------------------------------------------------------------------------------------------------- modes
 def run_csv(args) -> None:
     t_start = time.perf_counter()
@@ -275,6 +290,8 @@ def run_csv(args) -> None:
     local_rules(X_tr, target, X_te, prob_te, max_length=2 if args.quick else 3, **unit)
     out = Path(args.out)
     figure(amore, dt, out / "diabetes_compare_dt.png")
+    if amore.best is not None:
+        rule_figure(amore.best, X_tr, target, out / "diabetes_amore_rule.png")
     for name, res in (("amore", amore), ("dt", dt)):
         res.records.drop(columns="rule_set").to_csv(out / f"diabetes_{name}_records.csv", index=False)
     print(f"total {time.perf_counter() - t_start:.1f} s")

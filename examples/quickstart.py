@@ -2,10 +2,11 @@
 
 Trains a tiny CNN on the 8x8 digits that ship with scikit-learn (nothing is downloaded), explains "the model predicts
 7" with regional rules on its 32 latent units (the inputs of the last linear layer), prints the best rule sets with
-support/confidence/fitness on the training and held-out parts next to a depth-matched decision tree's rule, and saves
-a pixel map: which pixels drive each rule's latent unit (integrated gradients, via Captum).
+support/confidence/fitness on the training and held-out parts next to a depth-matched decision tree's rule, saves
+a pixel map (which pixels drive each rule's latent unit: integrated gradients, via Captum) and writes a self-contained
+HTML report (rule table with held-out metrics, the pixel map, the rules' mean images and distributions).
 
-    python examples/quickstart.py [--out quickstart_pixels.png]
+    python examples/quickstart.py [--out quickstart_pixels.png] [--html PATH]
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class TinyCNN(nn.Module):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("quickstart_pixels.png"), help="where to save the pixel map")
+    parser.add_argument("--html", type=Path, help="where to write the HTML report (default: quickstart_report.html "
+                        "beside the pixel map)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.html = args.html or args.out.with_name("quickstart_report.html")
     start = time.perf_counter()
     torch.manual_seed(0)
 
@@ -92,14 +96,24 @@ def main(argv: list[str] | None = None) -> None:
         print("\n(matplotlib is not installed: no pixel map; pip install 'torch-amore[plot]')")
         return
     matplotlib.use("Agg")
-    from torch_amore.plot import plot_rule_attributions
+    from torch_amore.plot import plot_rule_attributions, plot_rule_means
 
     covered = test[explanation.best.mask(z_test)][:3]
     maps = explainer.attribute(x[covered], explanation.best, n_steps=32)
-    fig = plot_rule_attributions(x[covered], maps, titles=[r.format() for r in explanation.best.rules],
-                                 row_labels=[f"label {int(v)}" for v in y[covered]])  # fmt: skip
-    fig.savefig(args.out, dpi=100)
-    print(f"\nsaved the pixel map of the best rule set to {args.out} ({time.perf_counter() - start:.1f} s in all)")
+    with torch.no_grad():
+        predicted = model(x[covered]).argmax(1)
+    units = explainer.features_matrix(x[covered])  # the latent values, shown against each rule's threshold
+    fig = plot_rule_attributions(x[covered], maps, rules=explanation.best, features=units,
+                                 row_labels=[f"test digit {int(i)}\nlabel {int(t)}, predicted {int(p)}"
+                                             for i, t, p in zip(covered, y[covered], predicted)],
+                                 target_name=explanation.target_name)  # fmt: skip
+    fig.savefig(args.out, dpi=100, bbox_inches="tight")
+    print(f"\nsaved the pixel map of the best rule set to {args.out}")
+    means = plot_rule_means(x[train], explanation)
+    explanation.to_html(args.html, held_out=explanation.evaluate(x[test]),
+                        figures={"Pixels driving each rule's latent unit (held-out digits)": fig,
+                                 "Mean training digit satisfying each rule": means})  # fmt: skip
+    print(f"wrote the HTML report to {args.html} ({time.perf_counter() - start:.1f} s in all)")
 
 
 if __name__ == "__main__":

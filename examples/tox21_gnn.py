@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     held_out = explanation.evaluate(DataLoader(test, batch_size=512), features=d_test)
     print(f"\non the {len(test)} held-out molecules (same model, same threshold):")
     print(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}")
-    for i, m in enumerate(held_out[:5], 1):
+    shown = [explanation.rule_sets.index(rs) for rs in explanation.distinct()[:5]]  # the rows of the table above
+    for i, m in enumerate((held_out[j] for j in shown), 1):
         print(f"  {i:>2}  {m.support:>7}  {m.confidence:>10.3f}  {m.fitness:>7.3f}")
     tree = torch_amore.decision_tree_rules(d_train, explanation.subgroup.cpu(), max_depth=2, min_samples_leaf=100,
                                            feature_names=DESCRIPTORS, target_name="predicted active")  # fmt: skip

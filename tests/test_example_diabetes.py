@@ -113,8 +113,8 @@ def test_quick_csv_run_writes_figure_and_tables(tmp_path):
     assert "AMORE vs decision tree" in out and "Local rules for three test samples" in out
     amore_line = next(line for line in out.splitlines() if line.strip().startswith("AMORE ") and "support=" in line)
     assert "HbA1c_level" in amore_line or "blood_glucose_level" in amore_line  # raw units, named features
-    png = tmp_path / "diabetes_compare_dt.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("diabetes_compare_dt.png", "diabetes_amore_rule.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import pandas as pd
 
     amore = pd.read_csv(tmp_path / "diabetes_amore_records.csv")

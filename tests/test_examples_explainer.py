@@ -52,6 +52,8 @@ def test_quickstart_prints_rules_next_to_a_tree_and_saves_a_pixel_map(tmp_path):
     assert amore and tree, out
     assert out.count("held out:") == 2
     _png(tmp_path / "pixels.png")
+    report = tmp_path / "quickstart_report.html"  # beside the pixel map; the demo says where
+    assert f"wrote the HTML report to {report}" in out and report.read_text().count("<img ") >= 3
 
 
 @pytest.mark.slow

@@ -68,6 +68,9 @@ class RegionalRuleExtractor(Callback):
         batch_size: batch size when ``data``'s DataLoader has none.
         input_key, label_key: where the model input and the labels are in a batch (see the explainer).
         forward_kwargs: extra keyword arguments for every model call.
+        html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
+        log_figures: log a :func:`~torch_amore.plot.plot_rule` figure of the best rule set to the loggers that take
+            figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g. Weights & Biases).
 
     Attributes:
         explanation: the last :class:`RegionalExplanation` (``None`` before the first extraction). Its
@@ -103,6 +106,8 @@ class RegionalRuleExtractor(Callback):
         input_key: BatchKey = None,
         label_key: BatchKey = None,
         forward_kwargs: dict | None = None,
+        html: bool = False,
+        log_figures: bool = False,
     ) -> None:
         if not (isinstance(data, DataLoader) or data in _DATA):
             raise ValueError(f"Expected `data` to be 'train', 'val' or a DataLoader, but got {data!r}.")
@@ -137,6 +142,8 @@ class RegionalRuleExtractor(Callback):
         self.input_key = input_key
         self.label_key = label_key
         self.forward_kwargs = dict(forward_kwargs or {})
+        self.html = bool(html)
+        self.log_figures = bool(log_figures)
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -270,7 +277,10 @@ class RegionalRuleExtractor(Callback):
         if trainer.is_global_zero:
             dirpath.mkdir(parents=True, exist_ok=True)
             explanation.to_json(self.last_path)
-            (dirpath / f"{self.filename}.txt").write_text(explanation.format(max_rows=len(explanation) or 1) + "\n")
+            every = explanation.format(max_rows=len(explanation) or 1, distinct=False)  # the full list, not the table
+            (dirpath / f"{self.filename}.txt").write_text(every + "\n")
+            if self.html:
+                explanation.to_html(dirpath / f"{self.filename}.html")
         trainer.strategy.barrier("RegionalRuleExtractor.write")
 
     def _metrics(self, explanation: RegionalExplanation) -> dict[str, float]:
@@ -301,3 +311,22 @@ class RegionalRuleExtractor(Callback):
             add_text = getattr(getattr(logger, "experiment", None), "add_text", None)
             if callable(add_text):
                 add_text(f"{self.log_prefix}{self.filename}", text, global_step=trainer.global_step)
+        if self.log_figures:
+            self._log_figure(trainer, explanation)
+
+    def _log_figure(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
+        if explanation.best is None or not explanation.best.rules or explanation.features_matrix is None:
+            return
+        import matplotlib.pyplot as plt
+
+        from torch_amore.plot import plot_rule
+
+        fig = plot_rule(explanation)  # this rank's rows under DDP
+        tag = f"{self.log_prefix}best_rule_set"
+        for logger in trainer.loggers:
+            add_figure = getattr(getattr(logger, "experiment", None), "add_figure", None)
+            if callable(add_figure):
+                add_figure(tag, fig, global_step=trainer.global_step, close=False)
+            elif callable(getattr(logger, "log_image", None)):
+                logger.log_image(key=tag, images=[fig], step=trainer.global_step)
+        plt.close(fig)

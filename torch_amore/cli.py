@@ -32,6 +32,7 @@ import torch
 
 from torch_amore import __version__
 from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
+from torch_amore.distinct import distinct_rule_sets
 from torch_amore.explanation import RegionalExplanation
 from torch_amore.expression import GRAMMAR, ExpressionError, parse_expression, show_columns
 from torch_amore.options import STRATEGIES, SearchOptions
@@ -225,13 +226,16 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: cpu)")
     group = parser.add_argument_group("output")
     group.add_argument("--all", action="store_true", dest="all_rule_sets",
-                       help="also print rule sets with negative fitness (they cover more rows outside the subgroup "
-                       "than inside), flagged; by default they are left out of the table with a note")
+                       help="print every rule set found, those with negative fitness (covering more rows outside the "
+                       "subgroup than inside) flagged; by default near-duplicates (covered rows with a Jaccard index "
+                       ">= 0.9: the fitter one is kept) and negative-fitness rule sets are left out with a note")
     group.add_argument("--limit", type=_positive, metavar="N",
                        help="keep only the N best rule sets (printed and in --json) (default: all)")
     group.add_argument("--json", metavar="PATH",
                        help="also write the rule sets (all kept ones, negative fitness included) as a "
                        "torch_amore.RegionalExplanation JSON file (read it with RegionalExplanation.from_json)")
+    group.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report (rule table, a plot "
+                       "per top rule set, options)")
 
 
 # ---------------------------------------------------------------------------------------------------------- target
@@ -383,11 +387,12 @@ def _support_count(options: SearchOptions, n: int) -> int:
     return int(math.ceil(s * n)) if isinstance(s, float) else int(s)
 
 
-def _write_json(path: str, explanation: RegionalExplanation) -> None:
+def _write(flag: str, path: str, explanation: RegionalExplanation) -> None:
+    """``--json`` (:meth:`RegionalExplanation.to_json`) or ``--html`` (:meth:`RegionalExplanation.to_html`)."""
     try:
-        explanation.to_json(path)
+        explanation.to_json(path) if flag == "--json" else explanation.to_html(path)
     except OSError as err:
-        raise CLIError(f"cannot write --json {path}: {err.strerror or err}") from None
+        raise CLIError(f"cannot write {flag} {path}: {err.strerror or err}") from None
 
 
 # --------------------------------------------------------------------------------------------------------- command
@@ -457,8 +462,11 @@ class _Run:
         return [rs for rs in self.found if rs.fitness < 0]
 
     def shown(self) -> list[RuleSet]:
-        """The rule sets of the printed table: all with ``--all``, else those with fitness >= 0."""
-        return list(self.found) if self.args.all_rule_sets else [rs for rs in self.found if rs.fitness >= 0]
+        """The rule sets of the printed table: all with ``--all``, else the distinct ones with fitness >= 0
+        (:func:`torch_amore.distinct.distinct_rule_sets`)."""
+        if self.args.all_rule_sets:
+            return list(self.found)
+        return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)
 
     def explanation(self) -> RegionalExplanation:
         """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
@@ -479,8 +487,9 @@ class _Run:
 def _prepare(args: argparse.Namespace) -> _Run:
     """Everything before the search: device, table, subgroup, features and options (all checked)."""
     device = _device(args.device)
-    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
-        raise CLIError(f"cannot write --json {args.json}: its folder does not exist")
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise CLIError(f"cannot write {flag} {path}: its folder does not exist")
     try:
         df = read_table(args.table)
     except ValueError as err:
@@ -515,9 +524,10 @@ def _report(run: _Run) -> None:
     shown, negative = run.shown(), run.negative
     if shown:
         print(format_table(shown, flag_negative=run.args.all_rule_sets))
-    if negative and not run.args.all_rule_sets:
-        print(f"{len(negative)} rule set{'s' if len(negative) > 1 else ''} with negative fitness (covering more "
-              "rows outside the subgroup than inside) not shown; --all shows them")  # fmt: skip
+    hidden = len(run.found) - len(shown)
+    if hidden:
+        print(f"{hidden} of {len(run.found)} rule sets not shown: near-duplicates of a fitter one, or negative fitness "
+              f"({len(negative)}: covering more rows outside the subgroup than inside); --all shows them")  # fmt: skip
 
 
 def _run_rules(args: argparse.Namespace) -> int:
@@ -525,12 +535,16 @@ def _run_rules(args: argparse.Namespace) -> int:
     found = _search(run.X, run.target, run.device, run.options, run.names, run.target_name)
     run.n_found = len(found)
     run.found = found if args.limit is None else found[: args.limit]
-    if args.json is not None:  # written first: a bad path fails before anything is printed
-        _write_json(args.json, run.explanation())
+    explanation = run.explanation()
+    for flag, path in (("--json", args.json), ("--html", args.html)):  # written first: a bad path fails early
+        if path is not None:
+            _write(flag, path, explanation)
     _report(run)
     if args.json is not None:
         extra = f" ({len(run.negative)} with negative fitness)" if run.negative else ""
         print(f"wrote {len(run.found)} rule sets{extra} to {args.json}")
+    if args.html is not None:
+        print(f"wrote the HTML report to {args.html}")
     return 0
 
 

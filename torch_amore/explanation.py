@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.metrics import RuleMetrics
 from torch_amore.rules import RuleSet
 
@@ -112,18 +113,32 @@ class RegionalExplanation:
         kind = "Local rules" if self.sample is not None or self.params.get("local") else "Regional rules"
         return f"{kind} for {self.target_name}" + (f" ({', '.join(facts)})" if facts else "")
 
-    def format(self, max_rows: int = 10, precision: int = 3) -> str:
-        """A readable table of the first ``max_rows`` rule sets."""
+    def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
+        """The rule sets of the default tables: near-duplicates collapsed into the fitter one (covered rows with a
+        Jaccard index >= ``max_jaccard``) and, by default, no negative fitness; see :mod:`torch_amore.distinct`.
+        :attr:`rule_sets` keeps the full list."""
+        X = self.features_matrix
+        return distinct_rule_sets(self.rule_sets, X, max_jaccard=max_jaccard, min_fitness=min_fitness)
+
+    def _table(self, distinct: bool) -> list[RuleSet]:
+        return self.distinct() if distinct else list(self.rule_sets)
+
+    def format(self, max_rows: int = 10, precision: int = 3, *, distinct: bool = True) -> str:
+        """A readable table of the first ``max_rows`` rule sets; ``distinct=False`` lists every rule set found."""
         lines = [self._header()]
         if not self.rule_sets:
             lines.append("  (no rule sets) " + self.message if self.message else "  (no rule sets)")
             return "\n".join(lines)
+        shown = self._table(distinct)
         lines.append(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  rule set")
-        for i, rs in enumerate(self.rule_sets[:max_rows], 1):
+        for i, rs in enumerate(shown[:max_rows], 1):
             cond = " AND ".join(r.format(precision) for r in rs.rules)
             lines.append(f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {cond}")
-        if len(self.rule_sets) > max_rows:
-            lines.append(f"  ... {len(self.rule_sets) - max_rows} more")
+        if len(shown) > max_rows:
+            lines.append(f"  ... {len(shown) - max_rows} more")
+        if len(shown) < len(self.rule_sets):
+            lines.append(f"  ({len(self.rule_sets) - len(shown)} near-duplicate or negative-fitness rule sets not "
+                         f"shown; format(distinct=False) lists all {len(self.rule_sets)})")  # fmt: skip
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -133,7 +148,7 @@ class RegionalExplanation:
         rows = "".join(
             f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
             f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
-            for i, rs in enumerate(self.rule_sets[:20], 1)
+            for i, rs in enumerate(self._table(True)[:20], 1)
         )
         empty = f"<p>{html.escape(self.message or 'No rule sets.')}</p>" if not self.rule_sets else ""
         return (
@@ -185,18 +200,29 @@ class RegionalExplanation:
         """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it."""
         return cls.from_dict(json.loads(Path(path).read_text()), explainer=explainer)
 
-    def to_dataframe(self) -> Any:
-        """A pandas DataFrame with one row per rule set: the rule text, its length, features and metrics."""
+    def to_html(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write a self-contained HTML report (rule table, figures, options, version); see
+        :func:`torch_amore.report.write_html` for the options (``figures``, ``held_out``, ``title``, ...)."""
+        from torch_amore.report import write_html
+
+        return write_html(self, path, **kwargs)
+
+    def to_dataframe(self, *, distinct: bool = True) -> Any:
+        """A pandas DataFrame with one row per rule set: the rule text, its length, features and metrics.
+
+        ``distinct=True`` (default) gives the rows of :meth:`distinct`; ``False`` every rule set in :attr:`rule_sets`.
+        """
         import pandas as pd
 
+        rule_sets = self._table(distinct)
         return pd.DataFrame(
             {
-                "rule_set": [" AND ".join(r.format() for r in rs.rules) for rs in self.rule_sets],
-                "length": [len(rs) for rs in self.rule_sets],
-                "features": [tuple(r.name for r in rs.rules) for rs in self.rule_sets],
-                "support": [rs.support for rs in self.rule_sets],
-                "confidence": [rs.confidence for rs in self.rule_sets],
-                "fitness": [rs.fitness for rs in self.rule_sets],
+                "rule_set": [" AND ".join(r.format() for r in rs.rules) for rs in rule_sets],
+                "length": [len(rs) for rs in rule_sets],
+                "features": [tuple(r.name for r in rs.rules) for rs in rule_sets],
+                "support": [rs.support for rs in rule_sets],
+                "confidence": [rs.confidence for rs in rule_sets],
+                "fitness": [rs.fitness for rs in rule_sets],
             }
         )
 

@@ -43,7 +43,10 @@ class Candidates:
         return Candidates(*(torch.cat([getattr(p, k) for p in parts]) for k in Candidates.__dataclass_fields__))
 
     def select(self, keep: torch.Tensor) -> Candidates:
-        return Candidates(*(getattr(self, k)[keep] for k in Candidates.__dataclass_fields__))
+        """The candidates at ``keep`` (indices, or a bool mask: turned into indices once, one host sync)."""
+        if keep.dtype == torch.bool:
+            keep = torch.nonzero(keep, as_tuple=True)[0]
+        return Candidates(*(getattr(self, k).index_select(0, keep) for k in Candidates.__dataclass_fields__))
 
 
 @dataclass
@@ -59,13 +62,30 @@ class Segments:
     seg_of_grid: torch.Tensor  # (F, B) segment index of each grid (-1 for padding grids)
 
 
-def _gt_one(hits: torch.Tensor, counts: torch.Tensor, n_target: int, n_samples: int) -> torch.Tensor:
+#: A node's target count or sample count: one int, or one per row of a batched (node, feature) count table.
+Count = int | torch.Tensor
+
+
+def _per_row(value: Count) -> Count:
+    """A per-row count as a column, to broadcast over the grids of (R, B) tables; an int as it is."""
+    return value[:, None] if isinstance(value, torch.Tensor) else value
+
+
+def _at(value: Count, rows: torch.Tensor) -> Count:
+    """A per-row count at the given rows (an int as it is)."""
+    return value[rows] if isinstance(value, torch.Tensor) else value
+
+
+def _gt_one(hits: torch.Tensor, counts: torch.Tensor, n_target: Count, n_samples: Count) -> torch.Tensor:
     """Exact ``ratio > 1``: hits / counts > n_target / n_samples."""
     return (hits * n_samples > counts * n_target) & (counts > 0)
 
 
-def merge_grids(tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor, n_target: int, n_samples: int) -> Segments:
-    """Algorithm 4's clean-up for all features at once (see module docstring)."""
+def merge_grids(
+    tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor, n_target: Count, n_samples: Count
+) -> Segments:
+    """Algorithm 4's clean-up for all features at once (see module docstring); per-row counts broadcast."""
+    n_target, n_samples = _per_row(n_target), _per_row(n_samples)
     n_feat, width = tot.shape
     device = tot.device
     g = torch.arange(width, device=device).expand(n_feat, width)
@@ -108,8 +128,9 @@ def merge_grids(tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor, n_ta
     return Segments(hits, counts, seg_ratio, first, last, n_seg, seg)
 
 
-def find_peaks(segs: Segments, n_target: int, n_samples: int) -> torch.Tensor:
+def find_peaks(segs: Segments, n_target: Count, n_samples: Count) -> torch.Tensor:
     """(F, B) bool: segments with ratio > 1 that are strict local maxima (features with >= 2 segments)."""
+    n_target, n_samples = _per_row(n_target), _per_row(n_samples)
     r = segs.ratio
     n_feat, width = r.shape
     g = torch.arange(width, device=r.device).expand(n_feat, width)
@@ -124,16 +145,17 @@ def expand_intervals(
     feature: torch.Tensor,
     start: torch.Tensor,
     min_support: int,
-    n_target: int,
-    n_samples: int,
+    n_target: Count,
+    n_samples: Count,
     local: bool = False,
 ) -> Candidates:
     """Algorithm 5 from every (feature, start segment) pair at once; returns only the valid intervals.
 
     With ``local=True`` the expansion stops as soon as the support reaches ``min_support`` (local rules keep the
-    interval around the sample's own grid as tight as the support allows).
+    interval around the sample's own grid as tight as the support allows). Per-row counts are per row of ``segs``.
     """
     f, lo, hi = feature, start.clone(), start.clone()
+    n_target, n_samples = _at(n_target, f), _at(n_samples, f)
     hits = segs.hits[f, lo].clone()
     cnt = segs.counts[f, lo].clone()
     n_seg = segs.n_seg[f]
@@ -188,11 +210,14 @@ def candidate_intervals(
     is_cat: torch.Tensor,
     allowed: torch.Tensor,
     min_support: int,
-    n_target: int,
-    n_samples: int,
+    n_target: Count,
+    n_samples: Count,
     local_codes: torch.Tensor | None = None,
 ) -> Candidates:
     """All valid candidate rules at a node (numeric intervals and categories), unsorted.
+
+    The rows of the tables may also be the (node, feature) pairs of several nodes (flattened), with per-row
+    ``n_target``/``n_samples``: the rule tree counts all nodes of a level at once this way.
 
     Args:
         tot, tgt: (F, B) per-grid counts of the node's samples and of its target samples.
@@ -200,7 +225,7 @@ def candidate_intervals(
         is_cat: (F,) categorical features.
         allowed: (F,) features that may still be used on this path.
         min_support: minimum support of an interval.
-        n_target, n_samples: target samples and samples at the node.
+        n_target, n_samples: target samples and samples at the node (ints, or (F,) tensors: one per row).
         local_codes: (F,) the local sample's grid per feature (-1 where missing): only candidates containing it.
 
     Example:
@@ -242,17 +267,14 @@ def candidate_intervals(
             cat[:, None]
             & (g < n_bins[:, None])
             & (tot >= min_support)
-            & _gt_one(tgt, tot, n_target, n_samples)
+            & _gt_one(tgt, tot, _per_row(n_target), _per_row(n_samples))
             & (tot < non_missing)
         )
         if local_codes is not None:
             ok &= g == local_codes[:, None]
         f, gg = torch.nonzero(ok, as_tuple=True)
-        parts.append(
-            Candidates(
-                f, gg, gg, tgt[f, gg], tot[f, gg], probability_ratios(tgt[f, gg], tot[f, gg], n_target, n_samples)
-            )
-        )
+        ratio = probability_ratios(tgt[f, gg], tot[f, gg], _at(n_target, f), _at(n_samples, f))
+        parts.append(Candidates(f, gg, gg, tgt[f, gg], tot[f, gg], ratio))
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return Candidates(empty, empty, empty, empty, empty, torch.zeros(0, dtype=torch.float64, device=device))

@@ -25,6 +25,7 @@ from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.options import SearchOptions
 from torch_amore.rules import RuleSet
 from torch_amore.search import prepare
+from torch_amore.threads import search_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -211,16 +212,17 @@ def search_hyperparameters(
 
     bar = progress_bar(progress, total=len(strategies) * len(grids) * len(supports), desc="hyperparameter settings")
     rows = []
-    for strategy, n_g in itertools.product(strategies, grids):
-        setting_options = options.replace(bin_strategy=strategy, n_grids=n_g)
-        extractor = prepare(X_t, target, setting_options, features=features, feature_names=names,
-                            target_name=target_name)  # fmt: skip
-        local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        for s_min in supports:
-            rule_sets = extractor.extract(setting_options, min_support=s_min, local_codes=local_codes)
-            setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
-            rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
-            bar.update(1)
+    with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
+        for strategy, n_g in itertools.product(strategies, grids):
+            setting_options = options.replace(bin_strategy=strategy, n_grids=n_g)
+            extractor = prepare(X_t, target, setting_options, features=features, feature_names=names,
+                                target_name=target_name)  # fmt: skip
+            local_codes = extractor.binned.encode_sample(local) if local is not None else None
+            for s_min in supports:
+                rule_sets = extractor.extract(setting_options, min_support=s_min, local_codes=local_codes)
+                setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
+                rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
+                bar.update(1)
     bar.close()
     return _result_from_rows(rows, bound)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from torch_amore import distributed as D
+from torch_amore.threads import parallel_pass
 
 #: int64 index elements per bincount call; bounds the temporary memory of one pass.
 _INDEX_BUDGET = 1 << 23
@@ -47,11 +48,51 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     # int32 indices halve the memory traffic of the pass (bincount accepts them)
     index_dtype = torch.int32 if step * width < 2**31 else torch.long
     offsets = torch.arange(min(step, n_features), device=codes.device, dtype=index_dtype) * width
-    for f0 in range(0, n_features, step):
-        f1 = min(n_features, f0 + step)
-        idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
-        out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
+            out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
+
+
+def node_grid_counts(
+    codes: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int, n_bins_max: int
+) -> torch.Tensor:
+    """:func:`grid_counts` of several nodes (e.g. a level of the rule tree) in one pass over row-major codes.
+
+    Args:
+        codes: (N, F) bin codes; the code ``n_bins_max`` marks a missing value and is not counted.
+        rows: int64 indices of the samples to count (a sample may appear in several nodes).
+        nodes: the node of each entry of ``rows``, in ``[0, n_nodes)``.
+        n_nodes: number of nodes.
+        n_bins_max: number of grids of the widest feature.
+
+    Returns:
+        (n_nodes, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 2]], dtype=torch.uint8)
+        >>> node_grid_counts(codes, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
+        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
+    """
+    n, n_features = rows.numel(), codes.shape[1]
+    width = n_bins_max + 1
+    out = torch.zeros(n_nodes, n_features, width, dtype=torch.long, device=codes.device)
+    if n and n_features:
+        step = max(1, _INDEX_BUDGET // n)
+        with parallel_pass(n * n_features):
+            for f0 in range(0, n_features, step):
+                f1 = min(n_features, f0 + step)
+                block = (f1 - f0) * width
+                index_dtype = torch.int32 if n_nodes * block < 2**31 else torch.long
+                offsets = torch.arange(f1 - f0, device=codes.device, dtype=index_dtype) * width
+                idx = codes[:, f0:f1].index_select(0, rows).to(index_dtype) + offsets
+                idx += nodes.to(index_dtype)[:, None] * block
+                counts = torch.bincount(idx.view(-1), minlength=n_nodes * block)
+                out[:, f0:f1] = counts.view(n_nodes, f1 - f0, width)
+    return D.all_reduce_sum(out[:, :, :n_bins_max].contiguous())
 
 
 def group_grid_counts(
@@ -85,16 +126,17 @@ def group_grid_counts(
         index_dtype = torch.int32 if step * block < 2**31 else torch.long
         base = groups.to(index_dtype)[None, :] * width
         offsets = torch.arange(min(step, n_features), device=codes_t.device, dtype=index_dtype)[:, None] * block
-        for f0 in range(0, n_features, step):
-            f1 = min(n_features, f0 + step)
-            idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype) + base + offsets[: f1 - f0]
-            out[f0 * block : f1 * block] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * block)
+        with parallel_pass(n * n_features):
+            for f0 in range(0, n_features, step):
+                f1 = min(n_features, f0 + step)
+                idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype) + base + offsets[: f1 - f0]
+                out[f0 * block : f1 * block] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * block)
     out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
 
 
 def probability_ratios(
-    target_counts: torch.Tensor, counts: torch.Tensor, n_target: int, n_samples: int
+    target_counts: torch.Tensor, counts: torch.Tensor, n_target: int | torch.Tensor, n_samples: int | torch.Tensor
 ) -> torch.Tensor:
     """Eq. (ratio_approx) per grid (or per merged interval: sums of counts, Proposition 1); -1 where a grid is empty.
 

@@ -1,24 +1,24 @@
-"""The rule tree (Algorithms 2 and 3 of the paper) and the public :func:`extract_rules`.
+"""The public :func:`extract_rules`: validate, bin, run the strategies, turn their results into rule sets.
 
-Starting from all samples, each node counts its samples per grid of every remaining feature in one pass
-(:func:`torch_amore.ratios.grid_counts`), turns the counts into candidate intervals
-(:func:`torch_amore.intervals.candidate_intervals`), keeps the ``top_k`` candidates with the highest probability
-ratios across all features, and opens a child node for each until rule sets reach ``max_length`` rules. Every node of
-the tree is a candidate rule set; the result is sorted by fitness, best first.
+The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.tree`: starting from all samples, each node's
+samples are counted per grid of every remaining feature, the counts become candidate intervals
+(:func:`torch_amore.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability ratios
+open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree is a
+candidate rule set. The beam strategy (:mod:`torch_amore.beam`) adds fitness-optimal intervals. The result is sorted
+by fitness, best first.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
-from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.beam import (
     BeamSearch,
@@ -30,10 +30,11 @@ from torch_amore.beam import (
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features
-from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
+from torch_amore.threads import parallel_pass, search_threads
+from torch_amore.tree import grow_tree, insertion_order
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
@@ -78,30 +79,6 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
         if frozenset(rs.features) != frozenset(out[0].features):
             return out + [rs]
     return out
-
-
-@dataclass
-class _Node:
-    rows: torch.Tensor  # int64 indices of the samples satisfying the path
-    steps: tuple[tuple[int, int, int, float], ...]  # (searched feature, g_low, g_high, ratio) per rule
-
-
-def _top_k(c: Candidates, k: int) -> list[tuple[int, int, int, int, int, float]]:
-    """The ``k`` best candidates: highest ratio, then larger support, then lower feature index and grid."""
-    if len(c) == 0:
-        return []
-    rows = list(
-        zip(
-            c.feature.tolist(),
-            c.g_low.tolist(),
-            c.g_high.tolist(),
-            c.hits.tolist(),
-            c.support.tolist(),
-            c.ratio.tolist(),
-        )
-    )
-    rows.sort(key=lambda r: (-r[5], -r[4], r[0], r[1], r[2]))
-    return rows[:k]
 
 
 class _Extractor:
@@ -209,52 +186,28 @@ class _Extractor:
         local_codes: list[int] | None = None,
         progress: bool = False,
     ) -> list[RuleSet]:
-        b = self.binned
-        device = b.codes.device
-        n_feat = len(b.columns)
-        n = b.codes.shape[0]
-        local = torch.tensor(local_codes, device=device) if local_codes is not None else None
-        stack = [_Node(torch.arange(n, device=device), ())]
+        """Rule sets of the paper's rule tree (:func:`torch_amore.tree.grow_tree`), best fitness first."""
+        chosen = grow_tree(
+            self.binned, self.target, self.root_counts(), self.n_total_target, max_length=max_length,
+            min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress,
+        )  # fmt: skip
+        rules: dict[tuple[int, int, int], Rule] = {}
         found: dict[frozenset, RuleSet] = {}
-        bar = progress_bar(progress, desc="rule tree nodes", unit="node")
-        while stack:
-            node = stack.pop()
-            depth = len(node.steps)
-            if node.steps:
-                tot, tgt = self._counts(node.rows)
-            else:
-                tot, tgt = self.root_counts()
-            n_node = D.global_count(node.rows.numel())
-            t_node = D.global_count(int(self.target[node.rows].sum())) if node.steps else self.n_total_target
-            if t_node == 0 or t_node == n_node:
-                continue
-            allowed = torch.ones(n_feat, dtype=torch.bool, device=device)
-            for step in node.steps:
-                allowed[step[0]] = False
-            cands = candidate_intervals(
-                tot, tgt, b.n_bins, b.is_cat, allowed, min_support, t_node, n_node, local_codes=local
-            )
-            children = []
-            for j, g_low, g_high, hits, support, ratio in _top_k(cands, top_k):
-                steps = node.steps + ((j, g_low, g_high, ratio),)
-                rules = tuple(self._rule(s[0], s[1], s[2]) for s in steps)
-                key = frozenset(rules)
-                if key not in found:
-                    found[key] = RuleSet(
-                        rules=rules,
-                        support=support,
-                        confidence=hits / support,
-                        fitness=(2 * hits - support) / self.n_total_target,
-                        ratios=tuple(s[3] for s in steps),
-                        target_name=self.target_name,
-                    )
-                if depth + 1 < max_length:
-                    code = b.codes[node.rows, j]
-                    keep = (code >= g_low) & (code <= g_high)
-                    children.append(_Node(node.rows[keep], steps))
-            stack.extend(reversed(children))  # depth-first, best candidate first
-            bar.update(1)
-        bar.close()
+        for c in sorted(chosen, key=insertion_order):  # a rule set met twice: as the depth-first walk met it first
+            for j, g_low, g_high, _ in c.steps:
+                if (j, g_low, g_high) not in rules:
+                    rules[(j, g_low, g_high)] = self._rule(j, g_low, g_high)
+            rs_rules = tuple(rules[s[:3]] for s in c.steps)
+            key = frozenset(rs_rules)
+            if key not in found:
+                found[key] = RuleSet(
+                    rules=rs_rules,
+                    support=c.support,
+                    confidence=c.hits / c.support,
+                    fitness=(2 * c.hits - c.support) / self.n_total_target,
+                    ratios=tuple(s[3] for s in c.steps),
+                    target_name=self.target_name,
+                )
         return sort_rule_sets(found.values())
 
     def extract(
@@ -288,7 +241,8 @@ class _Extractor:
         """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
         cache = self.__dict__.setdefault("_fine", {})
         if n_fine not in cache:
-            cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
+            with parallel_pass(self.X.numel()):
+                cache[n_fine] = fine_binning(self.X, self.binned, n_fine)
         return cache[n_fine]
 
     def run_beam(
@@ -391,11 +345,6 @@ class _Extractor:
             target_name=self.target_name,
         )
 
-    def _counts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self.binned
-        t_rows = rows[self.target[rows]]
-        return grid_counts(b.codes, rows, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max)
-
 
 def prepare(
     X: ArrayLike,
@@ -427,7 +376,8 @@ def prepare(
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
     kinds = [kinds_all[c] for c in columns]
-    binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
+    with parallel_pass(X.numel()):
+        binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -491,9 +441,10 @@ def extract_rules(
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
-    local_codes = extractor.binned.encode_sample(local) if local is not None else None
-    rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
+    with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
+        extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]

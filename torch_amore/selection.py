@@ -119,7 +119,7 @@ class FeatureSelection:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            fig, ax = plt.subplots(figsize=(5, 3.5))
+            fig, ax = plt.subplots(figsize=(5, 3.5), layout="constrained")  # no clipped axis labels
         else:
             fig = ax.figure
         thr, n_feat = self.threshold_scan()
