@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,11 @@ from torch_amore.metrics import RuleMetrics
 from torch_amore.rules import RuleSet
 
 _FORMAT = "torch_amore.RegionalExplanation"
-_VERSION = 1
+#: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
+#: rate; the library version; the options and the feature selection). Version 1 files are read too.
+FORMAT_VERSION = 2
+#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
+_DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
 
 
 def _json_safe(value: Any) -> Any:
@@ -32,7 +36,7 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-@dataclass
+@dataclass(repr=False)
 class RegionalExplanation:
     """Rule sets describing a subgroup of a model's predictions, best fitness first.
 
@@ -58,8 +62,10 @@ class RegionalExplanation:
         >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], {"n_samples": 4, "subgroup_size": 2})
         >>> print(explanation)
         Regional rules for predicted 1 (subgroup: 2 of 4 samples, threshold 0.5)
-           #  support  confidence  fitness  rule set
-           1        2       1.000    1.000  x >= 0.65
+           #  support  confidence  fitness   lift  recall  rule set
+           1        2       1.000    1.000  2.000   1.000  x >= 0.65
+        >>> explanation
+        RegionalExplanation(target='predicted 1', rule_sets=1, best_fitness=1.000, subgroup=2/4)
         >>> explanation.evaluate(X, target=subgroup)[0]
         RuleMetrics(support=2, confidence=1.0, fitness=1.0)
     """
@@ -98,6 +104,63 @@ class RegionalExplanation:
             return self.rule_sets[0].target_name
         return str(self.params.get("target_name", "target"))
 
+    def __repr__(self) -> str:
+        best = "None" if self.best is None else f"{self.best.fitness:.3f}"
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        facts = f", subgroup={size}/{n}" if n is not None and size is not None else ""
+        local = ", local=True" if self.sample is not None else ""
+        return (
+            f"{type(self).__name__}(target={self.target_name!r}, rule_sets={len(self.rule_sets)}, "
+            f"best_fitness={best}{facts}{local})"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def base_rate(self) -> float | None:
+        """The subgroup's share of the samples (``None`` when unknown)."""
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        return size / n if n and size is not None else None
+
+    def stats(self, rule_set: RuleSet) -> dict[str, Any]:
+        """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
+        subgroup it covers), the base rate and whether its fitness is positive (NaN where the sizes are unknown)."""
+        size, base = self.params.get("subgroup_size"), self.base_rate
+        hits = round(rule_set.confidence * rule_set.support)
+        return {
+            "support": rule_set.support,
+            "confidence": rule_set.confidence,
+            "fitness": rule_set.fitness,
+            "lift": rule_set.confidence / base if base else float("nan"),
+            "recall": hits / size if size else float("nan"),
+            "base_rate": base if base is not None else float("nan"),
+            "positive_fitness": rule_set.fitness > 0,
+        }
+
+    def shown(self, include_negative: bool = False) -> list[tuple[int, RuleSet]]:
+        """(1-based position, rule set) of the rule sets the default tables show: those with positive fitness (a
+        rule set with fitness <= 0 holds no more subgroup samples than others), or all with ``include_negative``."""
+        return [(i, rs) for i, rs in enumerate(self.rule_sets, 1) if include_negative or rs.fitness > 0]
+
+    def with_units(
+        self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None, *, scaler: Any = None
+    ) -> RegionalExplanation:
+        """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature (indexed like
+        :attr:`feature_names`), or the inverse of a fitted scikit-learn ``scaler`` (``StandardScaler``,
+        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged."""
+        if scaler is not None:
+            if scale is not None or offset is not None:
+                raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
+            from torch_amore._units import scaler_units
+
+            scale, offset = scaler_units(scaler, len(self.feature_names))
+        for values, name in ((scale, "scale"), (offset, "offset")):
+            if values is not None and len(values) != len(self.feature_names):
+                raise ValueError(
+                    f"Expected `{name}` to have {len(self.feature_names)} entries (one per feature), got {len(values)}."
+                )
+        rule_sets = [rs.with_units(scale, offset) for rs in self.rule_sets]
+        return replace(self, rule_sets=rule_sets)
+
     # ---------------------------------------------------------------------------------------------------------------
     def _header(self) -> str:
         n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
@@ -112,19 +175,35 @@ class RegionalExplanation:
         kind = "Local rules" if self.sample is not None or self.params.get("local") else "Regional rules"
         return f"{kind} for {self.target_name}" + (f" ({', '.join(facts)})" if facts else "")
 
-    def format(self, max_rows: int = 10, precision: int = 3) -> str:
-        """A readable table of the first ``max_rows`` rule sets."""
+    def format(self, max_rows: int | None = 10, precision: int = 3, *, include_negative: bool = False) -> str:
+        """A readable table of the first ``max_rows`` rule sets (``None``: all) with positive fitness (all with
+        ``include_negative``); ``#`` is the position in :attr:`rule_sets`."""
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"Expected `max_rows` to be an int >= 0 or None, but got {max_rows!r}.")
         lines = [self._header()]
-        if not self.rule_sets:
-            lines.append("  (no rule sets) " + self.message if self.message else "  (no rule sets)")
-            return "\n".join(lines)
-        lines.append(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  rule set")
-        for i, rs in enumerate(self.rule_sets[:max_rows], 1):
-            cond = " AND ".join(r.format(precision) for r in rs.rules)
-            lines.append(f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {cond}")
-        if len(self.rule_sets) > max_rows:
-            lines.append(f"  ... {len(self.rule_sets) - max_rows} more")
+        rows = self.shown(include_negative)
+        hidden = len(self.rule_sets) - len(rows)
+        if not rows:
+            note = self.message or ("no rule set has positive fitness" if self.rule_sets else "")
+            lines.append(f"  (no rule sets{' with positive fitness' if self.rule_sets else ''}) {note}".rstrip())
+        else:
+            lines.append(
+                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>5}  {'recall':>6}  rule set"
+            )
+            lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
+            if max_rows is not None and len(rows) > max_rows:
+                lines.append(f"  ... {len(rows) - max_rows} more")
+        if hidden:
+            lines.append(f"  ({hidden} rule sets with fitness <= 0 not shown; include_negative=True shows them)")
         return "\n".join(lines)
+
+    def _row(self, i: int, rs: RuleSet, precision: int) -> str:
+        st = self.stats(rs)
+        cond = " AND ".join(r.format(precision) for r in rs.rules)
+        return (
+            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>5.3f}  "
+            f"{st['recall']:>6.3f}  {cond}"
+        )
 
     def __str__(self) -> str:
         return self.format()
@@ -133,7 +212,7 @@ class RegionalExplanation:
         rows = "".join(
             f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
             f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
-            for i, rs in enumerate(self.rule_sets[:20], 1)
+            for i, rs in self.shown()[:20]
         )
         empty = f"<p>{html.escape(self.message or 'No rule sets.')}</p>" if not self.rule_sets else ""
         return (
@@ -144,28 +223,39 @@ class RegionalExplanation:
 
     # ---------------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (rules, threshold, features, names, parameters; not the data)."""
+        """JSON-safe dict (rules with their lift, recall and base rate, threshold, features, names, parameters, the
+        feature selection, the format and library versions; not the data)."""
+        from torch_amore import __version__
+
+        selection = getattr(self.selection, "to_dict", None)
         return {
             "format": _FORMAT,
-            "version": _VERSION,
-            "rule_sets": [rs.to_dict() for rs in self.rule_sets],
+            "format_version": FORMAT_VERSION,
+            "library_version": __version__,
+            "rule_sets": [{**rs.to_dict(), **_json_safe(self.stats(rs))} for rs in self.rule_sets],
             "threshold": self.threshold,
             "features": [int(f) for f in self.features],
             "feature_names": list(self.feature_names),
             "params": _json_safe(self.params),
             "sample": None if self.sample is None else [float(v) for v in self.sample.tolist()],
             "message": self.message,
+            "selection": _json_safe(selection()) if callable(selection) else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, explainer: Any = None) -> RegionalExplanation:
+        """The explanation written by :meth:`to_dict` (format versions 1 and 2)."""
         if data.get("format") != _FORMAT:
             raise ValueError(
                 f"Expected a dict written by RegionalExplanation.to_dict, but got format {data.get('format')!r}."
             )
+        version = data.get("format_version", data.get("version"))
+        if version not in (1, FORMAT_VERSION):
+            raise ValueError(f"Expected format_version 1 or {FORMAT_VERSION}, but got {version!r}.")
         sample = data.get("sample")
+        rule_sets = [{k: v for k, v in r.items() if k not in _DERIVED} for r in data["rule_sets"]]
         return cls(
-            rule_sets=[RuleSet.from_dict(r) for r in data["rule_sets"]],
+            rule_sets=[RuleSet.from_dict(r) for r in rule_sets],
             subgroup=None,
             threshold=None if data.get("threshold") is None else float(data["threshold"]),
             features=[int(f) for f in data.get("features", [])],
@@ -173,6 +263,7 @@ class RegionalExplanation:
             params=dict(data.get("params", {})),
             sample=None if sample is None else torch.tensor(sample, dtype=torch.float64),
             message=str(data.get("message", "")),
+            selection=data.get("selection"),
             explainer=explainer,
         )
 
@@ -185,20 +276,25 @@ class RegionalExplanation:
         """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it."""
         return cls.from_dict(json.loads(Path(path).read_text()), explainer=explainer)
 
-    def to_dataframe(self) -> Any:
-        """A pandas DataFrame with one row per rule set: the rule text, its length, features and metrics."""
+    def to_dataframe(self, *, include_negative: bool = False) -> Any:
+        """A pandas DataFrame with one row per rule set with positive fitness (all with ``include_negative``): the
+        rule text, its length, features, support, confidence, fitness, lift, recall, base rate and the flag
+        ``positive_fitness``; the index is the position in :attr:`rule_sets`."""
         import pandas as pd
 
-        return pd.DataFrame(
+        rows = self.shown(include_negative)
+        records = [
             {
-                "rule_set": [" AND ".join(r.format() for r in rs.rules) for rs in self.rule_sets],
-                "length": [len(rs) for rs in self.rule_sets],
-                "features": [tuple(r.name for r in rs.rules) for rs in self.rule_sets],
-                "support": [rs.support for rs in self.rule_sets],
-                "confidence": [rs.confidence for rs in self.rule_sets],
-                "fitness": [rs.fitness for rs in self.rule_sets],
+                "rule_set": " AND ".join(r.format() for r in rs.rules),
+                "length": len(rs),
+                "features": tuple(r.name for r in rs.rules),
+                **self.stats(rs),
             }
-        )
+            for _, rs in rows
+        ]
+        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "lift", "recall",
+                   "base_rate", "positive_fitness"]  # fmt: skip
+        return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
     # ---------------------------------------------------------------------------------------------------------------
     def evaluate(
@@ -212,7 +308,8 @@ class RegionalExplanation:
         progress: bool = False,
         input_key: Any = None,
         label_key: Any = None,
-        **forward_kwargs: Any,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
     ) -> list[RuleMetrics]:
         """Support, confidence and fitness of every rule set on new data (e.g. a test split).
 
@@ -225,7 +322,9 @@ class RegionalExplanation:
             target: the subgroup definition; default: the one used in ``explain`` (required if that was a mask).
             labels: true labels (unused unless a callable target needs them through the batches).
             features: the separate (N, F) feature matrix of the new data, when the rules were built on one.
-            batch_size, progress, input_key, label_key, forward_kwargs: as in ``explain`` (defaults: the same).
+            batch_size, progress, input_key, label_key: as in ``explain`` (defaults: the same).
+            additional_forward_args, forward_kwargs: extra model arguments for the new data (default: those of
+                ``explain``, unless they had one entry per sample there).
 
         Returns:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
@@ -261,7 +360,7 @@ class RegionalExplanation:
             progress=progress,
             input_key=input_key if input_key is not None else opts.get("input_key"),
             label_key=label_key if label_key is not None else opts.get("label_key"),
-            forward_kwargs=forward_kwargs or opts.get("forward_kwargs", {}),
+            model_args=(additional_forward_args, forward_kwargs),
         )
 
 
