@@ -138,7 +138,8 @@ def _to_device(obj: Any, device: torch.device, dtype: torch.dtype | None = None)
 
 def is_graph(obj: Any) -> bool:
     """A torch_geometric ``Data`` or ``Batch`` (recognised without importing torch_geometric)."""
-    return type(obj).__module__.startswith("torch_geometric") and hasattr(obj, "num_nodes")
+    from_pyg = any(c.__module__.startswith("torch_geometric") for c in type(obj).__mro__)  # Batch classes are dynamic
+    return from_pyg and hasattr(obj, "num_nodes")
 
 
 def _graph_list(inputs: Any) -> bool:

@@ -28,6 +28,10 @@ def scaler_units(scaler: Any, n_features: int) -> tuple[list[float], list[float]
             "Expected `scaler` to be a fitted scikit-learn scaler with inverse_transform (e.g. StandardScaler, "
             f"MinMaxScaler), but got {type(scaler).__name__}."
         )
+    if type(scaler).__name__ == "StandardScaler" and getattr(scaler, "n_features_in_", None) == n_features:
+        scale = scaler.scale_ if scaler.with_std else np.ones(n_features)  # exactly the fitted parameters
+        offset = scaler.mean_ if scaler.with_mean else np.zeros(n_features)
+        return [float(v) for v in scale], [float(v) for v in offset]
     points = np.zeros((3, n_features))
     points[1], points[2] = 1.0, 2.0
     try:

@@ -146,7 +146,9 @@ class RegionalExplanation:
     ) -> RegionalExplanation:
         """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature (indexed like
         :attr:`feature_names`), or the inverse of a fitted scikit-learn ``scaler`` (``StandardScaler``,
-        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged."""
+        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged, so a bound cut short in model units may
+        print long in original units: give the units to ``explain`` (``scaler=``, ``feature_scale=``) for cuts
+        that are short where they are read."""
         if scaler is not None:
             if scale is not None or offset is not None:
                 raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
