@@ -116,80 +116,94 @@ def subgroup(
 def subgroup_mask(
     outputs: torch.Tensor, target: Any, threshold: Any, labels: torch.Tensor | None, kind: str = "auto"
 ) -> tuple[torch.Tensor, float | None, str]:
-    n = outputs.shape[0]
+    """Boolean subgroup mask, the probability threshold used (or None) and a short description (may be empty or
+    full; :func:`subgroup` refuses those)."""
     thr_used = None
     if callable(target) and not isinstance(target, torch.Tensor):
-        mask = target(outputs)
-        mask = as_labels(mask, n, "target(outputs)")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
-        name = getattr(target, "__name__", "target")
-        desc = "target" if name == "<lambda>" else name
+        mask, desc = _callable_mask(outputs, target)
     elif _is_range(target):
-        if outputs.ndim != 1 and not (outputs.ndim == 2 and outputs.shape[1] == 1):
-            raise ValueError(
-                f"Expected a single model output per sample for a (low, high) `target`, but the outputs have shape "
-                f"{tuple(outputs.shape)}. A tuple target is a value range of a regression output here, not Captum's "
-                "output index: for output index i pass a callable, e.g. `target=lambda out: out[:, i] > 0`."
-            )
-        low = -math.inf if target[0] is None else float(target[0])
-        high = math.inf if target[1] is None else float(target[1])
-        if not low < high:
-            raise ValueError(f"Expected `target` (low, high) with low < high, but got {target}.")
-        y = outputs.reshape(-1)
-        mask = (y >= low) & (y < high)
-        desc = f"{low:g} <= output < {high:g}"
+        mask, desc = _range_mask(outputs, target)
     elif isinstance(target, (int, np.integer)):
-        cls = int(target)
-        if outputs.ndim == 1:
-            outputs = outputs[:, None]
-        if outputs.ndim != 2:
-            raise ValueError(
-                f"Expected model outputs of shape (N,) or (N, C) for a class-index `target`, but got shape "
-                f"{tuple(outputs.shape)}; pass a callable `target` instead."
-            )
-        n_out = outputs.shape[1]
-        if n_out == 1 and cls not in (0, 1):
-            raise ValueError(f"Expected `target` 0 or 1 for a model with a single (binary) output, but got {cls}.")
-        if n_out > 1 and cls >= n_out:
-            raise ValueError(f"Expected `target` < {n_out} (the number of model outputs), but got {cls}.")
-        if n_out > 1 and threshold is None:
-            mask = outputs.argmax(1) == cls
-            desc = f"predicted {cls}"
-        else:
-            scores = _class_scores(outputs, cls, kind)
-            if threshold == "roc":
-                if labels is None:
-                    raise ValueError(
-                        "Expected `labels` (or labels in the batches, see `label_key`) for threshold='roc', but got "
-                        "none."
-                    )
-                positives = (labels.to(scores.device) == (1 if n_out == 1 else cls)).reshape(-1)
-                thr_used = _roc_threshold(scores, positives)
-            else:
-                thr_used = 0.5 if threshold is None else float(threshold)
-            mask = scores > thr_used
-            if n_out == 1 and cls == 0:  # class 0 of a binary model: not predicted positive
-                mask = ~mask
-            desc = f"predicted {cls}"
+        mask, thr_used, desc = _class_mask(outputs, int(target), threshold, labels, kind)
     else:
-        if isinstance(target, tuple):
-            raise TypeError(
-                f"Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; "
-                "Captum-style output indices are not subgroups: pass a callable on the outputs instead, e.g. "
-                "`target=lambda out: out[:, 0, 1] > 0`."
-            )
-        try:
-            mask = as_labels(target, n, "target")
-        except TypeError:
-            raise TypeError(
-                "Expected `target` to be a class index, a boolean mask, a callable on the model outputs or a "
-                f"(low, high) range, but got {type(target).__name__}."
-            ) from None
-        if mask.dtype != torch.bool:
-            raise TypeError(
-                f"Expected a per-sample `target` to be a boolean mask of the subgroup, but got dtype {mask.dtype}; "
-                "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
-            )
-        desc = "target"
+        mask, desc = _given_mask(target, outputs.shape[0]), "target"
     return mask.reshape(-1).to(torch.bool), thr_used, desc
+
+
+def _callable_mask(outputs: torch.Tensor, target: Any) -> tuple[torch.Tensor, str]:
+    mask = as_labels(target(outputs), outputs.shape[0], "target(outputs)")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
+    name = getattr(target, "__name__", "target")
+    return mask, "target" if name == "<lambda>" else name
+
+
+def _range_mask(outputs: torch.Tensor, target: tuple) -> tuple[torch.Tensor, str]:
+    if outputs.ndim != 1 and not (outputs.ndim == 2 and outputs.shape[1] == 1):
+        raise ValueError(
+            f"Expected a single model output per sample for a (low, high) `target`, but the outputs have shape "
+            f"{tuple(outputs.shape)}. A tuple target is a value range of a regression output here, not Captum's "
+            "output index: for output index i pass a callable, e.g. `target=lambda out: out[:, i] > 0`."
+        )
+    low = -math.inf if target[0] is None else float(target[0])
+    high = math.inf if target[1] is None else float(target[1])
+    if not low < high:
+        raise ValueError(f"Expected `target` (low, high) with low < high, but got {target}.")
+    y = outputs.reshape(-1)
+    return (y >= low) & (y < high), f"{low:g} <= output < {high:g}"
+
+
+def _class_mask(
+    outputs: torch.Tensor, cls: int, threshold: Any, labels: torch.Tensor | None, kind: str
+) -> tuple[torch.Tensor, float | None, str]:
+    """Predicted class ``cls``: argmax of several outputs, else a probability above a (given or ROC) threshold."""
+    if outputs.ndim == 1:
+        outputs = outputs[:, None]
+    if outputs.ndim != 2:
+        raise ValueError(
+            f"Expected model outputs of shape (N,) or (N, C) for a class-index `target`, but got shape "
+            f"{tuple(outputs.shape)}; pass a callable `target` instead."
+        )
+    n_out, desc = outputs.shape[1], f"predicted {cls}"
+    if n_out == 1 and cls not in (0, 1):
+        raise ValueError(f"Expected `target` 0 or 1 for a model with a single (binary) output, but got {cls}.")
+    if n_out > 1 and cls >= n_out:
+        raise ValueError(f"Expected `target` < {n_out} (the number of model outputs), but got {cls}.")
+    if n_out > 1 and threshold is None:
+        return outputs.argmax(1) == cls, None, desc
+    scores = _class_scores(outputs, cls, kind)
+    if threshold == "roc":
+        if labels is None:
+            raise ValueError(
+                "Expected `labels` (or labels in the batches, see `label_key`) for threshold='roc', but got none."
+            )
+        positives = (labels.to(scores.device) == (1 if n_out == 1 else cls)).reshape(-1)
+        thr_used = _roc_threshold(scores, positives)
+    else:
+        thr_used = 0.5 if threshold is None else float(threshold)
+    mask = scores > thr_used
+    if n_out == 1 and cls == 0:  # class 0 of a binary model: not predicted positive
+        mask = ~mask
+    return mask, thr_used, desc
+
+
+def _given_mask(target: Any, n: int) -> torch.Tensor:
+    if isinstance(target, tuple):
+        raise TypeError(
+            f"Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; "
+            "Captum-style output indices are not subgroups: pass a callable on the outputs instead, e.g. "
+            "`target=lambda out: out[:, 0, 1] > 0`."
+        )
+    try:
+        mask = as_labels(target, n, "target")
+    except TypeError:
+        raise TypeError(
+            "Expected `target` to be a class index, a boolean mask, a callable on the model outputs or a "
+            f"(low, high) range, but got {type(target).__name__}."
+        ) from None
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"Expected a per-sample `target` to be a boolean mask of the subgroup, but got dtype {mask.dtype}; "
+            "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
+        )
+    return mask

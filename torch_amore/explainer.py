@@ -259,30 +259,32 @@ class RegionalRuleExplainer:
         local_x = None if request.local is None else self._local_vector(request, X, fwd, source)
         options = _with_units(request.options, request.scaler, X.shape[1], source)
         target_name = request.target_name or desc
+        features = selection if selection is not None else request.indices
         rule_sets = extract_rules(
-            X, mask, options=options, features=selection if selection is not None else request.indices,
-            feature_names=names, local_x=local_x, target_name=target_name,
-        )  # fmt: skip
+            X, mask, options=options, features=features, feature_names=names, local_x=local_x, target_name=target_name
+        )
         n, size = D.global_count(X.shape[0]), D.global_count(int(mask.sum()))
         min_count = options.support_count(n, size)
         message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
-        thr = request.threshold
-        params = {
-            **options.to_dict(), "min_support_count": min_count, "source": source, "layer": self.layer_name,
-            "layer_input": self.layer_input, "target": _target_param(request.target, desc), "target_name": target_name,
-            "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
-            "select_features": bool(request.select), "n_samples": n, "subgroup_size": size,
-            "local": request.local is not None,
-        }  # fmt: skip
-        features_used = selection if selection is not None else request.indices
+        facts = {"min_support_count": min_count, "source": source, "target_name": target_name, "n_samples": n,
+                 "subgroup_size": size, "target": _target_param(request.target, desc)}  # fmt: skip
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=threshold,
-            features=V.resolve_features(features_used, X.shape[1]), feature_names=names, params=params,
-            features_matrix=X, sample=None if local_x is None else local_x.detach().reshape(-1), message=message,
-            selection=selection, explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
+            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=V.resolve_features(features, X.shape[1]),
+            feature_names=names, params=self._params(request, options, facts), features_matrix=X,
+            sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
+            explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
         )  # fmt: skip
+
+    def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:
+        """The explanation's parameters: every search option, how the subgroup was defined, and data facts."""
+        thr = request.threshold
+        return {
+            **options.to_dict(), **facts, "layer": self.layer_name, "layer_input": self.layer_input,
+            "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
+            "select_features": bool(request.select), "local": request.local is not None,
+        }  # fmt: skip
 
     def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
         """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
