@@ -138,6 +138,13 @@ def test_per_sample_model_arguments_are_batched_with_the_inputs():
     ]
     for run in runs:
         assert torch.equal(run.subgroup, expected)
+    # new data need their own per-sample arguments; given, the metrics are those computed by hand
+    with pytest.raises(ValueError, match="per-sample"):
+        runs[0].evaluate(X)
+    with torch.no_grad():
+        hidden = model.fc(X)
+    metrics = runs[0].evaluate(X, forward_kwargs={"w": w, "bias": bias})
+    assert metrics == [rs.evaluate(hidden, expected) for rs in runs[0].rule_sets]
     with pytest.raises(ValueError, match="in order"):  # per-sample arguments need the rows in order
         sampler = WeightedRandomSampler(torch.ones(700), 700)
         explainer.explain(DataLoader(TensorDataset(X), sampler=sampler, batch_size=100), 1,
@@ -458,3 +465,17 @@ def test_captum_style_targets_get_clear_errors(task):
         ex.explain(X, (0, "a"), **FAST)
     got = ex.explain(X, np.int64(7), min_support=10, **FAST)  # an integer scalar is a class index
     assert got.params["target"] == 7 and torch.equal(got.subgroup, _hidden_and_prediction(model, X)[1] == 7)
+
+
+def test_the_json_keeps_the_feature_selection_when_it_has_a_dict_form():
+    class Selection:  # what select_features returns, reduced to what the explanation reads
+        features = [0]
+
+        def to_dict(self):
+            return {"features": [0], "exact": True, "reason": "hand-made"}
+
+    rs = extract_rules(torch.tensor([[0.1], [0.6], [0.7], [0.9]]), torch.tensor([False, False, True, True]))
+    explanation = RegionalExplanation(rs, None, None, [0], ["x"], {"n_samples": 4, "subgroup_size": 2},
+                                      selection=Selection())  # fmt: skip
+    assert explanation.to_dict()["selection"] == Selection().to_dict()
+    assert RegionalExplanation(rs, None, None, [0], ["x"], selection=object()).to_dict()["selection"] is None
