@@ -62,8 +62,8 @@ class RegionalExplanation:
         >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], {"n_samples": 4, "subgroup_size": 2})
         >>> print(explanation)
         Regional rules for predicted 1 (subgroup: 2 of 4 samples, threshold 0.5)
-           #  support  confidence  fitness   lift  recall  rule set
-           1        2       1.000    1.000  2.000   1.000  x >= 0.65
+           #  support  confidence  fitness    lift  recall  rule set
+           1        2       1.000    1.000   2.000   1.000  x >= 0.65
         >>> explanation
         RegionalExplanation(target='predicted 1', rule_sets=1, best_fitness=1.000, subgroup=2/4)
         >>> explanation.evaluate(X, target=subgroup)[0]
@@ -186,11 +186,11 @@ class RegionalExplanation:
         rows = self.shown(include_negative)
         hidden = len(self.rule_sets) - len(rows)
         if not rows:
-            note = self.message or ("no rule set has positive fitness" if self.rule_sets else "")
-            lines.append(f"  (no rule sets{' with positive fitness' if self.rule_sets else ''}) {note}".rstrip())
+            what = "no rule sets with positive fitness" if self.rule_sets else "no rule sets"
+            lines.append(f"  ({what}) {self.message}".rstrip())
         else:
             lines.append(
-                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>5}  {'recall':>6}  rule set"
+                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
             )
             lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
             if max_rows is not None and len(rows) > max_rows:
@@ -203,7 +203,7 @@ class RegionalExplanation:
         st = self.stats(rs)
         cond = " AND ".join(r.format(precision) for r in rs.rules)
         return (
-            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>5.3f}  "
+            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}  "
             f"{st['recall']:>6.3f}  {cond}"
         )
 
