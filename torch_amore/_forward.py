@@ -396,8 +396,9 @@ def run_model(
     """Run the model over ``inputs`` and collect outputs, layer activations, flattened inputs and labels.
 
     ``collect_inputs``: keep the flattened inputs when they are tensors (``require_inputs``: else a TypeError).
-    Floating inputs are cast to the model's dtype for the model; the collected inputs keep theirs. Per-sample entries
-    of ``model_args`` follow the batches (the rows must come in dataset order).
+    Floating inputs (and extra model arguments) are cast to the model's dtype and moved to its device; the collected
+    inputs keep their dtype. Per-sample entries of ``model_args`` follow the batches (the rows must come in dataset
+    order).
     """
     batch_size = check_int(batch_size, "batch_size", 1)
     model_args = ModelArgs() if model_args is None else model_args
@@ -413,7 +414,7 @@ def run_model(
     with eval_mode(model), _hooked(layer, layer_input) as capture, torch.no_grad():
         for inp, lab in it:
             inp = _to_device(inp, device)
-            args, kwargs = _batch_args(model_args, inp, start, n_known)
+            args, kwargs = _to_device(_batch_args(model_args, inp, start, n_known), device, dtype)
             fed = _to_device(inp, device, dtype)
             out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
             out = _output_tensor(out)
