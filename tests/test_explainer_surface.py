@@ -228,6 +228,13 @@ def test_lift_recall_and_base_rate_beside_the_metrics(rare, tmp_path):
     assert [r["lift"] for r in data["rule_sets"]] == pytest.approx(df["lift"].tolist())
     back = RegionalExplanation.from_json(path)
     assert back.rule_sets == got.rule_sets and back.params == json.loads(json.dumps(got.params))
+    old = {k: v for k, v in data.items() if k not in ("format_version", "library_version", "selection")}
+    old["version"] = 1  # a file of the first format: rule sets without the derived columns
+    old["rule_sets"] = [{k: v for k, v in r.items() if k not in ("lift", "recall", "base_rate", "positive_fitness")}
+                        for r in data["rule_sets"]]  # fmt: skip
+    assert RegionalExplanation.from_dict(old).rule_sets == got.rule_sets
+    with pytest.raises(ValueError, match="format_version"):
+        RegionalExplanation.from_dict({**data, "format_version": 99})
     assert back.to_dataframe(include_negative=True)["recall"].tolist() == pytest.approx(df["recall"].tolist())
 
 
