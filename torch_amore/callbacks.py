@@ -203,7 +203,7 @@ class RegionalRuleExtractor(Callback):
                 loader, self.target, threshold=self.threshold, features=features,
                 select_features=self.select_features, **{**self.search, "min_support": min_support},
                 batch_size=self.batch_size, progress=False, input_key=self.input_key, label_key=self.label_key,
-                **self.forward_kwargs,
+                forward_kwargs=self.forward_kwargs,
             )  # fmt: skip
         finally:
             pl_module.to(previous)
@@ -277,7 +277,7 @@ class RegionalRuleExtractor(Callback):
         if trainer.is_global_zero:
             dirpath.mkdir(parents=True, exist_ok=True)
             explanation.to_json(self.last_path)
-            every = explanation.format(max_rows=len(explanation) or 1, distinct=False)  # the full list, not the table
+            every = explanation.format(max_rows=None, distinct=False, include_negative=True)  # the full list
             (dirpath / f"{self.filename}.txt").write_text(every + "\n")
             if self.html:
                 explanation.to_html(dirpath / f"{self.filename}.html")

@@ -16,7 +16,6 @@ An unexpected failure is one line ``torch-amore: internal error: ...`` with exit
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import warnings
@@ -182,7 +181,7 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"l_max: at most L conditions per rule set (default: {d.max_length})")
     group.add_argument("--min-support", type=_number, metavar="S",
                        help="s_min: at least S rows per rule set, an integer count (500) or a fraction of the rows "
-                       f"in (0, 1) (0.05) (default: {d.min_support})")
+                       "in (0, 1) (0.05) (default: 5%% of the rows, at most half the subgroup)")
     group.add_argument("--n-grids", type=_integer, metavar="G",
                        help=f"n_g: initial value grids per numeric feature (default: {d.n_grids})")
     group.add_argument("--bin-strategy", choices=BIN_STRATEGIES,
@@ -369,22 +368,18 @@ def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> s
     return f"{n_found} rule set{'s' if n_found != 1 else ''} found: {what}, best fitness first{kept}"
 
 
-def _describe_options(options: SearchOptions, n: int) -> str:
+def _describe_options(options: SearchOptions, n: int, n_target: int) -> str:
     """The search options in one line (per-feature lists left out), with the row count ``min_support`` means."""
     shown = []
     for key, value in options.to_dict().items():
-        if key in ("feature_types", "feature_scale", "feature_offset", "progress") or value is None:
+        if key in ("feature_types", "feature_scale", "feature_offset", "progress"):
             continue
-        shown.append(f"{key}={value}")
-        if key == "min_support" and isinstance(value, float):
-            shown[-1] += f" ({_support_count(options, n)} rows)"
+        if key == "min_support":
+            value = "auto" if value is None else value
+            shown.append(f"{key}={value} ({options.support_count(n, n_target)} rows)")
+        elif value is not None:
+            shown.append(f"{key}={value}")
     return "options: " + ", ".join(shown)
-
-
-def _support_count(options: SearchOptions, n: int) -> int:
-    """The number of rows ``min_support`` means on ``n`` rows (a fraction is rounded up, as the search does)."""
-    s = options.min_support
-    return int(math.ceil(s * n)) if isinstance(s, float) else int(s)
 
 
 def _write(flag: str, path: str, explanation: RegionalExplanation) -> None:
@@ -472,7 +467,7 @@ class _Run:
         """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
         ``params`` hold every search option (as the explainer's do) and the facts of the run."""
         params = {
-            **self.options.to_dict(), "min_support_count": _support_count(self.options, self.n),
+            **self.options.to_dict(), "min_support_count": self.options.support_count(self.n, int(self.target.sum())),
             "source": "torch-amore rules", "table": str(self.args.table), "target": self.target_label,
             "target_name": self.target_name, "n_samples": self.n, "subgroup_size": int(self.target.sum()),
             "excluded": self.excluded, "device": str(self.device),
@@ -515,7 +510,7 @@ def _report(run: _Run) -> None:
     features = f"{len(run.names)} feature{'s' if len(run.names) != 1 else ''}"
     print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
           f"(excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
-    print(_describe_options(run.options, run.n))
+    print(_describe_options(run.options, run.n, n_target))
     if not run.found:
         print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
               "--min-support")  # fmt: skip

@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
-from torch_amore._forward import BatchKey, Forward, as_labels, n_rows, resolve_layer, run_model
-from torch_amore._subgroups import check_target, subgroup, subgroup_mask
+from torch_amore._forward import BatchKey, Forward, ModelArgs, as_inputs, as_labels, is_graph, resolve_layer, run_model
+from torch_amore._request import ExplainRequest, resolve_names
+from torch_amore._subgroups import subgroup, subgroup_mask
+from torch_amore._units import scaler_units
 from torch_amore.explanation import RegionalExplanation
+from torch_amore.options import SearchOptions
 from torch_amore.search import extract_rules
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
@@ -92,22 +94,6 @@ class RegionalRuleExplainer:
         return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer})"
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _forward(
-        self,
-        inputs: Any,
-        *,
-        use_layer: bool = True,
-        forward_kwargs: dict | None = None,
-        **options: Any,
-    ) -> Forward:
-        """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
-        layer = self.layer if use_layer else None
-        return run_model(
-            self.model, inputs, layer=layer, layer_name=self.layer_name, layer_input=self.layer_input,
-            forward_kwargs=forward_kwargs, **options,
-        )  # fmt: skip
-
-    # ---------------------------------------------------------------------------------------------------------------
     def explain(
         self,
         inputs: Any,
@@ -115,64 +101,77 @@ class RegionalRuleExplainer:
         *,
         labels: Any = None,
         threshold: float | str | None = None,
+        outputs: str = "auto",
         features: Any = None,
         feature_names: Sequence[str] | None = None,
         select_features: bool | dict = False,
-        max_length: int = 2,
-        min_support: int | float = 0.05,
-        n_grids: int = 10,
-        bin_strategy: str = "uniform",
-        top_k: int = 3,
+        scaler: Any = None,
+        options: SearchOptions | dict | None = None,
         batch_size: int = 256,
-        progress: bool = True,
         input_key: BatchKey = None,
         label_key: BatchKey = None,
         target_name: str | None = None,
-        **forward_kwargs: Any,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+        **search_options: Any,
     ) -> RegionalExplanation:
         """Rules describing the subgroup ``target`` of the model's predictions on ``inputs``.
 
         Args:
-            inputs: a tensor (N, ...), a tuple of tensors (several positional model inputs), a ``Dataset`` or a
-                ``DataLoader`` (use ``shuffle=False`` so that rows stay aligned with ``labels``/``features``).
+            inputs: a tensor or numpy array (N, ...), a tuple of them (several positional model inputs), a pandas
+                DataFrame (its columns name the features), a ``Dataset``, a ``DataLoader`` (in dataset order when
+                rows must align with ``labels``, ``features``, a mask ``target`` or per-sample model arguments), or a
+                list or ``Batch`` of torch_geometric graphs.
             target: the subgroup:
 
                 * a class index ``c``: ``argmax(output) == c`` for several outputs; for a single (binary) output,
-                  probability of class ``c`` > ``threshold`` (outputs in [0, 1] are probabilities, others logits);
+                  probability of class ``c`` > ``threshold``;
                 * a boolean mask (N,);
                 * a callable on the model outputs (N, ...) returning a boolean mask;
-                * ``(low, high)``: a single regression output in ``[low, high)`` (``None`` leaves a side open).
+                * ``(low, high)``: a single regression output in ``[low, high)`` (``None`` leaves a side open). This
+                  is not Captum's output index: for an output index use a callable.
             labels: true labels (N,), needed by ``threshold="roc"``; by default taken from the batches.
             threshold: probability threshold for a class-index target (default 0.5 for one output, argmax for
                 several); ``"roc"`` picks the threshold maximizing TPR - FPR against ``labels`` (as in the paper).
+            outputs: what the model returns, for thresholds: ``"logits"`` (sigmoid / softmax), ``"probs"``, or
+                ``"auto"`` (default): probabilities when all outputs lie in [0, 1] (summing to 1 for several).
             features: either a separate (N, F) matrix (tensor, array or DataFrame) of interpretable features aligned
                 with ``inputs`` (rules are then built on it), or a sequence of feature indices / a
                 ``FeatureSelection`` restricting the search to those features.
             feature_names: names of the features (overrides the explainer's).
-            select_features: run :func:`torch_amore.select_features` (integrated gradients + FP-Growth, with the
-                labels as classes for a class target, else the subgroup vs. the rest) first and search the selected
+            select_features: run :func:`torch_amore.select_features` (with the labels as classes for a class
+                target, else the subgroup vs. the rest) on the inputs or the layer first and search the selected
                 features only; a dict passes options to it (e.g. ``{"min_frequency": 0.2}``).
-            max_length, min_support, n_grids, bin_strategy, top_k: the rule search options of
-                :func:`torch_amore.extract_rules`.
-            batch_size: samples per forward pass for tensor and Dataset inputs.
-            progress: show progress bars for the forward pass and the rule tree.
+            scaler: a fitted scikit-learn scaler (``StandardScaler``, ``MinMaxScaler``, ...) of the features the rules
+                are built on: rules print in its original units (instead of ``feature_scale``/``feature_offset``).
+            options: a :class:`torch_amore.SearchOptions` (or a dict of its fields); keyword arguments override it.
+            batch_size: samples per forward pass for tensor, Dataset and graph-list inputs.
             input_key: which element of each batch is the model input: an index or key, a sequence of them
                 (several positional inputs) or a callable ``batch -> input``. Default: a tensor batch itself, the
                 first element of a tuple batch, any other object (e.g. a graph batch) as a whole.
             label_key: which element of each batch holds the labels (index, key, attribute name or callable).
                 Default: the second element of tuple batches.
             target_name: name of the subgroup in the printed rules (default e.g. ``"predicted 7"``).
-            **forward_kwargs: extra keyword arguments for every ``model(...)`` call.
+            additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
+                array with one row per sample is split along with the batches, anything else is passed whole.
+            forward_kwargs: extra keyword arguments for every ``model(...)`` call, split per sample the same way.
+            **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
+                (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
+                ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
+                ``feature_offset``, ``progress``. Any other name is a ``TypeError``.
 
         Returns:
             A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.
+            A ``UserWarning`` (also in its ``message``) says when ``min_support`` exceeds the subgroup or no rule set
+            reaches positive fitness.
         """
-        return self._explain(
-            inputs, target, labels=labels, threshold=threshold, features=features, feature_names=feature_names,
-            select_features=select_features, max_length=max_length, min_support=min_support, n_grids=n_grids,
-            bin_strategy=bin_strategy, top_k=top_k, batch_size=batch_size, progress=progress, input_key=input_key,
-            label_key=label_key, target_name=target_name, local=None, forward_kwargs=forward_kwargs,
+        request = ExplainRequest.make(
+            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
+            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
+            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
+            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
         )  # fmt: skip
+        return self._explain(inputs, request)
 
     def explain_local(
         self,
@@ -182,36 +181,38 @@ class RegionalRuleExplainer:
         *,
         labels: Any = None,
         threshold: float | str | None = None,
+        outputs: str = "auto",
         features: Any = None,
         feature_names: Sequence[str] | None = None,
         select_features: bool | dict = False,
-        max_length: int = 2,
-        min_support: int | float = 0.05,
-        n_grids: int = 10,
-        bin_strategy: str = "uniform",
-        top_k: int = 3,
+        scaler: Any = None,
+        options: SearchOptions | dict | None = None,
         batch_size: int = 256,
-        progress: bool = True,
         input_key: BatchKey = None,
         label_key: BatchKey = None,
         target_name: str | None = None,
-        **forward_kwargs: Any,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+        **search_options: Any,
     ) -> RegionalExplanation:
         """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
 
-        ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension; it is run
-        through the model and layer), or — with a separate ``features`` matrix — its row of features. Other arguments
-        as in :meth:`explain`. When ``x`` is an outlier of the subgroup no interval containing it raises the
-        subgroup's share, and the result is empty with an explanatory ``message`` (a ``UserWarning`` is issued).
+        ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension, or one
+        torch_geometric graph; it is run through the model and layer), or — with a separate ``features`` matrix or
+        without a layer — its row of features. Other arguments as in :meth:`explain`. When ``x`` is an outlier of the
+        subgroup no interval containing it raises the subgroup's share, and the result is empty with an explanatory
+        ``message`` (a ``UserWarning`` is issued).
         """
         if x is None:
             raise ValueError("Expected a sample `x` for local rules, but got None.")
-        return self._explain(
-            inputs, target, labels=labels, threshold=threshold, features=features, feature_names=feature_names,
-            select_features=select_features, max_length=max_length, min_support=min_support, n_grids=n_grids,
-            bin_strategy=bin_strategy, top_k=top_k, batch_size=batch_size, progress=progress, input_key=input_key,
-            label_key=label_key, target_name=target_name, local=x, forward_kwargs=forward_kwargs,
+        request = ExplainRequest.make(
+            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
+            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
+            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
+            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+            local=x,
         )  # fmt: skip
+        return self._explain(inputs, request)
 
     def features_matrix(
         self,
@@ -220,13 +221,15 @@ class RegionalRuleExplainer:
         batch_size: int = 256,
         progress: bool = False,
         input_key: BatchKey = None,
-        **forward_kwargs: Any,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
     ) -> torch.Tensor:
         """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
         inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        inputs, _ = as_inputs(inputs)
         fwd = self._forward(
-            inputs, batch_size=batch_size, progress=progress, input_key=input_key,
-            collect_inputs=self.layer is None, forward_kwargs=forward_kwargs,
+            inputs, batch_size=batch_size, progress=progress, input_key=input_key, collect_inputs=self.layer is None,
+            model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
         )  # fmt: skip
         return fwd.activations if self.layer is not None else fwd.flat_inputs
 
@@ -241,26 +244,96 @@ class RegionalRuleExplainer:
 
         return RuleAttribution.from_explainer(self).attribute(inputs, rules, **kwargs)
 
-    # ---------------------------------------------------------------------------------------------------------------
-    def _features_and_names(
-        self, fwd: Forward, matrix: torch.Tensor | None, matrix_names: list[str] | None, feature_names: Any
-    ) -> tuple[torch.Tensor, list[str], str]:
-        if matrix is not None:
-            X, source = matrix, "features"
-        elif self.layer is not None:
-            X, source = fwd.activations, "layer"
-        else:
-            X, source = fwd.flat_inputs, "inputs"
-        names = feature_names if feature_names is not None else self.feature_names
-        if names is None:
-            names = matrix_names
-        if names is None:
-            prefix = "z" if source == "layer" else "feature"
-            names = [f"{prefix}_{i}" for i in range(X.shape[1])]
-        names = V.resolve_names(names, None, X.shape[1])
-        return X, names, source
+    # --------------------------------------------------------------------------------------------------------------
+    # the steps of one explanation
 
-    def _local_vector(self, x: Any, X: torch.Tensor, fwd: Forward, source: str, forward_kwargs: dict) -> torch.Tensor:
+    def _explain(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+        inputs, column_names = as_inputs(inputs)
+        _, labels = request.check_data(inputs)
+        fwd = self._run(inputs, request)
+        labels = self._labels(fwd, labels)
+        mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
+        X, names, source = self._feature_space(fwd, request, column_names)
+        mask = mask.to(X.device)
+        selection = self._select(fwd, mask, labels, request, names) if request.select else None
+        local_x = None if request.local is None else self._local_vector(request, X, fwd, source)
+        options = _with_units(request.options, request.scaler, X.shape[1], source)
+        target_name = request.target_name or desc
+        features = selection if selection is not None else request.indices
+        rule_sets = extract_rules(
+            X, mask, options=options, features=features, feature_names=names, local_x=local_x, target_name=target_name
+        )
+        n, size = D.global_count(X.shape[0]), D.global_count(int(mask.sum()))
+        min_count = options.support_count(n, size)
+        message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=3)
+        facts = {"min_support_count": min_count, "source": source, "target_name": target_name,
+                 "n_samples": X.shape[0], "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
+                 "target": _target_param(request.target, desc)}  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=V.resolve_features(features, X.shape[1]),
+            feature_names=names, params=self._params(request, options, facts), features_matrix=X,
+            sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
+            explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
+        )  # fmt: skip
+
+    def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:
+        """The explanation's parameters: every search option, how the subgroup was defined, and data facts."""
+        thr = request.threshold
+        return {
+            **options.to_dict(), **facts, "layer": self.layer_name, "layer_input": self.layer_input,
+            "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
+            "select_features": bool(request.select), "local": request.local is not None,
+        }  # fmt: skip
+
+    def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
+        """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
+        layer = self.layer if use_layer else None
+        return run_model(
+            self.model, inputs, layer=layer, layer_name=self.layer_name, layer_input=self.layer_input, **options
+        )
+
+    def _run(self, inputs: Any, request: ExplainRequest) -> Forward:
+        """The forward pass of an explanation: the layer unless rules are on a features matrix, the flattened inputs
+        when rules are on them (and, where tensors, for feature selection)."""
+        on_inputs = request.matrix is None and self.layer is None
+        fwd = self._forward(
+            inputs, batch_size=request.batch_size, progress=request.options.progress, input_key=request.input_key,
+            label_key=request.label_key, collect_inputs=on_inputs or bool(request.select),
+            require_inputs=on_inputs, use_layer=request.matrix is None, model_args=request.model_args,
+        )  # fmt: skip
+        n = fwd.outputs.shape[0]
+        if request.matrix is not None and request.matrix.shape[0] != n:
+            raise ValueError(
+                f"Expected `features` to have one row per sample of `inputs` ({n}), but got "
+                f"{request.matrix.shape[0]} rows."
+            )
+        return fwd
+
+    @staticmethod
+    def _labels(fwd: Forward, labels: torch.Tensor | None) -> torch.Tensor | None:
+        n = fwd.outputs.shape[0]
+        if labels is not None and labels.shape[0] != n:
+            raise ValueError(f"Expected `labels` to have one entry per sample of `inputs` ({n}), got {len(labels)}.")
+        return fwd.labels if labels is None else labels
+
+    def _feature_space(
+        self, fwd: Forward, request: ExplainRequest, column_names: list[str] | None
+    ) -> tuple[torch.Tensor, list[str], str]:
+        """The (N, D) matrix the rules are built on, its feature names and its kind (features, layer or inputs)."""
+        if request.matrix is not None:
+            X, source, fallback = request.matrix, "features", [self.feature_names, request.matrix_names]
+        elif self.layer is not None:
+            X, source, fallback = fwd.activations, "layer", [self.feature_names]
+        else:
+            X, source, fallback = fwd.flat_inputs, "inputs", [self.feature_names, column_names]
+        prefix = "z" if source == "layer" else "feature"
+        return X, resolve_names(request.feature_names, fallback, X.shape[1], prefix), source
+
+    def _local_vector(self, request: ExplainRequest, X: torch.Tensor, fwd: Forward, source: str) -> torch.Tensor:
+        """The feature vector (D,) of the sample of local rules."""
+        x = request.local
         if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
             if not -X.shape[0] <= int(x) < X.shape[0]:
                 raise ValueError(f"Expected an index `x` in [0, {X.shape[0]}), but got {x}.")
@@ -273,197 +346,36 @@ class RegionalRuleExplainer:
                     f"{tuple(vec.shape)}."
                 )
             return vec.reshape(-1)
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"Expected `x` to be a tensor (one model input) or an index, but got {type(x).__name__}.")
-        shape = fwd.input_shape
-        if shape is not None and tuple(x.shape) == shape:
-            x = x.unsqueeze(0)
-        elif shape is not None and tuple(x.shape) != (1, *shape):
-            raise ValueError(f"Expected `x` to have the shape of one model input {shape}, but got {tuple(x.shape)}.")
-        return self._forward(x, progress=False, forward_kwargs=forward_kwargs).activations[0]
+        if request.model_args.has_per_sample(X.shape[0]):
+            raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
+        return self._forward(
+            _one_sample(x, fwd.input_shape), progress=False, input_key=request.input_key, model_args=request.model_args
+        ).activations[0]
 
     def _select(
-        self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, target: Any, names: list[str], options: Any
+        self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]
     ) -> Any:
         """Run :func:`torch_amore.select_features` on the collected inputs (classes: the labels for a class target,
         else the subgroup)."""
         from torch_amore.selection import select_features
 
         if fwd.flat_inputs is None or fwd.input_shape is None:
-            raise TypeError("Expected tensor model inputs for `select_features=True`, but the batches hold none.")
+            raise TypeError(
+                "Expected tensor model inputs for `select_features=True` (integrated gradients interpolate the "
+                f"inputs), but the batches hold {fwd.input_type}; select features beforehand on a tensor view of the "
+                "data, or pass a separate `features=` matrix."
+            )
         inputs = fwd.flat_inputs.reshape(-1, *fwd.input_shape)
+        target = request.target
         is_class = isinstance(target, (int, np.integer))
         multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
         classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
-        opts = dict(options) if isinstance(options, dict) else {}
+        opts = dict(request.select) if isinstance(request.select, dict) else {}
         opts.setdefault("target", int(target) if is_class and multi else None)
         opts.setdefault("layer", self.layer)
         opts.setdefault("attribute_to_layer_input", self.layer_input)
         opts.setdefault("feature_names", names)
         return select_features(self.model, inputs, classes, **opts)
-
-    def _explain(
-        self,
-        inputs: Any,
-        target: Any,
-        *,
-        labels: Any,
-        threshold: Any,
-        features: Any,
-        feature_names: Any,
-        select_features: Any,
-        max_length: int,
-        min_support: Any,
-        n_grids: int,
-        bin_strategy: str,
-        top_k: int,
-        batch_size: int,
-        progress: bool,
-        input_key: BatchKey,
-        label_key: BatchKey,
-        target_name: str | None,
-        local: Any,
-        forward_kwargs: dict,
-    ) -> RegionalExplanation:
-        # --- cheap checks first
-        if (
-            isinstance(target, torch.Tensor)
-            and target.ndim == 0
-            and not target.is_floating_point()
-            and (target.dtype != torch.bool)
-        ):
-            target = int(target)  # a class index given as a 0-dim tensor
-        V.check_int(max_length, "max_length", 1)
-        V.check_int(top_k, "top_k", 1)
-        V.check_int(n_grids, "n_grids", 2)
-        V.check_int(batch_size, "batch_size", 1)
-        V.check_bin_strategy(bin_strategy)
-        check_target(target, threshold)
-        if isinstance(feature_names, str):
-            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
-        matrix, matrix_names, indices = None, None, None
-        if features is not None:
-            if (
-                hasattr(features, "features")
-                and not isinstance(features, (torch.Tensor, np.ndarray))
-                and not hasattr(features, "columns")
-            ):
-                indices = features  # a FeatureSelection
-            elif (
-                hasattr(features, "columns")
-                or getattr(features, "ndim", 1) == 2
-                or (isinstance(features, (list, tuple)) and features and isinstance(features[0], (list, tuple)))
-            ):
-                if isinstance(features, (list, tuple)):
-                    features = np.asarray(features, dtype=np.float64)
-                matrix, matrix_names = V.to_tensor_2d(features, "features")
-            else:
-                indices = features
-        if select_features and (matrix is not None or indices is not None):
-            raise ValueError(
-                "Expected either `select_features=True` or `features=`, not both: feature selection works on the "
-                "model's inputs or layer, and a separate features matrix has no gradients."
-            )
-        n_known = n_rows(inputs)
-        if n_known is not None:
-            if n_known == 0:
-                raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
-            V.resolve_min_support(min_support, D.global_count(n_known))  # all ranks of a DDP run
-            if matrix is not None and matrix.shape[0] != n_known:
-                raise ValueError(
-                    f"Expected `features` to have one row per sample of `inputs` ({n_known}), but got "
-                    f"{matrix.shape[0]} rows."
-                )
-        label_t = None if labels is None else as_labels(labels, n_known)
-        if threshold == "roc" and labels is None and label_key is None and isinstance(inputs, (torch.Tensor, tuple)):
-            raise ValueError("Expected `labels` for threshold='roc' (the ROC curve needs true labels), but got None.")
-        if (
-            isinstance(inputs, DataLoader)
-            and isinstance(inputs.sampler, RandomSampler)
-            and (matrix is not None or labels is not None)
-        ):
-            raise ValueError(
-                "Expected a DataLoader with shuffle=False: its order must match the rows of `features`/`labels`."
-            )
-        # --- forward pass
-        fwd = self._forward(
-            inputs, batch_size=batch_size, progress=progress, input_key=input_key, label_key=label_key,
-            collect_inputs=(matrix is None and self.layer is None) or bool(select_features), use_layer=matrix is None,
-            forward_kwargs=forward_kwargs,
-        )  # fmt: skip
-        n = fwd.outputs.shape[0]
-        if matrix is not None and matrix.shape[0] != n:
-            raise ValueError(
-                f"Expected `features` to have one row per sample of `inputs` ({n}), but got {matrix.shape[0]} rows."
-            )
-        if label_t is not None and label_t.shape[0] != n:
-            raise ValueError(
-                f"Expected `labels` to have one entry per sample of `inputs` ({n}), got {label_t.shape[0]}."
-            )
-        if label_t is None:
-            label_t = fwd.labels
-        mask, thr_used, desc = subgroup(fwd.outputs, target, threshold, label_t)
-        X, names, source = self._features_and_names(fwd, matrix, matrix_names, feature_names)
-        mask = mask.to(X.device)
-        # --- feature selection
-        selection = None
-        if select_features:
-            selection = self._select(fwd, mask, label_t, target, names, select_features)
-            indices = selection
-        local_x = None if local is None else self._local_vector(local, X, fwd, source, forward_kwargs)
-        min_s = V.resolve_min_support(min_support, D.global_count(n))
-        rule_sets = extract_rules(
-            X, mask, max_length=max_length, min_support=min_s, n_grids=n_grids, bin_strategy=bin_strategy,
-            top_k=top_k, features=indices, feature_names=names, local_x=local_x,
-            target_name=target_name or desc, progress=progress,
-        )  # fmt: skip
-        searched = V.resolve_features(indices, X.shape[1])
-        params = {
-            "max_length": int(max_length),
-            "min_support": min_support,
-            "min_support_count": int(min_s),
-            "n_grids": int(n_grids),
-            "bin_strategy": bin_strategy,
-            "top_k": int(top_k),
-            "source": source,
-            "layer": self.layer_name,
-            "layer_input": self.layer_input,
-            "target": _target_param(target, desc),
-            "target_name": target_name or desc,
-            "threshold": threshold if isinstance(threshold, str) or threshold is None else float(threshold),
-            "select_features": bool(select_features),
-            "n_samples": int(n),
-            "subgroup_size": int(mask.sum()),
-            "local": local is not None,
-        }
-        message = ""
-        if local is not None and not rule_sets:
-            message = (
-                "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
-                "subgroup's share above its base rate with enough support (try a smaller min_support)."
-            )
-            warnings.warn(message, UserWarning, stacklevel=3)
-        reuse_target = target if not isinstance(target, (torch.Tensor, np.ndarray, list)) else None
-        return RegionalExplanation(
-            rule_sets=rule_sets,
-            subgroup=mask,
-            threshold=thr_used,
-            features=searched,
-            feature_names=names,
-            params=params,
-            features_matrix=X,
-            sample=None if local_x is None else local_x.detach().reshape(-1),
-            message=message,
-            selection=selection,
-            explainer=self,
-            data_options={
-                "target": reuse_target,
-                "input_key": input_key,
-                "label_key": label_key,
-                "batch_size": batch_size,
-                "forward_kwargs": dict(forward_kwargs),
-            },
-        )
 
     def _evaluate(
         self,
@@ -477,7 +389,7 @@ class RegionalRuleExplainer:
         progress: bool,
         input_key: BatchKey,
         label_key: BatchKey,
-        forward_kwargs: dict,
+        model_args: tuple[Any, dict | None],
     ) -> list:
         """Metrics of ``explanation``'s rule sets on new data, through the same model/layer path and threshold."""
         source = explanation.params.get("source")
@@ -488,14 +400,17 @@ class RegionalRuleExplainer:
                     "Expected the new data's `features` matrix: these rules were built on separate features."
                 )
             matrix, _ = V.to_tensor_2d(features, "features")
+        inputs, _ = as_inputs(inputs)
         fwd = self._forward(
             inputs, batch_size=batch_size, progress=progress, input_key=input_key, label_key=label_key,
-            collect_inputs=source == "inputs", use_layer=source == "layer", forward_kwargs=forward_kwargs,
+            collect_inputs=source == "inputs", require_inputs=source == "inputs", use_layer=source == "layer",
+            model_args=_evaluation_args(explanation, *model_args),
         )  # fmt: skip
         n = fwd.outputs.shape[0]
         label_t = fwd.labels if labels is None else as_labels(labels, n)
         threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
-        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t)
+        kind = explanation.params.get("outputs", "auto")
+        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)
         X = matrix if matrix is not None else (fwd.activations if source == "layer" else fwd.flat_inputs)
         if X.shape[0] != n:
             raise ValueError(f"Expected `features` to have one row per sample of `inputs` ({n}), got {X.shape[0]}.")
@@ -503,3 +418,85 @@ class RegionalRuleExplainer:
             raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}), got {mask.shape[0]}.")
         mask = mask.to(X.device)
         return [rs.evaluate(X, mask) for rs in explanation.rule_sets]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# helpers of the steps
+
+
+def _with_units(options: SearchOptions, scaler: Any, n_features: int, source: str) -> SearchOptions:
+    """``options`` with the scale and offset of a fitted ``scaler`` (rules then print in its original units)."""
+    if scaler is None:
+        return options
+    if options.feature_scale is not None or options.feature_offset is not None:
+        raise ValueError("Expected either `scaler` or `feature_scale`/`feature_offset`, not both.")
+    if source == "layer":
+        raise ValueError("Expected `scaler` only for rules on the inputs or a `features` matrix, not on a layer.")
+    scale, offset = scaler_units(scaler, n_features)
+    return options.replace(feature_scale=scale, feature_offset=offset)
+
+
+def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
+    """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
+    rule set with positive fitness ('' when none applies)."""
+    if local:
+        if rule_sets:
+            return ""
+        return (
+            "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
+            "subgroup's share above its base rate with enough support (try a smaller min_support)."
+        )
+    reasons = []
+    if min_count > size:
+        reasons.append(
+            f"min_support ({min_count} samples) exceeds the subgroup ({size} of {n} samples): every rule set holds "
+            "samples outside it, and above twice the subgroup its fitness is negative; pass a smaller min_support "
+            "(the default, None, takes at most half the subgroup)"
+        )
+    best = rule_sets[0].fitness if rule_sets else None
+    if best is None or best <= 0:
+        found = "no rule set" if best is None else f"the best has fitness {best:.3f}"
+        reasons.append(
+            f"no rule set reaches positive fitness ({found}; the subgroup is {size} of {n} samples, base rate "
+            f"{size / n:.2%}): try a smaller min_support, a larger max_length or n_grids, or features on which the "
+            "subgroup separates"
+        )
+    return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""
+
+
+def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
+    """One model input as a batch of one: a graph as a list of one graph, a tensor with a batch dimension."""
+    if is_graph(x):
+        return [x]
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"Expected `x` to be a tensor (one model input), a graph or an index, got {type(x).__name__}.")
+    if input_shape is not None and tuple(x.shape) == input_shape:
+        return x.unsqueeze(0)
+    if input_shape is not None and tuple(x.shape) != (1, *input_shape):
+        raise ValueError(f"Expected `x` to have the shape of one model input {input_shape}, but got {tuple(x.shape)}.")
+    return x
+
+
+def _data_options(request: ExplainRequest, n: int) -> dict[str, Any]:
+    """What :meth:`RegionalExplanation.evaluate` reuses on new data."""
+    target = request.target if not isinstance(request.target, (torch.Tensor, np.ndarray, list)) else None
+    return {
+        "target": target, "input_key": request.input_key, "label_key": request.label_key,
+        "batch_size": request.batch_size, "model_args": request.model_args,
+        "per_sample_args": request.model_args.has_per_sample(n),
+    }  # fmt: skip
+
+
+def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict | None) -> ModelArgs:
+    """The model arguments for new data: the given ones, else those of ``explain`` unless they were per sample."""
+    if args is not None or kwargs is not None:
+        return ModelArgs.make(args, kwargs)
+    opts = explanation.data_options
+    if opts.get("per_sample_args"):
+        raise ValueError(
+            "Expected `additional_forward_args`/`forward_kwargs` for the new data: explain had per-sample model "
+            "arguments, which do not fit other samples."
+        )
+    return opts.get("model_args") or ModelArgs()

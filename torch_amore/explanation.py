@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,11 @@ from torch_amore.metrics import RuleMetrics
 from torch_amore.rules import RuleSet
 
 _FORMAT = "torch_amore.RegionalExplanation"
-_VERSION = 1
+#: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
+#: rate; the library version; the options and the feature selection). Version 1 files are read too.
+FORMAT_VERSION = 2
+#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
+_DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
 
 
 def _json_safe(value: Any) -> Any:
@@ -33,7 +37,7 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-@dataclass
+@dataclass(repr=False)
 class RegionalExplanation:
     """Rule sets describing a subgroup of a model's predictions, best fitness first.
 
@@ -59,8 +63,10 @@ class RegionalExplanation:
         >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], {"n_samples": 4, "subgroup_size": 2})
         >>> print(explanation)
         Regional rules for predicted 1 (subgroup: 2 of 4 samples, threshold 0.5)
-           #  support  confidence  fitness  rule set
-           1        2       1.000    1.000  x >= 0.65
+           #  support  confidence  fitness    lift  recall  rule set
+           1        2       1.000    1.000   2.000   1.000  x >= 0.65
+        >>> explanation
+        RegionalExplanation(target='predicted 1', rule_sets=1, best_fitness=1.000, subgroup=2/4)
         >>> explanation.evaluate(X, target=subgroup)[0]
         RuleMetrics(support=2, confidence=1.0, fitness=1.0)
     """
@@ -99,6 +105,71 @@ class RegionalExplanation:
             return self.rule_sets[0].target_name
         return str(self.params.get("target_name", "target"))
 
+    def __repr__(self) -> str:
+        best = "None" if self.best is None else f"{self.best.fitness:.3f}"
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        facts = f", subgroup={size}/{n}" if n is not None and size is not None else ""
+        local = ", local=True" if self.sample is not None else ""
+        return (
+            f"{type(self).__name__}(target={self.target_name!r}, rule_sets={len(self.rule_sets)}, "
+            f"best_fitness={best}{facts}{local})"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def base_rate(self) -> float | None:
+        """The subgroup's share of the samples (``None`` when unknown)."""
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        return size / n if n and size is not None else None
+
+    def stats(self, rule_set: RuleSet) -> dict[str, Any]:
+        """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
+        subgroup it covers), the base rate and whether its fitness is positive (NaN where the sizes are unknown)."""
+        size, base = self.params.get("subgroup_size"), self.base_rate
+        hits = round(rule_set.confidence * rule_set.support)
+        return {
+            "support": rule_set.support,
+            "confidence": rule_set.confidence,
+            "fitness": rule_set.fitness,
+            "lift": rule_set.confidence / base if base else float("nan"),
+            "recall": hits / size if size else float("nan"),
+            "base_rate": base if base is not None else float("nan"),
+            "positive_fitness": rule_set.fitness > 0,
+        }
+
+    def shown(self, include_negative: bool = False, *, distinct: bool = True) -> list[tuple[int, RuleSet]]:
+        """(1-based position, rule set) of the rule sets the default tables show: near-duplicates collapsed
+        (:meth:`distinct`; ``distinct=False`` keeps them) and only positive fitness (a rule set with fitness <= 0
+        holds no more subgroup samples than others; ``include_negative`` keeps them)."""
+        kept = {id(rs) for rs in self.distinct(min_fitness=None)} if distinct else None
+        return [
+            (i, rs)
+            for i, rs in enumerate(self.rule_sets, 1)
+            if (include_negative or rs.fitness > 0) and (kept is None or id(rs) in kept)
+        ]
+
+    def with_units(
+        self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None, *, scaler: Any = None
+    ) -> RegionalExplanation:
+        """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature (indexed like
+        :attr:`feature_names`), or the inverse of a fitted scikit-learn ``scaler`` (``StandardScaler``,
+        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged, so a bound cut short in model units may
+        print long in original units: give the units to ``explain`` (``scaler=``, ``feature_scale=``) for cuts
+        that are short where they are read."""
+        if scaler is not None:
+            if scale is not None or offset is not None:
+                raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
+            from torch_amore._units import scaler_units
+
+            scale, offset = scaler_units(scaler, len(self.feature_names))
+        for values, name in ((scale, "scale"), (offset, "offset")):
+            if values is not None and len(values) != len(self.feature_names):
+                raise ValueError(
+                    f"Expected `{name}` to have {len(self.feature_names)} entries (one per feature), got {len(values)}."
+                )
+        rule_sets = [rs.with_units(scale, offset) for rs in self.rule_sets]
+        return replace(self, rule_sets=rule_sets)
+
     # ---------------------------------------------------------------------------------------------------------------
     def _header(self) -> str:
         n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
@@ -114,32 +185,43 @@ class RegionalExplanation:
         return f"{kind} for {self.target_name}" + (f" ({', '.join(facts)})" if facts else "")
 
     def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
-        """The rule sets of the default tables: near-duplicates collapsed into the fitter one (covered rows with a
-        Jaccard index >= ``max_jaccard``) and, by default, no negative fitness; see :mod:`torch_amore.distinct`.
-        :attr:`rule_sets` keeps the full list."""
+        """Near-duplicates collapsed into the fitter one (covered rows with a Jaccard index >= ``max_jaccard``) and,
+        by default, no negative fitness; see :mod:`torch_amore.distinct`. :attr:`rule_sets` keeps the full list."""
         X = self.features_matrix
         return distinct_rule_sets(self.rule_sets, X, max_jaccard=max_jaccard, min_fitness=min_fitness)
 
-    def _table(self, distinct: bool) -> list[RuleSet]:
-        return self.distinct() if distinct else list(self.rule_sets)
-
-    def format(self, max_rows: int = 10, precision: int = 3, *, distinct: bool = True) -> str:
-        """A readable table of the first ``max_rows`` rule sets; ``distinct=False`` lists every rule set found."""
+    def format(
+        self, max_rows: int | None = 10, precision: int = 3, *, include_negative: bool = False, distinct: bool = True
+    ) -> str:
+        """A readable table of the first ``max_rows`` rule sets (``None``: all) of :meth:`shown`: distinct rule sets
+        with positive fitness by default; ``#`` is the position in :attr:`rule_sets`."""
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"Expected `max_rows` to be an int >= 0 or None, but got {max_rows!r}.")
         lines = [self._header()]
-        if not self.rule_sets:
-            lines.append("  (no rule sets) " + self.message if self.message else "  (no rule sets)")
-            return "\n".join(lines)
-        shown = self._table(distinct)
-        lines.append(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  rule set")
-        for i, rs in enumerate(shown[:max_rows], 1):
-            cond = " AND ".join(r.format(precision) for r in rs.rules)
-            lines.append(f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {cond}")
-        if len(shown) > max_rows:
-            lines.append(f"  ... {len(shown) - max_rows} more")
-        if len(shown) < len(self.rule_sets):
-            lines.append(f"  ({len(self.rule_sets) - len(shown)} near-duplicate or negative-fitness rule sets not "
-                         f"shown; format(distinct=False) lists all {len(self.rule_sets)})")  # fmt: skip
+        rows = self.shown(include_negative, distinct=distinct)
+        hidden = len(self.rule_sets) - len(rows)
+        if not rows:
+            what = "no rule sets with positive fitness" if self.rule_sets else "no rule sets"
+            lines.append(f"  ({what}) {self.message}".rstrip())
+        else:
+            lines.append(
+                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
+            )
+            lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
+            if max_rows is not None and len(rows) > max_rows:
+                lines.append(f"  ... {len(rows) - max_rows} more")
+        if hidden:
+            lines.append(f"  ({hidden} near-duplicate or fitness <= 0 rule sets not shown; format(distinct=False, "
+                         f"include_negative=True) lists all {len(self.rule_sets)})")  # fmt: skip
         return "\n".join(lines)
+
+    def _row(self, i: int, rs: RuleSet, precision: int) -> str:
+        st = self.stats(rs)
+        cond = " AND ".join(r.format(precision) for r in rs.rules)
+        return (
+            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}  "
+            f"{st['recall']:>6.3f}  {cond}"
+        )
 
     def __str__(self) -> str:
         return self.format()
@@ -148,7 +230,7 @@ class RegionalExplanation:
         rows = "".join(
             f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
             f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
-            for i, rs in enumerate(self._table(True)[:20], 1)
+            for i, rs in self.shown()[:20]
         )
         empty = f"<p>{html.escape(self.message or 'No rule sets.')}</p>" if not self.rule_sets else ""
         return (
@@ -159,28 +241,39 @@ class RegionalExplanation:
 
     # ---------------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (rules, threshold, features, names, parameters; not the data)."""
+        """JSON-safe dict (rules with their lift, recall and base rate, threshold, features, names, parameters, the
+        feature selection, the format and library versions; not the data)."""
+        from torch_amore import __version__
+
+        selection = getattr(self.selection, "to_dict", None)
         return {
             "format": _FORMAT,
-            "version": _VERSION,
-            "rule_sets": [rs.to_dict() for rs in self.rule_sets],
+            "format_version": FORMAT_VERSION,
+            "library_version": __version__,
+            "rule_sets": [{**rs.to_dict(), **_json_safe(self.stats(rs))} for rs in self.rule_sets],
             "threshold": self.threshold,
             "features": [int(f) for f in self.features],
             "feature_names": list(self.feature_names),
             "params": _json_safe(self.params),
             "sample": None if self.sample is None else [float(v) for v in self.sample.tolist()],
             "message": self.message,
+            "selection": _json_safe(selection()) if callable(selection) else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, explainer: Any = None) -> RegionalExplanation:
+        """The explanation written by :meth:`to_dict` (format versions 1 and 2)."""
         if data.get("format") != _FORMAT:
             raise ValueError(
                 f"Expected a dict written by RegionalExplanation.to_dict, but got format {data.get('format')!r}."
             )
+        version = data.get("format_version", data.get("version"))
+        if version not in (1, FORMAT_VERSION):
+            raise ValueError(f"Expected format_version 1 or {FORMAT_VERSION}, but got {version!r}.")
         sample = data.get("sample")
+        rule_sets = [{k: v for k, v in r.items() if k not in _DERIVED} for r in data["rule_sets"]]
         return cls(
-            rule_sets=[RuleSet.from_dict(r) for r in data["rule_sets"]],
+            rule_sets=[RuleSet.from_dict(r) for r in rule_sets],
             subgroup=None,
             threshold=None if data.get("threshold") is None else float(data["threshold"]),
             features=[int(f) for f in data.get("features", [])],
@@ -188,6 +281,7 @@ class RegionalExplanation:
             params=dict(data.get("params", {})),
             sample=None if sample is None else torch.tensor(sample, dtype=torch.float64),
             message=str(data.get("message", "")),
+            selection=data.get("selection"),
             explainer=explainer,
         )
 
@@ -207,24 +301,25 @@ class RegionalExplanation:
 
         return write_html(self, path, **kwargs)
 
-    def to_dataframe(self, *, distinct: bool = True) -> Any:
-        """A pandas DataFrame with one row per rule set: the rule text, its length, features and metrics.
-
-        ``distinct=True`` (default) gives the rows of :meth:`distinct`; ``False`` every rule set in :attr:`rule_sets`.
-        """
+    def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
+        """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
+        rule text, its length, features, support, confidence, fitness, lift, recall, base rate and the flag
+        ``positive_fitness``; the index is the position in :attr:`rule_sets`."""
         import pandas as pd
 
-        rule_sets = self._table(distinct)
-        return pd.DataFrame(
+        rows = self.shown(include_negative, distinct=distinct)
+        records = [
             {
-                "rule_set": [" AND ".join(r.format() for r in rs.rules) for rs in rule_sets],
-                "length": [len(rs) for rs in rule_sets],
-                "features": [tuple(r.name for r in rs.rules) for rs in rule_sets],
-                "support": [rs.support for rs in rule_sets],
-                "confidence": [rs.confidence for rs in rule_sets],
-                "fitness": [rs.fitness for rs in rule_sets],
+                "rule_set": " AND ".join(r.format() for r in rs.rules),
+                "length": len(rs),
+                "features": tuple(r.name for r in rs.rules),
+                **self.stats(rs),
             }
-        )
+            for _, rs in rows
+        ]
+        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "lift", "recall",
+                   "base_rate", "positive_fitness"]  # fmt: skip
+        return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
     # ---------------------------------------------------------------------------------------------------------------
     def evaluate(
@@ -238,7 +333,8 @@ class RegionalExplanation:
         progress: bool = False,
         input_key: Any = None,
         label_key: Any = None,
-        **forward_kwargs: Any,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
     ) -> list[RuleMetrics]:
         """Support, confidence and fitness of every rule set on new data (e.g. a test split).
 
@@ -251,7 +347,9 @@ class RegionalExplanation:
             target: the subgroup definition; default: the one used in ``explain`` (required if that was a mask).
             labels: true labels (unused unless a callable target needs them through the batches).
             features: the separate (N, F) feature matrix of the new data, when the rules were built on one.
-            batch_size, progress, input_key, label_key, forward_kwargs: as in ``explain`` (defaults: the same).
+            batch_size, progress, input_key, label_key: as in ``explain`` (defaults: the same).
+            additional_forward_args, forward_kwargs: extra model arguments for the new data (default: those of
+                ``explain``, unless they had one entry per sample there).
 
         Returns:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
@@ -287,7 +385,7 @@ class RegionalExplanation:
             progress=progress,
             input_key=input_key if input_key is not None else opts.get("input_key"),
             label_key=label_key if label_key is not None else opts.get("label_key"),
-            forward_kwargs=forward_kwargs or opts.get("forward_kwargs", {}),
+            model_args=(additional_forward_args, forward_kwargs),
         )
 
 

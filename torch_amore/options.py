@@ -22,6 +22,23 @@ from torch_amore._typing import FEATURE_TYPES
 #: Search strategies understood by :func:`torch_amore.extract_rules`.
 STRATEGIES = ("beam", "paper")
 
+#: ``min_support=None`` ("auto") means ``ceil(min(AUTO_SHARE_OF_SAMPLES * N, AUTO_SHARE_OF_SUBGROUP * T))`` samples
+#: for N samples and a subgroup of T: 5 % of the data, but never more than half the subgroup, so that a rare subgroup
+#: can still be described by rule sets that hold mostly its samples (as the paper chose s_min by subgroup size).
+AUTO_SHARE_OF_SAMPLES = 0.05
+AUTO_SHARE_OF_SUBGROUP = 0.5
+
+
+def auto_min_support(n_samples: int, subgroup_size: int) -> int:
+    """The count meant by ``min_support=None``: 5 % of the samples, at most half the subgroup (at least 1).
+
+    Example:
+        >>> auto_min_support(10_000, 3_000), auto_min_support(10_000, 100)
+        (500, 50)
+    """
+    share = min(AUTO_SHARE_OF_SAMPLES * n_samples, AUTO_SHARE_OF_SUBGROUP * subgroup_size)
+    return max(1, math.ceil(share - 1e-9))
+
 
 def _float_tuple(values: Any, name: str) -> tuple[float, ...] | None:
     if values is None:
@@ -66,7 +83,8 @@ class SearchOptions:
 
     Args:
         max_length: l_max, the most conditions in a rule set (>= 1).
-        min_support: s_min, an int count (>= 1) or a float fraction of the samples in (0, 1).
+        min_support: s_min, an int count (>= 1), a float fraction of the samples in (0, 1), or ``None`` (default):
+            5 % of the samples but at most half the subgroup (:func:`auto_min_support`).
         n_grids: n_g, initial value grids per numeric feature (>= 2).
         bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
         top_k: K, candidate rules kept at each node of the paper's rule tree.
@@ -88,7 +106,7 @@ class SearchOptions:
     """
 
     max_length: int = 2
-    min_support: int | float = 0.05
+    min_support: int | float | None = None
     n_grids: int = 10
     bin_strategy: str = "uniform"
     top_k: int = 3
@@ -103,7 +121,8 @@ class SearchOptions:
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
         set_(self, "max_length", V.check_int(self.max_length, "max_length", 1))
-        set_(self, "min_support", V.check_min_support(self.min_support))
+        if self.min_support is not None:
+            set_(self, "min_support", V.check_min_support(self.min_support))
         set_(self, "n_grids", V.check_int(self.n_grids, "n_grids", 2))
         set_(self, "bin_strategy", V.check_bin_strategy(self.bin_strategy))
         set_(self, "top_k", V.check_int(self.top_k, "top_k", 1))
@@ -146,6 +165,12 @@ class SearchOptions:
         """A copy with ``changes`` applied (validated like the constructor's arguments)."""
         check_option_names(changes)
         return replace(self, **changes)
+
+    def support_count(self, n_samples: int, subgroup_size: int) -> int:
+        """The count of samples meant by :attr:`min_support` on ``n_samples`` rows with a subgroup of that size."""
+        if self.min_support is None:
+            return auto_min_support(n_samples, subgroup_size)
+        return V.resolve_min_support(self.min_support, n_samples)
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-safe dict (tuples as lists); ``SearchOptions(**d)`` gives them back."""

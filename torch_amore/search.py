@@ -346,6 +346,17 @@ class _Extractor:
         )
 
 
+def _original_units(X: torch.Tensor, scale: list[float], offset: list[float]) -> torch.Tensor:
+    """``X * scale + offset`` with values within 1e-6 (relative) of an integer snapped to it, to infer feature types
+    in original units (``X`` itself when there are no units)."""
+    if all(s == 1.0 for s in scale) and all(o == 0.0 for o in offset):
+        return X
+    raw = X.double() * torch.tensor(scale, dtype=torch.float64, device=X.device)
+    raw += torch.tensor(offset, dtype=torch.float64, device=X.device)
+    near = (raw - raw.round()).abs() <= 1e-6 * raw.abs().clamp_min(1.0)
+    return torch.where(near, raw.round(), raw)
+
+
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -364,15 +375,15 @@ def prepare(
         raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
+    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
+    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     if options.feature_types is not None:
         kinds_all = V.resolve_feature_types(options.feature_types, X)
     else:
         kinds_all = ["float"] * n_features
-        inferred = V.infer_feature_types(X[:, columns])
-        for c, k in zip(columns, inferred):
+        raw = _original_units(X[:, columns], [scale[c] for c in columns], [offset[c] for c in columns])
+        for c, k in zip(columns, V.infer_feature_types(raw)):
             kinds_all[c] = k
-    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
-    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
     kinds = [kinds_all[c] for c in columns]
@@ -408,7 +419,8 @@ def extract_rules(
         **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
 
             * ``max_length``: l_max, the most conditions in a rule set (default 2).
-            * ``min_support``: s_min, an int count or a float fraction of N in (0, 1) (default 0.05).
+            * ``min_support``: s_min, an int count or a float fraction of N in (0, 1); default ``None``: 5 % of N
+              but at most half the subgroup (:func:`torch_amore.options.auto_min_support`).
             * ``n_grids``: n_g, initial value grids per numeric feature (default 10).
             * ``bin_strategy``: ``"uniform"`` (default), ``"quantile"`` or ``"kmeans"``.
             * ``top_k``: K, candidate rules kept at each node of the rule tree (default 3).
@@ -419,7 +431,8 @@ def extract_rules(
               also looks for the fittest rule sets that are this confident.
             * ``beam_width``: rule sets kept per length by the beam strategy (default 5).
             * ``feature_types``: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1
-              values: cat; integer values: int; else float).
+              values: cat; integer values: int; else float), in original units when ``feature_scale`` or
+              ``feature_offset`` is given (a standardized 0/1 column stays a 0/1 category).
             * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
             * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
 
@@ -437,13 +450,16 @@ def extract_rules(
     """
     options = SearchOptions.resolve(options, **search_options)
     X_t, _ = V.to_tensor_2d(X)
-    min_s = V.resolve_min_support(options.min_support, D.global_count(X_t.shape[0]))
+    n_all = D.global_count(X_t.shape[0])
+    if options.min_support is not None:  # a bad count fails before the binning
+        V.resolve_min_support(options.min_support, n_all)
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
     with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
         extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        min_s = options.support_count(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
     if min_confidence is not None:
