@@ -48,7 +48,8 @@ def rows_of_table(text: str) -> list[tuple[int, float, float, str]]:
     """(support, confidence, fitness, rule text) of each row printed by RegionalExplanation.format."""
     rows = []
     for line in text.splitlines():
-        m = re.match(r"^\s+\d+\s+(\d+)\s+([-\d.]+)\s+([-\d.]+)\s+(.+)$", line)
+        # columns: #, support, confidence, fitness, lift, recall, rule set
+        m = re.match(r"^\s+\d+\s+(\d+)\s+([-\d.]+)\s+([-\d.]+)\s+[-\d.]+\s+[-\d.]+\s+(.+)$", line)
         if m:
             rows.append((int(m[1]), float(m[2]), float(m[3]), m[4]))
     return rows
@@ -148,7 +149,7 @@ def _check_default_tables(expl: RegionalExplanation) -> None:
     df = expl.to_dataframe()
     assert df["support"].tolist() == [rs.support for rs in shown]
     assert df["fitness"].tolist() == [rs.fitness for rs in shown]
-    assert len(expl.to_dataframe(distinct=False)) == len(expl.rule_sets)  # the full list stays available
+    assert len(expl.to_dataframe(distinct=False, include_negative=True)) == len(expl.rule_sets)
 
 
 @pytest.mark.skipif(not (DATA / "diabetes_prediction_dataset.csv").exists(), reason="needs ../shared/data")

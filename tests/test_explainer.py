@@ -300,7 +300,7 @@ def test_explanation_serializes_and_evaluates_on_new_data(tmp_path, data):
     text = str(expl)
     assert "predicted 2" in text and expl.best.rules[0].format() in text
     assert "<table>" in expl._repr_html_()
-    df = expl.to_dataframe(distinct=False)  # every rule set; the default table collapses near-duplicates
+    df = expl.to_dataframe(distinct=False, include_negative=True)  # every rule set
     assert df["support"].tolist() == [rs.support for rs in expl.rule_sets]
     assert df["fitness"].tolist() == [rs.fitness for rs in expl.rule_sets]
     assert df["length"].tolist() == [len(rs) for rs in expl.rule_sets]

@@ -194,11 +194,11 @@ def test_min_support_above_the_subgroup_warns_and_negative_rule_sets_leave_the_t
     assert f"({size} of 4000 samples)" in str(record[0].message) and got.message == str(record[0].message)
     assert got.rule_sets and all(rs.fitness < 0 for rs in got.rule_sets)  # kept in the list
     text = got.format()
-    assert "no rule sets with positive fitness" in text and f"{len(got.rule_sets)} rule sets with fitness <= 0" in text
+    assert "no rule sets with positive fitness" in text and f"{len(got.rule_sets)} with fitness <= 0" in text
     assert len(got.to_dataframe()) == 0
-    full = got.to_dataframe(include_negative=True)
+    full = got.to_dataframe(include_negative=True, distinct=False)
     assert len(full) == len(got.rule_sets) and not full["positive_fitness"].any()
-    assert str(got.rule_sets[0].rules[0]) in got.format(include_negative=True)
+    assert str(got.rule_sets[0].rules[0]) in got.format(include_negative=True, distinct=False)
     # a count above the subgroup warns too (the 21-row subgroup with min_support=400)
     small = torch.zeros(4000, dtype=torch.bool)
     small[torch.nonzero(mask).flatten()[:21]] = True
@@ -210,7 +210,7 @@ def test_lift_recall_and_base_rate_beside_the_metrics(rare, tmp_path):
     X, mask = rare
     got = RegionalRuleExplainer(_Corner()).explain(X, 1, min_support=10, **FAST)
     n, size = X.shape[0], int(mask.sum())
-    df = got.to_dataframe(include_negative=True)
+    df = got.to_dataframe(include_negative=True, distinct=False)
     assert len(df) == len(got.rule_sets) > 1
     for (_, row), rs in zip(df.iterrows(), got.rule_sets):
         r = rs.mask(X)
@@ -235,7 +235,8 @@ def test_lift_recall_and_base_rate_beside_the_metrics(rare, tmp_path):
     assert RegionalExplanation.from_dict(old).rule_sets == got.rule_sets
     with pytest.raises(ValueError, match="format_version"):
         RegionalExplanation.from_dict({**data, "format_version": 99})
-    assert back.to_dataframe(include_negative=True)["recall"].tolist() == pytest.approx(df["recall"].tolist())
+    full = back.to_dataframe(include_negative=True, distinct=False)
+    assert full["recall"].tolist() == pytest.approx(df["recall"].tolist())
 
 
 def test_format_max_rows_none_prints_all_and_repr_is_short(rare):

@@ -211,7 +211,10 @@ class RegionalExplanation:
             if max_rows is not None and len(rows) > max_rows:
                 lines.append(f"  ... {len(rows) - max_rows} more")
         if hidden:
-            lines.append(f"  ({hidden} near-duplicate or fitness <= 0 rule sets not shown; format(distinct=False, "
+            negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in self.rule_sets)
+            why = [f"{negative} with fitness <= 0"] if negative else []
+            why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
+            lines.append(f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
                          f"include_negative=True) lists all {len(self.rule_sets)})")  # fmt: skip
         return "\n".join(lines)
 
