@@ -29,7 +29,7 @@ from torch_amore.beam import (
     short_cut,
     sorted_best_interval,
 )
-from torch_amore.binning import Binned, bin_features
+from torch_amore.binning import Binned, bin_features, nan_min_max
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
@@ -397,6 +397,12 @@ class _Extractor:
         return grid_counts(b.codes, rows, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max)
 
 
+def check_shape(X: torch.Tensor) -> None:
+    """``X`` has at least one row (over all shards of a DDP run: a shard may be empty) and one column."""
+    if D.global_count(X.shape[0]) == 0 or X.shape[1] == 0:
+        raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
+
+
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -409,25 +415,31 @@ def prepare(
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units."""
     options = SearchOptions() if options is None else options
+    n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
+    check_shape(X)
     n, n_features = X.shape
-    if D.global_count(n) == 0 or n_features == 0:  # a DDP shard may be empty, the data may not
-        raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
-    if options.feature_types is not None:
-        kinds_all = V.resolve_feature_types(options.feature_types, X)
-    else:
-        kinds_all = ["float"] * n_features
-        inferred = V.infer_feature_types(X[:, columns])
-        for c, k in zip(columns, inferred):
-            kinds_all[c] = k
     scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
     V.check_finite(X)
+    searched = X if columns == list(range(n_features)) else X[:, columns]
+    lo, hi = nan_min_max(searched)
+    V.check_observed(lo, columns, n_features)
+    V.check_range(lo, hi, columns)
+    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=options.strategy,
+                   max_length=options.max_length)  # fmt: skip
+    if options.feature_types is not None:
+        kinds_all = V.resolve_feature_types(options.feature_types, X)
+    else:
+        kinds_all = ["float"] * n_features
+        inferred = V.infer_feature_types(searched)
+        for c, k in zip(columns, inferred):
+            kinds_all[c] = k
     kinds = [kinds_all[c] for c in columns]
-    binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
+    binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -486,12 +498,14 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
-    X_t, _ = V.to_tensor_2d(X)
+    X_t, frame_names = V.to_tensor_2d(X)
+    check_shape(X_t)
     min_s = V.resolve_min_support(options.min_support, D.global_count(X_t.shape[0]))
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
+    names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
+    extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name)
     local_codes = extractor.binned.encode_sample(local) if local is not None else None
     rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
