@@ -58,7 +58,7 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
             f"Expected `{name}` to be a dense array, but got a scipy sparse matrix; pass `{name}.toarray()`."
         )
     if isinstance(X, np.ndarray):
-        X = torch.from_numpy(_numpy_to_float(X, name))
+        X = _numpy_to_float(X, name)
     elif not isinstance(X, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
@@ -92,8 +92,8 @@ def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
     return X.detach()
 
 
-def _numpy_to_float(X: np.ndarray, name: str) -> np.ndarray:
-    """A numeric numpy array as an array torch can take (integers and bools as float64)."""
+def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
+    """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
     kind = X.dtype.kind
     if kind in "Mm":
         raise TypeError(
@@ -107,13 +107,11 @@ def _numpy_to_float(X: np.ndarray, name: str) -> np.ndarray:
         raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}{hint}.")
     if kind in "iu":
         check_exact_integers(X, name)
-    if kind in "biu":
-        return X.astype(np.float64)
-    if X.dtype == np.float16 or X.dtype.itemsize > 8:  # float16 and long double: as float64 (torch has no float128)
-        return X.astype(np.float64)
+    if kind in "biu" or X.dtype.itemsize > 8:  # long double too: torch has no float128
+        return torch.from_numpy(X.astype(np.float64))
     with warnings.catch_warnings():  # a read-only array is fine: X is never written to
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return np.ascontiguousarray(X)
+        return torch.from_numpy(np.ascontiguousarray(X))
 
 
 def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
@@ -156,10 +154,10 @@ def _column_kind(col: Any) -> str:
         return "number"
     if t.is_datetime64_any_dtype(dtype) or t.is_timedelta64_dtype(dtype) or isinstance(dtype, pd.PeriodDtype):
         return "date"
-    if isinstance(dtype, pd.CategoricalDtype) or t.is_string_dtype(dtype):
-        return "text"
     if t.is_object_dtype(dtype):
         return "number" if t.infer_dtype(col, skipna=True) in _NUMERIC_OBJECTS else "text"
+    if isinstance(dtype, pd.CategoricalDtype) or t.is_string_dtype(dtype):
+        return "text"
     return "other"
 
 
@@ -393,7 +391,11 @@ def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int,
 
 
 def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+    """``n_bytes`` in KiB, MiB or GiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{n_bytes / 2**10:.1f} KiB"
 
 
 def check_min_support(min_support: Any) -> int | float:
