@@ -50,6 +50,11 @@ def _csr() -> torch.Tensor:
         return _data()[0].to_sparse_csr()
 
 
+def _scipy_sparse():
+    sparse = pytest.importorskip("scipy.sparse")
+    return sparse.csr_matrix(_data()[0].numpy())
+
+
 # (X, target, keyword arguments) builders; each case: builder, exception type, substrings of the message
 X0, T0 = _data()
 BAD = {
@@ -155,6 +160,11 @@ BAD = {
     "no features": (lambda: (X0, T0, {"features": []}), ValueError, ["`features`", "empty"]),
     "unknown keyword": (lambda: (X0, T0, {"n_grid": 5}), TypeError, ["'n_grid'", "'n_grids'"]),
     "local_x shape": (lambda: (X0, T0, {"local_x": X0[0, :2]}), ValueError, ["`local_x`", "(3,)"]),
+    "local_x strings": (lambda: (X0, T0, {"local_x": np.array(["a", "b", "c"])}), TypeError, ["`local_x`"]),
+    "local_x meta": (lambda: (X0, T0, {"local_x": X0[0].to("meta")}), ValueError, ["`local_x`", "'meta'"]),
+    "local_x infinite": (lambda: (X0, T0, {"local_x": [0.1, float("inf"), 0.2]}), ValueError, ["`local_x`"]),
+    "short feature_types": (lambda: (X0, T0, {"feature_types": ["float"]}), ValueError, ["`feature_types`", "3"]),
+    "scipy sparse X": (lambda: (_scipy_sparse(), T0, {}), TypeError, ["`X`", "toarray()"]),
 }
 
 

@@ -116,30 +116,37 @@ def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
 
 def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
     """Integers beyond 2**53 that float64 would round (the search compares float64 values) are an error."""
-    if isinstance(X, torch.Tensor):
-        X = X.cpu().numpy() if X.dtype in (torch.int64, torch.uint64) else None
-    bad = 0
-    first = None
-    if X is not None and X.dtype.itemsize == 8 and X.size:
-        big = np.nonzero((X > _EXACT_INT) | (X < -_EXACT_INT) if X.dtype.kind == "i" else X > _EXACT_INT)
-        values = X[big]
-        as_float = values.astype(np.float64)
-        top = 2.0**63 if X.dtype.kind == "i" else 2.0**64
-        inside = (as_float < top) & (as_float >= -top)
-        lossy = ~inside | (np.where(inside, as_float, 0).astype(X.dtype) != values)
-        bad = int(lossy.sum())
+    if isinstance(X, torch.Tensor) and X.dtype == torch.uint64:
+        X = X.cpu().numpy()
+    if isinstance(X, torch.Tensor):  # only the values beyond 2**53 travel to the CPU
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT) if X.dtype == torch.int64 else torch.zeros((), dtype=torch.bool)
+        where = torch.nonzero(big).cpu().numpy() if bool(big.any()) else np.zeros((0, X.ndim), dtype=np.int64)
+        values = X[big].cpu().numpy() if len(where) else np.zeros(0, dtype=np.int64)
+    else:
+        wide = X.dtype.itemsize == 8 and X.dtype.kind in "iu"
+        big = ((X > _EXACT_INT) | (X < -_EXACT_INT)) if wide else np.zeros(X.shape, dtype=bool)
+        where, values = np.argwhere(big), X[big]
+    lossy = _rounded_by_float64(values)
+    bad = int(lossy.sum())
+    if D.any_rank(bad > 0):  # every shard of a DDP run raises together
+        example = "on another rank's shard"
         if bad:
             k = int(np.argmax(lossy))
-            first = (tuple(int(i[k]) for i in big), int(values[k]), int(as_float[k]))
-    if D.any_rank(bad > 0):
-        where = "on another rank's shard"
-        if first is not None:
-            where = f"e.g. {first[1]} at index {first[0]} (it would become {first[2]})"
+            at = tuple(int(i) for i in where[k])
+            example = f"e.g. {int(values[k])} at index {at} (it would become {int(values[k].astype(np.float64))})"
         raise ValueError(
             f"Expected the integers in `{name}` to be exactly representable as float64 (|x| <= 2**53), but {bad} "
-            f"values are not, {where}; subtract an offset or rescale such columns first (e.g. nanosecond timestamps "
-            "to seconds), or convert them to float yourself if rounding is acceptable."
+            f"of them are not, {example}; subtract an offset or rescale such columns first (e.g. nanosecond "
+            "timestamps to seconds), or convert them to float yourself if rounding is acceptable."
         )
+
+
+def _rounded_by_float64(values: np.ndarray) -> np.ndarray:
+    """Which of the (64-bit) integers ``values`` change when converted to float64."""
+    as_float = values.astype(np.float64)
+    top = 2.0**63 if values.dtype.kind == "i" else 2.0**64
+    inside = (as_float < top) & (as_float >= -top)  # 2**63 itself does not convert back to int64
+    return ~inside | (np.where(inside, as_float, 0).astype(values.dtype) != values)
 
 
 _NUMERIC_OBJECTS = ("integer", "floating", "mixed-integer-float", "boolean", "decimal", "empty")
@@ -172,7 +179,8 @@ def _frame_to_numpy(df: Any, name: str) -> np.ndarray:
         if kind != "number":
             by_kind[kind].append(label)
         elif pd.api.types.is_integer_dtype(col.dtype):
-            check_exact_integers(col.dropna().to_numpy(), f"{name}[{label!r}]")
+            wide = np.uint64 if pd.api.types.is_unsigned_integer_dtype(col.dtype) else np.int64
+            check_exact_integers(col.to_numpy(dtype=wide, na_value=0), f"{name}[{label!r}]")
     problems = []
     text, dates = by_kind["text"], by_kind["date"]
     if text:
@@ -185,6 +193,12 @@ def _frame_to_numpy(df: Any, name: str) -> np.ndarray:
     if problems:
         raise TypeError(f"Expected `{name}` to hold numeric or boolean columns, but " + "; ".join(problems) + ".")
     return df.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
+    """``X`` has at least one row (over all shards of a DDP run: a shard may be empty) and one column."""
+    if D.global_count(X.shape[0]) == 0 or X.shape[1] == 0:
+        raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
 def check_finite(X: torch.Tensor, name: str = "X") -> None:
@@ -381,8 +395,11 @@ def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int,
     """Raise ``MemoryError`` naming the size and the knobs when the search would not fit in ``device``'s memory."""
     need = search_memory(n, n_features, n_grids, strategy=strategy, max_length=max_length)
     free = available_memory(device)
-    if free is None or need <= free:
+    short = free is not None and need > free
+    if not D.any_rank(short):  # every shard of a DDP run raises together
         return
+    if not short:
+        raise MemoryError("The rule search does not fit in the memory of another rank of this distributed run.")
     raise MemoryError(
         f"The rule search needs about {_gib(need)} of working memory for {n} rows x {n_features} searched features "
         f"(n_grids={n_grids}, strategy={strategy!r}), but only {_gib(free)} are available on {device}; search fewer "
@@ -554,16 +571,22 @@ def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) 
 
 
 def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:
+    """One sample (F,) as a float64 CPU tensor (``None`` stays ``None``)."""
     if local_x is None:
         return None
-    if hasattr(local_x, "to_numpy"):
-        local_x = local_x.to_numpy(dtype=np.float64)
-    if isinstance(local_x, (list, tuple, np.ndarray)):
-        local_x = torch.as_tensor(np.asarray(local_x, dtype=np.float64))
+    if hasattr(local_x, "to_numpy") or isinstance(local_x, (list, tuple, np.ndarray)):
+        try:
+            raw = local_x.to_numpy() if hasattr(local_x, "to_numpy") else local_x
+            local_x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"Expected `local_x` to be one sample of {n_features} numbers, but it holds non-numeric values: {err}"
+            ) from err
     if not isinstance(local_x, torch.Tensor):
         raise TypeError(f"Expected `local_x` to be one sample of shape ({n_features},), got {type(local_x).__name__}.")
+    local_x = check_dense_tensor(local_x, "local_x")
     if local_x.ndim == 2 and local_x.shape[0] == 1:
         local_x = local_x[0]
     if local_x.ndim != 1 or local_x.shape[0] != n_features:
         raise ValueError(f"Expected `local_x` to have shape ({n_features},), but got shape {tuple(local_x.shape)}.")
-    return local_x.detach().to("cpu", torch.float64)
+    return local_x.to("cpu", torch.float64)

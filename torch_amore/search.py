@@ -397,12 +397,6 @@ class _Extractor:
         return grid_counts(b.codes, rows, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max)
 
 
-def check_shape(X: torch.Tensor) -> None:
-    """``X`` has at least one row (over all shards of a DDP run: a shard may be empty) and one column."""
-    if D.global_count(X.shape[0]) == 0 or X.shape[1] == 0:
-        raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
-
-
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -417,28 +411,23 @@ def prepare(
     options = SearchOptions() if options is None else options
     n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
-    check_shape(X)
+    V.check_not_empty(X)
     n, n_features = X.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
     scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
+    given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
     V.check_finite(X)
+    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=options.strategy,
+                   max_length=options.max_length)  # fmt: skip
     searched = X if columns == list(range(n_features)) else X[:, columns]
     lo, hi = nan_min_max(searched)
     V.check_observed(lo, columns, n_features)
     V.check_range(lo, hi, columns)
-    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=options.strategy,
-                   max_length=options.max_length)  # fmt: skip
-    if options.feature_types is not None:
-        kinds_all = V.resolve_feature_types(options.feature_types, X)
-    else:
-        kinds_all = ["float"] * n_features
-        inferred = V.infer_feature_types(searched)
-        for c, k in zip(columns, inferred):
-            kinds_all[c] = k
-    kinds = [kinds_all[c] for c in columns]
+    kinds = [given[c] for c in columns] if given is not None else V.infer_feature_types(searched)
+    del searched  # a copy when only some columns are searched
     binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
@@ -499,7 +488,7 @@ def extract_rules(
     """
     options = SearchOptions.resolve(options, **search_options)
     X_t, frame_names = V.to_tensor_2d(X)
-    check_shape(X_t)
+    V.check_not_empty(X_t)
     min_s = V.resolve_min_support(options.min_support, D.global_count(X_t.shape[0]))
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
