@@ -214,8 +214,8 @@ def test_memory_estimate_refuses_before_binning(monkeypatch, no_binning):
     with pytest.raises(MemoryError) as info:
         ta.extract_rules(X, target)
     message = str(info.value)
-    need = V.search_memory(N, 3, 10, strategy="beam", max_length=2)
-    assert f"{need / 2**10:.1f} KiB" in message and "9.8 KiB" in message
+    need = V.search_memory(N, 3, 10, strategy="beam", max_length=2, top_k=3)
+    assert 2**20 < need < 2**30 and f"{need / 2**20:.1f} MiB" in message and "9.8 KiB" in message
     for knob in ("`features=`", "fewer rows", "`n_grids`"):
         assert knob in message
 
@@ -232,12 +232,13 @@ def test_memory_estimate_counts_only_searched_features(monkeypatch):
 
 
 def test_memory_estimate_grows_with_each_knob():
-    base = dict(strategy="beam", max_length=2)
-    ref = V.search_memory(1000, 10, 10, **base)
-    assert V.search_memory(2000, 10, 10, **base) > ref
-    assert V.search_memory(1000, 20, 10, **base) > ref
-    assert V.search_memory(1000, 10, 1000, **base) > ref
-    assert V.search_memory(1000, 10, 10, strategy="paper", max_length=2) < ref
+    ref = V.search_memory(1000, 10, 10, strategy="paper")
+    assert V.search_memory(2000, 10, 10, strategy="paper") > ref
+    assert V.search_memory(1000, 20, 10, strategy="paper") > ref
+    assert V.search_memory(1000, 10, 1000, strategy="paper") > ref
+    assert V.search_memory(1000, 10, 10, strategy="paper", max_length=3) > ref
+    assert V.search_memory(1000, 10, 10, strategy="paper", bin_strategy="kmeans") > ref
+    assert V.search_memory(1000, 10, 10, strategy="beam") > ref
 
 
 def test_available_memory_is_a_positive_count_or_unknown():

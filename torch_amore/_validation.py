@@ -322,22 +322,32 @@ def check_range(lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], name
         )
 
 
-#: Bytes of working memory per searched value (row x feature) beyond X itself, measured as peak RSS on CPU at
-#: N = 2e5 to 4e5, F = 10 to 20 (bin codes, fine codes, sorted columns, masks), with a margin.
-_BYTES_PER_VALUE = {"paper": 24, "beam": 64}
-_BYTES_PER_ROW = 64  # target, row indices and masks per rule of a path
+#: Peak bytes of working memory beyond X itself per searched value (row x feature) and per row, and per cell of a
+#: node's (feature, grid) count tables, fitted to peak RSS on CPU (N = 2e4 to 2e6, F = 2 to 200, n_grids = 10 to
+#: 32767, the level-by-level rule tree): the estimate was 1.1 to 2.1 times the measured peak.
+_BYTES_PER_VALUE = {"paper": 32, "beam": 40}
+_BYTES_PER_ROW = 160
+_BYTES_PER_GRID_CELL = 256
+_KMEANS_BYTES_PER_VALUE = 64  # sorted columns and fixed-point prefix sums, a chunk of at most 2**22 values at a time
+_FINE_GRIDS = 1024  # the beam's fine grids per feature (at most)
 
 
-def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str, max_length: int) -> int:
-    """Estimated bytes of working memory of the rule search on ``n`` rows and ``n_features`` searched features.
+def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str = "beam", max_length: int = 2,
+                  top_k: int = 3, bin_strategy: str = "uniform") -> int:
+    """Estimated peak bytes of working memory of the rule search on ``n`` rows and ``n_features`` searched features
+    (beyond X itself).
 
     Example:
-        >>> round(search_memory(10**6, 10, 10, strategy="beam", max_length=2) / 2**20)  # MiB
-        732
+        >>> round(search_memory(10**6, 10, 10) / 2**20)  # MiB
+        542
     """
     per_value = _BYTES_PER_VALUE.get(strategy, max(_BYTES_PER_VALUE.values()))
-    grids = n_features * (n_grids + 1) * 8 * 64  # count tables, segments, candidates per node
-    return n * n_features * per_value + n * _BYTES_PER_ROW * max_length + grids
+    width = max(n_grids, _FINE_GRIDS) if strategy == "beam" else n_grids
+    nodes = top_k ** max(0, max_length - 1)  # the widest level of the rule tree is counted at once
+    need = n * n_features * per_value + n * _BYTES_PER_ROW + n_features * (width + 1) * _BYTES_PER_GRID_CELL * nodes
+    if bin_strategy == "kmeans":
+        need += _KMEANS_BYTES_PER_VALUE * min(n * n_features, max(n, 1 << 22))
+    return need
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -390,10 +400,12 @@ def _cgroup_available() -> int | None:
     return None
 
 
-def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int, strategy: str,
-                 max_length: int) -> None:
-    """Raise ``MemoryError`` naming the size and the knobs when the search would not fit in ``device``'s memory."""
-    need = search_memory(n, n_features, n_grids, strategy=strategy, max_length=max_length)
+def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int, strategy: str, max_length: int,
+                 top_k: int = 3, bin_strategy: str = "uniform") -> None:
+    """Raise ``MemoryError`` naming the size and the knobs when the search would not fit in ``device``'s memory
+    (:func:`search_memory` against :func:`available_memory`)."""
+    need = search_memory(n, n_features, n_grids, strategy=strategy, max_length=max_length, top_k=top_k,
+                         bin_strategy=bin_strategy)  # fmt: skip
     free = available_memory(device)
     short = free is not None and need > free
     if not D.any_rank(short):  # every shard of a DDP run raises together
@@ -402,8 +414,9 @@ def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int,
         raise MemoryError("The rule search does not fit in the memory of another rank of this distributed run.")
     raise MemoryError(
         f"The rule search needs about {_gib(need)} of working memory for {n} rows x {n_features} searched features "
-        f"(n_grids={n_grids}, strategy={strategy!r}), but only {_gib(free)} are available on {device}; search fewer "
-        "features (`features=`, e.g. from select_features), fewer rows (a random sample), or a smaller `n_grids`."
+        f"(n_grids={n_grids}, strategy={strategy!r}, max_length={max_length}), but only {_gib(free)} are available "
+        f"on {device}; search fewer features (`features=`, e.g. from select_features), fewer rows (a random sample), "
+        "or a smaller `n_grids`."
     )
 
 
@@ -536,7 +549,10 @@ def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = X[r0 : r0 + step]
         chunk = chunk if alive.numel() == n_features else chunk[:, alive]
         nan = torch.isnan(chunk)
-        whole = (((chunk == torch.round(chunk)) & (chunk.abs() <= _EXACT_INT)) | nan).all(0)
+        whole = chunk == torch.round(chunk)
+        whole &= chunk <= _EXACT_INT
+        whole &= chunk >= -_EXACT_INT
+        whole = (whole | nan).all(0)
         zero, one = chunk == 0, chunk == 1
         is_int[alive] &= whole
         in01[alive] &= (zero | one | nan).all(0)

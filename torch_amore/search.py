@@ -420,8 +420,9 @@ def prepare(
     target_t = V.to_target(target, n, X.device)
     given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
     V.check_finite(X)
-    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=options.strategy,
-                   max_length=options.max_length)  # fmt: skip
+    o = options
+    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length,
+                   top_k=o.top_k, bin_strategy=o.bin_strategy)  # fmt: skip
     searched = X if columns == list(range(n_features)) else X[:, columns]
     lo, hi = nan_min_max(searched)
     V.check_observed(lo, columns, n_features)
