@@ -276,6 +276,17 @@ def test_huge_and_tiny_finite_values(strategy, scale):
     assert rule_sets[0].fitness == 1.0 and rule_sets[0].rules[0].feature == 0
 
 
+@pytest.mark.parametrize("strategy", ["paper", "beam"])
+def test_huge_values_declared_int(strategy):
+    """Beyond 2**53 every float64 is whole: the bounds stay floats (no int conversion that could overflow)."""
+    X, target = _data()
+    X = X * 1e300
+    rule_sets = ta.extract_rules(X, target, strategy=strategy, feature_types=["int", "int", "int"])
+    assert_correct(rule_sets, X, target)
+    assert rule_sets[0].fitness == 1.0
+    assert all(isinstance(r.low, float) and isinstance(r.high, float) for rs in rule_sets for r in rs.rules)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64, bool])
 def test_integer_and_bool_arrays(dtype):
     g = np.random.default_rng(0)

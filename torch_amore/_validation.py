@@ -118,13 +118,13 @@ def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
     """Integers beyond 2**53 that float64 would round (the search compares float64 values) are an error."""
     if isinstance(X, torch.Tensor) and X.dtype == torch.uint64:
         X = X.cpu().numpy()
-    if isinstance(X, torch.Tensor):  # only the values beyond 2**53 travel to the CPU
-        big = (X > _EXACT_INT) | (X < -_EXACT_INT) if X.dtype == torch.int64 else torch.zeros((), dtype=torch.bool)
-        where = torch.nonzero(big).cpu().numpy() if bool(big.any()) else np.zeros((0, X.ndim), dtype=np.int64)
-        values = X[big].cpu().numpy() if len(where) else np.zeros(0, dtype=np.int64)
-    else:
-        wide = X.dtype.itemsize == 8 and X.dtype.kind in "iu"
-        big = ((X > _EXACT_INT) | (X < -_EXACT_INT)) if wide else np.zeros(X.shape, dtype=bool)
+    where, values = np.zeros((0, X.ndim), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if isinstance(X, torch.Tensor) and X.dtype == torch.int64:  # only the values beyond 2**53 travel to the CPU
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        if bool(big.any()):
+            where, values = torch.nonzero(big).cpu().numpy(), X[big].cpu().numpy()
+    elif isinstance(X, np.ndarray) and X.dtype.itemsize == 8 and X.dtype.kind in "iu":  # narrower ones are exact
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
         where, values = np.argwhere(big), X[big]
     lossy = _rounded_by_float64(values)
     bad = int(lossy.sum())
@@ -136,7 +136,7 @@ def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
             example = f"e.g. {int(values[k])} at index {at} (it would become {int(values[k].astype(np.float64))})"
         raise ValueError(
             f"Expected the integers in `{name}` to be exactly representable as float64 (|x| <= 2**53), but {bad} "
-            f"of them are not, {example}; subtract an offset or rescale such columns first (e.g. nanosecond "
+            f"would be rounded, {example}; subtract an offset or rescale such columns first (e.g. nanosecond "
             "timestamps to seconds), or convert them to float yourself if rounding is acceptable."
         )
 
@@ -312,7 +312,7 @@ def check_range(lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], name
 
     ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing).
     """
-    over = torch.nonzero(torch.isinf(hi.double() - lo.double()), as_tuple=True)[0].tolist()
+    over = torch.nonzero(torch.isinf(hi - lo), as_tuple=True)[0].tolist()  # lo, hi: the binning dtype
     if over:
         k = over[0]
         raise ValueError(
@@ -353,12 +353,13 @@ def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str = "bea
 def available_memory(device: torch.device) -> int | None:
     """Bytes that can still be allocated on ``device`` (``None`` where unknown).
 
-    CPU: the smallest of Linux's ``MemAvailable``, the cgroup (container) limit minus its usage, and, elsewhere,
-    ``os.sysconf`` free pages. CUDA: ``torch.cuda.mem_get_info``.
+    CPU: the smallest of Linux's ``MemAvailable`` and the cgroup (container) limit minus its usage; elsewhere
+    ``os.sysconf`` free pages. CUDA: ``torch.cuda.mem_get_info`` plus the caching allocator's unused reserve.
     """
     try:
-        if device.type == "cuda":
-            return int(torch.cuda.mem_get_info(device)[0])
+        if device.type == "cuda":  # free on the device, plus what torch's caching allocator holds unused
+            cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+            return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
         if device.type != "cpu":
             return None
         found = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
