@@ -117,7 +117,7 @@ def _codes_by_search(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tenso
     step = _chunk_len(X.shape[0], X.shape[1])
     for r0 in range(0, X.shape[0], step):
         chunk = X[r0 : r0 + step].to(dt)
-        acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True).t()
+        acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
         acc = acc.masked_fill(torch.isnan(chunk), nan_code)
         out[r0 : r0 + step] = acc.to(out.dtype)
 
