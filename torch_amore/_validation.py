@@ -7,8 +7,10 @@ before any heavy work.
 from __future__ import annotations
 
 import math
+import os
 import warnings
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,45 +19,186 @@ import torch
 from torch_amore import distributed as D
 from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
 
+#: Largest number of grids per feature: bin codes are int16 and the code after the last grid marks a missing value.
+MAX_GRIDS = 32767
+
+#: Most distinct values of a categorical feature (one grid per category).
+MAX_CATEGORIES = 4096
+
+#: Integers up to this magnitude are exactly representable in float64.
+_EXACT_INT = 2**53
+
+_ONE_HOT = "one-hot encode them first, e.g. `X = pd.get_dummies(X, columns={cols}, dtype=float)`"
+_DATES = (
+    "convert them to numbers first, e.g. days since an origin: "
+    "`X[{col!r}] = (X[{col!r}] - pd.Timestamp('1970-01-01')) / pd.Timedelta(days=1)` "
+    "(a duration: `X[{col!r}] / pd.Timedelta(days=1)`)"
+)
+
 
 def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | None]:
     """Turn a tensor, numpy array or pandas DataFrame into a floating (N, F) tensor.
 
-    Returns the tensor (on its own device, floating dtype kept; integer and bool inputs become float64) and the
-    column names of a DataFrame (``None`` otherwise).
+    Returns the tensor (on its own device, detached, floating dtype kept; integer and bool inputs become float64) and
+    the column names of a DataFrame (``None`` otherwise). Anything that is not real numbers on a device holding data
+    (strings, categories, dates, complex numbers, sparse or meta tensors, integers that float64 would round) is a
+    ``TypeError``/``ValueError`` naming ``name`` and saying what to do.
     """
     names = None
     if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # pandas DataFrame, without importing pandas
         names = [str(c) for c in X.columns]
-        try:
-            X = X.to_numpy(dtype=np.float64, na_value=np.nan)
-        except (TypeError, ValueError) as err:
-            bad = [
-                str(c)
-                for c, dt in zip(X.columns, X.dtypes)
-                if not (np.issubdtype(np.dtype(dt), np.number) or np.dtype(dt) == np.bool_)
-            ]
-            raise TypeError(
-                f"Expected `{name}` to hold numeric columns only, but columns {bad} are not numeric; "
-                "one-hot encode categorical columns first (e.g. pandas.get_dummies)."
-            ) from err
+        X = _frame_to_numpy(X, name)
+    elif hasattr(X, "to_numpy") and hasattr(X, "dtype"):
+        raise TypeError(
+            f"Expected `{name}` to be 2-D (N, F), but got a pandas {type(X).__name__}; for one feature pass "
+            f"`{name}.to_frame()`."
+        )
+    elif hasattr(X, "toarray") and hasattr(X, "nnz"):
+        raise TypeError(
+            f"Expected `{name}` to be a dense array, but got a scipy sparse matrix; pass `{name}.toarray()`."
+        )
     if isinstance(X, np.ndarray):
-        if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-            raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}.")
-        with warnings.catch_warnings():  # a read-only array is fine: X is never written to
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            X = torch.from_numpy(np.ascontiguousarray(X))
+        X = _numpy_to_float(X, name)
     elif not isinstance(X, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
         )
-    if X.is_complex():
-        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    X = check_dense_tensor(X, name)
     if X.ndim != 2:
         raise ValueError(f"Expected `{name}` to have shape (N, F) (2 dimensions), but got shape {tuple(X.shape)}.")
     if not X.is_floating_point():
+        check_exact_integers(X, name)
         X = X.to(torch.float64)
     return X, names
+
+
+def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
+    """``X`` detached, after checking that it is a dense tensor of real numbers on a device that holds data."""
+    if X.layout != torch.strided:
+        raise TypeError(f"Expected `{name}` to be a dense tensor, but got layout {X.layout}; pass `{name}.to_dense()`.")
+    if X.is_nested:
+        raise TypeError(f"Expected `{name}` to be a dense (N, F) tensor, but got a nested tensor.")
+    if X.is_quantized:
+        raise TypeError(
+            f"Expected `{name}` to hold real numbers, but got a quantized tensor; pass `{name}.dequantize()`."
+        )
+    if X.device.type == "meta":
+        raise ValueError(
+            f"Expected `{name}` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or "
+            "'cuda'."
+        )
+    if X.is_complex():
+        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    return X.detach()
+
+
+def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
+    """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
+    kind = X.dtype.kind
+    if kind in "Mm":
+        raise TypeError(
+            f"Expected `{name}` to hold numbers, but got dtype {X.dtype} (dates or durations); convert them to numbers "
+            f"first, e.g. days since an origin: `({name} - np.datetime64('1970-01-01')) / np.timedelta64(1, 'D')`."
+        )
+    if kind == "c":
+        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    if kind not in "biuf":
+        hint = " (strings: one-hot encode them first, e.g. with pandas.get_dummies)" if kind in "OUS" else ""
+        raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}{hint}.")
+    if kind in "iu":
+        check_exact_integers(X, name)
+    if kind in "biu" or X.dtype.itemsize > 8:  # long double too: torch has no float128
+        return torch.from_numpy(X.astype(np.float64))
+    with warnings.catch_warnings():  # a read-only array is fine: X is never written to
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(X))
+
+
+def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
+    """Integers beyond 2**53 that float64 would round (the search compares float64 values) are an error."""
+    if isinstance(X, torch.Tensor) and X.dtype == torch.uint64:
+        X = X.cpu().numpy()
+    where, values = np.zeros((0, X.ndim), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if isinstance(X, torch.Tensor) and X.dtype == torch.int64:  # only the values beyond 2**53 travel to the CPU
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        if bool(big.any()):
+            where, values = torch.nonzero(big).cpu().numpy(), X[big].cpu().numpy()
+    elif isinstance(X, np.ndarray) and X.dtype.itemsize == 8 and X.dtype.kind in "iu":  # narrower ones are exact
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        where, values = np.argwhere(big), X[big]
+    lossy = _rounded_by_float64(values)
+    bad = int(lossy.sum())
+    if D.any_rank(bad > 0):  # every shard of a DDP run raises together
+        example = "on another rank's shard"
+        if bad:
+            k = int(np.argmax(lossy))
+            at = tuple(int(i) for i in where[k])
+            example = f"e.g. {int(values[k])} at index {at} (it would become {int(values[k].astype(np.float64))})"
+        raise ValueError(
+            f"Expected the integers in `{name}` to be exactly representable as float64 (|x| <= 2**53), but {bad} "
+            f"would be rounded, {example}; subtract an offset or rescale such columns first (e.g. nanosecond "
+            "timestamps to seconds), or convert them to float yourself if rounding is acceptable."
+        )
+
+
+def _rounded_by_float64(values: np.ndarray) -> np.ndarray:
+    """Which of the (64-bit) integers ``values`` change when converted to float64."""
+    as_float = values.astype(np.float64)
+    top = 2.0**63 if values.dtype.kind == "i" else 2.0**64
+    inside = (as_float < top) & (as_float >= -top)  # 2**63 itself does not convert back to int64
+    return ~inside | (np.where(inside, as_float, 0).astype(values.dtype) != values)
+
+
+_NUMERIC_OBJECTS = ("integer", "floating", "mixed-integer-float", "boolean", "decimal", "empty")
+
+
+def _column_kind(col: Any) -> str:
+    """``"number"``, ``"text"`` (strings, categories), ``"date"`` (dates, durations, periods) or ``"other"``."""
+    import pandas as pd
+
+    t, dtype = pd.api.types, col.dtype
+    if t.is_bool_dtype(dtype) or (t.is_numeric_dtype(dtype) and not t.is_complex_dtype(dtype)):
+        return "number"
+    if t.is_datetime64_any_dtype(dtype) or t.is_timedelta64_dtype(dtype) or isinstance(dtype, pd.PeriodDtype):
+        return "date"
+    if t.is_object_dtype(dtype):
+        return "number" if t.infer_dtype(col, skipna=True) in _NUMERIC_OBJECTS else "text"
+    if isinstance(dtype, pd.CategoricalDtype) or t.is_string_dtype(dtype):
+        return "text"
+    return "other"
+
+
+def _frame_to_numpy(df: Any, name: str) -> np.ndarray:
+    """The float64 values of a DataFrame whose columns are all numeric or boolean (else a ``TypeError`` saying how to
+    encode the others)."""
+    import pandas as pd
+
+    by_kind: dict[str, list] = {"text": [], "date": [], "other": []}
+    for label, col in df.items():
+        kind = _column_kind(col)
+        if kind != "number":
+            by_kind[kind].append(label)
+        elif pd.api.types.is_integer_dtype(col.dtype):
+            wide = np.uint64 if pd.api.types.is_unsigned_integer_dtype(col.dtype) else np.int64
+            check_exact_integers(col.to_numpy(dtype=wide, na_value=0), f"{name}[{label!r}]")
+    problems = []
+    text, dates = by_kind["text"], by_kind["date"]
+    if text:
+        problems.append(f"columns {text} hold strings or categories: {_ONE_HOT.format(cols=text)}")
+    if dates:
+        problems.append(f"columns {dates} hold dates or durations: {_DATES.format(col=dates[0])}")
+    if by_kind["other"]:
+        dtypes = [str(df[c].dtype) for c in by_kind["other"]]
+        problems.append(f"columns {by_kind['other']} have unsupported dtypes {dtypes}")
+    if problems:
+        raise TypeError(f"Expected `{name}` to hold numeric or boolean columns, but " + "; ".join(problems) + ".")
+    return df.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
+    """``X`` has at least one row (over all shards of a DDP run: a shard may be empty) and one column."""
+    if D.global_count(X.shape[0]) == 0 or X.shape[1] == 0:
+        raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
 def check_finite(X: torch.Tensor, name: str = "X") -> None:
@@ -71,17 +214,8 @@ def check_finite(X: torch.Tensor, name: str = "X") -> None:
 
 
 def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
-    """Boolean (N,) subgroup mask on ``device``; 0/1 integers are accepted."""
-    if hasattr(target, "to_numpy"):
-        target = target.to_numpy()
-    if isinstance(target, (list, tuple)):
-        target = np.asarray(target)
-    if isinstance(target, np.ndarray):
-        target = torch.from_numpy(np.array(target))  # a copy: read-only arrays (pandas) cannot be shared
-    if not isinstance(target, torch.Tensor):
-        raise TypeError(
-            f"Expected `{name}` to be a boolean tensor or array of shape (N,), got {type(target).__name__}."
-        )
+    """Boolean (N,) subgroup mask on ``device``; 0/1 numbers are accepted."""
+    target = _target_tensor(target, name)
     target = target.reshape(-1) if target.ndim == 2 and 1 in target.shape else target
     if target.ndim != 1:
         raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(target.shape)}.")
@@ -93,7 +227,8 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
         uniq = torch.unique(target)
         if not bool(((uniq == 0) | (uniq == 1)).all()):
             raise TypeError(
-                f"Expected `{name}` to be boolean (or 0/1), but got values {uniq[:5].tolist()} of dtype {target.dtype}."
+                f"Expected `{name}` to be boolean (or 0/1), but got values {uniq[:5].tolist()} of dtype "
+                f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
     n_t, n = (int(v) for v in D.all_reduce_sum(torch.tensor([int(target.sum()), n])))  # all shards of a DDP run
@@ -105,6 +240,193 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
             "ratio 1."
         )
     return target.to(device)
+
+
+def _target_tensor(target: Any, name: str) -> torch.Tensor:
+    """``target`` as a tensor of bools or real numbers (not yet checked for shape or values)."""
+    if hasattr(target, "to_numpy"):  # pandas Series or one-column DataFrame
+        if bool(target.isna().to_numpy().any()):
+            raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
+        target = target.to_numpy()
+    if isinstance(target, (list, tuple)):
+        try:
+            target = np.asarray(target)
+        except ValueError as err:
+            raise ValueError(f"Expected `{name}` to be a flat sequence of booleans, but it is ragged.") from err
+    if isinstance(target, np.ndarray):
+        kind = target.dtype.kind
+        if kind == "O":
+            target = _object_target(target, name)
+        elif kind not in "biuf":
+            raise TypeError(
+                f"Expected `{name}` to be boolean (or 0/1), but got dtype {target.dtype} (e.g. "
+                f"{target.reshape(-1)[:3].tolist()}); build a mask first, e.g. `{name} = (labels == 'yes')`."
+            )
+        target = torch.from_numpy(np.array(target))  # a copy: read-only arrays (pandas) cannot be shared
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be a boolean tensor or array of shape (N,), but got {type(target).__name__}."
+        )
+    return check_dense_tensor(target, name)
+
+
+def _object_target(target: np.ndarray, name: str) -> np.ndarray:
+    """An object array of bools or numbers as a numeric array."""
+    flat = target.reshape(-1)
+    bad = [v for v in flat if not isinstance(v, (int, float, np.number, np.bool_))]
+    if bad:
+        raise TypeError(
+            f"Expected `{name}` to be boolean (or 0/1), but it holds {type(bad[0]).__name__} values such as "
+            f"{bad[0]!r}; build a mask first, e.g. `{name} = (labels == 'yes')`."
+        )
+    return flat.astype(np.float64).reshape(target.shape)
+
+
+def check_n_grids(value: Any) -> int:
+    """``n_grids`` as an int in [2, :data:`MAX_GRIDS`]."""
+    n_grids = check_int(value, "n_grids", 2)
+    if n_grids > MAX_GRIDS:
+        raise ValueError(
+            f"Expected `n_grids` to be an integer in [2, {MAX_GRIDS}] (bin codes are int16), but got {n_grids}."
+        )
+    return n_grids
+
+
+def check_observed(lo: torch.Tensor, columns: Sequence[int], n_features: int, name: str = "X") -> None:
+    """At least one searched column holds a non-missing value (else no rule could select anything).
+
+    ``lo`` is the per-column minimum of the searched ``columns`` over all shards (NaN where a column is all missing).
+    """
+    if not bool(torch.isnan(lo).all()):
+        return
+    if len(columns) == n_features:
+        raise ValueError(f"Expected `{name}` to hold some non-missing values, but every value is NaN (missing).")
+    raise ValueError(
+        f"Expected the searched `features` {list(columns)[:10]} to hold some non-missing values, but all their values "
+        f"in `{name}` are NaN (missing)."
+    )
+
+
+def check_range(lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], name: str = "X") -> None:
+    """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
+
+    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing).
+    """
+    over = torch.nonzero(torch.isinf(hi - lo), as_tuple=True)[0].tolist()  # lo, hi: the binning dtype
+    if over:
+        k = over[0]
+        raise ValueError(
+            f"Expected the range (max - min) of each column of `{name}` to be finite in float64, but column "
+            f"{columns[k]} spans [{float(lo[k]):g}, {float(hi[k]):g}]; divide it by a constant s and pass "
+            "`feature_scale` (s for that column) to print bounds in the original units."
+        )
+
+
+#: Peak bytes of working memory beyond X itself per searched value (row x feature) and per row, and per cell of a
+#: node's (feature, grid) count tables, fitted to peak RSS on CPU (N = 2e4 to 2e6, F = 2 to 200, n_grids = 10 to
+#: 32767, the level-by-level rule tree): the estimate was 1.1 to 2.1 times the measured peak.
+_BYTES_PER_VALUE = {"paper": 32, "beam": 40}
+_BYTES_PER_ROW = 160
+_BYTES_PER_GRID_CELL = 256
+_KMEANS_BYTES_PER_VALUE = 64  # sorted columns and fixed-point prefix sums, a chunk of at most 2**22 values at a time
+_FINE_GRIDS = 1024  # the beam's fine grids per feature (at most)
+
+
+def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str = "beam", max_length: int = 2,
+                  top_k: int = 3, bin_strategy: str = "uniform") -> int:
+    """Estimated peak bytes of working memory of the rule search on ``n`` rows and ``n_features`` searched features
+    (beyond X itself).
+
+    Example:
+        >>> round(search_memory(10**6, 10, 10) / 2**20)  # MiB
+        542
+    """
+    per_value = _BYTES_PER_VALUE.get(strategy, max(_BYTES_PER_VALUE.values()))
+    width = max(n_grids, _FINE_GRIDS) if strategy == "beam" else n_grids
+    nodes = top_k ** max(0, max_length - 1)  # the widest level of the rule tree is counted at once
+    need = n * n_features * per_value + n * _BYTES_PER_ROW + n_features * (width + 1) * _BYTES_PER_GRID_CELL * nodes
+    if bin_strategy == "kmeans":
+        need += _KMEANS_BYTES_PER_VALUE * min(n * n_features, max(n, 1 << 22))
+    return need
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device`` (``None`` where unknown).
+
+    CPU: the smallest of Linux's ``MemAvailable`` and the cgroup (container) limit minus its usage; elsewhere
+    ``os.sysconf`` free pages. CUDA: ``torch.cuda.mem_get_info`` plus the caching allocator's unused reserve.
+    """
+    try:
+        if device.type == "cuda":  # free on the device, plus what torch's caching allocator holds unused
+            cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+            return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
+        if device.type != "cpu":
+            return None
+        found = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+        if not found and hasattr(os, "sysconf") and "SC_AVPHYS_PAGES" in os.sysconf_names:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        return min(found) if found else None
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_available() -> int | None:
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2 ("max": no limit)
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),  # v1
+    ):
+        cap, used = _read_int(limit), _read_int(usage)
+        if cap is not None and used is not None and cap < 2**60:
+            return max(0, cap - used)
+    return None
+
+
+def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int, strategy: str, max_length: int,
+                 top_k: int = 3, bin_strategy: str = "uniform") -> None:
+    """Raise ``MemoryError`` naming the size and the knobs when the search would not fit in ``device``'s memory
+    (:func:`search_memory` against :func:`available_memory`)."""
+    need = search_memory(n, n_features, n_grids, strategy=strategy, max_length=max_length, top_k=top_k,
+                         bin_strategy=bin_strategy)  # fmt: skip
+    free = available_memory(device)
+    short = free is not None and need > free
+    if not D.any_rank(short):  # every shard of a DDP run raises together
+        return
+    if not short:
+        raise MemoryError("The rule search does not fit in the memory of another rank of this distributed run.")
+    raise MemoryError(
+        f"The rule search needs about {_gib(need)} of working memory for {n} rows x {n_features} searched features "
+        f"(n_grids={n_grids}, strategy={strategy!r}, max_length={max_length}), but only {_gib(free)} are available "
+        f"on {device}; search fewer features (`features=`, e.g. from select_features), fewer rows (a random sample), "
+        "or a smaller `n_grids`."
+    )
+
+
+def _gib(n_bytes: int) -> str:
+    """``n_bytes`` in KiB, MiB or GiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{n_bytes / 2**10:.1f} KiB"
 
 
 def check_min_support(min_support: Any) -> int | float:
@@ -154,13 +476,25 @@ def check_bin_strategy(value: Any) -> str:
 
 
 def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
+    """Feature names: ``feature_names``, else a DataFrame's columns, else ``feature_{i}``; all distinct."""
     if feature_names is None:
-        return frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
-    if isinstance(feature_names, str):
-        raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
-    names = [str(n) for n in feature_names]
-    if len(names) != n_features:
-        raise ValueError(f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}.")
+        names = frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
+        arg = "feature_names" if frame_names is None else "the columns of `X`"
+    else:
+        if isinstance(feature_names, str) or not isinstance(feature_names, Iterable):
+            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+        names = [str(n) for n in feature_names]
+        if len(names) != n_features:
+            raise ValueError(
+                f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}."
+            )
+        arg = "`feature_names`"
+    dup = sorted(name for name, count in Counter(names).items() if count > 1)
+    if dup:
+        raise ValueError(
+            f"Expected {arg} to be distinct (rules on different columns would print the same), but got "
+            f"duplicates {dup[:10]}."
+        )
     return names
 
 
@@ -200,6 +534,8 @@ def resolve_affine(values: Any, name: str, n_features: int, default: float) -> l
 def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
 
+    Beyond 2**53 every float64 is a whole number, so a column with such values does not count as integer-valued.
+
     One chunked pass over X, vectorized over columns.
     """
     n, n_features = X.shape
@@ -214,7 +550,10 @@ def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = X[r0 : r0 + step]
         chunk = chunk if alive.numel() == n_features else chunk[:, alive]
         nan = torch.isnan(chunk)
-        whole = ((chunk == torch.round(chunk)) | nan).all(0)
+        whole = chunk == torch.round(chunk)
+        whole &= chunk <= _EXACT_INT
+        whole &= chunk >= -_EXACT_INT
+        whole = (whole | nan).all(0)
         zero, one = chunk == 0, chunk == 1
         is_int[alive] &= whole
         in01[alive] &= (zero | one | nan).all(0)
@@ -249,16 +588,22 @@ def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) 
 
 
 def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:
+    """One sample (F,) as a float64 CPU tensor (``None`` stays ``None``)."""
     if local_x is None:
         return None
-    if hasattr(local_x, "to_numpy"):
-        local_x = local_x.to_numpy(dtype=np.float64)
-    if isinstance(local_x, (list, tuple, np.ndarray)):
-        local_x = torch.as_tensor(np.asarray(local_x, dtype=np.float64))
+    if hasattr(local_x, "to_numpy") or isinstance(local_x, (list, tuple, np.ndarray)):
+        try:
+            raw = local_x.to_numpy() if hasattr(local_x, "to_numpy") else local_x
+            local_x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"Expected `local_x` to be one sample of {n_features} numbers, but it holds non-numeric values: {err}"
+            ) from err
     if not isinstance(local_x, torch.Tensor):
         raise TypeError(f"Expected `local_x` to be one sample of shape ({n_features},), got {type(local_x).__name__}.")
+    local_x = check_dense_tensor(local_x, "local_x")
     if local_x.ndim == 2 and local_x.shape[0] == 1:
         local_x = local_x[0]
     if local_x.ndim != 1 or local_x.shape[0] != n_features:
         raise ValueError(f"Expected `local_x` to have shape ({n_features},), but got shape {tuple(local_x.shape)}.")
-    return local_x.detach().to("cpu", torch.float64)
+    return local_x.to("cpu", torch.float64)

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from torch_amore import distributed as D
-from torch_amore._validation import check_bin_strategy, check_int, integer_columns
+from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids, integer_columns
 
 #: Elements per temporary chunk (rows x features) in the passes over X.
 _CHUNK_ELEMENTS = 1 << 22
+
+#: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
+_SEARCH_ABOVE = 64
 
 
 def _work_dtype(device: torch.device) -> torch.dtype:
@@ -92,6 +95,9 @@ def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
 def _codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
     """Write into ``out`` (N, F) the number of thresholds each value reaches; NaN gets ``nan_code``."""
     dt = thresholds.dtype
+    if thresholds.shape[1] > _SEARCH_ABOVE:  # many grids: a binary search instead of one pass per threshold
+        _codes_by_search(X, thresholds, out, nan_code)
+        return
     thr = thresholds.t().contiguous()  # (T, F)
     step = _chunk_len(X.shape[0], X.shape[1])
     for r0 in range(0, X.shape[0], step):
@@ -101,6 +107,19 @@ def _codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch
             acc += chunk >= thr[t]
         acc.masked_fill_(torch.isnan(chunk), nan_code)
         out[r0 : r0 + step] = acc
+
+
+def _codes_by_search(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
+    """:func:`_codes_from_thresholds` by ``searchsorted``: the number of thresholds ``<= x`` is the number ``x``
+    reaches (thresholds are never NaN)."""
+    dt = thresholds.dtype
+    thr = torch.sort(thresholds, dim=1).values  # (F, T); a count of thresholds <= x does not depend on their order
+    step = _chunk_len(X.shape[0], X.shape[1])
+    for r0 in range(0, X.shape[0], step):
+        chunk = X[r0 : r0 + step].to(dt)
+        acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
+        acc = acc.masked_fill(torch.isnan(chunk), nan_code)
+        out[r0 : r0 + step] = acc.to(out.dtype)
 
 
 def _kmeans_update(centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
@@ -200,7 +219,7 @@ def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform") -> 
         >>> grid_edges(torch.tensor([[0.0], [1.0], [4.0]]), 4).tolist()
         [[0.0, 1.0, 2.0, 3.0, 4.0]]
     """
-    n_grids = check_int(n_grids, "n_grids", 2)
+    n_grids = check_n_grids(n_grids)
     check_bin_strategy(bin_strategy)
     if bin_strategy == "uniform":
         return uniform_edges(X, n_grids)
@@ -278,7 +297,7 @@ def bin_features(
         >>> b.codes.tolist()
         [[0, 1], [0, 0], [1, 1], [1, 1]]
     """
-    n_grids = check_int(n_grids, "n_grids", 2)
+    n_grids = check_n_grids(n_grids)
     check_bin_strategy(bin_strategy)
     device = X.device
     dt = _work_dtype(device)
@@ -291,13 +310,14 @@ def bin_features(
     for j in cat_idx:
         col = sub[:, j].to(dt)
         cat_values.append(D.all_gather_unique(col))  # torch.unique of the non-missing values of all shards
-    n_bins_max = max([n_grids] + [int(v.numel()) for v in cat_values])
-    if n_bins_max > 4096:
-        worst = max(cat_values, key=lambda v: v.numel()).numel()
+    sizes = [int(v.numel()) for v in cat_values]
+    if sizes and max(sizes) > MAX_CATEGORIES:
+        k = max(range(len(sizes)), key=sizes.__getitem__)
         raise ValueError(
-            f"A categorical feature has {worst} distinct values; at most 4096 are supported. "
-            "Declare such a feature 'int' or 'float' in `feature_types`."
+            f"Expected at most {MAX_CATEGORIES} distinct values in a 'cat' feature, but feature {columns[cat_idx[k]]} "
+            f"has {sizes[k]}; declare it 'int' or 'float' in `feature_types`."
         )
+    n_bins_max = max([n_grids] + sizes)
     n_feat = len(columns)
     thresholds = torch.full((n_feat, n_bins_max - 1), float("inf"), dtype=dt, device=device)
     categories = torch.full((n_feat, n_bins_max), float("nan"), dtype=dt, device=device)

@@ -123,7 +123,7 @@ class SearchOptions:
         set_(self, "max_length", V.check_int(self.max_length, "max_length", 1))
         if self.min_support is not None:
             set_(self, "min_support", V.check_min_support(self.min_support))
-        set_(self, "n_grids", V.check_int(self.n_grids, "n_grids", 2))
+        set_(self, "n_grids", V.check_n_grids(self.n_grids))
         set_(self, "bin_strategy", V.check_bin_strategy(self.bin_strategy))
         set_(self, "top_k", V.check_int(self.top_k, "top_k", 1))
         set_(self, "strategy", V.check_choice(self.strategy, "strategy", STRATEGIES))

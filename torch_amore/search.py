@@ -29,7 +29,7 @@ from torch_amore.beam import (
     short_cut,
     sorted_best_interval,
 )
-from torch_amore.binning import Binned, bin_features
+from torch_amore.binning import Binned, bin_features, nan_min_max
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
@@ -369,26 +369,32 @@ def prepare(
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units."""
     options = SearchOptions() if options is None else options
+    n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
+    V.check_not_empty(X)
     n, n_features = X.shape
-    if D.global_count(n) == 0 or n_features == 0:  # a DDP shard may be empty, the data may not
-        raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X.shape)}.")
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
     scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
-    if options.feature_types is not None:
-        kinds_all = V.resolve_feature_types(options.feature_types, X)
-    else:
-        kinds_all = ["float"] * n_features
-        raw = _original_units(X[:, columns], [scale[c] for c in columns], [offset[c] for c in columns])
-        for c, k in zip(columns, V.infer_feature_types(raw)):
-            kinds_all[c] = k
     target_t = V.to_target(target, n, X.device)
+    given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
     V.check_finite(X)
-    kinds = [kinds_all[c] for c in columns]
+    o = options
+    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length,
+                   top_k=o.top_k, bin_strategy=o.bin_strategy)  # fmt: skip
+    searched = X if columns == list(range(n_features)) else X[:, columns]
+    lo, hi = nan_min_max(searched)
+    V.check_observed(lo, columns, n_features)
+    V.check_range(lo, hi, columns)
+    if given is not None:
+        kinds = [given[c] for c in columns]
+    else:  # inferred in the user's units when feature_scale/feature_offset are given
+        raw = _original_units(searched, [scale[c] for c in columns], [offset[c] for c in columns])
+        kinds = V.infer_feature_types(raw)
+    del searched  # a copy when only some columns are searched
     with parallel_pass(X.numel()):
-        binned = bin_features(X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy)
+        binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -449,15 +455,17 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
-    X_t, _ = V.to_tensor_2d(X)
+    X_t, frame_names = V.to_tensor_2d(X)
+    V.check_not_empty(X_t)
     n_all = D.global_count(X_t.shape[0])
     if options.min_support is not None:  # a bad count fails before the binning
         V.resolve_min_support(options.min_support, n_all)
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
+    names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
     with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
-        extractor = prepare(X, target, options, features=features, feature_names=feature_names, target_name=target_name)
+        extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name)
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         min_s = options.support_count(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
