@@ -277,8 +277,9 @@ class RegionalRuleExtractor(Callback):
                 continue
             if (other.dirpath, other.filename) == mine or other.log_prefix == self.log_prefix:
                 raise ValueError(
-                    f"Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one trainer, "
-                    f"but two write {self.filename!r} (prefix {self.log_prefix!r}); pass filename=... to one of them."
+                    "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one "
+                    f"trainer, but two write {self.filename!r} (prefix {self.log_prefix!r}); pass filename=... to one "
+                    "of them."
                 )
 
     def _check_distributed(self) -> None:
@@ -412,9 +413,7 @@ class RegionalRuleExtractor(Callback):
         if 0 < n_sub < n_all:
             if self.select_features:
                 indices = selection = self._select(pl_module, fwd, mask, names, layer)
-            rule_sets = extract_rules(
-                X, mask, options=options, features=indices, feature_names=names, target_name=desc
-            )
+            rule_sets = extract_rules(X, mask, options=options, features=indices, feature_names=names, target_name=desc)
         else:
             message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
@@ -436,7 +435,7 @@ class RegionalRuleExtractor(Callback):
     def _features(self, fwd: ModuleOutputs, rows: list[int] | None, n: int) -> tuple[torch.Tensor, list, str, Any]:
         """The (N, D) rule features, their names, their source and the searched feature subset."""
         f = self.features
-        is_matrix = f is not None and (hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")))
+        is_matrix = hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features"))
         names = self.feature_names
         if is_matrix:
             X, matrix_names = V.to_tensor_2d(_rows_of(f, rows, n), "features")
@@ -560,7 +559,8 @@ class RegionalRuleExtractor(Callback):
             if self.log_figures and callable(getattr(experiment, "add_figure", None)):
                 figure = figure or _rule_table_figure(explanation)
                 if figure is not None:
-                    experiment.add_figure(f"{self.log_prefix}table", figure, global_step=trainer.global_step, close=False)
+                    step = trainer.global_step
+                    experiment.add_figure(f"{self.log_prefix}table", figure, global_step=step, close=False)
 
 
 def _rule_table_figure(explanation: RegionalExplanation, max_rows: int = 10) -> Any:
@@ -570,7 +570,13 @@ def _rule_table_figure(explanation: RegionalExplanation, max_rows: int = 10) -> 
     except ImportError:  # pragma: no cover - depends on the environment
         return None
     rows = [
-        [str(i), str(rs.support), f"{rs.confidence:.3f}", f"{rs.fitness:.3f}", " AND ".join(r.format() for r in rs.rules)]
+        [
+            str(i),
+            str(rs.support),
+            f"{rs.confidence:.3f}",
+            f"{rs.fitness:.3f}",
+            " AND ".join(r.format() for r in rs.rules),
+        ]
         for i, rs in enumerate(explanation.rule_sets[:max_rows], 1)
     ] or [["", "", "", "", "(no rule sets)"]]
     figure = Figure(figsize=(10, 0.35 * (len(rows) + 2)))

@@ -128,7 +128,9 @@ def _pick(batch: Any, key: int | str, what: str) -> Any:
         return batch[key]
     except (KeyError, IndexError, AttributeError, TypeError):
         shown = f"keys {list(batch.keys())}" if isinstance(batch, Mapping) else f"a {type(batch).__name__}"
-        raise ValueError(f"Expected `{what}` {key!r} to select an element of each batch, but the batch is {shown}.")
+        raise ValueError(
+            f"Expected `{what}` {key!r} to select an element of each batch, but the batch is {shown}."
+        ) from None
 
 
 def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = None) -> tuple[Any, Any]:
