@@ -433,3 +433,41 @@ def test_the_docs_training_script_runs_and_writes_what_it_says(tmp_path, monkeyp
     ckpt = torch.load(next((log_dir / "checkpoints").glob("*.ckpt")), weights_only=True)
     state = ckpt["callbacks"][namespace["extractor"].state_key]
     assert state["explanation"]["rule_sets"] == [rs.to_dict() for rs in explanation.rule_sets]
+
+
+def test_early_stopping_explains_in_on_train_end_and_the_checkpoint_after_fit_holds_it(tmp_path):
+    model = BreastCancerModule()
+    callback = RegionalRuleExtractor(target=1, n_grids=6)
+    stop = pl.callbacks.EarlyStopping(monitor="val_loss", min_delta=10.0, patience=0)  # stops after epoch 1
+    t = trainer(tmp_path, [callback, stop], pl.loggers.CSVLogger(tmp_path), max_epochs=5)
+    t.fit(model, *loaders())
+    assert t.current_epoch == 2 and callback.last_epoch == 1 and callback.last_step == t.global_step == 14
+    rows = [r for r in read_csv(Path(t.log_dir) / "metrics.csv") if r.get(f"{callback.log_prefix}fitness")]
+    assert [int(r["step"]) for r in rows] == [14]  # logged once, straight to the logger
+    t.save_checkpoint(tmp_path / "after_fit.ckpt")
+    state = torch.load(tmp_path / "after_fit.ckpt", weights_only=True)["callbacks"][callback.state_key]
+    assert state["explanation"]["rule_sets"] == [rs.to_dict() for rs in callback.explanation.rule_sets]
+    _, _, direct = by_hand(model, split_data(loaders()[1])[0], 1, n_grids=6)
+    assert_rule_sets_close(callback.explanation.rule_sets, direct)
+
+
+def test_separate_features_and_feature_selection(tmp_path):
+    model = BreastCancerModule()
+    Xv, _ = split_data(loaders()[1])
+    descriptors = torch.stack([Xv[:, 0] * 2, Xv[:, 7] - Xv[:, 3], Xv[:, 27]], dim=1).double()
+    on_matrix = RegionalRuleExtractor(target=1, features=descriptors, feature_names=["a", "b", "c"], n_grids=6)
+    selected = RegionalRuleExtractor(
+        target=1, select_features=dict(n_steps=4, n_test_per_class=10, max_length=2), n_grids=6, filename="selected"
+    )
+    trainer(tmp_path, [on_matrix, selected]).fit(model, *loaders())
+    with torch.no_grad():
+        mask = model(Xv).argmax(1) == 1
+    assert on_matrix.explanation.params["source"] == "features"
+    assert_rule_sets_close(
+        on_matrix.explanation.rule_sets, extract_rules(descriptors, mask, n_grids=6, feature_names=list("abc"))
+    )
+    selection = selected.explanation.selection
+    assert selection is not None and selected.explanation.features == sorted(selection.features)
+    direct = extract_rules(Xv, mask, n_grids=6, features=selection.features,
+                           feature_names=[f"feature_{i}" for i in range(30)])  # fmt: skip
+    assert_rule_sets_close(selected.explanation.rule_sets, direct)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
+from pytorch_lightning.callbacks import EarlyStopping
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
@@ -295,7 +296,7 @@ class RegionalRuleExtractor(Callback):
         n = self.every_n_val_epochs
         for cb in trainer.callbacks:
             monitor = getattr(cb, "monitor", None)
-            if type(cb).__name__ == "EarlyStopping" and monitor in self._metric_names() and n != 1:
+            if isinstance(cb, EarlyStopping) and monitor in self._metric_names() and n != 1:
                 raise ValueError(
                     f"Expected every_n_val_epochs=1 for EarlyStopping(monitor={monitor!r}), which needs the metric at "
                     f"every validation epoch, but got every_n_val_epochs={n}."
