@@ -390,7 +390,7 @@ class RegionalRuleExtractor(Callback):
             raise ValueError(f"Expected a {split!r} DataLoader to explain, but the trainer has {loader!r}.")
         dataset = loader.dataset
         if isinstance(dataset, IterableDataset):
-            return loader, None, math.inf  # an iterable dataset shards itself
+            return loader, None, limited_batches(math.inf, limit)  # an iterable dataset shards itself
         rows = list(range(D.rank(), len(dataset), D.world_size()))
         shard = DataLoader(
             Subset(dataset, rows) if D.is_sharded() else dataset,
