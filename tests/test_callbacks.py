@@ -166,8 +166,10 @@ def test_batch_hooks_and_every_search_option_reach_the_rules(tmp_path):
     assert 50 < bound * 100 + 500 < 5000
 
 
-@pytest.mark.parametrize("precision, dtype", [("bf16-true", torch.bfloat16), ("64-true", torch.float64)])
-def test_true_precision_runs_explain_the_converted_inputs(tmp_path, precision, dtype):
+@pytest.mark.parametrize(
+    "precision, dtype", [("bf16-true", torch.bfloat16), ("64-true", torch.float64), ("bf16-mixed", torch.float32)]
+)
+def test_precision_plugins_convert_the_inputs_and_run_the_forward(tmp_path, precision, dtype):
     model = ScaledModule()
     callback = RegionalRuleExtractor(target=1, n_grids=6, min_support=20)
     t = trainer(tmp_path, [callback], pl.loggers.CSVLogger(tmp_path), precision=precision)
@@ -179,9 +181,12 @@ def test_true_precision_runs_explain_the_converted_inputs(tmp_path, precision, d
     Xn = (Xraw.to(dtype) - torch.tensor(500.0, dtype=dtype)) / torch.tensor(100.0, dtype=dtype)
     explanation = callback.explanation
     assert torch.equal(explanation.features_matrix, Xn.float() if dtype == torch.bfloat16 else Xn)
-    _, mask, direct = by_hand(model, Xn, 1, n_grids=6, min_support=20)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    with autocast:  # the forward under autocast, as in validation_step
+        _, mask, _ = by_hand(model, Xn, 1)
     assert explanation.params["subgroup_size"] == int(mask.sum())
-    assert_rule_sets_close(explanation.rule_sets, direct)
+    assert_rule_sets_close(explanation.rule_sets, extract_rules(explanation.features_matrix, mask, n_grids=6,
+                                                                min_support=20))  # fmt: skip
 
 
 class _NoForward(pl.LightningModule):
