@@ -476,3 +476,18 @@ def test_separate_features_and_feature_selection(tmp_path):
     direct = extract_rules(Xv, mask, n_grids=6, features=selection.features,
                            feature_names=[f"feature_{i}" for i in range(30)])  # fmt: skip
     assert_rule_sets_close(selected.explanation.rule_sets, direct)
+
+
+def test_resuming_keeps_counting_validation_epochs(tmp_path):
+    def run(max_epochs, ckpt_path=None):
+        callback = RegionalRuleExtractor(target=1, n_grids=6, every_n_val_epochs=3, at_train_end=False)
+        save = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+        t = trainer(tmp_path, [callback, save], max_epochs=max_epochs, enable_checkpointing=True)
+        t.fit(BreastCancerModule(), *loaders(), ckpt_path=ckpt_path)
+        return callback
+
+    first = run(2)
+    assert first.explanation is None and first.state_dict()["val_epochs"] == 2
+    resumed = run(4, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert resumed.state_dict()["val_epochs"] == 4
+    assert resumed.last_epoch == 2  # the 3rd validation epoch overall, the 1st after resuming
