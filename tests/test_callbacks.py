@@ -461,6 +461,8 @@ def test_separate_features_and_feature_selection(tmp_path):
     Xv, _ = split_data(loaders()[1])
     descriptors = torch.stack([Xv[:, 0] * 2, Xv[:, 7] - Xv[:, 3], Xv[:, 27]], dim=1).double()
     on_matrix = RegionalRuleExtractor(target=1, features=descriptors, feature_names=["a", "b", "c"], n_grids=6)
+    with pytest.raises(ValueError, match="one row per row of the explained dataset"):
+        trainer(tmp_path, [RegionalRuleExtractor(target=1, features=descriptors[:-1])]).fit(model, *loaders())
     selected = RegionalRuleExtractor(
         target=1, select_features=dict(n_steps=4, n_test_per_class=10, max_length=2), n_grids=6, filename="selected"
     )

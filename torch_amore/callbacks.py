@@ -44,7 +44,7 @@ from torch_amore import distributed as D
 from torch_amore._forward import resolve_layer
 from torch_amore._subgroups import check_target, subgroup_mask
 from torch_amore.explanation import RegionalExplanation
-from torch_amore.lightning_batches import BatchKey, ModuleOutputs, limited_batches, run_module
+from torch_amore.lightning_batches import BatchKey, ModuleOutputs, eval_mode, limited_batches, run_module
 from torch_amore.metrics import RuleMetrics
 from torch_amore.options import SearchOptions
 from torch_amore.search import extract_rules
@@ -92,8 +92,15 @@ def _is_mask(target: Any) -> bool:
     return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
 
 
-def _rows_of(values: Any, rows: list[int] | None, n: int) -> Any:
-    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``."""
+def _rows_of(values: Any, rows: list[int] | None, n: int, name: str) -> Any:
+    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``; ``rows``
+    lists this rank's rows of the whole dataset, whose length ``values`` must have."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if rows is not None and D.global_count(len(rows)) != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
+            f"but got {size}."
+        )
     index = list(range(n)) if rows is None else rows[:n]
     if hasattr(values, "iloc"):
         return values.iloc[index]
@@ -404,7 +411,7 @@ class RegionalRuleExtractor(Callback):
         rank_zero: bool,
     ) -> RegionalExplanation:  # fmt: skip
         n = fwd.outputs.shape[0]
-        target = _rows_of(self.target, rows, n) if _is_mask(self.target) else self.target
+        target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
         mask, thr_used, desc = subgroup_mask(fwd.outputs, target, self.threshold, fwd.labels)
         X, names, source, indices = self._features(fwd, rows, n)
         mask = mask.to(X.device)
@@ -439,7 +446,7 @@ class RegionalRuleExtractor(Callback):
         is_matrix = hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features"))
         names = self.feature_names
         if is_matrix:
-            X, matrix_names = V.to_tensor_2d(_rows_of(f, rows, n), "features")
+            X, matrix_names = V.to_tensor_2d(_rows_of(f, rows, n, "features"), "features")
             X, source, indices = X.to(fwd.outputs.device), "features", None
             names = names if names is not None else matrix_names
         elif fwd.activations is not None:
@@ -465,7 +472,8 @@ class RegionalRuleExtractor(Callback):
         opts.setdefault("target", int(self.target) if is_class and multi else None)
         opts.setdefault("layer", layer)
         opts.setdefault("feature_names", names)
-        return select_features(pl_module, fwd.inputs, classes, **opts)
+        with eval_mode(pl_module):
+            return select_features(pl_module, fwd.inputs, classes, **opts)
 
     # --- evaluation of a (restored) explanation on new data --------------------------------------------------------
     def evaluate(
