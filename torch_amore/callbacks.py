@@ -76,6 +76,15 @@ def _target_param(target: Any, desc: str) -> Any:
     return desc
 
 
+def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -> int:
+    """The count ``options.min_support`` means on the data (``SearchOptions.support_count`` where it exists: main's
+    ``min_support=None`` depends on the subgroup size)."""
+    count = getattr(options, "support_count", None)
+    if callable(count):
+        return int(count(n_samples, subgroup_size))
+    return V.resolve_min_support(options.min_support, n_samples)
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
 
@@ -427,7 +436,7 @@ class RegionalRuleExtractor(Callback):
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
-            min_support_count=V.resolve_min_support(self.options.min_support, n_all), source=source,
+            min_support_count=_support_count(self.options, n_all, n_sub), source=source,
             layer=layer_name, layer_input=False, target=_target_param(self.target, desc), target_name=desc,
             threshold=self.threshold if isinstance(self.threshold, str) or self.threshold is None
             else float(self.threshold),
