@@ -69,6 +69,34 @@ class BreastCancerModule(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
 
+class ScaledModule(BreastCancerModule):
+    """The same MLP fed raw-scale features (x * 100 + 500) that it standardises in ``on_after_batch_transfer``, as
+    GPU-side preprocessing does; it counts its training steps (the callback's checks must come before the first)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.register_buffer("mean", torch.tensor(500.0))
+        self.register_buffer("scale", torch.tensor(100.0))
+        self.steps = 0
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        x, y = batch
+        return (x - self.mean) / self.scale, y
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def raw_loaders(batch_size: int = 64) -> tuple[DataLoader, DataLoader]:
+    """:func:`loaders` on raw-scale features ``x * 100 + 500`` (the rows and their order unchanged)."""
+    train_dl, val_dl = loaders(batch_size)
+    for dl in (train_dl, val_dl):
+        x, y = dl.dataset.tensors
+        dl.dataset.tensors = (x * 100 + 500, y)
+    return train_dl, val_dl
+
+
 def loaders(batch_size: int = 64) -> tuple[DataLoader, DataLoader]:
     X, y = breast_cancer()
     g = torch.Generator().manual_seed(0)
