@@ -250,13 +250,14 @@ def test_lightning_callback_writes_the_report_and_logs_the_rule_figure(tmp_path)
     trainer.fit(BreastCancerModule(), *loaders())
     expl = callback.explanation
     page = Page()
-    page.feed((callback.last_path.parent / "rules.html").read_text())
+    page.feed(callback.last_path.with_suffix(".html").read_text())
     _, *rows = page.tables["rules"]
     assert len(rows) == len(expl.distinct()) > 0
     for (_, cells), rs in zip(rows, expl.distinct()):
         _check_metrics(cells[3:6], rs)
     events = EventAccumulator(tb.log_dir, size_guidance={"images": 0})
     events.Reload()
-    assert "rules/best_rule_set" in events.Tags()["images"]
-    image = events.Images("rules/best_rule_set")[0]
+    tag = f"{callback.log_prefix}best_rule_set"
+    assert tag in events.Tags()["images"]
+    image = events.Images(tag)[0]
     assert image.width > 100 and image.height > 100
