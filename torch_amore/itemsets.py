@@ -95,7 +95,9 @@ class _Search:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise _Stop("max_seconds")
 
-    def open(self, prefix: tuple[int, ...], rows: np.ndarray, cands: np.ndarray, left: np.ndarray | None) -> list | None:
+    def open(
+        self, prefix: tuple[int, ...], rows: np.ndarray, cands: np.ndarray, left: np.ndarray | None
+    ) -> list | None:
         """Examine the itemset ``prefix`` (held by ``rows``); return its frame for branching, or None if done."""
         sub = self.used[np.ix_(rows, cands)]
         charged = sub.nbytes
