@@ -138,7 +138,9 @@ def _problem(case: str) -> dict:
             enc.weight.copy_(torch.randn(20000, 32, generator=g) / 32**0.5)
             enc.bias.zero_()
             w = torch.randn(1, 20000, generator=g) * (0.001 if "noisy" in case else 0.0)
-            w[0, relevant] = torch.randn(len(relevant), generator=g).sign() * (1.0 + torch.rand(len(relevant), generator=g))
+            w[0, relevant] = torch.randn(len(relevant), generator=g).sign() * (
+                1.0 + torch.rand(len(relevant), generator=g)
+            )
             head.weight.copy_(w)
             head.bias.zero_()
         model = nn.Sequential(enc, nn.ReLU(), head).eval()

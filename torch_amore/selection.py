@@ -519,9 +519,9 @@ def _select(
         gamma = reach / n
     threshold, _ = _threshold_scan(J, gamma)
     cols, used = _used_columns(J, threshold, k)
-    found = longest_frequent_itemset(used, k, max_length=max_length, **budget)
-    if not found.items:  # cannot happen when gamma >= min_frequency; kept as a clear error
+    if cols.numel() == 0:  # cannot happen when gamma >= min_frequency; kept as a clear error
         raise ValueError(f"No feature is used in a fraction min_frequency={min_frequency} of the rows.")
+    found = longest_frequent_itemset(used, k, max_length=max_length, **budget)
     where = f"at least {k} of the {n} rows (min_frequency={min_frequency:g}) at j_th={threshold:.4g}"
     if found.exact:
         best = sorted(cols[list(found.items)].tolist())
