@@ -182,7 +182,7 @@ def select_features(
     gamma: float = 0.99,
     min_frequency: float = 0.1,
     max_length: int | None = None,
-    max_itemsets: int | None = 20_000,
+    max_itemsets: int | None = 10_000,
     max_bytes: int | None = 1 << 28,
     max_seconds: float | None = 60.0,
     importance: Any = None,
@@ -397,11 +397,20 @@ def _coverage_thresholds(J: torch.Tensor, gamma: float) -> torch.Tensor:
     """
     n, d = J.shape
     k = min(n, _min_count(gamma, n))
-    step = max(1, _BLOCK // n)  # column blocks bound the sort buffers of kthvalue
+    step = max(1, _BLOCK // n)  # column blocks bound the buffers of topk
     out = torch.empty(d, dtype=J.dtype)
     for s in range(0, d, step):
-        out[s : s + step] = torch.kthvalue(J[:, s : s + step], n - k + 1, dim=0).values
+        out[s : s + step] = _kth_smallest(J[:, s : s + step], n - k + 1)
     return out
+
+
+def _kth_smallest(block: torch.Tensor, kth: int) -> torch.Tensor:
+    """Per column, the ``kth`` smallest value (1-based): ``torch.topk`` from the nearer end (much faster than
+    ``torch.kthvalue`` along the rows when ``kth`` is near 1 or N, as for gamma = 0.99)."""
+    n = block.shape[0]
+    if kth <= n - kth + 1:
+        return torch.topk(block, kth, dim=0, largest=False).values[-1]
+    return torch.topk(block, n - kth + 1, dim=0, largest=True).values[-1]
 
 
 def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
@@ -411,7 +420,7 @@ def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
         yield J[s : s + step]
 
 
-def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
+def _threshold_scan(J: torch.Tensor, gamma: float, top: torch.Tensor | None = None) -> tuple[float, int]:
     """The impact threshold j_th of eq. ``score_thd`` and the number of features reaching coverage at it.
 
     With ``t_i`` the coverage threshold of feature i (:func:`_coverage_thresholds`), the number of features reaching
@@ -422,7 +431,7 @@ def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
     drops from >= 2 straight to 0. Then j_th = ``t_(1)``, the highest threshold any feature still reaches, every tied
     feature counts, and a warning says so.
     """
-    top = _coverage_thresholds(J, gamma)
+    top = _coverage_thresholds(J, gamma) if top is None else top
     first = float(top.max())
     if first <= 0:
         raise ValueError(
@@ -505,7 +514,8 @@ def _select(
     n = J.shape[0]
     k = _min_count(min_frequency, n)
     notes = []
-    if float(_coverage_thresholds(J, gamma).max()) <= 0:  # no feature scores > 0 in gamma of the rows
+    top = _coverage_thresholds(J, gamma)
+    if float(top.max()) <= 0:  # no feature scores > 0 in gamma of the rows
         reach = max(int(blk_count) for blk_count in sum((blk > 0).sum(dim=0) for blk in _row_blocks(J)).tolist())
         if reach < k:
             raise ValueError(
@@ -517,7 +527,8 @@ def _select(
             f"gamma was lowered to {reach}/{n}, the largest fraction any feature reaches"
         )
         gamma = reach / n
-    threshold, _ = _threshold_scan(J, gamma)
+        top = _coverage_thresholds(J, gamma)
+    threshold, _ = _threshold_scan(J, gamma, top)
     cols, used = _used_columns(J, threshold, k)
     if cols.numel() == 0:  # cannot happen when gamma >= min_frequency; kept as a clear error
         raise ValueError(f"No feature is used in a fraction min_frequency={min_frequency} of the rows.")
