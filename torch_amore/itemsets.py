@@ -15,7 +15,10 @@ is exponential in that length; this search only visits itemsets that could still
 
 The search stops early, never hangs, when it would examine more than ``max_itemsets`` itemsets, keep more than
 ``max_bytes`` of row/item tables alive, or run longer than ``max_seconds``; the result then says ``exact=False`` and
-which budget stopped it, and holds the best itemset found so far.
+which budget stopped it, and holds the best itemset found so far. An itemset costs time in proportion to its table
+(rows x candidate items), so one whose table has more than ``CELLS_PER_ITEMSET`` cells counts as one itemset per
+``CELLS_PER_ITEMSET`` cells begun: the itemset budget bounds the work, deterministically, however wide the matrix.
+
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LongestItemset", "longest_frequent_itemset"]
+__all__ = ["CELLS_PER_ITEMSET", "LongestItemset", "longest_frequent_itemset"]
+
+CELLS_PER_ITEMSET = 1 << 16  # an itemset with a larger (rows x candidates) table counts as several against the budget
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class LongestItemset:
         exact: True when the search finished: ``items`` is then the longest frequent itemset (ties: the largest
             ``count``, then the lexicographically smallest ``items``). False when a budget stopped it: ``items`` is
             the best itemset found until then.
-        n_examined: itemsets the search examined.
+        n_examined: itemsets the search examined (weighted: see ``CELLS_PER_ITEMSET``).
         stopped_by: the budget that stopped the search (``"max_itemsets"``, ``"max_bytes"`` or ``"max_seconds"``);
             None when it finished.
     """
@@ -84,10 +89,10 @@ class _Search:
         b_len, b_count, b_items = self.best
         return (length, count) > (b_len, b_count) or ((length, count) == (b_len, b_count) and items < b_items)
 
-    def charge(self, n_bytes: int) -> None:
-        """Count one examined itemset holding ``n_bytes`` of tables; raise :class:`_Stop` past a budget."""
-        self.n_examined += 1
-        self.live_bytes += n_bytes
+    def charge(self, n_cells: int) -> None:
+        """Count an examined itemset whose tables hold ``n_cells`` booleans; raise :class:`_Stop` past a budget."""
+        self.n_examined += 1 + (n_cells - 1) // CELLS_PER_ITEMSET if n_cells else 1
+        self.live_bytes += n_cells
         if self.max_itemsets is not None and self.n_examined > self.max_itemsets:
             raise _Stop("max_itemsets")
         if self.max_bytes is not None and self.live_bytes > self.max_bytes:
@@ -99,15 +104,17 @@ class _Search:
         self, prefix: tuple[int, ...], rows: np.ndarray, cands: np.ndarray, left: np.ndarray | None
     ) -> list | None:
         """Examine the itemset ``prefix`` (held by ``rows``); return its frame for branching, or None if done."""
-        sub = self.used[np.ix_(rows, cands)]
-        charged = sub.nbytes
-        self.charge(charged)
+        charged = rows.size * cands.size
+        self.charge(charged + (0 if left is None else rows.size * left.size))  # before the work, not after
+        self.live_bytes -= 0 if left is None else rows.size * left.size  # the left-behind table is temporary
+        at_rows = self.used[rows]  # whole rows first: much faster than np.ix_ on a wide matrix
+        sub = at_rows[:, cands]
         n = rows.size
         counts = sub.sum(axis=0)
         keep = counts >= self.min_count
         if left is not None:  # closure (no max_length): prune if a left-behind item is in every row
             if left.size:
-                left_counts = self.used[np.ix_(rows, left)].sum(axis=0)
+                left_counts = at_rows[:, left].sum(axis=0)
                 if bool((left_counts == n).any()):
                     self.live_bytes -= charged
                     return None

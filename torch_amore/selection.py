@@ -61,7 +61,7 @@ class FeatureSelection:
         exact: True when ``features`` is the longest frequent itemset (Algorithm 1); False when the search budget ran
             out and the documented fallback chose them (see ``reason``).
         reason: how the features were chosen, in words (exact search or which budget stopped it, and the fallback).
-        n_examined: itemsets the exact search examined.
+        n_examined: itemsets the exact search examined, counted by size as against ``max_itemsets``.
         pairs: (N, 2) int64 tensor: the baseline index and the row of ``inputs`` of the test sample behind each row of
             ``importance``; ``None`` when ``importance`` was given.
         n_skipped: baseline/test pairs left out because the model output did not change between them.
@@ -225,7 +225,9 @@ def select_features(
         gamma: coverage fraction in (0, 1] of eq. ``score_thd``; at least ``min_frequency``.
         min_frequency: c_min, the minimum fraction of rows in (0, 1] in which a frequent itemset must appear.
         max_length: k_max, the most features selected (``None``: no limit).
-        max_itemsets: budget of the exact search: itemsets it may examine (``None``: no limit). Deterministic.
+        max_itemsets: budget of the exact search: itemsets it may examine, one with a (rows x candidate features)
+            table over 65,536 cells counting once per 65,536 cells begun, so that it bounds the work (``None``: no
+            limit). Deterministic.
         max_bytes: budget of the exact search: bytes of row/feature tables it may keep alive (``None``: no limit).
             Deterministic.
         max_seconds: budget of the exact search in wall-clock seconds (``None``: no limit). A safety net: a result
@@ -546,7 +548,8 @@ def _select(
         best = sorted(chosen)
         notes.append(
             f"fallback: the exact search stopped at {found.stopped_by}={budget[found.stopped_by]} after "
-            f"{found.n_examined} itemsets ({cols.numel()} features are used in {where}; the longest itemset found by "
+            f"{found.n_examined} itemsets, counted by size ({cols.numel()} features are used in {where}; the longest "
+            "itemset found by "
             f"then had {len(found.items)}). Selected instead: those {cols.numel()} features ranked by mean impact, cut "
             f"at the largest drop between neighbours ({n_top} above it), longest prefix still used together in {where}"
             f" ({len(best)} features)"
