@@ -668,3 +668,11 @@ def test_four_of_three_thousand_inputs_default_options():
     with pytest.warns(UserWarning, match="fallback"):
         sel = select_features(model, X, out > out.median(), n_steps=10)
     assert not sel.exact and set(sel.features) <= set(relevant) and len(sel.features) >= 2
+
+
+def test_repr_flags_a_fallback():
+    J, _ = _noisy_importance(2)
+    with pytest.warns(UserWarning, match="fallback"):
+        sel = select_features(importance=J, max_itemsets=1)
+    assert repr(sel).endswith(", exact=False)")
+    assert "exact" not in repr(select_features(importance=J[:, [7, 50]]))

@@ -71,7 +71,7 @@ class FeatureSelection:
         >>> J = torch.tensor([[0.9, 0.5, 0.0], [0.8, 0.6, 0.1], [0.7, 0.0, 0.0], [0.9, 0.4, 0.0]])
         >>> sel = select_features(importance=J, gamma=1.0, min_frequency=0.5)
         >>> sel
-        FeatureSelection(features=(0, 1), names=('feature_0', 'feature_1'), threshold=0.1, support=0.75, exact=True)
+        FeatureSelection(features=(0, 1), names=('feature_0', 'feature_1'), threshold=0.1, support=0.75)
         >>> len(sel), sel.importance.shape
         (2, torch.Size([4, 3]))
         >>> sel.to_dict()["features"], sel.to_dict()["exact"]
@@ -97,7 +97,7 @@ class FeatureSelection:
     def __repr__(self) -> str:
         return (
             f"FeatureSelection(features={self.features}, names={self.names}, threshold={self.threshold:.4g}, "
-            f"support={self.support:.4g}, exact={self.exact})"
+            f"support={self.support:.4g}{'' if self.exact else ', exact=False'})"
         )
 
     def to_dict(self) -> dict[str, Any]:
