@@ -1,13 +1,16 @@
-"""Feature selection (Algorithm 1): impact matrix, threshold scan, FP-Growth, bad input.
+"""Feature selection (Algorithm 1): impact matrix, threshold scan, longest frequent itemset, budget fallback, bad input.
 
 Every expected value is computed here independently: closed forms of integrated gradients on models that are linear
-in the attributed variables, and brute-force counting for the threshold and the frequent itemsets. Captum multiplies
-the gradients by float32 quadrature weights, so the closed forms hold to about 1e-7 relative, even in float64.
+in the attributed variables, brute-force counting for the threshold and the longest frequent itemset (and mlxtend's
+``fpmax`` where brute force is too slow), and a literal re-implementation of the documented budget fallback. Captum
+multiplies the gradients by float32 quadrature weights, so the closed forms hold to about 1e-7 relative, even in
+float64.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 
@@ -16,8 +19,9 @@ import pytest
 import torch
 from torch import nn
 
-from torch_amore import FeatureSelection, extract_rules, select_features
-from torch_amore.selection import _frequent_itemsets, _impact_matrix, _threshold_scan
+from torch_amore import FeatureSelection, RegionalRuleExplainer, extract_rules, select_features
+from torch_amore.itemsets import longest_frequent_itemset
+from torch_amore.selection import _impact_matrix, _threshold_scan
 
 
 def _linear(weight: torch.Tensor, bias: float = 0.0) -> nn.Linear:
@@ -113,6 +117,33 @@ def test_layer_integrated_gradients_on_activations_closed_form():
     )
     torch.testing.assert_close(same.importance, sel.importance, rtol=1e-6, atol=1e-12)
     assert same.names[0].startswith("feature_")
+    by_name = select_features(model, X, labels, layer="1", n_test_per_class=20, n_steps=3)  # dotted name
+    torch.testing.assert_close(by_name.importance, sel.importance, rtol=1e-6, atol=1e-12)
+
+
+def test_wide_inputs_are_attributed_in_smaller_batches(monkeypatch):
+    """Path points per batch shrink so that one (points x features) tensor stays under _IG_BYTES: same J."""
+    import torch_amore.selection as selection
+
+    g = torch.Generator().manual_seed(8)
+    X = torch.randn(100, 6, generator=g, dtype=torch.float64)
+    w = torch.randn(6, generator=g, dtype=torch.float64)
+    labels = X @ w > 0
+    model = nn.Sequential(_linear(w), nn.Sigmoid())
+    full = select_features(model, X, labels, n_test_per_class=10, n_steps=8)
+    calls = []
+    original = selection._impact_matrix
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["internal_batch_size"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(selection, "_IG_BYTES", 5 * 6 * 8)  # 5 path points of 6 float64 features
+    monkeypatch.setattr(selection, "_impact_matrix", spy)
+    small = select_features(model, X, labels, n_test_per_class=10, n_steps=8)
+    assert calls == [5]
+    torch.testing.assert_close(small.importance, full.importance, rtol=1e-6, atol=1e-12)
+    assert small.features == full.features
 
 
 def test_multiclass_target_and_regression_output():
@@ -233,9 +264,8 @@ def test_blocked_scans_match_brute_force(monkeypatch, block):
     thr, n_freq = _threshold_scan(torch.from_numpy(J), 0.9)
     assert (thr, n_freq) == _brute_threshold(J, 0.9)
     sel = select_features(importance=J, gamma=0.9, min_frequency=0.3)
-    brute = _brute_itemsets(J >= thr, 0.3, None)
-    best = max(brute.items(), key=lambda kv: (len(kv[0]), kv[1], [-i for i in sorted(kv[0])]))
-    assert set(sel.itemsets["itemsets"]) == set(brute) and sel.features == tuple(sorted(best[0]))
+    items, count = _brute_longest(J >= thr, math.ceil(0.3 * 23), None)
+    assert sel.exact and sel.features == items and sel.support == count / 23
 
 
 def test_threshold_scan_tie_falls_back_to_highest_threshold_with_a_warning():
@@ -266,40 +296,83 @@ def test_threshold_scan_curve_and_plot():
     assert isinstance(fig, Figure) and len(fig.axes) == 1
 
 
-# --------------------------------------------------------------------------------------------------- FP-Growth
+# ------------------------------------------------------------------------------------- longest frequent itemset
 
 
-def _brute_itemsets(used: np.ndarray, min_frequency: float, max_length: int | None) -> dict[frozenset, float]:
+def _brute_longest(used: np.ndarray, min_count: int, max_length: int | None) -> tuple[tuple[int, ...], int]:
+    """Every itemset by itertools: the longest held by >= min_count rows, then the most rows, then lowest indices."""
     n, d = used.shape
-    out = {}
+    best: tuple[int, int, tuple[int, ...]] = (0, 0, ())
     for k in range(1, (max_length or d) + 1):
         for items in itertools.combinations(range(d), k):
             count = int(used[:, list(items)].all(axis=1).sum())
-            if count >= min_frequency * n:
-                out[frozenset(items)] = count / n
-    return out
+            if count >= min_count and ((k, count) > best[:2] or ((k, count) == best[:2] and items < best[2])):
+                best = (k, count, items)
+    return best[2], best[1]
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.parametrize(("min_frequency", "max_length"), [(0.1, None), (0.25, None), (0.1, 2), (0.5, 3)])
-def test_frequent_itemsets_match_brute_force(sparse, min_frequency, max_length):
-    rng = np.random.default_rng(int(min_frequency * 100) + (max_length or 0))
-    latent = rng.uniform(size=(60, 1))
-    used = rng.uniform(size=(60, 7)) < latent * np.linspace(0.2, 1.0, 7)  # correlated columns, varied frequency
-    table = _frequent_itemsets(torch.from_numpy(used), min_frequency, max_length, sparse=sparse)
-    brute = _brute_itemsets(used, min_frequency, max_length)
-    got = dict(zip(table["itemsets"], table["support"]))
-    assert got.keys() == brute.keys()
-    for items, support in brute.items():
-        assert math.isclose(got[items], support, rel_tol=1e-12)
-    assert table["length"].tolist() == [len(s) for s in table["itemsets"]]
-    best = max(brute.items(), key=lambda kv: (len(kv[0]), kv[1], [-i for i in sorted(kv[0])]))
-    assert table["itemsets"][0] == best[0]
+@pytest.mark.parametrize("max_length", [None, 1, 2, 3])
+@pytest.mark.parametrize("seed", range(8))
+def test_longest_itemset_matches_brute_force(seed, max_length):
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        n, d = int(rng.integers(3, 40)), int(rng.integers(1, 10))
+        latent = rng.uniform(size=(n, 1))  # correlated columns of varied frequency: long itemsets and ties
+        used = rng.uniform(size=(n, d)) < latent * rng.uniform(0.3, 1.2, size=d) + rng.uniform(0.0, 0.4)
+        min_count = int(rng.integers(1, n + 1))
+        got = longest_frequent_itemset(used, min_count, max_length=max_length)
+        assert got.exact and got.stopped_by is None
+        assert (got.items, got.count) == _brute_longest(used, min_count, max_length)
+        if got.items:  # the reported count is the number of rows holding the itemset
+            assert got.count == int(used[:, list(got.items)].all(axis=1).sum())
+
+
+def test_longest_itemset_ties_go_to_more_rows_then_lowest_indices():
+    # no 3 items share 3 rows; {0, 1} and {2, 3} are in 3 rows each, {1, 2} in 4: the length ties, support decides
+    used = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 0]])
+    used = used.astype(bool)
+    assert longest_frequent_itemset(used, 3).items == (1, 2)
+    twin = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]], bool)  # same length and support
+    assert longest_frequent_itemset(twin, 2).items == (0, 1)
+    assert longest_frequent_itemset(twin[:, ::-1], 2).items == (0, 1)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_longest_itemset_matches_fpmax_on_larger_matrices(seed):
+    """Too many itemsets for itertools: the longest of mlxtend's maximal itemsets (ties: support, indices)."""
+    pd = pytest.importorskip("pandas")
+    from mlxtend.frequent_patterns import fpmax
+
+    rng = np.random.default_rng(10 + seed)
+    latent = rng.uniform(size=(150, 1))
+    used = rng.uniform(size=(150, 15)) < 0.35 + 0.6 * latent * rng.uniform(0.5, 1.0, size=15)
+    table = fpmax(pd.DataFrame(used, columns=range(15)), min_support=0.1, use_colnames=True)
+    counts = [int(used[:, sorted(s)].all(axis=1).sum()) for s in table["itemsets"]]
+    items, count = max(
+        ((tuple(sorted(s)), c) for s, c in zip(table["itemsets"], counts)),
+        key=lambda ic: (len(ic[0]), ic[1], [-i for i in ic[0]]),
+    )
+    got = longest_frequent_itemset(used, 15)
+    assert got.exact and (got.items, got.count) == (items, count) and len(items) >= 5
+
+
+def test_longest_itemset_budgets_stop_the_search():
+    rng = np.random.default_rng(0)
+    used = rng.uniform(size=(200, 300)) < 0.5  # noise: the exact search would run for ages
+    for budget, value in [("max_itemsets", 50), ("max_bytes", 100_000), ("max_seconds", 1e-9)]:
+        got = longest_frequent_itemset(used, 20, **{budget: value})
+        assert not got.exact and got.stopped_by == budget
+        if got.items:  # the best found so far (none if stopped at the first itemset) is a frequent itemset
+            assert got.count == int(used[:, list(got.items)].all(axis=1).sum()) >= 20
+    stopped = longest_frequent_itemset(used, 20, max_itemsets=50)
+    assert len(stopped.items) >= 3
+    assert stopped.n_examined == 51  # the 51st itemset is the one over budget
+    assert longest_frequent_itemset(used, 20, max_itemsets=50) == stopped  # deterministic
 
 
 def test_selection_picks_longest_then_most_frequent_itemset():
-    # pairs {0,1}, {0,3}, {0,4}, {3,4} tie at support 0.3: with max_length=2 the lowest indices win
     # rows binarise (threshold 2.0) to: {0,1,2} x2, {0,1} x1, {0,3,4} x3, {0} x4 -> longest frequent: {0,3,4}
+    # with max_length=2, pairs {0,1}, {0,3}, {0,4}, {3,4} tie at support 0.3: the lowest indices win
     rows = [[0, 1, 2]] * 2 + [[0, 1]] + [[0, 3, 4]] * 3 + [[0]] * 4
     J = np.full((10, 5), 0.5)
     for r, items in enumerate(rows):
@@ -307,27 +380,112 @@ def test_selection_picks_longest_then_most_frequent_itemset():
     sel = select_features(importance=-J, gamma=1.0, min_frequency=0.2)  # signed scores count by magnitude
     assert sel.threshold == 2.0
     assert sel.features == (0, 3, 4) and sel.support == 0.3 and isinstance(sel, FeatureSelection)
-    best_three = sel.itemsets[sel.itemsets["length"] == 3]
-    assert best_three["itemsets"].tolist() == [frozenset({0, 3, 4}), frozenset({0, 1, 2})]
-    assert best_three["support"].tolist() == [0.3, 0.2]
+    assert sel.exact and sel.reason.startswith("exact")
     assert select_features(importance=J, gamma=1.0, min_frequency=0.2, max_length=2).features == (0, 1)
 
 
-def test_warns_before_an_itemset_explosion():
-    used = torch.ones(5, 40, dtype=torch.bool)  # 2^40 frequent itemsets: warn (here: raise) before FP-Growth runs
+# ------------------------------------------------------------------------------------------- budget fallback
+
+
+def _literal_fallback(J: np.ndarray, thr: float, min_count: int) -> tuple[int, ...]:
+    """The documented fallback, written out: frequent features by mean impact (then frequency, then index), cut at
+    the largest ratio between neighbours, then the longest prefix still used together in min_count rows."""
+    used = J >= thr
+    freq = used.sum(axis=0)
+    frequent = [i for i in range(J.shape[1]) if freq[i] >= min_count]
+    ranked = sorted(frequent, key=lambda i: (-J[:, i].mean(), -freq[i], i))
+    means = [J[:, i].mean() for i in ranked]
+    ratios = [means[r] / means[r + 1] for r in range(len(means) - 1)]
+    top = ranked[: ratios.index(max(ratios)) + 1] if ratios else ranked
+    chosen = []
+    for i in top:
+        if used[:, [*chosen, i]].all(axis=1).sum() < min_count:
+            break
+        chosen.append(i)
+    return tuple(sorted(chosen))
+
+
+def _noisy_importance(seed: int) -> tuple[np.ndarray, list[int]]:
+    """300 rows x 400 features: 4 relevant features with large impacts, the rest noise whose median is about j_th (so
+    each row uses about half of the noise features: far too many itemsets for an exact search)."""
+    rng = np.random.default_rng(seed)
+    J = rng.gamma(2.0, 0.069, size=(300, 400))
+    relevant = [7, 50, 222, 399]
+    J[:, relevant] = rng.gamma(4.0, 0.1, size=(300, 4)) * [1.0, 0.9, 0.8, 0.7]
+    J[:, 3] = 0.0  # a feature never used
+    return J, relevant
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fallback_is_the_documented_choice_and_is_reported(seed):
+    J, relevant = _noisy_importance(seed)
+    with pytest.warns(UserWarning, match="max_itemsets") as caught:
+        sel = select_features(importance=J, max_itemsets=200)
+    assert len([w for w in caught if "select_features" in str(w.message)]) == 1  # one warning
+    thr, _ = _threshold_scan(torch.from_numpy(J), 0.99)
+    assert sel.threshold == thr and not sel.exact and sel.n_examined == 201
+    assert sel.reason.startswith("fallback") and "max_itemsets=200" in sel.reason
+    assert sel.features == _literal_fallback(J, thr, math.ceil(0.1 * 300))
+    assert set(sel.features) <= set(relevant) and len(sel.features) >= 2
+    assert sel.support == float((J[:, list(sel.features)] >= thr).all(axis=1).mean())
+    d = json.loads(json.dumps(sel.to_dict()))
+    assert d["features"] == list(sel.features) and d["exact"] is False and d["reason"] == sel.reason
+    assert d["n_rows"] == 300 and d["n_features"] == 400 and d["threshold"] == sel.threshold
+
+
+def test_max_length_keeps_the_search_small_and_exact():
+    J, relevant = _noisy_importance(0)
+    sel = select_features(importance=J, max_length=2)  # the bound prunes every pair below the best support
+    used = (J >= sel.threshold).astype(np.int64)
+    together = used.T @ used  # rows using both features of each pair
+    np.fill_diagonal(together, -1)
+    best = max(((i, j) for i in range(400) for j in range(i + 1, 400)), key=lambda p: (together[p], -p[0], -p[1]))
+    assert sel.exact and sel.features == best and sel.support == together[best] / 300
+    assert set(best) <= set(relevant)
+
+
+def test_fallback_respects_max_length_and_is_deterministic():
+    J, relevant = _noisy_importance(0)
+    with pytest.warns(UserWarning, match="fallback"):
+        a = select_features(importance=J, max_itemsets=1, max_length=2)
+    with pytest.warns(UserWarning, match="fallback"):
+        b = select_features(importance=J, max_itemsets=1, max_length=2)
+    assert a.features == b.features and a.reason == b.reason and not a.exact
+    ranked = sorted(relevant, key=lambda i: -J[:, i].mean())
+    assert a.features == tuple(sorted(ranked[:2]))  # the two of highest mean impact (they are used together)
+
+
+def test_exact_when_the_budget_suffices():
+    J, _ = _noisy_importance(1)
+    small = J[:40, [7, 50, 222, 399, 10, 11, 12, 13, 14, 15, 16, 17]]  # 12 features: brute force is cheap
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(UserWarning, match="max_length"):
-            _frequent_itemsets(used, 0.5, None)
-        table = _frequent_itemsets(used, 0.5, 2)  # bounded: 40 + 780 itemsets, no warning
-    assert len(table) == 40 + 780
+        sel = select_features(importance=small, max_itemsets=None, max_bytes=None, max_seconds=None)
+    thr, _ = _threshold_scan(torch.from_numpy(small), 0.99)
+    items, count = _brute_longest(small >= thr, math.ceil(0.1 * 40), None)
+    assert sel.exact and sel.features == items and sel.support == count / 40
+
+
+def test_gamma_is_lowered_when_no_feature_is_positive_often_enough():
+    """ReLU units are zero for many pairs: no column is positive in 99% of the rows; gamma drops to the best reach."""
+    rng = np.random.default_rng(4)
+    J = rng.uniform(0.1, 1.0, size=(50, 6)) * (rng.uniform(size=(50, 6)) < [0.9, 0.8, 0.7, 0.6, 0.3, 0.2])
+    reach = int((J > 0).sum(axis=0).max())
+    with pytest.warns(UserWarning, match="gamma was lowered") as caught:
+        sel = select_features(importance=J)
+    assert len(caught) == 1 and sel.exact and sel.gamma == reach / 50
+    thr, _ = _threshold_scan(torch.from_numpy(J), reach / 50)
+    items, count = _brute_longest(J >= thr, 5, None)
+    assert sel.threshold == thr and (sel.features, sel.support) == (items, count / 50)
+    with pytest.raises(ValueError, match="lower `gamma`"):
+        select_features(importance=J * (np.arange(50) < 4)[:, None])  # no feature positive in 10% of the rows
 
 
 def test_importance_dataframe_names():
     pd = pytest.importorskip("pandas")
     J = pd.DataFrame({"a": [0.1, 0.2, 0.1], "b": [0.9, 0.8, 0.7], "c": [0.0, 0.0, 0.0]})
     sel = select_features(importance=J, gamma=1.0, min_frequency=0.5)
-    assert sel.names == ("b",) and sel.itemsets["names"][0] == ("b",) and sel.pairs is None
+    assert sel.names == ("b",) and sel.pairs is None
 
 
 # --------------------------------------------------------------------------------------- acceptance: diabetes
@@ -427,6 +585,13 @@ def test_non_differentiable_models_point_to_importance(small):
         ({"max_length": 0}, ValueError, "max_length"),
         ({"n_steps": 0}, ValueError, "n_steps"),
         ({"labels": "fractional"}, TypeError, "labels"),
+        ({"layer": "no.such.layer"}, ValueError, "submodule"),
+        ({"layer": 3}, TypeError, "layer"),
+        ({"max_itemsets": 0}, ValueError, "max_itemsets"),
+        ({"max_bytes": 1.5}, TypeError, "max_bytes"),
+        ({"max_seconds": -1.0}, ValueError, "max_seconds"),
+        ({"max_seconds": "1"}, TypeError, "max_seconds"),
+        ({"max_gigabytes": 1}, TypeError, "max_gigabytes"),
     ],
 )
 def test_bad_input(small, kwargs, error, match):
@@ -464,3 +629,50 @@ def test_bad_outputs_and_matrices(small):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the plain path warns about nothing
         select_features(nn.Linear(3, 1), X, labels, n_test_per_class=5)
+
+
+# ------------------------------------------------------------------------------------ explainer and acceptance
+
+
+def test_explainer_passes_selection_options_through():
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(400, 6, generator=g)
+    model = nn.Sequential(nn.Linear(6, 1), nn.Sigmoid())
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[2.0, -1.5, 1.0, 0.0, 0.0, 0.5]]))
+        model[0].bias.zero_()
+    opts = {"max_length": 2, "n_test_per_class": 20, "n_steps": 5}
+    got = RegionalRuleExplainer(model).explain(X, 1, threshold=0.5, select_features=opts, progress=False)
+    mask = (model(X).squeeze(1) > 0.5).long()
+    direct = select_features(model, X, mask, **opts)
+    assert got.selection.features == direct.features and len(direct.features) == 2
+    assert json.loads(json.dumps(got.selection.to_dict()))["features"] == list(direct.features)
+
+
+@pytest.mark.slow
+def test_four_of_three_thousand_inputs_default_options():
+    """Issue 16, acceptance 2: an MLP on 3,000 inputs that weighs 4 of them (small weights on the rest): the budget
+    runs out and the fallback keeps only relevant features, at least two."""
+    relevant = [5, 100, 2000, 2999]
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(3000, 32), nn.Tanh(), nn.Linear(32, 1))
+    with torch.no_grad():
+        w = torch.randn(32, 3000, generator=g) * 0.01
+        w[:, relevant] = torch.randn(32, 4, generator=g)
+        model[0].weight.copy_(w)
+        model[0].bias.zero_()
+        model[2].weight.copy_(torch.randn(1, 32, generator=g))
+    X = torch.randn(2000, 3000, generator=g)
+    with torch.no_grad():
+        out = model(X).squeeze(1)
+    with pytest.warns(UserWarning, match="fallback"):
+        sel = select_features(model, X, out > out.median(), n_steps=10)
+    assert not sel.exact and set(sel.features) <= set(relevant) and len(sel.features) >= 2
+
+
+def test_repr_flags_a_fallback():
+    J, _ = _noisy_importance(2)
+    with pytest.warns(UserWarning, match="fallback"):
+        sel = select_features(importance=J, max_itemsets=1)
+    assert repr(sel).endswith(", exact=False)")
+    assert "exact" not in repr(select_features(importance=J[:, [7, 50]]))

@@ -6,13 +6,16 @@ Three steps, each a private helper that can be checked on its own:
 1. :func:`_impact_matrix` -- the importance matrix J (eqs. ``ijacob`` and ``impact``): for every pair of a baseline
    ``x`` and a test sample ``x~``, the integrated gradients ``j_i`` of the model output along the straight path between
    them (Captum's ``IntegratedGradients`` on the inputs, or ``LayerIntegratedGradients`` on a layer's activations),
-   divided by the output shift: ``|j_i / (y - y~)|``. One row per pair, one column per feature.
+   divided by the output shift: ``|j_i / (y - y~)|``. One row per pair, one column per feature; computed in chunks of
+   pairs on the model's device, so the working memory does not grow with the pairs or the width of the layer.
 2. :func:`_threshold_scan` -- the impact threshold ``j_th`` of eq. ``score_thd``: the smallest threshold at which
    exactly one feature scores ``>= j_th`` in at least ``gamma`` of the rows.
-3. :func:`_frequent_itemsets` -- FP-Growth (mlxtend) on the rows binarised at ``j_th``; the longest frequent itemset
-   wins, ties going to the more frequent one.
+3. :func:`torch_amore.itemsets.longest_frequent_itemset` -- the longest itemset used together in at least
+   ``min_frequency`` of the rows binarised at ``j_th`` (ties: the most frequent), by branch and bound within a budget.
+   When the budget runs out, :func:`_fallback` makes a documented, deterministic choice instead, and the result and
+   one warning say so.
 
-Captum, mlxtend/pandas and matplotlib are imported lazily, so ``import torch_amore`` stays light.
+Captum and matplotlib are imported lazily, so ``import torch_amore`` stays light.
 """
 
 from __future__ import annotations
@@ -28,15 +31,15 @@ import torch
 from torch import nn
 
 from torch_amore import _validation as V
+from torch_amore._forward import resolve_layer
+from torch_amore.itemsets import longest_frequent_itemset
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 _BLOCK = 1 << 22  # elements of J per temporary block in the threshold scan and the column counts
-_DENSE_CELLS = 1 << 22  # boolean frames with more cells go to mlxtend as a sparse DataFrame
-_ITEMSET_WARN = 1e9  # warn when FP-Growth may have to enumerate more candidate itemsets than this
+_IG_BYTES = 1 << 26  # at most this many bytes in one (path points x features) tensor of the integrated gradients
 _WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
 
@@ -53,10 +56,12 @@ class FeatureSelection:
         support: fraction of rows of ``importance`` that use all selected features.
         importance: (N, D) importance matrix J on the CPU: one row per kept baseline/test pair (or per row of the
             matrix passed as ``importance=``), one column per feature.
-        itemsets: every frequent itemset found by FP-Growth: a DataFrame with columns ``support`` (fraction of
-            rows), ``itemsets`` (frozenset of feature indices), ``length`` and ``names`` (tuple of names), longest
-            first, then most frequent.
         gamma: the coverage fraction used for the threshold.
+        min_frequency: c_min, the fraction of rows a frequent itemset must be used in.
+        exact: True when ``features`` is the longest frequent itemset (Algorithm 1); False when the search budget ran
+            out and the documented fallback chose them (see ``reason``).
+        reason: how the features were chosen, in words (exact search or which budget stopped it, and the fallback).
+        n_examined: itemsets the exact search examined, counted by size as against ``max_itemsets``.
         pairs: (N, 2) int64 tensor: the baseline index and the row of ``inputs`` of the test sample behind each row of
             ``importance``; ``None`` when ``importance`` was given.
         n_skipped: baseline/test pairs left out because the model output did not change between them.
@@ -69,6 +74,8 @@ class FeatureSelection:
         FeatureSelection(features=(0, 1), names=('feature_0', 'feature_1'), threshold=0.1, support=0.75)
         >>> len(sel), sel.importance.shape
         (2, torch.Size([4, 3]))
+        >>> sel.to_dict()["features"], sel.to_dict()["exact"]
+        ([0, 1], True)
     """
 
     features: tuple[int, ...]
@@ -76,8 +83,11 @@ class FeatureSelection:
     threshold: float
     support: float
     importance: torch.Tensor
-    itemsets: pd.DataFrame
     gamma: float
+    min_frequency: float
+    exact: bool
+    reason: str
+    n_examined: int = 0
     pairs: torch.Tensor | None = None
     n_skipped: int = 0
 
@@ -87,8 +97,30 @@ class FeatureSelection:
     def __repr__(self) -> str:
         return (
             f"FeatureSelection(features={self.features}, names={self.names}, threshold={self.threshold:.4g}, "
-            f"support={self.support:.4g})"
+            f"support={self.support:.4g}{'' if self.exact else ', exact=False'})"
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The selection as plain JSON-safe values (without the importance matrix and the pairs).
+
+        Returns:
+            A dict with ``features``, ``names``, ``threshold``, ``support``, ``exact``, ``reason``, ``gamma``,
+            ``min_frequency``, ``n_examined``, ``n_rows`` and ``n_features`` (the shape of J) and ``n_skipped``.
+        """
+        return {
+            "features": [int(i) for i in self.features],
+            "names": [str(n) for n in self.names],
+            "threshold": float(self.threshold),
+            "support": float(self.support),
+            "exact": bool(self.exact),
+            "reason": str(self.reason),
+            "gamma": float(self.gamma),
+            "min_frequency": float(self.min_frequency),
+            "n_examined": int(self.n_examined),
+            "n_rows": int(self.importance.shape[0]),
+            "n_features": int(self.importance.shape[1]),
+            "n_skipped": int(self.n_skipped),
+        }
 
     def threshold_scan(self, thresholds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """How many features reach coverage ``gamma`` at each threshold (the curve of the paper's Fig. 3a).
@@ -141,7 +173,7 @@ def select_features(
     labels: Any = None,
     *,
     target: int | None = None,
-    layer: nn.Module | None = None,
+    layer: nn.Module | str | None = None,
     attribute_to_layer_input: bool = False,
     baselines: str | torch.Tensor = "class_means",
     n_test_per_class: int = 100,
@@ -150,6 +182,9 @@ def select_features(
     gamma: float = 0.99,
     min_frequency: float = 0.1,
     max_length: int | None = None,
+    max_itemsets: int | None = 10_000,
+    max_bytes: int | None = 1 << 28,
+    max_seconds: float | None = 60.0,
     importance: Any = None,
     feature_names: Sequence[str] | None = None,
     seed: int = 0,
@@ -158,8 +193,13 @@ def select_features(
 
     Builds the importance matrix J of integrated gradients between baselines and test samples, normalised by the
     output shift (``|j_i / (y - y~)|``), picks the impact threshold j_th so that exactly one feature scores ``>= j_th``
-    in at least ``gamma`` of the rows, and runs FP-Growth on the rows binarised at j_th. The longest frequent itemset
-    is returned (ties: the most frequent, then the lowest indices).
+    in at least ``gamma`` of the rows, and searches the rows binarised at j_th for the longest itemset used together
+    in at least ``min_frequency`` of them (ties: the most frequent, then the lowest indices) by branch and bound.
+
+    The search has a budget (``max_itemsets``, ``max_bytes``, ``max_seconds``). When it runs out, the selection falls
+    back to a deterministic choice (the frequent features ranked by mean impact, cut at the largest drop between
+    neighbours, longest prefix still used together in ``min_frequency`` of the rows); ``exact`` is then False,
+    ``reason`` says what happened, and one ``UserWarning`` is issued. See ``docs/feature_selection.md``.
 
     Args:
         model: differentiable model mapping a batch of ``inputs`` to (N,), (N, 1) or (N, C) outputs (a logit, a
@@ -170,21 +210,28 @@ def select_features(
         labels: (N,) class labels: class indices ``0..C-1`` (or booleans). Needed for the default baselines; also used
             to draw class-balanced test samples.
         target: output column to explain when the model returns C > 1 values per sample (class index).
-        layer: a submodule of ``model``: attribute to its output activations instead of the inputs
-            (``LayerIntegratedGradients``; the path runs between the layer activations of the baseline and of the
-            sample). The features are then the layer's units, e.g. 1,280 latent features.
+        layer: a submodule of ``model`` or its dotted name (``"encoder.2"``): attribute to its output activations
+            instead of the inputs (``LayerIntegratedGradients``; the path runs between the layer activations of the
+            baseline and of the sample). The features are then the layer's units, e.g. 1,280 latent features.
         attribute_to_layer_input: with ``layer``, attribute to the layer's input activations instead of its output.
         baselines: ``"class_means"`` (the centre of each class in input space; the default of the paper) or a tensor
             of B baselines shaped like B rows of ``inputs``.
         n_test_per_class: test samples drawn per class (without replacement, all of a smaller class); without labels,
             the total number of test samples.
         n_steps: integration steps of the integrated gradients.
-        internal_batch_size: at most this many path points go through the model at once; baseline/test pairs are
-            processed in chunks of ``max(1, internal_batch_size // n_steps)``, so memory does not grow with the
-            number of pairs (beyond J itself).
+        internal_batch_size: at most this many path points go through the model at once (fewer for wide inputs or
+            layers, so that one (path points x features) tensor stays under 64 MiB); baseline/test pairs are
+            processed in chunks, so memory does not grow with the number of pairs (beyond J itself).
         gamma: coverage fraction in (0, 1] of eq. ``score_thd``; at least ``min_frequency``.
         min_frequency: c_min, the minimum fraction of rows in (0, 1] in which a frequent itemset must appear.
-        max_length: k_max, the longest itemset FP-Growth builds (``None``: no limit).
+        max_length: k_max, the most features selected (``None``: no limit).
+        max_itemsets: budget of the exact search: itemsets it may examine, one with a (rows x candidate features)
+            table over 65,536 cells counting once per 65,536 cells begun, so that it bounds the work (``None``: no
+            limit). Deterministic.
+        max_bytes: budget of the exact search: bytes of row/feature tables it may keep alive (``None``: no limit).
+            Deterministic.
+        max_seconds: budget of the exact search in wall-clock seconds (``None``: no limit). A safety net: a result
+            stopped by it can depend on the machine's speed; the other budgets normally stop the search first.
         importance: a precomputed (N, D) importance matrix (SHAP, LIME, tree importances...) that replaces the
             integrated gradients -- the way to use non-differentiable models. Signed values count by magnitude.
         feature_names: D names (default: the columns of ``importance`` or ``inputs`` when a DataFrame, else
@@ -199,6 +246,9 @@ def select_features(
             (use ``importance=``).
         ValueError: bad option values, missing labels, a class without samples, ``layer`` not inside ``model``, or
             no pair with a non-zero output shift.
+
+    Warns:
+        UserWarning: once, when the search budget ran out and the fallback chose the features.
 
     Example:
         >>> import torch
@@ -222,12 +272,13 @@ def select_features(
         )
     if max_length is not None:
         max_length = V.check_int(max_length, "max_length", 1)
+    budget = _check_budget(max_itemsets, max_bytes, max_seconds)
 
     if importance is not None:
         J = _importance_from_matrix(importance)
         frame = importance if hasattr(importance, "columns") else inputs if hasattr(inputs, "columns") else None
         names = _names(feature_names, frame, J.shape[1])
-        return _select(J, names, gamma, min_frequency, max_length, pairs=None, n_skipped=0)
+        return _select(J, names, gamma, min_frequency, max_length, budget, pairs=None, n_skipped=0)
 
     n_test_per_class = V.check_int(n_test_per_class, "n_test_per_class", 1)
     n_steps = V.check_int(n_steps, "n_steps", 1)
@@ -238,20 +289,17 @@ def select_features(
     if model is None or not callable(model):
         raise TypeError(f"Expected `model` to be a callable torch model (or pass `importance=`), but got {model!r}.")
     if layer is not None:
-        if not isinstance(layer, nn.Module):
-            raise TypeError(f"Expected `layer` to be a torch.nn.Module, but got {type(layer).__name__}.")
-        if not isinstance(model, nn.Module) or not any(m is layer for m in model.modules()):
-            raise ValueError(
-                f"Expected `layer` to be a submodule of `model`, but {layer.__class__.__name__} is not among "
-                "model.modules()."
-            )
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Expected `model` to be a torch.nn.Module with `layer=`, but got {type(model).__name__}.")
+        layer, _ = resolve_layer(model, layer)
     X, frame_names = _to_inputs(inputs, model, allow_integer=layer is not None and not isinstance(baselines, str))
     n = X.shape[0]
     y_labels = None if labels is None else _to_labels(labels, n)
     base = _baselines(baselines, X, y_labels)
     test_rows = _test_rows(y_labels, n, n_test_per_class, seed)
 
-    _check_differentiable(model, X[:2], layer, attribute_to_layer_input)
+    width = _check_differentiable(model, X[:2], layer, attribute_to_layer_input)
+    points = max(1, min(internal_batch_size, _IG_BYTES // (max(width, X[0].numel()) * X.element_size())))
     y_test, out_ndim = _outputs(model, X, test_rows, target, internal_batch_size)
     y_base, _ = _outputs(model, base, None, target, internal_batch_size)
     shift = y_test[None, :] - y_base[:, None]  # (B, M): y~ - y for each baseline b and test sample m
@@ -274,11 +322,11 @@ def select_features(
         layer=layer,
         attribute_to_layer_input=attribute_to_layer_input,
         n_steps=n_steps,
-        internal_batch_size=internal_batch_size,
+        internal_batch_size=points,
     )
     names = _names(feature_names, frame_names if layer is None else None, J.shape[1])
     pairs = torch.stack([pair_b.cpu(), test_rows[pair_m].cpu()], dim=1)
-    return _select(J, names, gamma, min_frequency, max_length, pairs=pairs, n_skipped=int((~keep).sum()))
+    return _select(J, names, gamma, min_frequency, max_length, budget, pairs=pairs, n_skipped=int((~keep).sum()))
 
 
 # ----------------------------------------------------------------------------------------------------- the maths
@@ -350,12 +398,21 @@ def _coverage_thresholds(J: torch.Tensor, gamma: float) -> torch.Tensor:
     largest value of column i.
     """
     n, d = J.shape
-    k = min(n, max(1, math.ceil(gamma * n)))
-    step = max(1, _BLOCK // n)  # column blocks bound the sort buffers of kthvalue
+    k = min(n, _min_count(gamma, n))
+    step = max(1, _BLOCK // n)  # column blocks bound the buffers of topk
     out = torch.empty(d, dtype=J.dtype)
     for s in range(0, d, step):
-        out[s : s + step] = torch.kthvalue(J[:, s : s + step], n - k + 1, dim=0).values
+        out[s : s + step] = _kth_smallest(J[:, s : s + step], n - k + 1)
     return out
+
+
+def _kth_smallest(block: torch.Tensor, kth: int) -> torch.Tensor:
+    """Per column, the ``kth`` smallest value (1-based): ``torch.topk`` from the nearer end (much faster than
+    ``torch.kthvalue`` along the rows when ``kth`` is near 1 or N, as for gamma = 0.99)."""
+    n = block.shape[0]
+    if kth <= n - kth + 1:
+        return torch.topk(block, kth, dim=0, largest=False).values[-1]
+    return torch.topk(block, n - kth + 1, dim=0, largest=True).values[-1]
 
 
 def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
@@ -365,7 +422,7 @@ def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
         yield J[s : s + step]
 
 
-def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
+def _threshold_scan(J: torch.Tensor, gamma: float, top: torch.Tensor | None = None) -> tuple[float, int]:
     """The impact threshold j_th of eq. ``score_thd`` and the number of features reaching coverage at it.
 
     With ``t_i`` the coverage threshold of feature i (:func:`_coverage_thresholds`), the number of features reaching
@@ -376,7 +433,7 @@ def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
     drops from >= 2 straight to 0. Then j_th = ``t_(1)``, the highest threshold any feature still reaches, every tied
     feature counts, and a warning says so.
     """
-    top = _coverage_thresholds(J, gamma)
+    top = _coverage_thresholds(J, gamma) if top is None else top
     first = float(top.max())
     if first <= 0:
         raise ValueError(
@@ -397,58 +454,52 @@ def _threshold_scan(J: torch.Tensor, gamma: float) -> tuple[float, int]:
     return first, len(tied)
 
 
-def _frequent_itemsets(
-    used: torch.Tensor, min_frequency: float, max_length: int | None, *, sparse: bool | None = None
-) -> pd.DataFrame:
-    """FP-Growth (mlxtend) on the boolean (N, D) matrix ``used``; itemsets hold column indices of ``used``.
+def _min_count(min_frequency: float, n: int) -> int:
+    """The fewest rows (>= 1) that make a fraction ``min_frequency`` of ``n``: ``count >= min_frequency * n`` (the
+    product rounded to 9 decimals first, so that 0.3 * 10 means 3 rows)."""
+    return max(1, math.ceil(round(min_frequency * n, 9)))
 
-    Columns used in fewer than ``min_frequency * N`` rows cannot be in a frequent itemset and are dropped before the
-    DataFrame is built; a frame with more than ``_DENSE_CELLS`` cells is passed sparse (``sparse=None``: decide by
-    size). Rows: longest itemset first, then highest support, then lowest indices.
-    """
-    import pandas as pd
-    from mlxtend.frequent_patterns import fpgrowth
 
-    n = used.shape[0]
-    counts = used.sum(dim=0)
-    cols = torch.nonzero(counts >= min_frequency * n).flatten()
-    used_np = used[:, cols].numpy()
-    # every frequent itemset is a subset of some row: bound their number by the subsets of each row (up to max_length)
-    per_row, n_rows = torch.unique(torch.from_numpy(used_np).sum(dim=1), return_counts=True)
-    bound = 0
-    for r, c in zip(per_row.tolist(), n_rows.tolist()):
-        longest = min(r, 64) if max_length is None else min(max_length, r, 64)
-        bound += c * sum(math.comb(r, k) for k in range(1, longest + 1))
-    if bound > _ITEMSET_WARN:
-        warnings.warn(
-            f"Rows use up to {max(per_row.tolist())} of the {cols.numel()} frequent features, so FP-Growth may "
-            f"enumerate more than {_ITEMSET_WARN:.0e} itemsets and take very long (importance is spread over many "
-            "features at j_th, or there are few rows). Set `max_length`, raise `min_frequency`, or lower `gamma`.",
-            stacklevel=4,
-        )
-    if sparse is None:
-        sparse = used_np.size > _DENSE_CELLS
-    if cols.numel() == 0:
-        frame = pd.DataFrame(columns=["support", "itemsets"])
-    else:
-        if sparse:
-            from scipy.sparse import csr_matrix
+def _used_columns(J: torch.Tensor, threshold: float, min_count: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The columns used (``J >= threshold``) in at least ``min_count`` rows, and the boolean (N, C) matrix of their use.
 
-            df = pd.DataFrame.sparse.from_spmatrix(csr_matrix(used_np), columns=range(cols.numel()))
-        else:
-            df = pd.DataFrame(used_np, columns=range(cols.numel()))
-        frame = fpgrowth(df, min_support=min_frequency, use_colnames=True, max_len=max_length)
+    Columns used in fewer rows cannot be in a frequent itemset; the matrix is built by row blocks, so no float copy of
+    J is made."""
+    counts = sum((blk >= threshold).sum(dim=0) for blk in _row_blocks(J))
+    cols = torch.nonzero(counts >= min_count).flatten()
+    used = torch.cat([blk[:, cols] >= threshold for blk in _row_blocks(J)]) if cols.numel() else None
+    return cols, np.zeros((J.shape[0], 0), dtype=bool) if used is None else used.numpy()
+
+
+def _natural_break(values: np.ndarray) -> int:
+    """How many of the descending positive ``values`` lie before the largest ratio between neighbours."""
+    if values.size < 2:
+        return int(values.size)
+    logs = np.log(values)
+    return int(np.argmax(logs[:-1] - logs[1:])) + 1  # first largest drop: deterministic
+
+
+def _fallback(
+    J: torch.Tensor, cols: torch.Tensor, used: np.ndarray, min_count: int, max_length: int | None
+) -> tuple[list[int], int, int]:
+    """The budget fallback: frequent columns ranked by mean impact (then frequency, then index), cut at the largest
+    ratio between neighbours (the natural break), and of those the longest prefix used together in ``min_count`` rows.
+
+    Returns the selected columns (original indices, in rank order), the rows that use them all, and the number of
+    features above the break."""
+    mean = sum(blk[:, cols].to(torch.float64).sum(dim=0) for blk in _row_blocks(J)).numpy() / J.shape[0]
+    freq = used.sum(axis=0)
+    order = np.lexsort((np.arange(cols.numel()), -freq, -mean))
+    n_top = _natural_break(mean[order])
+    together = np.ones(used.shape[0], dtype=bool)
+    chosen: list[int] = []
+    for c in order[:n_top].tolist():
+        both = together & used[:, c]
+        if int(both.sum()) < min_count or (max_length is not None and len(chosen) >= max_length):
+            break
+        together, chosen = both, [*chosen, c]
     col_list = cols.tolist()
-    itemsets = [frozenset(col_list[c] for c in s) for s in frame["itemsets"]]
-    support = frame["support"].to_numpy(dtype=np.float64)
-    order = sorted(range(len(itemsets)), key=lambda r: (-len(itemsets[r]), -support[r], sorted(itemsets[r])))
-    return pd.DataFrame(
-        {
-            "support": support[np.asarray(order, dtype=np.int64)],
-            "itemsets": [itemsets[r] for r in order],
-            "length": np.array([len(itemsets[r]) for r in order], dtype=np.int64),
-        }
-    )
+    return [col_list[c] for c in chosen], int(together.sum()), n_top
 
 
 def _select(
@@ -457,34 +508,88 @@ def _select(
     gamma: float,
     min_frequency: float,
     max_length: int | None,
+    budget: dict[str, Any],
     *,
     pairs: torch.Tensor | None,
     n_skipped: int,
 ) -> FeatureSelection:
-    threshold, _ = _threshold_scan(J, gamma)
-    counts = sum((blk >= threshold).sum(dim=0) for blk in _row_blocks(J))
-    cols = torch.nonzero(counts >= min_frequency * J.shape[0]).flatten()  # the only columns FP-Growth can use
-    itemsets = _frequent_itemsets(J[:, cols] >= threshold, min_frequency, max_length)
-    col_list = cols.tolist()
-    itemsets["itemsets"] = [frozenset(col_list[c] for c in s) for s in itemsets["itemsets"]]
-    if len(itemsets) == 0:  # cannot happen when gamma >= min_frequency; kept as a clear error
-        raise ValueError(f"FP-Growth found no itemset used in a fraction min_frequency={min_frequency} of the rows.")
-    itemsets["names"] = [tuple(names[i] for i in sorted(s)) for s in itemsets["itemsets"]]
-    best = tuple(sorted(itemsets["itemsets"][0]))
+    n = J.shape[0]
+    k = _min_count(min_frequency, n)
+    notes = []
+    top = _coverage_thresholds(J, gamma)
+    if float(top.max()) <= 0:  # no feature scores > 0 in gamma of the rows
+        reach = max(int(blk_count) for blk_count in sum((blk > 0).sum(dim=0) for blk in _row_blocks(J)).tolist())
+        if reach < k:
+            raise ValueError(
+                f"No feature scores above 0 in a fraction gamma={gamma} of the {n} rows (at most {reach} rows), so "
+                "no impact threshold can be found: lower `gamma`."
+            )
+        notes.append(
+            f"no feature scores above 0 in gamma={gamma:g} of the rows (e.g. ReLU units, zero for some pairs), so "
+            f"gamma was lowered to {reach}/{n}, the largest fraction any feature reaches"
+        )
+        gamma = reach / n
+        top = _coverage_thresholds(J, gamma)
+    threshold, _ = _threshold_scan(J, gamma, top)
+    cols, used = _used_columns(J, threshold, k)
+    if cols.numel() == 0:  # cannot happen when gamma >= min_frequency; kept as a clear error
+        raise ValueError(f"No feature is used in a fraction min_frequency={min_frequency} of the rows.")
+    found = longest_frequent_itemset(used, k, max_length=max_length, **budget)
+    where = f"at least {k} of the {n} rows (min_frequency={min_frequency:g}) at j_th={threshold:.4g}"
+    if found.exact:
+        best = sorted(cols[list(found.items)].tolist())
+        count = found.count
+        notes.append(
+            f"exact: the longest itemset used together in {where} ({found.n_examined} itemsets examined, "
+            f"{cols.numel()} frequent features)"
+        )
+    else:
+        chosen, count, n_top = _fallback(J, cols, used, k, max_length)
+        best = sorted(chosen)
+        notes.append(
+            f"fallback: the exact search stopped at {found.stopped_by}={budget[found.stopped_by]} after "
+            f"{found.n_examined} itemsets, counted by size ({cols.numel()} features are used in {where}; the longest "
+            "itemset found by "
+            f"then had {len(found.items)}). Selected instead: those {cols.numel()} features ranked by mean impact, cut "
+            f"at the largest drop between neighbours ({n_top} above it), longest prefix still used together in {where}"
+            f" ({len(best)} features)"
+        )
+    reason = "; ".join(notes)
+    if len(notes) > 1 or not found.exact:
+        advice = f" Raise `{found.stopped_by}` for the exact answer, or raise `min_frequency` / set `max_length`."
+        warnings.warn(f"select_features: {reason}.{'' if found.exact else advice}", UserWarning, stacklevel=3)
     return FeatureSelection(
-        features=best,
+        features=tuple(best),
         names=tuple(names[i] for i in best),
         threshold=threshold,
-        support=float(itemsets["support"][0]),
+        support=count / n,
         importance=J,
-        itemsets=itemsets,
         gamma=gamma,
+        min_frequency=min_frequency,
+        exact=found.exact,
+        reason=reason,
+        n_examined=found.n_examined,
         pairs=pairs,
         n_skipped=n_skipped,
     )
 
 
 # ---------------------------------------------------------------------------------------------- input handling
+
+
+def _check_budget(max_itemsets: Any, max_bytes: Any, max_seconds: Any) -> dict[str, Any]:
+    budget: dict[str, Any] = {
+        "max_itemsets": None if max_itemsets is None else V.check_int(max_itemsets, "max_itemsets", 1),
+        "max_bytes": None if max_bytes is None else V.check_int(max_bytes, "max_bytes", 1),
+    }
+    if max_seconds is not None:
+        if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float, np.integer, np.floating)):
+            raise TypeError(f"Expected `max_seconds` to be a positive number or None, but got {max_seconds!r}.")
+        if not float(max_seconds) > 0:
+            raise ValueError(f"Expected `max_seconds` > 0 or None, but got {max_seconds}.")
+        max_seconds = float(max_seconds)
+    budget["max_seconds"] = max_seconds
+    return budget
 
 
 def _check_fraction(value: Any, name: str) -> float:
@@ -634,16 +739,22 @@ def _test_rows(labels: torch.Tensor | None, n: int, per_class: int, seed: int) -
     return torch.cat(picks)
 
 
-def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, to_layer_input: bool) -> None:
-    """Run two samples and check that the output carries a gradient w.r.t. the inputs (or the layer activations)."""
+def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, to_layer_input: bool) -> int:
+    """Run two samples and check that the output carries a gradient w.r.t. the inputs (or the layer activations).
+
+    Returns the number of values per sample of the attributed tensor (inputs or layer activations)."""
     handle = None
-    seen = []
+    seen: list[int] = []
+
+    def width(t: Any) -> int:
+        return t[0].numel() if torch.is_tensor(t) and t.ndim > 0 and t.shape[0] == x.shape[0] else 0
+
     if layer is None:
         x = x.detach().clone().requires_grad_(True)
     elif to_layer_input:
 
         def pre_hook(module: nn.Module, args: tuple) -> tuple:
-            seen.append(True)
+            seen.append(max((width(a) for a in args), default=0))
             return tuple(
                 a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
             )
@@ -652,7 +763,7 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
     else:
 
         def hook(module: nn.Module, args: tuple, out: Any) -> Any:
-            seen.append(True)
+            seen.append(width(out))
             return out.detach().requires_grad_(True) if torch.is_tensor(out) and out.is_floating_point() else out
 
         handle = layer.register_forward_hook(hook)
@@ -670,6 +781,7 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
             f"The model output is not differentiable with respect to {where} (does the forward run under "
             f"torch.no_grad(), detach, or cast to integers?); integrated gradients need gradients: {_WAY_OUT}."
         )
+    return max([x[0].numel(), *seen])
 
 
 @torch.no_grad()
