@@ -284,7 +284,8 @@ class RegionalRuleExplainer:
         return {
             **options.to_dict(), **facts, "layer": self.layer_name, "layer_input": self.layer_input,
             "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
-            "select_features": bool(request.select), "local": request.local is not None,
+            "select_features": dict(request.select) if isinstance(request.select, dict) else bool(request.select),
+            "local": request.local is not None,
         }  # fmt: skip
 
     def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
