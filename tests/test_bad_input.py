@@ -195,9 +195,9 @@ def test_bad_input_names_the_argument(case, no_binning):
 def test_prepare_checks_too(case, no_binning):
     build, error, parts = BAD[case]
     X, target, kwargs = build()
-    options = SearchOptions.resolve(None, **{k: v for k, v in kwargs.items() if k in SearchOptions.names()})
     rest = {k: v for k, v in kwargs.items() if k not in SearchOptions.names() and k != "local_x"}
-    with pytest.raises(error) as info:
+    with pytest.raises(error) as info:  # at the options object (n_grids) or in prepare
+        options = SearchOptions.resolve(None, **{k: v for k, v in kwargs.items() if k in SearchOptions.names()})
         search_module.prepare(X, target, options, **rest)
     assert all(part in str(info.value) for part in parts)
 

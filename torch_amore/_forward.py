@@ -7,7 +7,7 @@ undone in ``finally`` blocks, so an error inside the model leaves it as it was.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +17,8 @@ import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
+from torch_amore._typing import BatchKey
 from torch_amore._validation import check_int
-
-#: How to find the model input / the labels in a batch: an index or key, several of them, or a callable on the batch.
-BatchKey = int | str | Sequence[int | str] | Callable[[Any], Any] | None
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # layers, modes, hooks
@@ -253,33 +250,36 @@ def check_row_order(inputs: Any, why: str) -> None:
 
 def _pick(batch: Any, key: int | str, what: str) -> Any:
     try:
-        if isinstance(batch, (Mapping, tuple, list)):
-            return batch[key]
-        if isinstance(key, str):
+        if isinstance(key, str) and not isinstance(batch, Mapping):
             return getattr(batch, key)
         return batch[key]
     except (KeyError, IndexError, AttributeError, TypeError):
-        keys = list(batch.keys()) if isinstance(batch, Mapping) else None
-        shown = f"keys {keys}" if keys is not None else f"a {type(batch).__name__}"
+        shown = f"keys {list(batch.keys())}" if isinstance(batch, Mapping) else f"a {type(batch).__name__}"
         raise ValueError(
             f"Expected `{what}` {key!r} to select an element of each batch, but the batch is {shown}."
         ) from None
 
 
-def _split_batch(batch: Any, input_key: BatchKey, label_key: BatchKey) -> tuple[Any, Any]:
-    """(model input, labels or None) of one batch; a tuple model input means several positional arguments."""
+def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = None) -> tuple[Any, Any]:
+    """(model input, labels or None) of one batch; a tuple model input means several positional arguments.
+
+    By default a tensor batch is the input, a tuple/list batch is ``(input, labels, ...)``, and any other object
+    (e.g. a torch_geometric ``Batch``) is the input as a whole. Shared by the explainer and the Lightning callback.
+
+    Example:
+        >>> import torch
+        >>> split_batch((torch.zeros(2, 3), torch.tensor([0, 1])))[1]
+        tensor([0, 1])
+        >>> split_batch({"x": 1, "y": 2}, input_key="x", label_key="y")
+        (1, 2)
+    """
     if input_key is None:
-        if isinstance(batch, torch.Tensor):
-            inp = batch
-        elif isinstance(batch, (tuple, list)):
-            inp = batch[0]
-        elif isinstance(batch, Mapping):
+        if isinstance(batch, Mapping):
             raise ValueError(
-                f"Expected `input_key` to say which element of the dict batches is the model input, but got None; "
+                "Expected `input_key` to say which element of the dict batches is the model input, but got None; "
                 f"the batches have keys {list(batch.keys())}."
             )
-        else:  # e.g. a torch_geometric Batch: the model takes the whole object
-            inp = batch
+        inp = batch[0] if isinstance(batch, (tuple, list)) else batch
     elif callable(input_key):
         inp = input_key(batch)
     elif isinstance(input_key, (tuple, list)):
@@ -339,7 +339,7 @@ def _batches(inputs: Any, batch_size: int, input_key: BatchKey, label_key: Batch
             n_batches = len(inputs)
         except TypeError:
             n_batches = None
-        return (_split_batch(b, input_key, label_key) for b in inputs), n_batches
+        return (split_batch(b, input_key, label_key) for b in inputs), n_batches
     raise TypeError(_INPUT_KINDS + f"{type(inputs).__name__}.")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,3 +19,6 @@ FEATURE_TYPES = ("float", "int", "cat")
 
 #: Binning strategies for the initial value grids.
 BIN_STRATEGIES = ("uniform", "quantile", "kmeans")
+
+#: How to find the model input / the labels in a batch: an index or key, several of them, or a callable on the batch.
+BatchKey = int | str | Sequence[int | str] | Callable[[Any], Any] | None

@@ -14,7 +14,7 @@ floating-point inputs are cast to the module's parameter dtype, as a ``"*-true"`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +25,8 @@ from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
-#: How to find the model input / the labels in a batch: an index or key, several of them, or a callable on the batch.
-BatchKey = int | str | Sequence[int | str] | Callable[[Any], Any] | None
+from torch_amore._forward import eval_mode, split_batch
+from torch_amore._typing import BatchKey
 
 
 @dataclass
@@ -58,18 +58,6 @@ def limited_batches(n_batches: int | float, limit: int | float) -> int | float:
     if float(limit) == 1.0 or math.isinf(n_batches):
         return n_batches
     return int(n_batches * float(limit))
-
-
-@contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """Eval mode inside; every submodule's own ``training`` flag restored afterwards, also on error."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
 
 
 class _Capture:
@@ -119,53 +107,6 @@ def transfer_batch(trainer: Trainer | None, pl_module: LightningModule, batch: A
     hooks = datamodule if is_overridden("on_before_batch_transfer", datamodule) else pl_module
     batch = hooks.on_before_batch_transfer(batch, dataloader_idx)
     return trainer.strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
-
-
-def _pick(batch: Any, key: int | str, what: str) -> Any:
-    try:
-        if isinstance(key, str) and not isinstance(batch, Mapping):
-            return getattr(batch, key)
-        return batch[key]
-    except (KeyError, IndexError, AttributeError, TypeError):
-        shown = f"keys {list(batch.keys())}" if isinstance(batch, Mapping) else f"a {type(batch).__name__}"
-        raise ValueError(
-            f"Expected `{what}` {key!r} to select an element of each batch, but the batch is {shown}."
-        ) from None
-
-
-def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = None) -> tuple[Any, Any]:
-    """(model input, labels or None) of one batch; a tuple model input means several positional arguments.
-
-    By default a tensor batch is the input, a tuple/list batch is ``(input, labels, ...)``, and any other object
-    (e.g. a graph batch) is the input as a whole.
-
-    Example:
-        >>> import torch
-        >>> split_batch((torch.zeros(2, 3), torch.tensor([0, 1])))[1]
-        tensor([0, 1])
-        >>> split_batch({"x": 1, "y": 2}, input_key="x", label_key="y")
-        (1, 2)
-    """
-    if input_key is None:
-        if isinstance(batch, Mapping):
-            raise ValueError(
-                "Expected `input_key` to say which element of the dict batches is the model input, but got None; "
-                f"the batches have keys {list(batch.keys())}."
-            )
-        inp = batch[0] if isinstance(batch, (tuple, list)) else batch
-    elif callable(input_key):
-        inp = input_key(batch)
-    elif isinstance(input_key, (tuple, list)):
-        inp = tuple(_pick(batch, k, "input_key") for k in input_key)
-    else:
-        inp = _pick(batch, input_key, "input_key")
-    if label_key is None:
-        labels = batch[1] if isinstance(batch, (tuple, list)) and len(batch) > 1 and input_key is None else None
-    elif callable(label_key):
-        labels = label_key(batch)
-    else:
-        labels = _pick(batch, label_key, "label_key")
-    return inp, labels
 
 
 def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
