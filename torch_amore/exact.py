@@ -249,36 +249,65 @@ class PairCounts:
         out = out.view(n_feat, wd, n_feat, wd)[:, :width, :, :width]
         return D.all_reduce_sum(out.round().long())
 
-    def _bincount(self, jj: torch.Tensor, kk: torch.Tensor, cols: torch.Tensor | None) -> torch.Tensor:
-        codes = self.grid.codes_t if cols is None else self.grid.codes_t[:, cols]
-        n = codes.shape[1]
+    def _bincount(self, order: torch.Tensor, p0: int, p1: int, cols: torch.Tensor | None) -> torch.Tensor:
+        """Counts of the pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: pair
+        ``(a, b)`` is ``(order[a], order[b])``, counted with rows of ``order[a]``'s grids."""
+        codes = self.grid.codes_t[order] if cols is None else self.grid.codes_t[order][:, cols]
+        n_feat, n = codes.shape
         wd = self.grid.n_max + 1
         cells = wd * wd
-        out = torch.zeros(jj.numel() * cells, dtype=torch.long, device=codes.device)
+        out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
             scaled = codes * wd
-            step = max(1, _CHUNK // n)
-            for q0 in range(0, jj.numel(), step):
-                q1 = min(jj.numel(), q0 + step)
-                off = (torch.arange(q1 - q0, device=codes.device, dtype=torch.int32) * cells)[:, None]
-                idx = torch.index_select(scaled, 0, jj[q0:q1])  # int32: half the memory traffic of int64
-                idx += off
-                idx += torch.index_select(codes, 0, kk[q0:q1])
-                out[q0 * cells : q1 * cells] += torch.bincount(idx.view(-1), minlength=(q1 - q0) * cells)
+            off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
+            a = _triu_row(p0, n_feat)
+            while a < n_feat - 1 and _triu_start(a, n_feat) < p1:  # the pairs (a, b > a) of this chunk: b contiguous
+                lo, hi = max(p0, _triu_start(a, n_feat)), min(p1, _triu_start(a + 1, n_feat))
+                b0 = a + 1 + lo - _triu_start(a, n_feat)
+                step = max(1, _CHUNK // n)
+                for q in range(lo, hi, step):  # bounded memory
+                    q1 = min(hi, q + step)
+                    idx = codes[b0 + q - lo : b0 + q1 - lo] + off[: q1 - q]
+                    idx += scaled[a]
+                    out[(q - p0) * cells : (q1 - p0) * cells] += torch.bincount(
+                        idx.view(-1), minlength=(q1 - q) * cells
+                    )
+                a += 1
         return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1].contiguous())
 
-    def prefix(self, jj: torch.Tensor, kk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, n_max + 1, n_max + 1) cumulative counts of all and of the target samples of the pairs ``(jj, kk)``."""
+    def prefix(
+        self, order: torch.Tensor, p0: int, p1: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: their features
+        ``(j, k)`` (either may be the smaller) and (P, n_max + 1, n_max + 1) cumulative counts of all and of the
+        target samples, axes ``(j, k)`` (int32 when the counts fit)."""
+        a, b = torch.triu_indices(len(order), len(order), 1, device=order.device)
+        j, k = order[a[p0:p1]], order[b[p0:p1]]
         if self._gram is not None:
-            tot, tgt = (g[jj, :, kk, :] for g in self._gram)
+            tot, tgt = (g[j, :, k, :] for g in self._gram)
         else:
-            tot, tgt = self._bincount(jj, kk, None), self._bincount(jj, kk, self.t_cols)
-        return _cumulate(tot), _cumulate(tgt)
+            tot, tgt = self._bincount(order, p0, p1, None), self._bincount(order, p0, p1, self.t_cols)
+        small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
+        return j, k, _cumulate(tot, small), _cumulate(tgt, small)
 
 
-def _cumulate(h: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(h.shape[0], h.shape[1] + 1, h.shape[2] + 1, dtype=torch.long, device=h.device)
-    out[:, 1:, 1:] = h.cumsum(1).cumsum(2)
+def _triu_start(a: int, n: int) -> int:
+    """Index of the pair ``(a, a + 1)`` in ``triu_indices(n, n, 1)`` order."""
+    return a * n - a * (a + 1) // 2
+
+
+def _triu_row(p: int, n: int) -> int:
+    """The first feature of pair ``p`` in ``triu_indices(n, n, 1)`` order."""
+    a = 0
+    while a < n - 1 and _triu_start(a + 1, n) <= p:
+        a += 1
+    return a
+
+
+def _cumulate(h: torch.Tensor, small: bool = False) -> torch.Tensor:
+    dt = torch.int32 if small else torch.long
+    out = torch.zeros(h.shape[0], h.shape[1] + 1, h.shape[2] + 1, dtype=dt, device=h.device)
+    out[:, 1:, 1:] = h.to(dt).cumsum(2, dtype=dt).cumsum(1, dtype=dt)
     return out
 
 
@@ -288,7 +317,8 @@ def _row_bounds(cb: torch.Tensor, ct: torch.Tensor, min_support: int) -> torch.T
     pw = 2 * ct - cb
     last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start leaving min_support samples
     run_min = torch.cummin(pw, 1).values.gather(1, last.clamp(min=0))
-    return torch.where(last >= 0, pw - run_min, torch.full_like(pw, _NEG)).amax(1)
+    best = (pw - run_min).masked_fill_(last < 0, torch.iinfo(pw.dtype).min).amax(1).long()
+    return best.masked_fill_(best == torch.iinfo(pw.dtype).min, _NEG)
 
 
 @dataclass
@@ -309,8 +339,8 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
     """Every tight, non-idle rule set of the rows ``(pair p, interval i of j)`` reaching ``kth``, as pool rows."""
     s, e = ctx.s, ctx.e
     sj, ej = s[i], e[i]
-    cbk = ctot[p, ej] - ctot[p, sj]  # (R, W) cumulative over k's grids
-    ctk = ctgt[p, ej] - ctgt[p, sj]
+    cbk = (ctot[p, ej] - ctot[p, sj]).long()  # (R, W) cumulative over k's grids
+    ctk = (ctgt[p, ej] - ctgt[p, sj]).long()
     face_lo = ctot[p, sj + 1] - ctot[p, sj]  # the rows of j's first grid
     face_hi = ctot[p, ej] - ctot[p, ej - 1]
     sup = cbk[:, e] - cbk[:, s]
@@ -321,20 +351,18 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
     ok &= (cbk[:, s + 1] - cbk[:, s] > 0) & (cbk[:, e] - cbk[:, e - 1] > 0)  # tight on k
     ok &= (face_lo[:, e] - face_lo[:, s] > 0) & (face_hi[:, e] - face_hi[:, s] > 0)  # tight on j
     rr, ik = torch.nonzero(ok, as_tuple=True)
-    conds = [j[rr], sj[rr], ej[rr], k[rr], s[ik], e[ik]]
+    first, second = (j[rr], sj[rr], ej[rr]), (k[rr], s[ik], e[ik])
+    swap = first[0] > second[0]  # the smaller feature first
+    conds = [torch.where(swap, b, a) for a, b in zip(first, second)] + [
+        torch.where(swap, a, b) for a, b in zip(first, second)
+    ]
     return _rows(value[rr, ik], hits[rr, ik], sup[rr, ik], conds, ctx.n_cond)
 
 
-def _promising_pairs(val1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every pair ``(j, k)``, ``j < k``, those of features with good single conditions first (so the first chunk
-    raises the bar that prunes the rest; the result does not depend on the order)."""
-    n_feat = val1.shape[0]
-    rank = torch.empty(n_feat, dtype=torch.long, device=val1.device)
-    rank[torch.argsort(-val1.amax(1), stable=True)] = torch.arange(n_feat, device=val1.device)
-    a, b = torch.triu_indices(n_feat, n_feat, 1, device=val1.device)  # pairs of ranks
-    order = torch.argsort(rank)  # the feature of each rank
-    j, k = order[a], order[b]
-    return torch.minimum(j, k), torch.maximum(j, k)
+def _promising_order(val1: torch.Tensor) -> torch.Tensor:
+    """The features, those with the best single conditions first: their pairs come first, so that the first chunk
+    raises the bar that prunes the rest (the result does not depend on the order)."""
+    return torch.argsort(-val1.amax(1), stable=True)
 
 
 def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep: bool):
@@ -343,29 +371,29 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
     n_feat = grid.n_bins.numel()
     device = ctx.s.device
     # the triples' search indexes the kept counts by pair: then the plain order
-    jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device) if keep else _promising_pairs(ctx.val1)
+    order = torch.arange(n_feat, device=device) if keep else _promising_order(ctx.val1)
+    n_pairs = _pair_count(n_feat)
     n_int, w = ctx.s.numel(), grid.n_max + 1
     per = max(1, min(_CHUNK // (w * w), _CHUNK // max(1, grid.n_rows)))  # same on every DDP rank
     kept = []
     alive = ctx.valid & (ctx.sup1 >= ctx.min_support)
     first = per if keep else max(1, min(per, 64))  # a small first chunk of promising pairs lifts kth early
-    starts = [0] + list(range(first, jj.numel(), per))
-    for p0, p1 in zip(starts, starts[1:] + [jj.numel()]):
-        j_c, k_c = jj[p0:p1], kk[p0:p1]
-        ctot, ctgt = counts.prefix(j_c, k_c)
+    starts = [0] + list(range(first, n_pairs, per))
+    for p0, p1 in zip(starts, starts[1:] + [n_pairs]):
+        j_c, k_c, ctot, ctgt = counts.prefix(order, p0, p1)
         if keep:
             kept.append((ctot, ctgt))
         row_ok = alive[j_c] & (ctx.hits1[j_c] >= kth)  # optimistic estimate: a pair never beats its hits
         p, i = torch.nonzero(row_ok, as_tuple=True)
-        bounds = torch.empty(p.numel(), dtype=torch.long, device=device)
-        step = max(1, _CHUNK // w)
-        for r0 in range(0, p.numel(), step):
-            pr, ir = p[r0 : r0 + step], i[r0 : r0 + step]
-            cb_rows = ctot[pr, ctx.e[ir]] - ctot[pr, ctx.s[ir]]
-            ct_rows = ctgt[pr, ctx.e[ir]] - ctgt[pr, ctx.s[ir]]
-            bounds[r0 : r0 + step] = _row_bounds(cb_rows, ct_rows, ctx.min_support)
-        order = torch.argsort(bounds, descending=True, stable=True)
-        p, i, bounds = p[order], i[order], bounds[order]
+        cb_rows = ctot[p, ctx.e[i]] - ctot[p, ctx.s[i]]  # (R, W) cumulative over k's grids
+        ct_rows = ctgt[p, ctx.e[i]] - ctgt[p, ctx.s[i]]
+        # a cheap bound first (the sum of the grids of positive value), the exact row bound on those it keeps
+        gain = (2 * ct_rows.diff(dim=1) - cb_rows.diff(dim=1)).clamp_(min=0).sum(1)
+        hopeful = torch.nonzero(gain >= kth, as_tuple=True)[0]
+        p, i = p[hopeful], i[hopeful]
+        bounds = _row_bounds(cb_rows[hopeful], ct_rows[hopeful], ctx.min_support)
+        best = torch.argsort(bounds, descending=True, stable=True)
+        p, i, bounds = p[best], i[best], bounds[best]
         batch, start = 64, 0  # small first: the best rows usually hold the winners, and lift kth for the rest
         while start < p.numel() and int(bounds[start]) >= kth:
             pb, ib = p[start : start + batch], i[start : start + batch]
@@ -401,8 +429,8 @@ def _nodes(ctx: _Context, ctot: torch.Tensor, ctgt: torch.Tensor, kth: int):
     for p0 in range(0, jj.numel(), per):
         j, k = jj[p0 : p0 + per], kk[p0 : p0 + per]
         cp = ctot[p0 : p0 + per]
-        sup = _rect_batch(cp, sa, ea, sb, eb)
-        hits = _rect_batch(ctgt[p0 : p0 + per], sa, ea, sb, eb)
+        sup = _rect_batch(cp, sa, ea, sb, eb).long()
+        hits = _rect_batch(ctgt[p0 : p0 + per], sa, ea, sb, eb).long()
         ok = ctx.valid[j][:, :, None] & ctx.valid[k][:, None, :] & (sup >= ctx.min_support) & (hits >= kth)
         for a0, a1, b0, b1 in faces:
             ok &= _rect_batch(cp, a0, a1, b0, b1) > 0  # tight
