@@ -35,6 +35,7 @@ from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
+from torch_amore.seeding import pair_seeds, seed_affordable
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
@@ -336,7 +337,10 @@ class _Extractor:
         search = BeamSearch(
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
-        states = search.run(max_length=max_length, min_support=min_support, progress=progress)
+        n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
+        seeded = max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone but strong together
+        seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
+        states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
         self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
