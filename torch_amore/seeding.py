@@ -18,8 +18,11 @@ from torch_amore.beam import FineBinned
 
 #: Equal-frequency cells per numeric feature of the seed search.
 SEED_GRIDS = 3
-#: The seed search runs when N x (F x (SEED_GRIDS + 1))^2, its matrix product's multiply-adds, is at most this.
-SEED_BUDGET = 1 << 32
+#: Features whose pairs the seed search scores: those with the best one-sided condition by weighted relative
+#: accuracy (hits - base rate x support: broad regions of high lift, the halves of a good pair).
+SEED_FEATURES = 32
+#: The seed search runs when N x F (its histogram pass) is at most this.
+SEED_BUDGET = 1 << 26
 #: Rows of the one-hot matrix handled at once.
 _CHUNK = 1 << 22
 
@@ -31,17 +34,35 @@ def seed_affordable(n_rows: int, n_features: int) -> bool:
         >>> seed_affordable(10_000, 128), seed_affordable(100_000, 1_000)
         (True, False)
     """
-    return n_features >= 2 and n_rows * (n_features * (SEED_GRIDS + 1)) ** 2 <= SEED_BUDGET
+    return n_features >= 2 and n_rows * n_features <= SEED_BUDGET
 
 
-def _coarse_lut(fine: FineBinned, n_coarse: int) -> torch.Tensor:
-    """(F, W + 1) coarse cell of every fine cell (non-decreasing; ``n_coarse`` for missing values and for
-    categorical features, which the seeds leave out)."""
+def _fine_counts(fine: FineBinned, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, W) counts of all and of the target samples per fine grid, over all DDP ranks."""
     width = fine.n_bins_max
     n_feat = fine.codes_t.shape[0]
     idx = fine.codes_t.long() + (torch.arange(n_feat, device=fine.codes_t.device) * (width + 1))[:, None]
-    counts = torch.bincount(idx.view(-1), minlength=n_feat * (width + 1)).view(n_feat, width + 1)[:, :width]
-    counts = D.all_reduce_sum(counts.contiguous())  # over all DDP ranks
+    out = []
+    for part in (idx, idx[:, target]):
+        counts = torch.bincount(part.reshape(-1), minlength=n_feat * (width + 1)).view(n_feat, width + 1)
+        out.append(D.all_reduce_sum(counts[:, :width].contiguous()))
+    return out[0], out[1]
+
+
+def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
+    cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
+    total, t_total = cb[:, -1:], ct[:, -1:]
+    rate = float(t_total.max()) / max(1.0, float(total.max()))
+    below = ct - rate * cb  # x < cut
+    above = (t_total - ct) - rate * (total - cb)  # x >= cut
+    score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
+    return torch.sort(torch.argsort(-score, stable=True)[:n_keep]).values
+
+
+def _coarse_lut(fine: FineBinned, counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
+    """(F, W + 1) coarse cell of every fine cell (non-decreasing; ``n_coarse`` for missing values and for
+    categorical features, which the seeds leave out)."""
     cum = counts.cumsum(1)
     total = cum[:, -1:].clamp(min=1)
     mid = 2 * cum - counts  # twice the rank of each cell's middle sample
@@ -51,8 +72,9 @@ def _coarse_lut(fine: FineBinned, n_coarse: int) -> torch.Tensor:
 
 
 def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int) -> list[tuple[int, int, int]]:
-    """Conditions ``(feature, g_low, g_high)`` on ``fine``'s grids of the ``n_pairs`` pairs of numeric features whose
-    best coarse rectangle (support >= ``min_support``, a proper interval on both) has the highest fitness.
+    """Conditions ``(feature, g_low, g_high)`` on ``fine``'s grids of the ``n_pairs`` pairs of numeric features (among
+    the :data:`SEED_FEATURES` most promising) whose best coarse rectangle (support >= ``min_support``, a proper
+    interval on both) has the highest fitness.
 
     Example:
         >>> import torch
@@ -65,10 +87,13 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
         >>> sorted({j for j, _, _ in pair_seeds(fine, target, 50, 1)})
         [1, 3]
     """
-    n_feat, n = fine.codes_t.shape
+    counts, hits = _fine_counts(fine, target)
+    feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
+    codes_t = fine.codes_t[feats]
+    n_feat, n = codes_t.shape
     cells = SEED_GRIDS + 1
     device = fine.codes_t.device
-    lut = _coarse_lut(fine, SEED_GRIDS)
+    lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
     dt = torch.float32 if D.global_count(n) < (1 << 24) else torch.float64
     grams = []
     offsets = (torch.arange(n_feat, device=device) * cells)[None, :]
@@ -77,7 +102,7 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
         rows = n if cols is None else cols.numel()
         step = max(1, _CHUNK // (n_feat * cells))
         for r0 in range(0, rows, step):
-            part = fine.codes_t[:, r0 : r0 + step] if cols is None else fine.codes_t[:, cols[r0 : r0 + step]]
+            part = codes_t[:, r0 : r0 + step] if cols is None else codes_t[:, cols[r0 : r0 + step]]
             coarse = lut.gather(1, part.long())  # (F, n)
             hot = torch.zeros(coarse.shape[1], n_feat * cells, dtype=dt, device=device)
             hot.scatter_(1, coarse.T + offsets, 1.0)
@@ -96,7 +121,7 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
         return c[:, a1, b1] - c[:, a0, b1] - c[:, a1, b0] + c[:, a0, b0]  # (P, nI, nI)
 
     sup, hits = rect(tot), rect(tgt)
-    numeric = ~(fine.is_cat[jj] | fine.is_cat[kk])
+    numeric = ~(fine.is_cat[feats[jj]] | fine.is_cat[feats[kk]])
     ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :] & numeric[:, None, None]
     value = torch.where(ok, 2 * hits - sup, torch.full_like(sup, -(1 << 62))).flatten(1)
     best, arg = value.max(1)
@@ -105,8 +130,9 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
     n_int = s.numel()
     out: list[tuple[int, int, int]] = []
     for p, a in zip(keep.tolist(), arg[keep].tolist()):
-        for j, i in ((int(jj[p]), a // n_int), (int(kk[p]), a % n_int)):
-            cells_j = lut[j, : int(fine.n_bins[j])]
+        for r, i in ((int(jj[p]), a // n_int), (int(kk[p]), a % n_int)):
+            j = int(feats[r])
+            cells_j = lut[r, : int(fine.n_bins[j])].contiguous()
             lo = int(torch.searchsorted(cells_j, s[i]))  # the first fine cell of the coarse range
             hi = int(torch.searchsorted(cells_j, e[i])) - 1  # its last
             out.append((j, lo, hi))
