@@ -49,6 +49,13 @@ from torch_amore.ratios import grid_counts, group_grid_counts
 _NEG = -(1 << 62)
 #: Elements of the temporary tables handled at once.
 _CHUNK = 1 << 22
+#: Prune by the optimistic estimates (tests switch it off to show that pruning never changes the answer).
+_PRUNE = True
+
+
+def _bar(kth: int) -> int:
+    """The value a branch's optimistic estimate must reach to be explored."""
+    return kth if _PRUNE else _NEG
 
 
 @dataclass
@@ -383,19 +390,19 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
         j_c, k_c, ctot, ctgt = counts.prefix(order, p0, p1)
         if keep:
             kept.append((ctot, ctgt))
-        row_ok = alive[j_c] & (ctx.hits1[j_c] >= kth)  # optimistic estimate: a pair never beats its hits
+        row_ok = alive[j_c] & (ctx.hits1[j_c] >= _bar(kth))  # optimistic estimate: a pair never beats its hits
         p, i = torch.nonzero(row_ok, as_tuple=True)
         cb_rows = ctot[p, ctx.e[i]] - ctot[p, ctx.s[i]]  # (R, W) cumulative over k's grids
         ct_rows = ctgt[p, ctx.e[i]] - ctgt[p, ctx.s[i]]
         # a cheap bound first (the sum of the grids of positive value), the exact row bound on those it keeps
         gain = (2 * ct_rows.diff(dim=1) - cb_rows.diff(dim=1)).clamp_(min=0).sum(1)
-        hopeful = torch.nonzero(gain >= kth, as_tuple=True)[0]
+        hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
         p, i = p[hopeful], i[hopeful]
         bounds = _row_bounds(cb_rows[hopeful], ct_rows[hopeful], ctx.min_support)
         best = torch.argsort(bounds, descending=True, stable=True)
         p, i, bounds = p[best], i[best], bounds[best]
         batch, start = 64, 0  # small first: the best rows usually hold the winners, and lift kth for the rest
-        while start < p.numel() and int(bounds[start]) >= kth:
+        while start < p.numel() and int(bounds[start]) >= _bar(kth):
             pb, ib = p[start : start + batch], i[start : start + batch]
             new = _pair_candidates(ctx, ctot, ctgt, pb, ib, j_c[pb], k_c[pb], kth)
             pool, kth = _merge(pool, new, ctx.top_k)
@@ -431,7 +438,7 @@ def _nodes(ctx: _Context, ctot: torch.Tensor, ctgt: torch.Tensor, kth: int):
         cp = ctot[p0 : p0 + per]
         sup = _rect_batch(cp, sa, ea, sb, eb).long()
         hits = _rect_batch(ctgt[p0 : p0 + per], sa, ea, sb, eb).long()
-        ok = ctx.valid[j][:, :, None] & ctx.valid[k][:, None, :] & (sup >= ctx.min_support) & (hits >= kth)
+        ok = ctx.valid[j][:, :, None] & ctx.valid[k][:, None, :] & (sup >= ctx.min_support) & (hits >= _bar(kth))
         for a0, a1, b0, b1 in faces:
             ok &= _rect_batch(cp, a0, a1, b0, b1) > 0  # tight
         q, ia, ib = torch.nonzero(ok, as_tuple=True)
@@ -515,7 +522,7 @@ def _triples(ctx, nodes, target, ctot, pool, kth, budget_left: int):
     n_nodes = nodes.shape[0]
     while start < n_nodes:
         top = int(hits[start])
-        if top < kth:
+        if top < _bar(kth):
             return pool, kth, True, None
         part = nodes[start : start + batch]
         cost = int(part[:, 1].sum()) * n_feat * 5 + part.shape[0] * per_node
