@@ -143,3 +143,40 @@ def test_pair_search_is_batched():
     # each of 20 more features, for all samples and for the target's)
     assert wide[0] - small[0] <= 30 * 20
     assert fine[0] <= wide[0] * 1.2  # twice the cuts: the same ops
+
+
+def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        X, target, kinds = _data(5, n=500)
+        rows = torch.nonzero((X[:, 0] < 0.3) == (rank == 0), as_tuple=True)[0]  # skewed, uneven shards
+        out = {}
+        for length in (2, 3):
+            found = ta.extract_rules(X[rows], target[rows], strategy="exact", max_length=length, min_support=25,
+                                     n_grids=5, bin_strategy="quantile", feature_types=kinds, top_k=4)  # fmt: skip
+            out[length] = [rs.to_dict() for rs in found]
+        torch.save(out, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_give_the_single_process_optimum(tmp_path):
+    import os
+
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    mp.start_processes(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
+    X, target, kinds = _data(5, n=500)
+    order = torch.cat([torch.nonzero(X[:, 0] < 0.3, as_tuple=True)[0], torch.nonzero(X[:, 0] >= 0.3, as_tuple=True)[0]])
+    for length in (2, 3):
+        single = ta.extract_rules(X[order], target[order], strategy="exact", max_length=length, min_support=25,
+                                  n_grids=5, bin_strategy="quantile", feature_types=kinds, top_k=4)  # fmt: skip
+        assert len(single) == 4
+        for rank in (0, 1):
+            got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)[length]
+            assert got == [rs.to_dict() for rs in single]
