@@ -256,16 +256,25 @@ class PairCounts:
         out = out.view(n_feat, wd, n_feat, wd)[:, :width, :, :width]
         return D.all_reduce_sum(out.round().long())
 
+    def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The codes with features in ``order`` (of the samples ``cols``), and times ``n_max + 1`` (cached)."""
+        cache = self.__dict__.setdefault("_ordered_codes", {})
+        key = cols is None
+        if key not in cache or cache[key][0] is not order:
+            codes = self.grid.codes_t.index_select(0, order)
+            codes = codes if cols is None else codes[:, cols]
+            cache[key] = (order, codes, codes * (self.grid.n_max + 1))
+        return cache[key][1], cache[key][2]
+
     def _bincount(self, order: torch.Tensor, p0: int, p1: int, cols: torch.Tensor | None) -> torch.Tensor:
         """Counts of the pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: pair
         ``(a, b)`` is ``(order[a], order[b])``, counted with rows of ``order[a]``'s grids."""
-        codes = self.grid.codes_t[order] if cols is None else self.grid.codes_t[order][:, cols]
+        codes, scaled = self._ordered(order, cols)
         n_feat, n = codes.shape
         wd = self.grid.n_max + 1
         cells = wd * wd
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
-            scaled = codes * wd
             off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
             a = _triu_row(p0, n_feat)
             while a < n_feat - 1 and _triu_start(a, n_feat) < p1:  # the pairs (a, b > a) of this chunk: b contiguous
