@@ -17,10 +17,10 @@ from torch_amore import distributed as D
 from torch_amore.beam import FineBinned
 
 #: Equal-frequency cells per numeric feature of the seed search.
-SEED_GRIDS = 3
+SEED_GRIDS = 5
 #: Features whose pairs the seed search scores: those with the best one-sided condition by weighted relative
 #: accuracy (hits - base rate x support: broad regions of high lift, the halves of a good pair).
-SEED_FEATURES = 32
+SEED_FEATURES = 64
 #: The seed search runs when N x F (its histogram pass) is at most this.
 SEED_BUDGET = 1 << 26
 #: Rows of the one-hot matrix handled at once.
