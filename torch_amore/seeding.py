@@ -71,10 +71,12 @@ def _coarse_lut(fine: FineBinned, counts: torch.Tensor, n_coarse: int) -> torch.
     return torch.cat([lut, torch.full_like(lut[:, :1], n_coarse)], 1)
 
 
-def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int) -> list[tuple[int, int, int]]:
-    """Conditions ``(feature, g_low, g_high)`` on ``fine``'s grids of the ``n_pairs`` pairs of numeric features (among
-    the :data:`SEED_FEATURES` most promising) whose best coarse rectangle (support >= ``min_support``, a proper
-    interval on both) has the highest fitness.
+def pair_seeds(
+    fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int
+) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Pairs of conditions ``(feature, g_low, g_high)`` on ``fine``'s grids: the best coarse rectangles of the
+    ``n_pairs`` pairs of numeric features (among the :data:`SEED_FEATURES` most promising) whose best rectangle
+    (support >= ``min_support``, a proper interval on both) has the highest fitness.
 
     Example:
         >>> import torch
@@ -84,8 +86,8 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
         >>> X = torch.rand(3000, 4, generator=g, dtype=torch.float64)
         >>> target = (X[:, 1] < 0.33) & (X[:, 3] > 0.67)
         >>> fine = fine_binning(X, bin_features(X, [0, 1, 2, 3], ["float"] * 4), 256)
-        >>> sorted({j for j, _, _ in pair_seeds(fine, target, 50, 1)})
-        [1, 3]
+        >>> [[j for j, _, _ in pair] for pair in pair_seeds(fine, target, 50, 1)]
+        [[1, 3]]
     """
     counts, hits = _fine_counts(fine, target)
     feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
@@ -128,12 +130,14 @@ def pair_seeds(fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs
     order = torch.argsort(-best, stable=True)[:n_pairs]
     keep = order[best[order] > -(1 << 62)]
     n_int = s.numel()
-    out: list[tuple[int, int, int]] = []
+    out = []
     for p, a in zip(keep.tolist(), arg[keep].tolist()):
+        pair = []
         for r, i in ((int(jj[p]), a // n_int), (int(kk[p]), a % n_int)):
             j = int(feats[r])
             cells_j = lut[r, : int(fine.n_bins[j])].contiguous()
             lo = int(torch.searchsorted(cells_j, s[i]))  # the first fine cell of the coarse range
             hi = int(torch.searchsorted(cells_j, e[i])) - 1  # its last
-            out.append((j, lo, hi))
-    return list(dict.fromkeys(out))
+            pair.append((j, lo, hi))
+        out.append((pair[0], pair[1]))
+    return out
