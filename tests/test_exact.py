@@ -180,3 +180,27 @@ def test_two_gloo_ranks_give_the_single_process_optimum(tmp_path):
         for rank in (0, 1):
             got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)[length]
             assert got == [rs.to_dict() for rs in single]
+
+
+def test_refused_up_front_with_its_cost_and_how_to_narrow_it():
+    X = torch.randn(3000, 300, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"would take about .* `exact_budget`=1\.00e\+06\. Narrow it: fewer features"):
+        ta.extract_rules(X, X[:, 0] > 1, strategy="exact", exact_budget=10**6)
+    with pytest.raises(ValueError, match="max_length"):
+        ta.extract_rules(X[:, :3], X[:, 0] > 1, strategy="exact", max_length=4)
+    with pytest.raises(ValueError, match="exact_budget"):
+        ta.SearchOptions(exact_budget=0)
+    with pytest.raises(ValueError, match="local_x"):
+        ta.extract_rules(X[:, :3], X[:, 0] > 1, strategy="exact", local_x=X[0, :3])
+
+
+def test_budget_stops_the_branch_and_bound_and_says_so():
+    X, target, kinds = _data(1)
+    b = bin_features(X, [0, 1, 2, 3], kinds, n_grids=5, bin_strategy="quantile")
+    up_front = exact_module.estimate_cost(X.shape[0], 4, b.n_bins_max, 3)
+    with pytest.warns(RuntimeWarning, match="stopped at `exact_budget`"):
+        got = exact_search(b, target, max_length=3, min_support=5, top_k=1, budget=up_front + 1)
+    assert not got.complete
+    best = brute_force(b, target, 3, 5, top_k=1)[0]
+    found = 2 * got.boxes[0][0] - got.boxes[0][1]
+    assert max(found, got.bound) >= 2 * best[0] - best[1]  # the bound covers what was not explored

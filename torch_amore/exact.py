@@ -122,6 +122,27 @@ def estimate_cost(n_rows: int, n_features: int, n_grids: int, max_length: int) -
     return cost
 
 
+def check_budget(n_rows: int, n_features: int, n_grids: int, max_length: int, budget: int) -> int:
+    """The estimated work (:func:`estimate_cost`); ``ValueError`` naming it and how to narrow the search when it
+    exceeds ``budget`` or when ``max_length > 3``.
+
+    Example:
+        >>> check_budget(1_000, 10, 10, 2, 10**9)
+        72225
+    """
+    if max_length > 3:
+        raise ValueError(f"Expected `max_length` <= 3 for strategy='exact', but got {max_length}.")
+    cost = estimate_cost(n_rows, n_features, n_grids, max_length)
+    if cost > budget:
+        raise ValueError(
+            f"strategy='exact' would take about {cost:.2e} grid-cell updates ({n_rows:,} samples x "
+            f"{_pair_count(n_features):,} pairs of {n_features} features, {n_grids} grids each; about "
+            f"{cost * 1e-8:.0f} s on one CPU thread), over `exact_budget`={budget:.2e}. Narrow it: fewer features "
+            "(`features=`, e.g. from select_features), fewer grids (`n_grids`), or raise `exact_budget`."
+        )
+    return cost
+
+
 def compress(binned: Binned, target: torch.Tensor) -> ExactGrid:
     """Merge each feature's empty grids (counted over all ranks) and recode the samples."""
     codes = binned.codes
@@ -564,18 +585,9 @@ def exact_search(
         >>> r.boxes
         [(4, 4, ((0, 2, 3),))]
     """
-    if max_length > 3:
-        raise ValueError(f"Expected `max_length` <= 3 for strategy='exact', but got {max_length}.")
     n_feat = binned.codes.shape[1]
     n_rows = D.global_count(binned.codes.shape[0])
-    cost = estimate_cost(n_rows, n_feat, binned.n_bins_max, max_length)
-    if cost > budget:
-        raise ValueError(
-            f"strategy='exact' would take about {cost:.2e} grid-cell updates ({n_rows:,} samples x "
-            f"{_pair_count(n_feat):,} pairs of {n_feat} features, {binned.n_bins_max} grids each; about "
-            f"{cost * 1e-8:.0f} s on one CPU thread), over `exact_budget`={budget:.2e}. Narrow it: fewer features "
-            "(`features=`, e.g. from select_features), fewer grids (`n_grids`), or raise `exact_budget`."
-        )
+    cost = check_budget(n_rows, n_feat, binned.n_bins_max, max_length, budget)
     grid = compress(binned, target)
     n_target = int(D.all_reduce_sum(target.sum()))
     device = grid.codes_t.device

@@ -30,7 +30,7 @@ from torch_amore.beam import (
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features
-from torch_amore.exact import exact_search
+from torch_amore.exact import check_budget, exact_search
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
@@ -524,6 +524,9 @@ def extract_rules(
     options = SearchOptions.resolve(options, **search_options)
     X_t, _ = V.to_tensor_2d(X)
     min_s = V.resolve_min_support(options.min_support, D.global_count(X_t.shape[0]))
+    if options.strategy == "exact":  # refused before any binning when it would take too long
+        n_feat = X_t.shape[1] if features is None else len(features)
+        check_budget(D.global_count(X_t.shape[0]), n_feat, options.n_grids, options.max_length, options.exact_budget)
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
