@@ -204,3 +204,19 @@ def test_budget_stops_the_branch_and_bound_and_says_so():
     best = brute_force(b, target, 3, 5, top_k=1)[0]
     found = 2 * got.boxes[0][0] - got.boxes[0][1]
     assert max(found, got.bound) >= 2 * best[0] - best[1]  # the bound covers what was not explored
+
+
+@pytest.mark.parametrize("min_support", [60, 240])
+def test_default_strategy_reaches_the_exact_optimum_of_a_finer_grid(min_support):
+    """Issue 19's criterion on a small latent-like layer: two one-sided conditions, weak alone, make the best rule."""
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(3000, 24, generator=g, dtype=torch.float64)
+    X[:, :12] = X[:, :12].clamp(min=0)  # ReLU units
+    target = ((X[:, 3] > 0.4) & (X[:, 17] < -0.2)) ^ (torch.rand(3000, generator=g) < 0.1)
+    target |= X[:, 20] > 2.2  # a narrow pure spike that a ratio- or single-fitness-ranked start favours
+    best = ta.extract_rules(X, target, max_length=2, min_support=min_support)[0]
+    optimum = ta.extract_rules(X, target, max_length=2, min_support=min_support, strategy="exact", n_grids=32,
+                               bin_strategy="quantile", top_k=1)[0]  # fmt: skip
+    assert optimum.optimum == optimum.fitness
+    assert best.fitness >= optimum.fitness - 0.005
+    assert ta.RuleSet.from_rules(best.rules, X, target).fitness == pytest.approx(best.fitness, abs=1e-12)
