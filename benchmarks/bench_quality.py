@@ -7,6 +7,10 @@ For every task row (``benchmarks/_tasks.py``) four methods look for the rule set
 - ``beam``: ``torch_amore.extract_rules(..., strategy="beam")``, the default strategy;
 - ``tree``: scikit-learn's ``DecisionTreeClassifier(max_depth=max_length, min_samples_leaf=min_support)``, best node
   over all root-to-node paths (:func:`torch_amore.decision_tree_rules`), the paper's baseline;
+- ``beam20``: the default strategy with ``beam_width=20`` (a wider beam: what more width buys, at what time);
+- ``exact``: ``strategy="exact"`` on a 32-cut equal-frequency grid (``n_grids=32, bin_strategy="quantile"``), the
+  provably best rule set on that grid (issue 19's reference; ``refused`` when its estimated work exceeds
+  ``exact_budget``). Its own check: the default's fitness >= exact - 0.005 (its cuts off the grid may exceed it);
 - ``pysubgroup``: pysubgroup's ``BeamSearch`` (beam width 20) with selectors from
   ``create_selectors(data, nbins=n_grids, intervals_only=False)`` (equal-frequency one-sided cut points), a
   ``MinSupportConstraint(min_support)``, the fitness quality function below and depth ``2 * max_length`` one-sided
@@ -50,7 +54,9 @@ import _tasks  # noqa: E402
 import torch_amore  # noqa: E402
 from torch_amore import Rule, RuleSet  # noqa: E402
 
-METHODS = ("paper", "beam", "tree", "pysubgroup")
+METHODS = ("paper", "beam", "beam20", "exact", "tree", "pysubgroup")
+RIVALS = ("paper", "tree", "pysubgroup")  # the default must match the best of these
+EXACT_GRID = dict(n_grids=32, bin_strategy="quantile")  # the grid of the exact reference
 TOLERANCE = 0.005  # beam fitness may trail the best competitor by this much
 TIME_FACTOR = 5.0  # beam time may be this many times the paper strategy's
 QUICK_ROWS = ("diabetes_l1", "diabetes_l3", "box_small", "multimode")
@@ -89,19 +95,36 @@ def _measure(rule_set: RuleSet, task: _tasks.Task) -> RuleSet:
 # ------------------------------------------------------------------------------------------------------ methods
 
 
-def run_amore(task: _tasks.Task, strategy: str, repeat: int = 1) -> Result:
+def run_amore(task: _tasks.Task, strategy: str, repeat: int = 1, *, method: str | None = None, **options) -> Result:
+    """``extract_rules`` with the row's settings (``options`` override them); an exact search refused up front for
+    its estimated work gives an empty result noted ``refused``."""
     X = torch.from_numpy(task.X)
     target = torch.from_numpy(task.target)
+    settings = dict(n_grids=task.n_grids, bin_strategy=task.bin_strategy, min_confidence=task.min_confidence)
+    settings.update(options)
 
     def call():
         return torch_amore.extract_rules(
-            X, target, max_length=task.max_length, min_support=task.min_support, n_grids=task.n_grids,
-            bin_strategy=task.bin_strategy, feature_names=task.feature_names, feature_types=task.feature_types,
-            strategy=strategy, min_confidence=task.min_confidence,
+            X, target, max_length=task.max_length, min_support=task.min_support, feature_names=task.feature_names,
+            feature_types=task.feature_types, strategy=strategy, **settings,
         )  # fmt: skip
 
-    rule_sets, seconds = _timed(call, repeat)
-    return Result(strategy, _measure(rule_sets[0], task) if rule_sets else None, seconds, "none found")
+    try:
+        rule_sets, seconds = _timed(call, repeat)
+    except ValueError as err:
+        if "exact_budget" not in str(err):
+            raise
+        return Result(method or strategy, None, 0.0, "refused")
+    return Result(method or strategy, _measure(rule_sets[0], task) if rule_sets else None, seconds, "none found")
+
+
+def run_exact(task: _tasks.Task, repeat: int = 1) -> Result:
+    """The exact optimum on a 32-cut equal-frequency grid (``top_k=1``)."""
+    return run_amore(task, "exact", repeat, top_k=1, **EXACT_GRID)
+
+
+def run_beam20(task: _tasks.Task, repeat: int = 1) -> Result:
+    return run_amore(task, "beam", repeat, method="beam20", beam_width=20)
 
 
 def run_tree(task: _tasks.Task, repeat: int = 1) -> Result:
@@ -222,9 +245,9 @@ def run_pysubgroup(task: _tasks.Task, repeat: int = 1, beam_width: int = 20, any
 
 
 def check(results: dict[str, Result]) -> tuple[bool, bool, str]:
-    """(fitness criterion holds, time criterion holds, the row's check line)."""
+    """(fitness criteria hold, time criterion holds, the row's check line)."""
     beam, paper = results["beam"], results["paper"]
-    others = {m: r.fitness for m, r in results.items() if m != "beam" and r.rule_set is not None}
+    others = {m: r.fitness for m, r in results.items() if m in RIVALS and r.rule_set is not None}
     rival = max(others, key=others.get) if others else "none"
     others.setdefault(rival, -math.inf)
     fit_ok = beam.fitness >= others[rival] - TOLERANCE
@@ -234,6 +257,14 @@ def check(results: dict[str, Result]) -> tuple[bool, bool, str]:
         f"({rival}): {'OK' if fit_ok else 'FAIL'}; beam time {beam.seconds:.2f} s <= {TIME_FACTOR:g} x paper "
         f"{paper.seconds:.2f} s ({beam.seconds / max(paper.seconds, 1e-9):.1f}x): {'OK' if time_ok else 'FAIL'}"
     )
+    exact = results.get("exact")
+    if exact is not None and exact.rule_set is not None:
+        exact_ok = beam.fitness >= exact.fitness - TOLERANCE
+        fit_ok = fit_ok and exact_ok
+        line += (
+            f"; beam >= exact32q {exact.fitness:.4f} - {TOLERANCE}: {'OK' if exact_ok else 'FAIL'} "
+            f"(exact time {exact.seconds / max(beam.seconds, 1e-9):.1f}x beam)"
+        )
     return fit_ok, time_ok, line
 
 
@@ -268,7 +299,7 @@ def markdown(rows: list[tuple[_tasks.Task, dict[str, Result]]]) -> str:
         n, f = task.shape
         settings = f"{task.max_length}, {task.min_support}, {task.n_grids} {task.bin_strategy}"
         cells = [task.name, f"{n:,} x {f:,}", settings]
-        best = max(r.fitness for r in results.values())
+        best = max(r.fitness for m, r in results.items() if m != "exact")  # exact: on its own grid
         for m in METHODS:
             r = results.get(m)
             if r is None or r.rule_set is None:
@@ -290,7 +321,9 @@ def warm_up() -> None:
     run_row(task, repeat=1, use_pysubgroup=pysubgroup_available())
 
 
-def run_row(task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, any_features: bool = False) -> dict[str, Result]:
+def run_row(
+    task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, any_features: bool = False, exact: bool = True
+) -> dict[str, Result]:
     # the two strategies alternate, so that a burst of load on a shared machine does not favour one of them
     paper, beam = run_amore(task, "paper"), run_amore(task, "beam")
     for _ in range(repeat - 1):
@@ -298,7 +331,11 @@ def run_row(task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, any_feature
             break
         paper.seconds = min(paper.seconds, run_amore(task, "paper").seconds)
         beam.seconds = min(beam.seconds, run_amore(task, "beam").seconds)
-    results = {"paper": paper, "beam": beam, "tree": run_tree(task, repeat)}
+    results = {"paper": paper, "beam": beam}
+    if exact:
+        results["beam20"] = run_beam20(task, repeat)
+        results["exact"] = run_exact(task, repeat)
+    results["tree"] = run_tree(task, repeat)
     if use_pysubgroup:
         results["pysubgroup"] = run_pysubgroup(task, repeat, any_features=any_features)
     return results
@@ -310,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"only the small rows {','.join(QUICK_ROWS)}")
     parser.add_argument("--repeat", type=int, default=1, help="best-of-n timing for calls under 10 s")
     parser.add_argument("--no-pysubgroup", action="store_true", help="skip pysubgroup")
+    parser.add_argument("--no-exact", action="store_true", help="skip the exact and beam_width=20 columns")
     parser.add_argument("--pysubgroup-any-features", action="store_true",
                         help="let pysubgroup's conditions name up to 2 x max_length features")  # fmt: skip
     parser.add_argument("--min-confidence", type=float, default=None,
@@ -332,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.min_confidence is not None:
             task = dataclasses.replace(task, name=f"{task.name} (conf>={args.min_confidence:g})",
                                        min_confidence=args.min_confidence)  # fmt: skip
-        results = run_row(task, repeat=args.repeat, use_pysubgroup=use_psg, any_features=args.pysubgroup_any_features)
+        results = run_row(task, repeat=args.repeat, use_pysubgroup=use_psg, any_features=args.pysubgroup_any_features,
+                          exact=not args.no_exact)  # fmt: skip
         rows.append((task, results))
         print(format_row(task, results), flush=True)
         fit_ok, time_ok, _ = check(results)

@@ -15,6 +15,9 @@ and paper strategies' seconds and their ratio, and the flags
 
 - ``LOSS``: the beam strategy's fitness < max(paper, tree, pysubgroup) - 0.005 (or it found nothing where another
   method found a rule set);
+- ``GAP``: the beam strategy's fitness < the exact optimum on a 32-cut equal-frequency grid - 0.005 (the
+  ``exact`` column, ``strategy="exact"``, run at ``max_length`` <= 2; ``beam20`` is the beam strategy with
+  ``beam_width=20``; ``--no-exact`` skips both);
 - ``SLOW``: the beam strategy took more than 5 x the paper strategy's time (the raw ratio; small calls are noisy);
 - ``ERR``: a method raised (the message is printed; the sweep goes on).
 
@@ -55,7 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _tasks  # noqa: E402
 import bench_quality  # noqa: E402
 
-METHODS = ("beam", "paper", "tree", "pysubgroup")
+METHODS = ("beam", "paper", "beam20", "exact", "tree", "pysubgroup")
+RIVALS = bench_quality.RIVALS
 CACHED = ("tree", "pysubgroup")  # independent of torch_amore's search: cached
 TOLERANCE = bench_quality.TOLERANCE
 TIME_FACTOR = bench_quality.TIME_FACTOR
@@ -174,7 +178,9 @@ def _safe(method: str, fn) -> Cell:
         return Cell.error(method, exc)
 
 
-def run_point(task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, cache: Cache) -> dict[str, Cell]:
+def run_point(
+    task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, cache: Cache, exact: bool = True
+) -> dict[str, Cell]:
     """All methods at one grid point: beam and paper always (alternating, best of ``repeat`` as in bench_quality),
     tree and pysubgroup from the cache when there."""
     paper = _safe("paper", lambda: bench_quality.run_amore(task, "paper"))
@@ -185,6 +191,10 @@ def run_point(task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, cache: Ca
         paper.seconds = min(paper.seconds, _safe("paper", lambda: bench_quality.run_amore(task, "paper")).seconds)
         beam.seconds = min(beam.seconds, _safe("beam", lambda: bench_quality.run_amore(task, "beam")).seconds)
     cells = {"beam": beam, "paper": paper}
+    if exact:
+        cells["beam20"] = _safe("beam20", lambda: bench_quality.run_beam20(task))
+        if task.max_length <= 2:
+            cells["exact"] = _safe("exact", lambda: bench_quality.run_exact(task))
     runners = {"tree": lambda: bench_quality.run_tree(task, repeat)}
     if use_pysubgroup:
         runners["pysubgroup"] = lambda: bench_quality.run_pysubgroup(task, 1)  # slow: timed once
@@ -219,8 +229,8 @@ class Point:
 
     @property
     def rival(self) -> str | None:
-        """The best method other than beam (None when none found a rule set)."""
-        others = {m: c.value for m, c in self.cells.items() if m != "beam" and c.fitness is not None}
+        """The best of paper, tree and pysubgroup (None when none found a rule set)."""
+        others = {m: c.value for m, c in self.cells.items() if m in RIVALS and c.fitness is not None}
         return max(others, key=others.get) if others else None
 
     @property
@@ -239,6 +249,9 @@ class Point:
         out = []
         if self.deficit > TOLERANCE:
             out.append("LOSS")
+        exact = self.cells.get("exact")
+        if exact is not None and exact.fitness is not None and exact.value - self.cells["beam"].value > TOLERANCE:
+            out.append("GAP")
         if self.ratio > TIME_FACTOR:
             out.append("SLOW")
         if any(c.note.startswith("ERR") for c in self.cells.values()):
@@ -292,7 +305,7 @@ def markdown(points: list[Point], methods) -> str:
     head = ["row", "l", "s_min", "conf", *methods, "beam s", "paper s", "ratio", "flags"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
-        best = max(c.value for c in p.cells.values())
+        best = max(c.value for m, c in p.cells.items() if m != "exact")  # exact: on its own grid
         fits = []
         for m in methods:
             text = _fit(p.cells.get(m))
@@ -307,13 +320,14 @@ def markdown(points: list[Point], methods) -> str:
 
 def summary(points: list[Point], methods, wall: float, n_worst: int) -> str:
     losses = sorted((p for p in points if "LOSS" in p.flags), key=lambda p: -p.deficit)
+    gaps = [p for p in points if "GAP" in p.flags]
     slow = sorted((p for p in points if "SLOW" in p.flags), key=lambda p: -p.ratio)
     errors = [p for p in points if "ERR" in p.flags]
     beam_s = sum(p.cells["beam"].seconds for p in points)
     paper_s = sum(p.cells["paper"].seconds for p in points)
     ratios = np.array([p.ratio for p in points]) if points else np.array([math.nan])
     lines = [
-        f"\n{len(points)} points: {len(losses)} LOSS, {len(slow)} SLOW, {len(errors)} ERR; "
+        f"\n{len(points)} points: {len(losses)} LOSS, {len(gaps)} GAP, {len(slow)} SLOW, {len(errors)} ERR; "
         f"wall {wall:.1f} s (beam {beam_s:.1f} s, paper {paper_s:.1f} s in all; "
         f"beam/paper time ratio median {np.median(ratios):.1f}, max {np.max(ratios):.1f})"
     ]
@@ -325,6 +339,13 @@ def summary(points: list[Point], methods, wall: float, n_worst: int) -> str:
             lines.append(f"  {t.name} l={t.max_length} s_min={t.min_support} conf={_conf(t)}: beam "
                          f"{_fit(p.cells['beam'])} vs {rival} {_fit(p.cells[rival])} ({deficit})")  # fmt: skip
             lines.append(format_rules(p, ["beam", rival]))
+    if gaps:
+        lines.append(f"\nGAP (beam below the exact optimum on a 32-cut quantile grid - {TOLERANCE}):")
+        for p in gaps:
+            t = p.task
+            lines.append(f"  {t.name} l={t.max_length} s_min={t.min_support} conf={_conf(t)}: beam "
+                         f"{_fit(p.cells['beam'])} vs exact {_fit(p.cells['exact'])}")  # fmt: skip
+            lines.append(format_rules(p, ["beam", "exact"]))
     if slow:
         lines.append(f"\nSLOW, worst {min(n_worst, len(slow))} of {len(slow)} (beam s / paper s):")
         for p in slow[:n_worst]:
@@ -357,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidences", default="none,0.9", help='min_confidence values ("none": no limit)')
     parser.add_argument("--repeat", type=int, default=1, help="best-of-n timing of beam and paper (calls under 10 s)")
     parser.add_argument("--no-pysubgroup", action="store_true", help="skip pysubgroup")
+    parser.add_argument("--no-exact", action="store_true", help="skip the exact and beam_width=20 columns")
     parser.add_argument("--refresh", action="store_true", help="recompute the cached tree and pysubgroup results")
     parser.add_argument("--cache", type=Path, default=None, help=f"cache file (default: cache folder / {CACHE_FILE})")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this file")
@@ -373,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     use_psg = not args.no_pysubgroup and bench_quality.pysubgroup_available()
     if not use_psg and not args.no_pysubgroup:
         print("pysubgroup is not installed: its column is skipped (pip install --no-deps pysubgroup statsmodels)")
-    methods = [m for m in METHODS if use_psg or m != "pysubgroup"]
+    skipped = ({"pysubgroup"} if not use_psg else set()) | ({"beam20", "exact"} if args.no_exact else set())
+    methods = [m for m in METHODS if m not in skipped]
     cache = Cache(args.cache or _tasks.cache_dir() / CACHE_FILE, args.refresh)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load {load:.1f}; "
@@ -385,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         base = _tasks.TASKS[name]()
         for task in grid(base, lengths, factors, confidences):
-            point = Point(task, run_point(task, repeat=args.repeat, use_pysubgroup=use_psg, cache=cache))
+            cells = run_point(task, repeat=args.repeat, use_pysubgroup=use_psg, cache=cache, exact=not args.no_exact)
+            point = Point(task, cells)
             points.append(point)
             print(format_point(point, methods), flush=True)
             if args.verbose:

@@ -585,9 +585,26 @@ class BeamSearch:
             out.append(_State(conds, *score[s]) if score[s] != (state.hits, state.support) else state)
         return out
 
-    def run(self, *, max_length: int, min_support: int, progress: bool = False) -> list[_State]:
+    def seed_states(self, conds: list[tuple[int, int, int]]) -> list[_State]:
+        """Beam nodes of single conditions (fine grids), counted in one pass: e.g. the conditions of the exact
+        search's best pairs on a coarse grid, which a beam ranking nodes by their own fitness may drop."""
+        if not conds:
+            return []
+        masks = torch.stack([self._mask(c) for c in conds])  # (S, N)
+        both = D.all_reduce_sum(torch.stack([(masks & self.target).sum(1), masks.sum(1)]))
+        hits, support = both.tolist()
+        return [
+            _State((c,), h, n, torch.nonzero(m, as_tuple=True)[0])
+            for c, h, n, m in zip(conds, hits, support, masks)
+        ]
+
+    def run(
+        self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
+    ) -> list[_State]:
         """The best rule sets of every length (``beam_width`` per objective), unsorted, without those that a rule set
-        with one condition fewer matches or beats in both fitness and confidence (a condition that adds nothing)."""
+        with one condition fewer matches or beats in both fitness and confidence (a condition that adds nothing).
+        ``seeds``: pairs of conditions (fine grids) whose conditions join the beam after the first length, whatever
+        their rank, unless the beam already holds a node on one of their features (its expansion covers the pair)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         n = self.fine.codes.shape[0]
         device = self.fine.codes.device
@@ -628,6 +645,10 @@ class BeamSearch:
                 for state in level[: max(1, self.beam_width // 2)]:
                     chosen.setdefault(state.conds, state)
             beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
+            if length == 1 and max_length > 1:  # seed pairs none of whose features the beam expands already
+                held = {c[0] for conds in chosen for c in conds}
+                new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
+                beam += [st for st in self.seed_states(list(dict.fromkeys(new))) if st.support]
             bar.update(1)
         bar.close()
         return self._without_idle_conditions(best, found)

@@ -20,7 +20,7 @@ from torch_amore import _validation as V
 from torch_amore._typing import FEATURE_TYPES
 
 #: Search strategies understood by :func:`torch_amore.extract_rules`.
-STRATEGIES = ("beam", "paper")
+STRATEGIES = ("beam", "paper", "exact")
 
 #: ``min_support=None`` ("auto") means ``ceil(min(AUTO_SHARE_OF_SAMPLES * N, AUTO_SHARE_OF_SUBGROUP * T))`` samples
 #: for N samples and a subgroup of T: 5 % of the data, but never more than half the subgroup, so that a rare subgroup
@@ -88,12 +88,15 @@ class SearchOptions:
         n_grids: n_g, initial value grids per numeric feature (>= 2).
         bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
         top_k: K, candidate rules kept at each node of the paper's rule tree.
-        strategy: ``"beam"`` (default) or ``"paper"`` (see :func:`torch_amore.extract_rules`).
+        strategy: ``"beam"`` (default), ``"paper"`` or ``"exact"`` (see :func:`torch_amore.extract_rules`).
         min_confidence: keep only rule sets at least this confident (in [0, 1]); the beam also aims for them.
         beam_width: rule sets kept per length by the beam strategy.
         feature_types: per feature ``"float"``, ``"int"`` or ``"cat"`` (default: inferred from the data).
         feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
         progress: show progress bars.
+        exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread):
+            ``strategy="exact"`` at ``max_length <= 2`` refuses up front when its estimate exceeds it; at
+            ``max_length = 3`` the branch and bound stops there and says so (:mod:`torch_amore.exact`).
 
     Example:
         >>> options = SearchOptions(max_length=3, min_support=100)
@@ -117,6 +120,7 @@ class SearchOptions:
     feature_scale: tuple[float, ...] | None = None
     feature_offset: tuple[float, ...] | None = None
     progress: bool = False
+    exact_budget: int = 2 * 10**9
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
@@ -137,6 +141,7 @@ class SearchOptions:
         if not isinstance(self.progress, (bool, np.bool_)):
             raise TypeError(f"Expected `progress` to be True or False, but got {self.progress!r}.")
         set_(self, "progress", bool(self.progress))
+        set_(self, "exact_budget", V.check_int(self.exact_budget, "exact_budget", 1))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

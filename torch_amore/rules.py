@@ -174,6 +174,9 @@ class RuleSet:
         fitness: (target - non-target samples satisfying the rules) / target samples.
         ratios: probability ratio of each rule at the step it was added (eq. ratio_approx).
         target_name: name of the subgroup in the printed form.
+        optimum: the highest fitness any rule set of the search's grid reaches at the same ``max_length`` and
+            ``min_support`` (:mod:`torch_amore.exact`), when it was computed; ``None`` otherwise. Cuts off the grid
+            (the beam strategy's fine grids and polish) may exceed it.
 
     Example:
         >>> import torch
@@ -190,6 +193,7 @@ class RuleSet:
     fitness: float
     ratios: tuple[float, ...] = field(default=(), compare=False)
     target_name: str = field(default="target", compare=False)
+    optimum: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))

@@ -30,9 +30,11 @@ from torch_amore.beam import (
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features, nan_min_max
+from torch_amore.exact import check_budget, exact_search
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
+from torch_amore.seeding import pair_seeds, seed_affordable
 from torch_amore.threads import parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
 
@@ -220,6 +222,11 @@ class _Extractor:
         result.
         """
         o = options
+        if o.strategy == "exact":
+            if local_codes is not None:
+                raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
+            return self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
+                                  budget=o.exact_budget)  # fmt: skip
         rule_sets = self.run(
             max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
             progress=o.progress,
@@ -236,6 +243,27 @@ class _Extractor:
                 polished += [self.polish(rs, min_support, min_confidence=o.min_confidence) for rs in confident]
             rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         return rule_sets
+
+    def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
+        """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
+        (the first one's fitness) when the search was complete."""
+        found = exact_search(
+            self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k, budget=budget
+        )
+        optimum = (2 * found.boxes[0][0] - found.boxes[0][1]) / self.n_total_target if found.boxes else None
+        out = []
+        for hits, support, conds in found.boxes:
+            out.append(
+                RuleSet(
+                    rules=tuple(self._rule(j, lo, hi) for j, lo, hi in conds),
+                    support=support,
+                    confidence=hits / support,
+                    fitness=(2 * hits - support) / self.n_total_target,
+                    target_name=self.target_name,
+                    optimum=optimum if found.complete else None,
+                )
+            )
+        return out
 
     def fine(self, n_fine: int) -> Binned:
         """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
@@ -263,7 +291,10 @@ class _Extractor:
         search = BeamSearch(
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
-        states = search.run(max_length=max_length, min_support=min_support, progress=progress)
+        n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
+        seeded = max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone but strong together
+        seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
+        states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
         self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
@@ -433,6 +464,10 @@ def extract_rules(
             * ``strategy``: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5).
               ``"beam"`` (default) runs it too and adds a beam search over fitness-optimal intervals on fine grids
               with refinement (:mod:`torch_amore.beam`), so its best fitness is never below the paper strategy's.
+              ``"exact"`` returns the ``top_k`` rule sets of highest fitness on the grid (``n_grids``,
+              ``bin_strategy``), provably (:mod:`torch_amore.exact`; ``max_length`` <= 3, no ``local_x``); a search
+              whose estimated work exceeds ``exact_budget`` is refused up front (``max_length`` <= 2) or stopped
+              with a warning and the best bound not explored (``max_length`` = 3).
             * ``min_confidence``: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy
               also looks for the fittest rule sets that are this confident.
             * ``beam_width``: rule sets kept per length by the beam strategy (default 5).
@@ -441,6 +476,7 @@ def extract_rules(
               ``feature_offset`` is given (a standardized 0/1 column stays a 0/1 category).
             * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
             * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
+            * ``exact_budget``: the work allowed to ``strategy="exact"`` (grid-cell updates; default 2e9).
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
@@ -460,6 +496,9 @@ def extract_rules(
     n_all = D.global_count(X_t.shape[0])
     if options.min_support is not None:  # a bad count fails before the binning
         V.resolve_min_support(options.min_support, n_all)
+    if options.strategy == "exact":  # refused before any binning when it would take too long
+        n_feat = X_t.shape[1] if features is None else len(features)
+        check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")

@@ -1,0 +1,190 @@
+"""Counts for the exact search: the grid with empty grids merged, and the 2-D counts of every pair of features.
+
+:func:`compress` recodes the samples so that each feature's grids all hold a sample (an empty grid only renames the
+same samples). :class:`PairCounts` gives the cumulative 2-D counts (all samples and target samples) of any block of
+pairs of features: from one one-hot matrix product when the grids are few (<= 8) or on CUDA, else from ``bincount``
+over pair indices built from contiguous slices of the codes (int32, chunked to bound memory). Every count is summed
+across DDP ranks, so a sharded run sees the counts of one process on all the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torch_amore import distributed as D
+from torch_amore.binning import Binned
+from torch_amore.ratios import grid_counts
+
+#: Elements of the temporary tables handled at once.
+_CHUNK = 1 << 22
+
+
+@dataclass
+class ExactGrid:
+    """The grid with empty grids merged: compressed codes and marginal prefix counts.
+
+    Attributes:
+        codes_t: (F, N) int32 compressed codes, one row per feature; ``n_max`` marks a missing value.
+        n_bins: (F,) non-empty grids per feature.
+        orig: (F, n_max) the original grid of each compressed one (-1 past ``n_bins``).
+        is_cat: (F,) categorical features.
+        cb, ct: (F, n_max + 1) cumulative counts of all and of the target samples (DDP sums).
+        n_max: the most non-empty grids of any feature.
+        n_rows: samples over all ranks.
+    """
+
+    codes_t: torch.Tensor
+    n_bins: torch.Tensor
+    orig: torch.Tensor
+    is_cat: torch.Tensor
+    cb: torch.Tensor
+    ct: torch.Tensor
+    n_max: int
+    n_rows: int
+
+
+def compress(binned: Binned, target: torch.Tensor) -> ExactGrid:
+    """Merge each feature's empty grids (counted over all ranks) and recode the samples."""
+    codes = binned.codes
+    device = codes.device
+    n, n_feat = codes.shape
+    width = binned.n_bins_max
+    t_rows = torch.nonzero(target, as_tuple=True)[0]
+    tot = grid_counts(codes, None, width)
+    tgt = grid_counts(codes, t_rows, width)
+    nonempty = tot > 0
+    n_bins = nonempty.sum(1)
+    n_max = max(1, int(n_bins.max()))
+    rank = nonempty.long().cumsum(1) - 1
+    index = torch.where(nonempty, rank, torch.full_like(rank, n_max))  # empty grids: a dump column
+    lut = torch.cat([index, torch.full((n_feat, 1), n_max, dtype=torch.long, device=device)], 1)
+    codes_t = torch.empty(n_feat, n, dtype=torch.int32, device=device)
+    step = max(1, _CHUNK // max(1, n))
+    for f0 in range(0, n_feat, step):
+        part = codes[:, f0 : f0 + step].T.long()
+        codes_t[f0 : f0 + step] = lut[f0 : f0 + step].gather(1, part).to(torch.int32)
+    grids = torch.arange(width, device=device).expand(n_feat, width)
+    orig = torch.full((n_feat, n_max + 1), -1, dtype=torch.long, device=device)
+    orig.scatter_(1, index, torch.where(nonempty, grids, torch.full_like(grids, -1)))
+    zero = torch.zeros(n_feat, 1, dtype=torch.long, device=device)
+    tot_c = torch.zeros(n_feat, n_max + 1, dtype=torch.long, device=device).scatter_add_(1, index, tot)[:, :n_max]
+    tgt_c = torch.zeros(n_feat, n_max + 1, dtype=torch.long, device=device).scatter_add_(1, index, tgt)[:, :n_max]
+    return ExactGrid(
+        codes_t=codes_t,
+        n_bins=n_bins,
+        orig=orig[:, :n_max],
+        is_cat=binned.is_cat,
+        cb=torch.cat([zero, tot_c.cumsum(1)], 1),
+        ct=torch.cat([zero, tgt_c.cumsum(1)], 1),
+        n_max=n_max,
+        n_rows=D.global_count(n),
+    )
+
+
+class PairCounts:
+    """Cumulative 2-D counts ``C[p, a, b]`` (all samples, and target samples) of pairs of features ``p = (j, k)``:
+    the samples with ``code_j < a`` and ``code_k < b``, summed across DDP ranks."""
+
+    def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
+        self.grid = grid
+        self.t_cols = torch.nonzero(target, as_tuple=True)[0]
+        n_feat, width = grid.codes_t.shape[0], grid.n_max
+        device = grid.codes_t.device
+        # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
+        self.by_matmul = (width <= 8 or device.type == "cuda") and (n_feat * width) ** 2 <= (1 << 26)
+        self._gram = None
+        if self.by_matmul:
+            self._gram = (self._product(None), self._product(self.t_cols))
+
+    def _product(self, cols: torch.Tensor | None) -> torch.Tensor:
+        grid = self.grid
+        n_feat, n = grid.codes_t.shape
+        width = grid.n_max
+        device = grid.codes_t.device
+        exact32 = grid.n_rows < (1 << 24)
+        dt = torch.float32 if exact32 else torch.float64
+        wd = width + 1  # the last column of each feature counts missing values, and is dropped
+        out = torch.zeros(n_feat * wd, n_feat * wd, dtype=dt, device=device)
+        rows = n if cols is None else cols.numel()
+        step = max(1, _CHUNK // max(1, n_feat * wd))
+        offsets = (torch.arange(n_feat, device=device) * wd)[None, :]
+        for r0 in range(0, rows, step):
+            part = grid.codes_t[:, r0 : r0 + step] if cols is None else grid.codes_t[:, cols[r0 : r0 + step]]
+            hot = torch.zeros(part.shape[1], n_feat * wd, dtype=dt, device=device)
+            hot.scatter_(1, part.T.long() + offsets, 1.0)
+            out += hot.T @ hot
+        out = out.view(n_feat, wd, n_feat, wd)[:, :width, :, :width]
+        return D.all_reduce_sum(out.round().long())
+
+    def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The codes with features in ``order`` (of the samples ``cols``), and times ``n_max + 1`` (cached)."""
+        cache = self.__dict__.setdefault("_ordered_codes", {})
+        key = cols is None
+        if key not in cache or cache[key][0] is not order:
+            codes = self.grid.codes_t.index_select(0, order)
+            codes = codes if cols is None else codes[:, cols]
+            cache[key] = (order, codes, codes * (self.grid.n_max + 1))
+        return cache[key][1], cache[key][2]
+
+    def _bincount(self, order: torch.Tensor, p0: int, p1: int, cols: torch.Tensor | None) -> torch.Tensor:
+        """Counts of the pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: pair
+        ``(a, b)`` is ``(order[a], order[b])``, counted with rows of ``order[a]``'s grids."""
+        codes, scaled = self._ordered(order, cols)
+        n_feat, n = codes.shape
+        wd = self.grid.n_max + 1
+        cells = wd * wd
+        out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
+        if n:
+            off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
+            a = triu_row(p0, n_feat)
+            while a < n_feat - 1 and triu_start(a, n_feat) < p1:  # the pairs (a, b > a) of this chunk: b contiguous
+                lo, hi = max(p0, triu_start(a, n_feat)), min(p1, triu_start(a + 1, n_feat))
+                b0 = a + 1 + lo - triu_start(a, n_feat)
+                step = max(1, _CHUNK // n)
+                for q in range(lo, hi, step):  # bounded memory
+                    q1 = min(hi, q + step)
+                    idx = codes[b0 + q - lo : b0 + q1 - lo] + off[: q1 - q]
+                    idx += scaled[a]
+                    out[(q - p0) * cells : (q1 - p0) * cells] += torch.bincount(
+                        idx.view(-1), minlength=(q1 - q) * cells
+                    )
+                a += 1
+        return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1].contiguous())
+
+    def prefix(
+        self, order: torch.Tensor, p0: int, p1: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: their features
+        ``(j, k)`` (either may be the smaller) and (P, n_max + 1, n_max + 1) cumulative counts of all and of the
+        target samples, axes ``(j, k)`` (int32 when the counts fit)."""
+        a, b = torch.triu_indices(len(order), len(order), 1, device=order.device)
+        j, k = order[a[p0:p1]], order[b[p0:p1]]
+        if self._gram is not None:
+            tot, tgt = (g[j, :, k, :] for g in self._gram)
+        else:
+            tot, tgt = self._bincount(order, p0, p1, None), self._bincount(order, p0, p1, self.t_cols)
+        small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
+        return j, k, cumulate(tot, small), cumulate(tgt, small)
+
+
+def triu_start(a: int, n: int) -> int:
+    """Index of the pair ``(a, a + 1)`` in ``triu_indices(n, n, 1)`` order."""
+    return a * n - a * (a + 1) // 2
+
+
+def triu_row(p: int, n: int) -> int:
+    """The first feature of pair ``p`` in ``triu_indices(n, n, 1)`` order."""
+    a = 0
+    while a < n - 1 and triu_start(a + 1, n) <= p:
+        a += 1
+    return a
+
+
+def cumulate(h: torch.Tensor, small: bool = False) -> torch.Tensor:
+    """(P, A + 1, B + 1) 2-D prefix sums of counts (P, A, B), zero-padded (int32 when ``small``)."""
+    dt = torch.int32 if small else torch.long
+    out = torch.zeros(h.shape[0], h.shape[1] + 1, h.shape[2] + 1, dtype=dt, device=h.device)
+    out[:, 1:, 1:] = h.to(dt).cumsum(2, dtype=dt).cumsum(1, dtype=dt)
+    return out

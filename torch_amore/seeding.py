@@ -1,0 +1,143 @@
+"""Seeds for the beam strategy: the best pairs of features on a coarse grid, found by one matrix product.
+
+A beam that ranks single conditions by their own fitness drops conditions that are weak alone but strong together
+(two one-sided cuts on a latent layer, say). Before the beam's second length, the 2-D target and non-target counts of
+*every* pair of features on a coarse equal-frequency grid (``SEED_GRIDS`` cells per feature, cut from the fine grid's
+histogram: no sort) come from one one-hot matrix product; every rectangle of every pair is scored by fitness, and the
+conditions of the best ``n_pairs`` pairs join the beam (:meth:`torch_amore.beam.BeamSearch.run`'s ``seeds``), where
+refinement on the fine grid sharpens them. The exact search (:mod:`torch_amore.exact`) proves what this finds on its
+grid; here only a good start is wanted, so the rectangles need not be tight.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_amore import distributed as D
+from torch_amore.beam import FineBinned
+
+#: Equal-frequency cells per numeric feature of the seed search.
+SEED_GRIDS = 5
+#: Features whose pairs the seed search scores: those with the best one-sided condition by weighted relative
+#: accuracy (hits - base rate x support: broad regions of high lift, the halves of a good pair).
+SEED_FEATURES = 64
+#: The seed search runs when N x F (its histogram pass) is at most this.
+SEED_BUDGET = 1 << 26
+#: Rows of the one-hot matrix handled at once.
+_CHUNK = 1 << 22
+
+
+def seed_affordable(n_rows: int, n_features: int) -> bool:
+    """Whether :func:`pair_seeds` runs on data of this size (see :data:`SEED_BUDGET`).
+
+    Example:
+        >>> seed_affordable(10_000, 128), seed_affordable(100_000, 1_000)
+        (True, False)
+    """
+    return n_features >= 2 and n_rows * n_features <= SEED_BUDGET
+
+
+def _fine_counts(fine: FineBinned, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, W) counts of all and of the target samples per fine grid, over all DDP ranks."""
+    width = fine.n_bins_max
+    n_feat = fine.codes_t.shape[0]
+    idx = fine.codes_t.long() + (torch.arange(n_feat, device=fine.codes_t.device) * (width + 1))[:, None]
+    out = []
+    for part in (idx, idx[:, target]):
+        counts = torch.bincount(part.reshape(-1), minlength=n_feat * (width + 1)).view(n_feat, width + 1)
+        out.append(D.all_reduce_sum(counts[:, :width].contiguous()))
+    return out[0], out[1]
+
+
+def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
+    cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
+    total, t_total = cb[:, -1:], ct[:, -1:]
+    rate = float(t_total.max()) / max(1.0, float(total.max()))
+    below = ct - rate * cb  # x < cut
+    above = (t_total - ct) - rate * (total - cb)  # x >= cut
+    score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
+    return torch.sort(torch.argsort(-score, stable=True)[:n_keep]).values
+
+
+def _coarse_lut(fine: FineBinned, counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
+    """(F, W + 1) coarse cell of every fine cell (non-decreasing; ``n_coarse`` for missing values and for
+    categorical features, which the seeds leave out)."""
+    cum = counts.cumsum(1)
+    total = cum[:, -1:].clamp(min=1)
+    mid = 2 * cum - counts  # twice the rank of each cell's middle sample
+    lut = torch.div(mid * n_coarse, 2 * total, rounding_mode="floor").clamp(max=n_coarse - 1)
+    lut = torch.where(fine.is_cat[:, None], torch.full_like(lut, n_coarse), lut)
+    return torch.cat([lut, torch.full_like(lut[:, :1], n_coarse)], 1)
+
+
+def pair_seeds(
+    fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int
+) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Pairs of conditions ``(feature, g_low, g_high)`` on ``fine``'s grids: the best coarse rectangles of the
+    ``n_pairs`` pairs of numeric features (among the :data:`SEED_FEATURES` most promising) whose best rectangle
+    (support >= ``min_support``, a proper interval on both) has the highest fitness.
+
+    Example:
+        >>> import torch
+        >>> from torch_amore.beam import fine_binning
+        >>> from torch_amore.binning import bin_features
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.rand(3000, 4, generator=g, dtype=torch.float64)
+        >>> target = (X[:, 1] < 0.33) & (X[:, 3] > 0.67)
+        >>> fine = fine_binning(X, bin_features(X, [0, 1, 2, 3], ["float"] * 4), 256)
+        >>> [[j for j, _, _ in pair] for pair in pair_seeds(fine, target, 50, 1)]
+        [[1, 3]]
+    """
+    counts, hits = _fine_counts(fine, target)
+    feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
+    codes_t = fine.codes_t[feats]
+    n_feat, n = codes_t.shape
+    cells = SEED_GRIDS + 1
+    device = fine.codes_t.device
+    lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
+    dt = torch.float32 if D.global_count(n) < (1 << 24) else torch.float64
+    grams = []
+    offsets = (torch.arange(n_feat, device=device) * cells)[None, :]
+    for cols in (None, torch.nonzero(target, as_tuple=True)[0]):
+        gram = torch.zeros(n_feat * cells, n_feat * cells, dtype=dt, device=device)
+        rows = n if cols is None else cols.numel()
+        step = max(1, _CHUNK // (n_feat * cells))
+        for r0 in range(0, rows, step):
+            part = codes_t[:, r0 : r0 + step] if cols is None else codes_t[:, cols[r0 : r0 + step]]
+            coarse = lut.gather(1, part.long())  # (F, n)
+            hot = torch.zeros(coarse.shape[1], n_feat * cells, dtype=dt, device=device)
+            hot.scatter_(1, coarse.T + offsets, 1.0)
+            gram += hot.T @ hot
+        gram = D.all_reduce_sum(gram.round().long()).view(n_feat, cells, n_feat, cells)
+        grams.append(gram[:, :SEED_GRIDS, :, :SEED_GRIDS])
+    jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
+    tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
+    s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
+    proper = ~((s == 0) & (e == SEED_GRIDS))  # a cell range short of everything
+
+    def rect(h: torch.Tensor) -> torch.Tensor:
+        c = torch.zeros(h.shape[0], SEED_GRIDS + 1, SEED_GRIDS + 1, dtype=h.dtype, device=device)
+        c[:, 1:, 1:] = h.cumsum(1).cumsum(2)
+        a0, a1, b0, b1 = s[:, None], e[:, None], s[None, :], e[None, :]
+        return c[:, a1, b1] - c[:, a0, b1] - c[:, a1, b0] + c[:, a0, b0]  # (P, nI, nI)
+
+    sup, hits = rect(tot), rect(tgt)
+    numeric = ~(fine.is_cat[feats[jj]] | fine.is_cat[feats[kk]])
+    ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :] & numeric[:, None, None]
+    value = torch.where(ok, 2 * hits - sup, torch.full_like(sup, -(1 << 62))).flatten(1)
+    best, arg = value.max(1)
+    order = torch.argsort(-best, stable=True)[:n_pairs]
+    keep = order[best[order] > -(1 << 62)]
+    n_int = s.numel()
+    out = []
+    for p, a in zip(keep.tolist(), arg[keep].tolist()):
+        pair = []
+        for r, i in ((int(jj[p]), a // n_int), (int(kk[p]), a % n_int)):
+            j = int(feats[r])
+            cells_j = lut[r, : int(fine.n_bins[j])].contiguous()
+            lo = int(torch.searchsorted(cells_j, s[i]))  # the first fine cell of the coarse range
+            hi = int(torch.searchsorted(cells_j, e[i])) - 1  # its last
+            pair.append((j, lo, hi))
+        out.append((pair[0], pair[1]))
+    return out
