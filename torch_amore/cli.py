@@ -204,6 +204,9 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
                        "(1,2.5,...) or per name (age=12.3) (default: 1)")
     group.add_argument("--feature-offset", type=_per_feature(_float), metavar="SPEC",
                        help="offsets for --feature-scale, one per feature or per name (default: 0)")
+    group.add_argument("--exact-budget", type=_integer, metavar="B",
+                       help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
+                       f"thread); a search that would need more is refused up front (default: {d.exact_budget})")
     group.add_argument("--progress", action="store_true", default=None,
                        help="show progress bars over the rule tree and the beam search (on stderr)")
 
