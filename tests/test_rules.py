@@ -30,8 +30,11 @@ def test_categorical_rule():
 
 
 def test_original_units():
-    rule = Rule(4, "HbA1c_level", low=4 / 7, scale=5.5, offset=3.5)
-    assert str(rule) == "HbA1c_level >= 6.643"
+    rule = Rule(4, "HbA1c_level", low=(6.6 - 3.5) / 5.5, scale=5.5, offset=3.5)
+    assert str(rule) == "HbA1c_level >= 6.6"
+    # a bound that is no short number in raw units prints every digit it takes to name it (never 6.643)
+    text = str(Rule(4, "HbA1c_level", low=4 / 7, scale=5.5, offset=3.5)).split(" >= ")[1]
+    assert len(text) > 6 and (float(text) - 3.5) / 5.5 == 4 / 7
     assert str(Rule(0, "bmi", low=0.2, high=0.5, scale=100.0, offset=10.0)) == "30 <= bmi < 60"
 
 

@@ -26,10 +26,10 @@ from torch_amore.beam import (
     default_n_fine,
     exact_best_interval,
     fine_binning,
-    short_cut,
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features
+from torch_amore.cuts import short_cut
 from torch_amore.intervals import Candidates, candidate_intervals
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
@@ -104,6 +104,18 @@ def _top_k(c: Candidates, k: int) -> list[tuple[int, int, int, int, int, float]]
     return rows[:k]
 
 
+def _between(a: float, b: float, bound: float, units: tuple[float, float]) -> float:
+    """A short cut in ``(a, b]`` (:func:`torch_amore.cuts.short_cut`) for a grid edge ``bound`` whose observed
+    neighbours are ``a < bound <= b``; with no value on one side, a short number beyond the other one."""
+    if not math.isfinite(a) and not math.isfinite(b):
+        return bound
+    if not math.isfinite(a):
+        a = b - abs(b) - 1.0
+    elif not math.isfinite(b):
+        b = a + abs(a) + 1.0
+    return short_cut(a, b, *units) if math.isfinite(a) and math.isfinite(b) and a < b else bound
+
+
 class _Extractor:
     """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
 
@@ -146,43 +158,62 @@ class _Extractor:
             cache[col] = (order, values[order])
         return cache[col]
 
-    def _snap_fine(self, fine: Binned, pairs: list[tuple[int, int]]) -> None:
-        """Thresholds of many fine grids ``(feature, grid)`` in one batched call, and readable bounds for them: the
-        shortest number between the largest observed value below the grid and the smallest one from it on
-        (:func:`torch_amore.beam.short_cut`: the same samples), from per-grid minima and maxima (one scatter each per
-        feature, one reduction)."""
-        numeric = [not c for c in fine.is_cat.tolist()]
-        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < fine.n_grids})
-        fine.prefetch(pairs)
+    def _snap_edges(self, binned: Binned, pairs: list[tuple[int, int]]) -> None:
+        """Readable bounds for many grid edges ``(feature, grid)`` of ``binned`` (the paper's grids or the beam's fine
+        ones) at once: the shortest number between the largest observed value below the edge and the smallest one
+        from it on (:func:`torch_amore.cuts.short_cut`: the same samples), from per-grid minima and maxima (one
+        scatter each per feature not seen before, one reduction)."""
+        numeric = [not c for c in binned.is_cat.tolist()]
+        n_bins = binned.n_bins.tolist()
+        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < n_bins[j]})
+        if hasattr(binned, "prefetch"):
+            binned.prefetch(pairs)
         if self.X is None or not pairs:
             return
-        dt = self.binned.thresholds.dtype
-        feats = sorted({j for j, _ in pairs})
-        width = fine.n_bins_max + 1
+        tables = self.__dict__.setdefault("_edge_tables", {}).setdefault(id(binned), (binned, {}))[1]
+        self._edge_tables_for(binned, sorted({j for j, _ in pairs} - set(tables)), tables)
+        cache = self.__dict__.setdefault("_snaps", {})
+        for j, g in pairs:
+            bound = binned.interval_bounds(j, g, n_bins[j] - 1)[0]
+            below, above = tables[j]
+            col = binned.columns[j]
+            a, b = below[g - 1], above[g]  # observed neighbours of the edge; infinite when there is none
+            units = (self.scale[col], self.offset[col])
+            cache[(col, bound, "any")] = _between(a, b, bound, units)
+            cache[(col, bound, "low")] = _between(a, min(b, bound), bound, units)  # keeps values >= bound inside
+            cache[(col, bound, "high")] = _between(max(a, math.nextafter(bound, -math.inf)), b, bound, units)
+
+    def _edge_tables_for(self, binned: Binned, feats: list[int], tables: dict) -> None:
+        """Per feature, the largest observed value in grids <= g and the smallest in grids >= g (lists by g)."""
+        if not feats:
+            return
+        dt = binned.thresholds.dtype
+        width = binned.n_bins_max + 1
         lows = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
         highs = torch.full((len(feats), width), -math.inf, dtype=dt, device=self.X.device)
+        codes_t = getattr(binned, "codes_t", None)
         for r, j in enumerate(feats):
-            values, codes = self.X[:, fine.columns[j]].to(dt), fine.codes_t[j].long()
+            values = self.X[:, binned.columns[j]].to(dt)
+            codes = (codes_t[j] if codes_t is not None else binned.codes[:, j]).long()
             lows[r].scatter_reduce_(0, codes, values, "amin")  # NaN: the last cell, unused
             highs[r].scatter_reduce_(0, codes, values, "amax")
         lows = D.all_reduce_min(lows[:, :-1].contiguous())  # over the shards of a DDP run
         highs = D.all_reduce_max(highs[:, :-1].contiguous())
         above = lows.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
         below = highs.cummax(1).values.tolist()  # the largest value in grids <= g
-        cache = self.__dict__.setdefault("_snaps", {})
-        row = {j: r for r, j in enumerate(feats)}
-        for j, g in pairs:
-            bound = fine.interval_bounds(j, g, fine.n_grids - 1)[0]
-            a, b = below[row[j]][g - 1], above[row[j]][g]
-            col = fine.columns[j]
-            readable = short_cut(a, b, self.scale[col], self.offset[col])
-            cache[(col, bound)] = readable if math.isfinite(a) and math.isfinite(b) else bound
+        for r, j in enumerate(feats):
+            tables[j] = (below[r], above[r])
 
-    def _snap(self, col: int, bound: float) -> float:
-        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_fine`), else ``bound``."""
-        return self.__dict__.get("_snaps", {}).get((col, bound), bound)
+    def _snap(self, col: int, bound: float, side: str = "any") -> float:
+        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_edges`), else ``bound``.
+        ``side="low"``/``"high"``: also every value the grid edge keeps above/below it (the local sample's)."""
+        return self.__dict__.get("_snaps", {}).get((col, bound, side), bound)
 
-    def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
+    def _rule(
+        self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = True, local: bool = False
+    ) -> Rule:
+        """The rule of grids ``g_low..g_high`` of searched feature ``j``, its bounds snapped to readable numbers that
+        select the same samples (``local``: and keep every value of those grids inside, e.g. a local sample's)."""
         b = self.binned if binned is None else binned
         col = b.columns[j]
         kind = b.kinds[j]
@@ -191,7 +222,11 @@ class _Extractor:
             return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
         low, high = b.interval_bounds(j, g_low, g_high)
         if snap and self.X is not None:
-            low, high = self._snap(col, low), self._snap(col, high)
+            known = self.__dict__.get("_snaps", {})
+            if any(math.isfinite(v) and (col, v, "any") not in known for v in (low, high)):
+                self._snap_edges(b, [(j, g_low), (j, g_high + 1)])
+            low = self._snap(col, low, "low" if local else "any")
+            high = self._snap(col, high, "high" if local else "any")
         if kind == "int" and b.int_valued[j] and scale == 1.0 and offset == 0.0:
             # on integer-valued data, x >= low <=> x >= ceil(low) and x < high <=> x < ceil(high)
             low = math.ceil(low) if low > -math.inf else low
@@ -237,7 +272,7 @@ class _Extractor:
             children = []
             for j, g_low, g_high, hits, support, ratio in _top_k(cands, top_k):
                 steps = node.steps + ((j, g_low, g_high, ratio),)
-                rules = tuple(self._rule(s[0], s[1], s[2]) for s in steps)
+                rules = tuple(self._rule(s[0], s[1], s[2], local=local is not None) for s in steps)
                 key = frozenset(rules)
                 if key not in found:
                     found[key] = RuleSet(
@@ -310,10 +345,10 @@ class _Extractor:
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
         states = search.run(max_length=max_length, min_support=min_support, progress=progress)
-        self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
+        self._snap_edges(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
-            rules = tuple(self._rule(j, lo, hi, fine, snap=True) for j, lo, hi in st.conds)
+            rules = tuple(self._rule(j, lo, hi, fine) for j, lo, hi in st.conds)
             out.append(
                 RuleSet(
                     rules=rules,
