@@ -153,7 +153,7 @@ def test_rule_beyond_the_columns_of_x_is_a_clear_error():
             Rule(5, "x", low=0.5).mask(X)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.floats(-1e6, 1e6, allow_nan=False),
     st.floats(-1e6, 1e6, allow_nan=False),
@@ -190,7 +190,7 @@ def test_short_cut_lies_in_the_gap_and_no_shorter_number_does(a, gap):
         for exp in range(top - n + 1 - 3, top - n + 2):
             step = Fraction(10) ** exp
             m = math.floor(Fraction(b) / step)
-            assert not (Fraction(a) < m * step <= Fraction(b) and len(str(abs(m)).strip("0") or "0") <= n)
+            assert not (a < float(m * step) <= b and len(str(abs(m)).strip("0") or "0") <= n)  # as parsed
 
 
 @settings(max_examples=200, deadline=None)

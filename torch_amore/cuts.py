@@ -240,10 +240,32 @@ def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> fl
     if not (math.isfinite(a) and math.isfinite(b)) or not a < b:
         return b
     best, best_len = b, _n_digits(format_bound(b, scale, offset))
-    ends = sorted(Fraction(v) * Fraction(scale) + Fraction(offset) for v in (a, b))
-    c = _to_stored(float(_text(*_shortest_in(*ends))), scale, offset)
-    if not a < c <= b:  # the printed units give no cut strictly inside: a short one in stored units
+    c = _printed_cut(a, b, scale, offset)
+    if c is None:  # no float64 in printed units maps inside: a short one in stored units
         c = float(_text(*_shortest_in(Fraction(a), Fraction(b))))
     if a < c <= b and _n_digits(format_bound(c, scale, offset)) <= best_len:
         best = c
     return best
+
+
+def _printed_cut(a: float, b: float, scale: float, offset: float) -> float | None:
+    """The stored value ``c`` in ``(a, b]`` of the shortest decimal in printed units that maps into ``(a, b]``;
+    ``None`` when no float64 in printed units does."""
+    sign = 1.0 if scale > 0 else -1.0
+    up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
+    if sign > 0:  # c in (a, b] <=> up(p) in (a, b]
+        first, after = _first(lambda p: up(p) > a), _first(lambda p: up(p) > b)
+    else:  # c in (a, b] <=> up(p) = -c in [-b, -a)
+        first, after = _first(lambda p: up(p) >= -b), _first(lambda p: up(p) >= -a)
+    last = _prev(after) if not math.isnan(after) else math.inf
+    if math.isnan(first) or not (math.isfinite(first) and math.isfinite(last) and first <= last):
+        return None
+    lo, hi = _neighbourhood(first, last)
+    digits = 1
+    while digits < 40:  # a decimal just inside the neighbourhood may round outside: check, lengthen
+        text = _text(*_shortest_in(lo, hi, digits))
+        c = _to_stored(float(text), scale, offset)
+        if a < c <= b:
+            return c
+        digits = max(digits, _n_digits(text)) + 1
+    return None
