@@ -391,13 +391,17 @@ class RuleSet:
         )
         return replace(self, rules=rules)
 
-    def format(self, precision: int = 3) -> str:
-        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``; ``precision`` is the number of
-        decimals of confidence and fitness (bounds always print in full: see :meth:`Rule.format`)."""
+    def format(self, precision: int | None = None) -> str:
+        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``.
+
+        Bounds print as the shortest decimals that name them exactly (:meth:`Rule.format`); ``precision`` is
+        accepted for compatibility and changes nothing (a fixed precision could print different bounds alike).
+        """
+        del precision
         cond = " AND ".join(r.format() for r in self.rules) if self.rules else "TRUE"
         return (
-            f"IF {cond} THEN {self.target_name}  (support={self.support}, "
-            f"confidence={self.confidence:.{precision}f}, fitness={self.fitness:.{precision}f})"
+            f"IF {cond} THEN {self.target_name}  (support={self.support}, confidence={self.confidence:.3f}, "
+            f"fitness={self.fitness:.3f})"
         )
 
     def __str__(self) -> str:
