@@ -172,16 +172,11 @@ class _Extractor:
             return
         tables = self.__dict__.setdefault("_edge_tables", {}).setdefault(id(binned), (binned, {}))[1]
         self._edge_tables_for(binned, sorted({j for j, _ in pairs} - set(tables)), tables)
-        cache = self.__dict__.setdefault("_snaps", {})
+        neighbours = self.__dict__.setdefault("_neighbours", {})
         for j, g in pairs:
             bound = binned.interval_bounds(j, g, n_bins[j] - 1)[0]
             below, above = tables[j]
-            col = binned.columns[j]
-            a, b = below[g - 1], above[g]  # observed neighbours of the edge; infinite when there is none
-            units = (self.scale[col], self.offset[col])
-            cache[(col, bound, "any")] = _between(a, b, bound, units)
-            cache[(col, bound, "low")] = _between(a, min(b, bound), bound, units)  # keeps values >= bound inside
-            cache[(col, bound, "high")] = _between(max(a, math.nextafter(bound, -math.inf)), b, bound, units)
+            neighbours[(binned.columns[j], bound)] = (below[g - 1], above[g])  # infinite where there is none
 
     def _edge_tables_for(self, binned: Binned, feats: list[int], tables: dict) -> None:
         """Per feature, the largest observed value in grids <= g and the smallest in grids >= g (lists by g)."""
@@ -207,7 +202,18 @@ class _Extractor:
     def _snap(self, col: int, bound: float, side: str = "any") -> float:
         """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_edges`), else ``bound``.
         ``side="low"``/``"high"``: also every value the grid edge keeps above/below it (the local sample's)."""
-        return self.__dict__.get("_snaps", {}).get((col, bound, side), bound)
+        cache = self.__dict__.setdefault("_snaps", {})
+        key = (col, bound, side)
+        if key not in cache:
+            if (col, bound) not in self.__dict__.get("_neighbours", {}):
+                return bound
+            a, b = self._neighbours[(col, bound)]
+            if side == "low":  # keeps the values >= bound inside
+                b = min(b, bound)
+            elif side == "high":  # keeps the values < bound inside
+                a = max(a, math.nextafter(bound, -math.inf))
+            cache[key] = _between(a, b, bound, (self.scale[col], self.offset[col]))
+        return cache[key]
 
     def _rule(
         self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = True, local: bool = False
@@ -222,8 +228,8 @@ class _Extractor:
             return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
         low, high = b.interval_bounds(j, g_low, g_high)
         if snap and self.X is not None:
-            known = self.__dict__.get("_snaps", {})
-            if any(math.isfinite(v) and (col, v, "any") not in known for v in (low, high)):
+            known = self.__dict__.get("_neighbours", {})
+            if any(math.isfinite(v) and (col, v) not in known for v in (low, high)):
                 self._snap_edges(b, [(j, g_low), (j, g_high + 1)])
             low = self._snap(col, low, "low" if local else "any")
             high = self._snap(col, high, "high" if local else "any")
