@@ -223,3 +223,25 @@ def test_constructor_checks_the_same_fields():
     with pytest.raises(ValueError, match="`kind`"):
         Rule(0, "x", value=1.0)
     assert Rule(0, "age", low=40.2, kind="int").low == 41.0  # on integers x >= 40.2 is x >= 41
+
+
+def test_decision_list_names_the_rule_set_entry():
+    data = {"rule_sets": [good(), edit(["rules", 0, "feature"], -1)], "n_samples": 100, "n_target": 20}
+    with pytest.raises(ValueError) as info:
+        ta.DecisionList.from_dict(data)
+    assert info.value.path == "rule_sets[1].rules[0].feature"
+    data["rule_sets"] = [good()]
+    assert ta.DecisionList.from_dict(data).rule_sets[0] == RuleSet.from_dict(good())
+    for key, value, path in (
+        ("n_samples", -1, "n_samples"),
+        ("n_target", 101, "n_target"),
+        ("n_samples", ..., "n_samples"),
+    ):
+        bad = dict(data)
+        if value is ...:
+            del bad[key]
+        else:
+            bad[key] = value
+        with pytest.raises(ValueError) as info:
+            ta.DecisionList.from_dict(bad)
+        assert info.value.path == path
