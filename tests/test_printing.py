@@ -222,3 +222,30 @@ def test_integer_rules_print_the_integers_they_admit():
     rule = Rule(0, "rooms", low=0.25, high=0.75, kind="int", scale=10.0, offset=1.0)
     assert str(rule) == "4 <= rooms <= 8"
     assert str(Rule(0, "x", low=-0.3, high=0.35, kind="int", scale=-4.0, offset=2.0)) == "1 <= x <= 3"
+
+
+_ROW = re.compile(r"^\s*(\d+)  (.*?)\s+(\d+)\s+([\d.]+)\s+(-?[\d.]+)$")
+
+
+@pytest.mark.parametrize("strategy", ["paper", "beam"])
+def test_cli_table_reparses_to_its_support_and_confidence(strategy, tmp_path, capsys):
+    from torch_amore.cli import main
+
+    raw, target = latitude_data(n=2000, seed=2)
+    frame = pd.DataFrame(raw, columns=["lat", "lon", "count"]).assign(label=target.astype(int))
+    path = tmp_path / "points.csv"
+    frame.to_csv(path, index=False)  # floats written with every digit (repr)
+    code = main(["rules", str(path), "--target-column", "label", "--min-support", "50", "--strategy", strategy,
+                 "--limit", "100"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    columns = {c: pd.read_csv(path)[c].to_numpy() for c in ("lat", "lon", "count")}
+    rows = [m for m in map(_ROW.match, out.splitlines()) if m]
+    assert len(rows) >= 5, out
+    for m in rows:
+        selected = np.ones(len(frame), dtype=bool)
+        for cond in m.group(2).split(" AND "):
+            selected &= parse_condition(cond, columns)
+        support, confidence = int(m.group(3)), float(m.group(4))
+        assert int(selected.sum()) == support, m.group(0)
+        assert round(float(target[selected].mean()), 3) == pytest.approx(confidence, abs=1e-9), m.group(0)
