@@ -71,8 +71,8 @@ def _column(X: ArrayLike, feature: int) -> tuple[torch.Tensor, torch.Tensor | No
             missing = col.isna().to_numpy()
             col = col.fillna(0).to_numpy()
             col, _ = _column(col[:, None], 0)
-            return col, torch.from_numpy(missing) if missing.any() else None
-        X = col.to_numpy(dtype=np.float64, na_value=np.nan)[:, None]
+            return col, torch.from_numpy(np.array(missing, dtype=bool)) if missing.any() else None
+        X, feature = col.to_numpy(dtype=np.float64, na_value=np.nan)[:, None], 0
     if isinstance(X, np.ndarray):
         col = X[:, feature]
         if col.dtype.kind == "u" and col.size and int(col.max()) > np.iinfo(np.int64).max:
