@@ -159,10 +159,10 @@ class _Extractor:
         return cache[col]
 
     def _snap_edges(self, binned: Binned, pairs: list[tuple[int, int]]) -> None:
-        """Readable bounds for many grid edges ``(feature, grid)`` of ``binned`` (the paper's grids or the beam's fine
-        ones) at once: the shortest number between the largest observed value below the edge and the smallest one
-        from it on (:func:`torch_amore.cuts.short_cut`: the same samples), from per-grid minima and maxima (one
-        scatter each per feature not seen before, one reduction)."""
+        """The observed neighbours of many grid edges ``(feature, grid)`` of ``binned`` (the paper's grids or the
+        beam's fine ones) at once: the largest value below the edge and the smallest one from it on, from per-grid
+        minima and maxima (one scatter each per feature not seen before, one reduction). :meth:`_snap` cuts between
+        them at the shortest number (:func:`torch_amore.cuts.short_cut`: the same samples)."""
         numeric = [not c for c in binned.is_cat.tolist()]
         n_bins = binned.n_bins.tolist()
         pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < n_bins[j]})
