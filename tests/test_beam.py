@@ -125,23 +125,6 @@ def test_beam_is_deterministic_across_dtypes(box_data):
     assert a == b
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.floats(-1e6, 1e6, allow_nan=False), st.floats(1e-9, 1e3))
-def test_short_cut_lies_in_the_gap_and_is_short(a, gap):
-    from torch_amore.beam import short_cut
-
-    b = a + gap
-    if not a < b:
-        return
-    c = short_cut(a, b)
-    assert a < c <= b
-    # no number of fewer significant digits lies in the gap: c's digits minus one cannot land inside
-    digits = len(f"{c:.17g}".lstrip("-").replace(".", "").lstrip("0").rstrip("0")) or 1
-    if digits > 1:
-        shorter = float(f"{c:.{digits - 1}g}")
-        assert not (a < shorter <= b) or shorter == c
-
-
 def test_group_grid_counts_match_per_group_grid_counts():
     from torch_amore.ratios import grid_counts, group_grid_counts
 
@@ -251,33 +234,6 @@ def test_masked_counts_without_weights_agree(monkeypatch):
     ).view(-1)
     for tot, tgt in (weighted, spare):
         assert torch.equal(tot, expect_tot) and torch.equal(tgt, expect_tgt)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.floats(0.0, 1.0),
-    st.floats(1e-6, 0.2),
-    st.floats(1e-3, 1e4),
-    st.floats(-1e3, 1e3),
-)
-def test_short_cut_in_printed_units_stays_in_the_gap(a, gap, scale, offset):
-    from torch_amore.beam import short_cut
-
-    b = a + gap
-    c = short_cut(a, b, scale, offset)
-    assert a < c <= b  # the same samples on either side, whatever the units
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "scale", "offset", "printed"),
-    [(0.4545, 0.46, 5.5, 3.5, 6.0), (0.121, 0.13, 100.0, 0.0, 13.0), (0.3, 0.7, 10.0, -2.0, 5.0)],
-)
-def test_short_cut_reads_short_in_printed_units(a, b, scale, offset, printed):
-    from torch_amore.beam import short_cut
-
-    c = short_cut(a, b, scale, offset)
-    assert a < c <= b
-    assert c * scale + offset == pytest.approx(printed, abs=1e-9)
 
 
 def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):

@@ -599,8 +599,6 @@ def test_empty_column_is_left_out_with_a_one_line_warning(tmp_path, capsys):
     assert _parse_rows(captured.out)[0][1].startswith("x >= 0.7")
 
 
-@pytest.mark.xfail(strict=True, reason="printed bounds need more than 3 decimals here: faithful printing (issue 12, "
-                   "'faithful' branch) makes this pass; remove this marker when it lands")  # fmt: skip
 @pytest.mark.parametrize("strategy", ["beam", "paper"])
 def test_printed_rules_select_the_rows_of_their_masks(tmp_path, capsys, strategy):
     """Issue 12, acceptance 3 (CLI part): every printed rule, re-parsed from the table's text with the target

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -30,8 +31,12 @@ def test_categorical_rule():
 
 
 def test_original_units():
-    rule = Rule(4, "HbA1c_level", low=4 / 7, scale=5.5, offset=3.5)
-    assert str(rule) == "HbA1c_level >= 6.643"
+    rule = Rule(4, "HbA1c_level", low=(6.6 - 3.5) / 5.5, scale=5.5, offset=3.5)
+    assert str(rule) == "HbA1c_level >= 6.6"
+    # a bound that is no short number in raw units prints every digit it takes to name it (never 6.643)
+    text = str(Rule(4, "HbA1c_level", low=4 / 7, scale=5.5, offset=3.5)).split(" >= ")[1]
+    exact = Fraction(4 / 7) * Fraction(5.5) + Fraction(3.5)  # no float64 in raw units maps back to 4/7 exactly
+    assert len(text) > 6 and abs(Fraction(text) - exact) < Fraction(5.5) * Fraction(math.ulp(4 / 7)) / 2
     assert str(Rule(0, "bmi", low=0.2, high=0.5, scale=100.0, offset=10.0)) == "30 <= bmi < 60"
 
 
@@ -82,3 +87,18 @@ def test_json_round_trip_is_exact():
 def test_with_units():
     rs = RuleSet((Rule(1, "x", low=0.5),), 1, 1.0, 1.0)
     assert str(rs.with_units(scale=[1.0, 10.0], offset=[0.0, 5.0]).rules[0]) == "x >= 10"
+
+
+def test_dataframe_columns_of_every_dtype_compare_exactly():
+    df = pd.DataFrame(
+        {
+            "n": pd.array([1, None, 2**60 + 1], dtype="Int64"),  # nullable: NA satisfies no rule
+            "flag": [True, False, True],
+            "x": [0.5, np.nan, 2.0],
+        }
+    )
+    assert Rule(0, "n", low=2.0).mask(df).tolist() == [False, False, True]
+    assert Rule(0, "n", low=float(2**60)).mask(df).tolist() == [False, False, 2**60 + 1 >= 2**60]
+    assert Rule(1, "flag", value=1.0, kind="cat").mask(df).tolist() == [True, False, True]
+    assert Rule(2, "x", low=1.0).mask(df).tolist() == [False, False, True]
+    assert str(Rule(0, "x", low=-0.5, high=0.25, scale=-4.0, offset=1.0)) == "0 < x <= 3"  # raw = 1 - 4x

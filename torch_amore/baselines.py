@@ -217,7 +217,7 @@ def decision_tree_rules(
         >>> target = X[:, 1] > 0.6
         >>> best = decision_tree_rules(X, target, max_depth=1, min_samples_leaf=10)[0]
         >>> print(best)
-        IF feature_1 >= 0.6 THEN target  (support=384, confidence=1.000, fitness=1.000)
+        IF feature_1 >= 0.6002866327762605 THEN target  (support=384, confidence=1.000, fitness=1.000)
     """
     max_depth = _check_max_depth(max_depth)
     V.check_choice(criterion, "criterion", CRITERIA)

@@ -22,7 +22,7 @@ paper's own objective, fitness, directly:
    children at once: one weighted ``bincount`` per condition position and round) until nothing changes; fitness never
    decreases. The ``beam_width`` best rule sets go on to the next length.
 5. **Polish** (:meth:`torch_amore.search._Extractor.polish`): the best rule sets are re-cut between observed values,
-   at the shortest number that selects the same samples (:func:`short_cut`).
+   at the shortest number that selects the same samples (:func:`torch_amore.cuts.short_cut`).
 
 Every rule set found (and all of the paper strategy's rule sets, which run too) is returned, sorted by fitness, so the
 beam strategy's best fitness is never below the paper strategy's.
@@ -38,6 +38,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned, _chunk_len, _work_dtype, nan_min_max
+from torch_amore.cuts import short_cut
 from torch_amore.ratios import group_grid_counts
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
@@ -678,42 +679,6 @@ class BeamSearch:
                         break
             out.setdefault(state.conds, state)
         return list(out.values())
-
-
-def _shortest(a: float, b: float) -> float:
-    """The number of fewest significant digits in ``(a, b]`` (``b`` itself when none is shorter)."""
-    top = math.floor(math.log10(max(abs(a), abs(b)))) if max(abs(a), abs(b)) > 0 else 0
-    for digits in range(1, 18):
-        step = 10.0 ** (top - digits + 1)
-        # the largest number of these digits <= b (and b rounded to them, which float division can miss)
-        for c in (float(f"{math.floor(b / step) * step:.{digits}g}"), float(f"{b:.{digits}g}")):
-            if a < c <= b:
-                return c
-    return b
-
-
-def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> float:
-    """A cut ``c`` with ``a < c <= b`` that reads short: as few significant digits as possible in the printed units
-    ``c * scale + offset`` (in the stored units when the printed ones give no cut strictly inside; ``b`` when neither
-    is shorter).
-
-    A bound anywhere between the largest value below a cut and the smallest value above it selects the same
-    samples; the shortest one reads best (``x < 0.5`` rather than ``x < 0.5017943978``).
-
-    Example:
-        >>> short_cut(0.4998, 0.5018), short_cut(-2.31, -2.2999), short_cut(1.0, 1.0000001)
-        (0.5, -2.3, 1.0000001)
-        >>> c = short_cut(0.45, 0.46, scale=5.5, offset=3.5)  # printed units (5.975, 6.03]: 6
-        >>> round(c * 5.5 + 3.5, 12)
-        6.0
-    """
-    if not (math.isfinite(a) and math.isfinite(b)) or not a < b:
-        return b
-    if scale > 0 and (scale, offset) != (1.0, 0.0):
-        c = (_shortest(a * scale + offset, b * scale + offset) - offset) / scale
-        if a < c <= b:
-            return c
-    return _shortest(a, b)
 
 
 def _best_of_row(

@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from torch_amore import _validation as V
+from torch_amore import serialization as S
 from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.options import SearchOptions
-from torch_amore.rules import RuleSet
+from torch_amore.rules import RuleSet, load_rule_sets
 from torch_amore.search import prepare
 from torch_amore.threads import search_threads
 
@@ -354,11 +355,16 @@ class DecisionList:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionList:
+        """The decision list written by :meth:`to_dict`, every field checked: a ``ValueError`` names the bad field's
+        path (``rule_sets[2].rules[0].feature``)."""
+        data = S.expect_mapping(data)
+        S.expect_keys(data, ("rule_sets", "n_samples", "n_target"), ("target_name",))
+        n_samples = S.expect_int(data["n_samples"], "n_samples", low=0)
         return cls(
-            rule_sets=tuple(RuleSet.from_dict(r) for r in data["rule_sets"]),
-            n_samples=int(data["n_samples"]),
-            n_target=int(data["n_target"]),
-            target_name=str(data.get("target_name", "target")),
+            rule_sets=tuple(load_rule_sets(data["rule_sets"])),
+            n_samples=n_samples,
+            n_target=S.expect_int(data["n_target"], "n_target", low=0, high=n_samples + 1),
+            target_name=S.expect_str(data.get("target_name", "target"), "target_name"),
         )
 
 

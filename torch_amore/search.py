@@ -26,10 +26,10 @@ from torch_amore.beam import (
     default_n_fine,
     exact_best_interval,
     fine_binning,
-    short_cut,
     sorted_best_interval,
 )
 from torch_amore.binning import Binned, bin_features, nan_min_max
+from torch_amore.cuts import short_cut
 from torch_amore.exact import check_budget, exact_search
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
@@ -83,6 +83,18 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
     return out
 
 
+def _between(a: float, b: float, bound: float, units: tuple[float, float]) -> float:
+    """A short cut in ``(a, b]`` (:func:`torch_amore.cuts.short_cut`) for a grid edge ``bound`` whose observed
+    neighbours are ``a < bound <= b``; with no value on one side, a short number beyond the other one."""
+    if not math.isfinite(a) and not math.isfinite(b):
+        return bound
+    if not math.isfinite(a):
+        a = b - abs(b) - 1.0
+    elif not math.isfinite(b):
+        b = a + abs(a) + 1.0
+    return short_cut(a, b, *units) if math.isfinite(a) and math.isfinite(b) and a < b else bound
+
+
 class _Extractor:
     """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
 
@@ -125,43 +137,68 @@ class _Extractor:
             cache[col] = (order, values[order])
         return cache[col]
 
-    def _snap_fine(self, fine: Binned, pairs: list[tuple[int, int]]) -> None:
-        """Thresholds of many fine grids ``(feature, grid)`` in one batched call, and readable bounds for them: the
-        shortest number between the largest observed value below the grid and the smallest one from it on
-        (:func:`torch_amore.beam.short_cut`: the same samples), from per-grid minima and maxima (one scatter each per
-        feature, one reduction)."""
-        numeric = [not c for c in fine.is_cat.tolist()]
-        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < fine.n_grids})
-        fine.prefetch(pairs)
+    def _snap_edges(self, binned: Binned, pairs: list[tuple[int, int]]) -> None:
+        """The observed neighbours of many grid edges ``(feature, grid)`` of ``binned`` (the paper's grids or the
+        beam's fine ones) at once: the largest value below the edge and the smallest one from it on, from per-grid
+        minima and maxima (one scatter each per feature not seen before, one reduction). :meth:`_snap` cuts between
+        them at the shortest number (:func:`torch_amore.cuts.short_cut`: the same samples)."""
+        numeric = [not c for c in binned.is_cat.tolist()]
+        n_bins = binned.n_bins.tolist()
+        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < n_bins[j]})
+        if hasattr(binned, "prefetch"):
+            binned.prefetch(pairs)
         if self.X is None or not pairs:
             return
-        dt = self.binned.thresholds.dtype
-        feats = sorted({j for j, _ in pairs})
-        width = fine.n_bins_max + 1
+        tables = self.__dict__.setdefault("_edge_tables", {}).setdefault(id(binned), (binned, {}))[1]
+        self._edge_tables_for(binned, sorted({j for j, _ in pairs} - set(tables)), tables)
+        neighbours = self.__dict__.setdefault("_neighbours", {})
+        for j, g in pairs:
+            bound = binned.interval_bounds(j, g, n_bins[j] - 1)[0]
+            below, above = tables[j]
+            neighbours[(binned.columns[j], bound)] = (below[g - 1], above[g])  # infinite where there is none
+
+    def _edge_tables_for(self, binned: Binned, feats: list[int], tables: dict) -> None:
+        """Per feature, the largest observed value in grids <= g and the smallest in grids >= g (lists by g)."""
+        if not feats:
+            return
+        dt = binned.thresholds.dtype
+        width = binned.n_bins_max + 1
         lows = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
         highs = torch.full((len(feats), width), -math.inf, dtype=dt, device=self.X.device)
+        codes_t = getattr(binned, "codes_t", None)
         for r, j in enumerate(feats):
-            values, codes = self.X[:, fine.columns[j]].to(dt), fine.codes_t[j].long()
+            values = self.X[:, binned.columns[j]].to(dt)
+            codes = (codes_t[j] if codes_t is not None else binned.codes[:, j]).long()
             lows[r].scatter_reduce_(0, codes, values, "amin")  # NaN: the last cell, unused
             highs[r].scatter_reduce_(0, codes, values, "amax")
         lows = D.all_reduce_min(lows[:, :-1].contiguous())  # over the shards of a DDP run
         highs = D.all_reduce_max(highs[:, :-1].contiguous())
         above = lows.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
         below = highs.cummax(1).values.tolist()  # the largest value in grids <= g
+        for r, j in enumerate(feats):
+            tables[j] = (below[r], above[r])
+
+    def _snap(self, col: int, bound: float, side: str = "any") -> float:
+        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_edges`), else ``bound``.
+        ``side="low"``/``"high"``: also every value the grid edge keeps above/below it (the local sample's)."""
         cache = self.__dict__.setdefault("_snaps", {})
-        row = {j: r for r, j in enumerate(feats)}
-        for j, g in pairs:
-            bound = fine.interval_bounds(j, g, fine.n_grids - 1)[0]
-            a, b = below[row[j]][g - 1], above[row[j]][g]
-            col = fine.columns[j]
-            readable = short_cut(a, b, self.scale[col], self.offset[col])
-            cache[(col, bound)] = readable if math.isfinite(a) and math.isfinite(b) else bound
+        key = (col, bound, side)
+        if key not in cache:
+            if (col, bound) not in self.__dict__.get("_neighbours", {}):
+                return bound
+            a, b = self._neighbours[(col, bound)]
+            if side == "low":  # keeps the values >= bound inside
+                b = min(b, bound)
+            elif side == "high":  # keeps the values < bound inside
+                a = max(a, math.nextafter(bound, -math.inf))
+            cache[key] = _between(a, b, bound, (self.scale[col], self.offset[col]))
+        return cache[key]
 
-    def _snap(self, col: int, bound: float) -> float:
-        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_fine`), else ``bound``."""
-        return self.__dict__.get("_snaps", {}).get((col, bound), bound)
-
-    def _rule(self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = False) -> Rule:
+    def _rule(
+        self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = True, local: bool = False
+    ) -> Rule:
+        """The rule of grids ``g_low..g_high`` of searched feature ``j``, its bounds snapped to readable numbers that
+        select the same samples (``local``: and keep every value of those grids inside, e.g. a local sample's)."""
         b = self.binned if binned is None else binned
         col = b.columns[j]
         kind = b.kinds[j]
@@ -170,7 +207,11 @@ class _Extractor:
             return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
         low, high = b.interval_bounds(j, g_low, g_high)
         if snap and self.X is not None:
-            low, high = self._snap(col, low), self._snap(col, high)
+            known = self.__dict__.get("_neighbours", {})
+            if any(math.isfinite(v) and (col, v) not in known for v in (low, high)):
+                self._snap_edges(b, [(j, g_low), (j, g_high + 1)])
+            low = self._snap(col, low, "low" if local else "any")
+            high = self._snap(col, high, "high" if local else "any")
         if kind == "int" and b.int_valued[j] and scale == 1.0 and offset == 0.0:
             # on integer-valued data, x >= low <=> x >= ceil(low) and x < high <=> x < ceil(high)
             low = math.ceil(low) if low > -math.inf else low
@@ -195,10 +236,13 @@ class _Extractor:
         )  # fmt: skip
         rules: dict[tuple[int, int, int], Rule] = {}
         found: dict[frozenset, RuleSet] = {}
+        local = local_codes is not None
+        edges = {(j, g) for c in chosen for j, lo, hi, _ in c.steps for g in (lo, hi + 1)}
+        self._snap_edges(self.binned, sorted(edges))  # every bound's neighbours in one batched pass
         for c in sorted(chosen, key=insertion_order):  # a rule set met twice: as the depth-first walk met it first
             for j, g_low, g_high, _ in c.steps:
                 if (j, g_low, g_high) not in rules:
-                    rules[(j, g_low, g_high)] = self._rule(j, g_low, g_high)
+                    rules[(j, g_low, g_high)] = self._rule(j, g_low, g_high, local=local)
             rs_rules = tuple(rules[s[:3]] for s in c.steps)
             key = frozenset(rs_rules)
             if key not in found:
@@ -251,6 +295,8 @@ class _Extractor:
             self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k, budget=budget
         )
         optimum = (2 * found.boxes[0][0] - found.boxes[0][1]) / self.n_total_target if found.boxes else None
+        self._snap_edges(self.binned, sorted({(j, g) for _, _, conds in found.boxes for j, lo, hi in conds
+                                              for g in (lo, hi + 1)}))  # fmt: skip
         out = []
         for hits, support, conds in found.boxes:
             out.append(
@@ -295,10 +341,10 @@ class _Extractor:
         seeded = max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone but strong together
         seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
         states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
-        self._snap_fine(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
+        self._snap_edges(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
         out = []
         for st in states:
-            rules = tuple(self._rule(j, lo, hi, fine, snap=True) for j, lo, hi in st.conds)
+            rules = tuple(self._rule(j, lo, hi, fine) for j, lo, hi in st.conds)
             out.append(
                 RuleSet(
                     rules=rules,

@@ -1,0 +1,271 @@
+"""Readable, faithful numbers for rule bounds: where to cut between observed values, and how to print a cut.
+
+Every strategy stores a bound as a float64 in the units of the data it searched (``x``); users read it in their own
+units, ``raw = x * scale + offset``. Two rules keep what users read equal to what was computed:
+
+* **Where to cut** (:func:`short_cut`). Any bound strictly above the largest observed value below a cut and at most
+  the smallest observed value from it on selects the same samples. Among them the search stores the one that reads
+  shortest in the printed units (``x < 0.5`` rather than ``x < 0.5017943978``).
+* **How to print** (:func:`format_bound`). A stored bound ``c`` prints as the shortest decimal ``d`` whose float64
+  maps back to it, ``(float(d) - offset) / scale == c`` in float64: different stored bounds never print alike, and
+  the text, applied to data in the printed units, selects what ``c`` selects on the stored data. When no float64 in
+  the printed units maps back to ``c`` (a bound set by hand, or a huge offset that swamps the data), the exact value
+  ``c * scale + offset`` prints with as many digits as it takes to tell it from its neighbours (and never as a text
+  that another bound would print).
+
+Both work in exact rational arithmetic (:class:`fractions.Fraction`), so no finite input overflows.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from fractions import Fraction
+
+__all__ = ["admitted_integers", "format_bound", "short_cut"]
+
+_INF_KEY = 0x7FF0000000000000  # the order key of +inf (and minus that of -inf)
+
+
+def _key(x: float) -> int:
+    """Order-preserving integer key of a float64 (-0.0 and 0.0 share the key 0)."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return -(bits & 0x7FFFFFFFFFFFFFFF) if bits < 0 else bits
+
+
+def _float(key: int) -> float:
+    """Inverse of :func:`_key`."""
+    bits = key if key >= 0 else (-key) | -0x8000000000000000
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def _next(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+def _prev(x: float) -> float:
+    return math.nextafter(x, -math.inf)
+
+
+def _first(pred: Callable[[float], bool]) -> float:
+    """The smallest float64 ``p`` (``-inf`` ... ``+inf``) with ``pred(p)``, for ``pred`` false then true; ``nan`` when
+    ``pred(+inf)`` is false. Bisection on the floats' order: at most 64 calls."""
+    lo, hi = -_INF_KEY, _INF_KEY
+    if pred(-math.inf):
+        return -math.inf
+    if not pred(math.inf):
+        return math.nan
+    while hi - lo > 1:  # pred(lo) is false, pred(hi) true
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pred(_float(mid)) else (mid, hi)
+    return _float(hi)
+
+
+def _to_stored(p: float, scale: float, offset: float) -> float:
+    """A printed-units value in stored units, in float64: the map every printed bound is checked against."""
+    return (p - offset) / scale
+
+
+def _floor_log10(x: Fraction) -> int:
+    """``e`` with ``10**e <= x < 10**(e + 1)`` for ``x > 0``."""
+    e = len(str(x.numerator)) - len(str(x.denominator))
+    while Fraction(10) ** e > x:
+        e -= 1
+    while Fraction(10) ** (e + 1) <= x:
+        e += 1
+    return e
+
+
+def _shortest_in(lo: Fraction, hi: Fraction, min_digits: int = 1) -> tuple[int, int]:
+    """The decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``: then its last digit is
+    not 0) strictly inside ``(lo, hi)``, the one nearest the middle among those; returned as ``(m, k)``."""
+    if lo < 0 < hi and min_digits <= 1:
+        return 0, 0
+    if hi <= 0:
+        m, k = _shortest_in(-hi, -lo, min_digits)
+        return -m, k
+    e = _floor_log10(hi) if hi > 0 else 0
+    digits = min_digits
+    while True:
+        k = e - digits + 1
+        step = Fraction(10) ** k
+        top = math.ceil(hi / step) - 1  # the largest multiple of step below hi
+        bottom = math.floor(lo / step) + 1  # the smallest one above lo
+        middle = min(max(round((lo + hi) / 2 / step), bottom), top)
+        for m in (middle, middle - 1, middle + 1):
+            if bottom <= m <= top and (min_digits <= 1 or m % 10 != 0):
+                return m, k
+        digits += 1
+
+
+def _text(m: int, k: int) -> str:
+    """``m * 10**k`` as text the way Python prints floats: plain between 1e-4 and 1e16, else ``1.5e+300``."""
+    if m == 0:
+        return "0"
+    sign = "-" if m < 0 else ""
+    digits = str(abs(m)).rstrip("0")
+    k += len(str(abs(m))) - len(digits)
+    lead = k + len(digits) - 1  # the exponent of the leading digit
+    if -5 <= lead < 16:
+        if k >= 0:
+            return sign + digits + "0" * k
+        point = len(digits) + k
+        return sign + (digits[:point] if point > 0 else "0") + "." + "0" * max(0, -point) + digits[max(point, 0) :]
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{sign}{mantissa}e{'+' if lead >= 0 else '-'}{abs(lead):02d}"
+
+
+def _n_digits(text: str) -> int:
+    """Significant digits of a number written by :func:`_text` (trailing zeros of an integer do not count)."""
+    return max(1, len(text.lstrip("-").split("e")[0].replace(".", "").strip("0")))
+
+
+def _preimage(c: float, scale: float, offset: float) -> tuple[float, float] | None:
+    """The float64s ``p`` in printed units with ``_to_stored(p) == c``, as ``(first, last)``; ``None`` when none."""
+    sign = 1.0 if scale > 0 else -1.0
+    up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
+    first = _first(lambda p: up(p) >= sign * c)
+    after = _first(lambda p: up(p) > sign * c)
+    if math.isnan(first) or not math.isfinite(first):
+        return None
+    last = _prev(after) if not math.isnan(after) else math.inf
+    if not (first <= last and _to_stored(first, scale, offset) == c and math.isfinite(last)):
+        return None
+    return first, last
+
+
+def _neighbourhood(first: float, last: float) -> tuple[Fraction, Fraction]:
+    """The reals that round to a float64 in ``[first, last]`` (open at the midpoints, where rounding ties)."""
+    lo = (Fraction(_prev(first)) + Fraction(first)) / 2 if math.isfinite(_prev(first)) else Fraction(first) * 2
+    hi = (Fraction(last) + Fraction(_next(last))) / 2 if math.isfinite(_next(last)) else Fraction(last) * 2
+    return (lo, hi) if lo < hi else (hi, lo)
+
+
+def _primary(c: float, scale: float, offset: float) -> str | None:
+    """The shortest decimal whose float64 maps back to ``c`` in float64, or ``None`` when no float64 does."""
+    if (scale, offset) == (1.0, 0.0):
+        return _text(*_shortest_in(*_neighbourhood(c, c)))
+    pre = _preimage(c, scale, offset)
+    if pre is None:
+        return None
+    lo, hi = _neighbourhood(*pre)
+    digits = 1
+    while True:  # the rounding neighbourhood may hold a decimal whose float lies just outside: check, lengthen
+        m, k = _shortest_in(lo, hi, digits)
+        text = _text(m, k)
+        if _to_stored(float(text), scale, offset) == c:
+            return text
+        digits = max(digits, _n_digits(text)) + 1
+
+
+def format_bound(c: float, scale: float = 1.0, offset: float = 0.0) -> str:
+    """The stored bound ``c`` as text in printed units (``raw = x * scale + offset``), shortest first.
+
+    The text is the shortest decimal ``d`` with ``(float(d) - offset) / scale == c`` in float64, so two different
+    stored bounds never print alike. When no float64 maps back to ``c`` (possible only for bounds that no search
+    produced, or units that swamp the data's precision) it is the exact ``c * scale + offset`` with as many digits as
+    it takes to tell it from the neighbouring float64s of ``c``.
+
+    Example:
+        >>> format_bound(0.5), format_bound(0.1 + 0.2), format_bound(1e300 * 10)
+        ('0.5', '0.30000000000000004', '1e+301')
+        >>> format_bound((6.7 - 3.5) / 5.5, scale=5.5, offset=3.5)
+        '6.7'
+    """
+    if not math.isfinite(c):
+        return "inf" if c > 0 else "-inf" if c < 0 else "nan"
+    text = _primary(c, scale, offset)
+    if text is not None:
+        return text
+    # no float64 maps back: the exact value, told apart from the neighbouring bounds' exact values
+    exact = lambda v: v * Fraction(scale) + Fraction(offset)  # noqa: E731
+    lo, hi = _neighbourhood(c, c)
+    lo, hi = sorted((exact(lo), exact(hi)))
+    digits = 1
+    while True:
+        m, k = _shortest_in(lo, hi, digits)
+        text = _text(m, k)
+        back = _to_stored(float(text), scale, offset)
+        if not math.isfinite(back) or _primary(back, scale, offset) != text:  # not what another bound prints
+            return text
+        digits = max(digits, _n_digits(text)) + 1
+
+
+def admitted_integers(low: float, high: float, scale: float = 1.0, offset: float = 0.0) -> tuple[float, float]:
+    """The integers ``n`` (in printed units) whose stored value ``(n - offset) / scale`` lies in ``[low, high)``, as
+    the closed range ``(first, last)``; a side is infinite when open, and ``first > last`` when no integer is
+    admitted.
+
+    Example:
+        >>> admitted_integers(40.2, math.inf), admitted_integers(3.0, 4.0), admitted_integers(0.5, 0.9, 10.0, 1.0)
+        ((41, inf), (3, 3), (6, 9))
+    """
+    if (scale, offset) == (1.0, 0.0):
+        first = math.ceil(low) if math.isfinite(low) else -math.inf
+        last = math.ceil(high) - 1 if math.isfinite(high) else math.inf
+        return first, last
+
+    def stored(p: float) -> float:
+        return _to_stored(p, scale, offset)
+
+    def ceil(p: float) -> float:
+        return math.ceil(p) if math.isfinite(p) else p
+
+    if scale > 0:  # stored >= v <=> printed >= the first p reaching v
+        first = ceil(_first(lambda p: stored(p) >= low)) if math.isfinite(low) else -math.inf
+        last = ceil(_first(lambda p: stored(p) >= high)) - 1 if math.isfinite(high) else math.inf
+        return first, last
+    # a negative scale flips the order: stored < v <=> printed >= the first p below v
+    first = ceil(_first(lambda p: stored(p) < high)) if math.isfinite(high) else -math.inf
+    last = ceil(_first(lambda p: stored(p) < low)) - 1 if math.isfinite(low) else math.inf
+    return first, last
+
+
+def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> float:
+    """A cut ``c`` with ``a < c <= b`` that reads short: as few significant digits as possible in the printed units
+    ``c * scale + offset`` (as printed by :func:`format_bound`; in the stored units when the printed ones give no
+    cut inside; ``b`` when nothing is shorter). Among cuts of the same length, the one nearest the middle.
+
+    A bound anywhere between the largest value below a cut and the smallest value above it selects the same
+    samples; the shortest one reads best (``x < 0.5`` rather than ``x < 0.5017943978``).
+
+    Example:
+        >>> short_cut(0.4998, 0.5018), short_cut(-2.31, -2.2999), short_cut(1.0, 1.0000001), short_cut(3.0, 4.0)
+        (0.5, -2.3, 1.0000001, 4.0)
+        >>> c = short_cut(0.45, 0.46, scale=5.5, offset=3.5)  # printed units (5.975, 6.03]: 6
+        >>> format_bound(c, scale=5.5, offset=3.5)
+        '6'
+    """
+    if not (math.isfinite(a) and math.isfinite(b)) or not a < b:
+        return b
+    best, best_len = b, _n_digits(format_bound(b, scale, offset))
+    c = _printed_cut(a, b, scale, offset)
+    if c is None:  # no float64 in printed units maps inside: a short one in stored units
+        c = float(_text(*_shortest_in(Fraction(a), Fraction(b))))
+    if a < c <= b and _n_digits(format_bound(c, scale, offset)) <= best_len:
+        best = c
+    return best
+
+
+def _printed_cut(a: float, b: float, scale: float, offset: float) -> float | None:
+    """The stored value ``c`` in ``(a, b]`` of the shortest decimal in printed units that maps into ``(a, b]``;
+    ``None`` when no float64 in printed units does."""
+    sign = 1.0 if scale > 0 else -1.0
+    up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
+    if sign > 0:  # c in (a, b] <=> up(p) in (a, b]
+        first, after = _first(lambda p: up(p) > a), _first(lambda p: up(p) > b)
+    else:  # c in (a, b] <=> up(p) = -c in [-b, -a)
+        first, after = _first(lambda p: up(p) >= -b), _first(lambda p: up(p) >= -a)
+    last = _prev(after) if not math.isnan(after) else math.inf
+    if math.isnan(first) or not (math.isfinite(first) and math.isfinite(last) and first <= last):
+        return None
+    lo, hi = _neighbourhood(first, last)
+    digits = 1
+    while digits < 40:  # a decimal just inside the neighbourhood may round outside: check, lengthen
+        text = _text(*_shortest_in(lo, hi, digits))
+        c = _to_stored(float(text), scale, offset)
+        if a < c <= b:
+            return c
+        digits = max(digits, _n_digits(text)) + 1
+    return None
