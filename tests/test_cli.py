@@ -622,3 +622,14 @@ def test_printed_rules_select_the_rows_of_their_masks(tmp_path, capsys, strategy
     for (_, text, *_), rs in zip(rows, rule_sets):
         printed = parse_expression(text.replace(" AND ", " and "), df.columns).evaluate(df)
         np.testing.assert_array_equal(printed, rs.mask(X).numpy(), err_msg=text)
+
+
+def test_integers_beyond_2_53_are_refused_not_rounded(tmp_path, capsys):
+    """A CSV integer column that float64 would round (issue 12: printed bounds selecting other rows) exits 2."""
+    path = tmp_path / "ids.csv"
+    big = 2**62 + np.arange(40)  # neighbouring values collapse to one float64
+    pd.DataFrame({"id": big, "x": np.arange(40) % 7, "y": np.arange(40) % 2}).to_csv(path, index=False)
+    assert main(["rules", str(path), "--target", "y == 1"]) == 2
+    line = _err_line(capsys.readouterr())
+    assert "column 'id'" in line and "2**53" in line and "--exclude id" in line
+    assert main(["rules", str(path), "--target", "y == 1", "--exclude", "id", "--min-support", "3"]) == 0

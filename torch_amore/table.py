@@ -242,6 +242,11 @@ def _encode_column(
     if pd.api.types.is_complex_dtype(col.dtype):
         raise TableError(f"column {name!r} holds complex numbers; remove it with --exclude {name}")
     if pd.api.types.is_numeric_dtype(col.dtype) and not isinstance(col.dtype, pd.CategoricalDtype):
+        if pd.api.types.is_integer_dtype(col.dtype):  # integers beyond 2**53 would be rounded by float64
+            try:
+                V.check_exact_integers(np.asarray(col.dropna().to_numpy()), f"column {name!r}")
+            except ValueError as err:
+                raise TableError(f"{err} (or --exclude {name})") from None
         values = np.array(col.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
         if np.isinf(values).any():
             raise TableError(f"column {name!r} holds infinite values; replace them or remove the column with "
