@@ -322,6 +322,25 @@ def check_range(lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], name
         )
 
 
+def check_units(
+    lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], scale: Sequence[float], offset: Sequence[float]
+) -> None:
+    """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
+
+    An offset more than 2**50 times the column's spread in original units swamps it in float64: every bound would
+    print as (nearly) the offset itself, so the rules could not be read in those units.
+    """
+    spread = ((hi - lo).abs().double().nan_to_num(0.0)).tolist()
+    for k, c in enumerate(columns):
+        width = spread[k] * abs(scale[c]) or abs(scale[c])
+        if abs(offset[c]) > 2.0**50 * width:
+            raise ValueError(
+                f"Expected `feature_offset` of feature {c} ({offset[c]:g}) to be small enough for its values "
+                f"(spread {width:g} in original units) to stay apart in float64, but it is more than 2**50 times "
+                "the spread: bounds in those units could not be told apart; pass a smaller offset."
+            )
+
+
 #: Peak bytes of working memory beyond X itself per searched value (row x feature) and per row, and per cell of a
 #: node's (feature, grid) count tables, fitted to peak RSS on CPU (N = 2e4 to 2e6, F = 2 to 200, n_grids = 10 to
 #: 32767, the level-by-level rule tree): the estimate was 1.1 to 2.1 times the measured peak.

@@ -464,6 +464,7 @@ def prepare(
     lo, hi = nan_min_max(searched)
     V.check_observed(lo, columns, n_features)
     V.check_range(lo, hi, columns)
+    V.check_units(lo, hi, columns, scale, offset)
     if given is not None:
         kinds = [given[c] for c in columns]
     else:  # inferred in the user's units when feature_scale/feature_offset are given
