@@ -422,7 +422,7 @@ def run_model(
             start += rows
             outputs.append(out.detach())
             if capture is not None:
-                acts.append(_activations(capture, layer_name, rows))
+                acts.append(layer_activations(capture.values, layer_name, rows))
             input_type = input_type or type(inp).__name__
             if require_inputs and not isinstance(inp, torch.Tensor):
                 raise TypeError(
@@ -470,13 +470,23 @@ def _output_tensor(out: Any) -> torch.Tensor:
     return out.reshape(1) if out.ndim == 0 else out
 
 
-def _activations(capture: _Capture, layer_name: str | None, rows: int) -> torch.Tensor:
-    if len(capture.values) != 1:
+def layer_activations(values: list[torch.Tensor], layer_name: str | None, rows: int) -> torch.Tensor:
+    """The (rows, D) activations a forward hook captured in ``values`` during one forward pass (emptied), checked:
+    the layer ran exactly once and has one row per sample. Shared by the explainer and the Lightning callback.
+
+    Example:
+        >>> import torch
+        >>> layer_activations([torch.zeros(4, 2, 3)], "conv", 4).shape
+        torch.Size([4, 6])
+    """
+    if len(values) != 1:
+        n = len(values)
+        values.clear()
         raise ValueError(
-            f"Expected `layer` ({layer_name}) to run once per forward pass, but it ran {len(capture.values)} times; "
+            f"Expected `layer` ({layer_name}) to run once per forward pass, but it ran {n} times; "
             "pick a module the model calls exactly once."
         )
-    act = capture.values.pop()
+    act = values.pop()
     if act.ndim == 0 or act.shape[0] != rows:
         raise ValueError(
             f"Expected the activations of `layer` ({layer_name}) to have one row per sample ({rows} in this batch), "

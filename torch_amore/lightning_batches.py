@@ -25,7 +25,7 @@ from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
-from torch_amore._forward import eval_mode, split_batch
+from torch_amore._forward import eval_mode, layer_activations, split_batch
 from torch_amore._typing import BatchKey
 
 
@@ -133,7 +133,7 @@ class _Collector:
         rows = out.shape[0]
         self.outputs.append(_at_least_float32(out.detach()))
         if capture is not None:
-            self.acts.append(self._activation(capture, rows))
+            self.acts.append(_at_least_float32(layer_activations(capture.values, self.layer_name, rows)))
         if self.collect_inputs:
             if not isinstance(inp, torch.Tensor):
                 raise TypeError(
@@ -143,22 +143,6 @@ class _Collector:
             self.inputs.append(_at_least_float32(inp.detach()))
         if labels is not None:
             self.labels.append(torch.as_tensor(labels).reshape(rows, -1).squeeze(1).detach().cpu())
-
-    def _activation(self, capture: _Capture, rows: int) -> torch.Tensor:
-        if len(capture.values) != 1:
-            n = len(capture.values)
-            capture.values.clear()
-            raise ValueError(
-                f"Expected `layer` ({self.layer_name}) to run once per forward pass, but it ran {n} times; pick a "
-                "module the model calls exactly once."
-            )
-        act = capture.values.pop()
-        if act.ndim == 0 or act.shape[0] != rows:
-            raise ValueError(
-                f"Expected the activations of `layer` ({self.layer_name}) to have one row per sample ({rows} in this "
-                f"batch), but got shape {tuple(act.shape)}; pick a layer after pooling."
-            )
-        return _at_least_float32(act.reshape(rows, -1))
 
     def result(self) -> ModuleOutputs:
         if not self.outputs:
