@@ -207,6 +207,9 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--exact-budget", type=_integer, metavar="B",
                        help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
                        f"thread); a search that would need more is refused up front (default: {d.exact_budget})")
+    group.add_argument("--optimum-budget", type=_integer, metavar="B",
+                       help="work allowed to compute the grid's optimum that beam/paper results are compared with "
+                       f"(max length <= 2; grid-cell updates; 0: never) (default: {d.optimum_budget})")
     group.add_argument("--progress", action="store_true", default=None,
                        help="show progress bars over the rule tree and the beam search (on stderr)")
 
@@ -522,6 +525,8 @@ def _report(run: _Run) -> None:
     shown, negative = run.shown(), run.negative
     if shown:
         print(format_table(shown, flag_negative=run.args.all_rule_sets))
+    if run.found and run.found[0].optimum is not None:
+        print(f"best: {run.found[0].optimum_text()} (--strategy exact on the same grid)")
     hidden = len(run.found) - len(shown)
     if hidden:
         print(f"{hidden} of {len(run.found)} rule sets not shown: near-duplicates of a fitter one, or negative fitness "

@@ -210,6 +210,8 @@ class RegionalExplanation:
             lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
             if max_rows is not None and len(rows) > max_rows:
                 lines.append(f"  ... {len(rows) - max_rows} more")
+        if self.best is not None and self.best.optimum is not None:
+            lines.append(f"  best: {self.best.optimum_text(precision)} (strategy='exact' on the same grid)")
         if hidden:
             negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in self.rule_sets)
             why = [f"{negative} with fitness <= 0"] if negative else []
@@ -306,8 +308,9 @@ class RegionalExplanation:
 
     def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
         """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
-        rule text, its length, features, support, confidence, fitness, lift, recall, base rate and the flag
-        ``positive_fitness``; the index is the position in :attr:`rule_sets`."""
+        rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
+        NaN when not computed), lift, recall, base rate and the flag ``positive_fitness``; the index is the position
+        in :attr:`rule_sets`."""
         import pandas as pd
 
         rows = self.shown(include_negative, distinct=distinct)
@@ -317,10 +320,11 @@ class RegionalExplanation:
                 "length": len(rs),
                 "features": tuple(r.name for r in rs.rules),
                 **self.stats(rs),
+                "optimum": float("nan") if rs.optimum is None else rs.optimum,
             }
             for _, rs in rows
         ]
-        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "lift", "recall",
+        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "optimum", "lift", "recall",
                    "base_rate", "positive_fitness"]  # fmt: skip
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 

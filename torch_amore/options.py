@@ -97,6 +97,10 @@ class SearchOptions:
         exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread):
             ``strategy="exact"`` at ``max_length <= 2`` refuses up front when its estimate exceeds it; at
             ``max_length = 3`` the branch and bound stops there and says so (:mod:`torch_amore.exact`).
+        optimum_budget: work allowed to compute the optimum that the ``"beam"`` and ``"paper"`` strategies' results
+            carry (:attr:`torch_amore.RuleSet.optimum`): at ``max_length <= 2`` the exact search runs on the same grid
+            when its estimate (:func:`torch_amore.exact.estimate_cost`, grid-cell updates) is at most this (default
+            1e8, well under a second), and the beam strategy also takes its best rule set as a candidate; 0 never.
 
     Example:
         >>> options = SearchOptions(max_length=3, min_support=100)
@@ -121,6 +125,7 @@ class SearchOptions:
     feature_offset: tuple[float, ...] | None = None
     progress: bool = False
     exact_budget: int = 2 * 10**9
+    optimum_budget: int = 10**8
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
@@ -142,6 +147,7 @@ class SearchOptions:
             raise TypeError(f"Expected `progress` to be True or False, but got {self.progress!r}.")
         set_(self, "progress", bool(self.progress))
         set_(self, "exact_budget", V.check_int(self.exact_budget, "exact_budget", 1))
+        set_(self, "optimum_budget", V.check_int(self.optimum_budget, "optimum_budget", 0))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -181,6 +181,18 @@ def _options_table(explanation: Any) -> str:
     return f'<table id="options"><thead><tr><th>option</th><th>value</th></tr></thead><tbody>{body}</tbody></table>'
 
 
+def _optimum_note(explanation: Any) -> str:
+    """The best rule set's fitness against the grid's optimum (:meth:`RuleSet.optimum_text`), when computed."""
+    best = explanation.best
+    if best is None or best.optimum is None:
+        return ""
+    return (
+        f'<p class="note">Best rule set: {html.escape(best.optimum_text())}. The optimum is the highest fitness '
+        "of any rule set on the search's grid with the same length and support limits, found by an exhaustive "
+        "search (strategy='exact').</p>"
+    )
+
+
 def explanation_html(
     explanation: Any,
     *,
@@ -223,6 +235,7 @@ def explanation_html(
         _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules")
         if shown_idx
         else '<p class="note">No rule set with non-negative fitness.</p>',
+        _optimum_note(explanation),
     ]
     if figs:
         parts.append("<h2>Figures</h2>")

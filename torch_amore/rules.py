@@ -358,6 +358,26 @@ class RuleSet:
     def __len__(self) -> int:
         return len(self.rules)
 
+    def optimum_text(self, precision: int = 3) -> str | None:
+        """How this rule set's fitness compares with :attr:`optimum`, the best the search's grid can express (``None``
+        when the optimum was not computed).
+
+        Example:
+            >>> rs = RuleSet((), 10, 0.9, 0.74, optimum=0.76)
+            >>> rs.optimum_text()
+            'fitness 0.740 of an optimum 0.760 on this grid'
+            >>> RuleSet((), 10, 0.9, 0.78, optimum=0.76).optimum_text()
+            'fitness 0.780, above the optimum 0.760 on this grid (cuts between observed values)'
+        """
+        if self.optimum is None:
+            return None
+        fit, opt = f"{self.fitness:.{precision}f}", f"{self.optimum:.{precision}f}"
+        if self.fitness > self.optimum:
+            return f"fitness {fit}, above the optimum {opt} on this grid (cuts between observed values)"
+        if self.fitness == self.optimum:
+            return f"fitness {fit}, the optimum on this grid"
+        return f"fitness {fit} of an optimum {opt} on this grid"
+
     @property
     def features(self) -> tuple[int, ...]:
         return tuple(r.feature for r in self.rules)

@@ -30,7 +30,7 @@ from torch_amore.beam import (
 )
 from torch_amore.binning import Binned, bin_features, nan_min_max
 from torch_amore.cuts import short_cut
-from torch_amore.exact import check_budget, exact_search
+from torch_amore.exact import check_budget, estimate_cost, exact_search
 from torch_amore.options import SearchOptions
 from torch_amore.ratios import grid_counts
 from torch_amore.rules import Rule, RuleSet
@@ -275,18 +275,32 @@ class _Extractor:
             max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
             progress=o.progress,
         )  # fmt: skip
+        optimal = self.grid_optimum(o, min_support) if local_codes is None else []
         if o.strategy == "beam" and local_codes is None:
             found = self.run_beam(
                 max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
                 min_confidence=o.min_confidence, progress=o.progress,
-            )  # fmt: skip
+            ) + optimal  # fmt: skip
             ranked = sort_rule_sets(found)
             polished = [self.polish(rs, min_support) for rs in _two_feature_sets(ranked)]
             if o.min_confidence is not None:
                 confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
                 polished += [self.polish(rs, min_support, min_confidence=o.min_confidence) for rs in confident]
             rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+        if optimal:  # every result says how far it is from the best the grid can express
+            rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
+
+    def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
+        """The best rule set on the search's grid (:mod:`torch_amore.exact`), its fitness in ``optimum``, when that is
+        affordable: ``max_length <= 2`` and an estimated work (:func:`torch_amore.exact.estimate_cost`) of at most
+        ``options.optimum_budget``; else (or when no rule set has ``min_support`` samples) ``[]``."""
+        o = options
+        n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
+        if o.max_length > 2 or estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length) > o.optimum_budget:
+            return []
+        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget)
+        return [rs for rs in found if rs.optimum is not None]
 
     def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
