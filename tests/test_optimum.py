@@ -8,13 +8,12 @@ import math
 import pandas as pd
 import pytest
 import torch
+from grid_brute import brute_force, mixed_data
 
 import torch_amore as ta
 from torch_amore.binning import bin_features
 from torch_amore.cli import main
 from torch_amore.exact import estimate_cost
-
-from grid_brute import brute_force, mixed_data
 
 
 def _brute_optimum(X, target, kinds, max_length, min_support, n_grids=6):

@@ -30,7 +30,7 @@ import torch
 from torch_amore import _validation as V
 from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.protocol import SearchResult, _as_grid, _check_bound, _result_from_rows, _select_best
+from torch_amore.protocol import SearchResult, as_grid, check_bound, result_from_rows, select_best
 from torch_amore.rules import Rule, RuleSet
 
 #: Split criteria of :class:`sklearn.tree.DecisionTreeClassifier`.
@@ -284,13 +284,13 @@ def decision_tree_search(
         8
     """
     max_depth = _check_max_depth(max_depth)
-    bound = _check_bound(confidence_lower_bound)
-    crits = _as_grid(criteria, "criteria", str)
+    bound = check_bound(confidence_lower_bound)
+    crits = as_grid(criteria, "criteria", str)
     for c in crits:
         V.check_choice(c, "criteria", CRITERIA)
-    weights = [_check_class_weight(w) for w in _as_grid(class_weights, "class_weights", str)]
+    weights = [_check_class_weight(w) for w in as_grid(class_weights, "class_weights", str)]
     data = _TreeData(X, target, features, feature_names, feature_types, feature_scale, feature_offset)
-    leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in _as_grid(min_samples_leaf, "min_samples_leaf")]
+    leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in as_grid(min_samples_leaf, "min_samples_leaf")]
 
     settings = list(itertools.product(crits, leaves, weights))
     bar = progress_bar(progress, total=len(settings), desc="decision-tree settings")
@@ -306,8 +306,8 @@ def decision_tree_search(
             target_name=target_name,
         )
         setting = {"criterion": crit, "min_samples_leaf": msl, "class_weight": cw}
-        rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
+        rows.append((setting, len(rule_sets), select_best(rule_sets, bound)))
         bar.update(1)
     bar.close()
-    return _result_from_rows(rows, bound)
+    return result_from_rows(rows, bound)
 

@@ -25,7 +25,7 @@ import torch
 from torchmetrics import Metric, MetricCollection
 
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.metrics import _as_bool, _confidence_compute, _fitness_compute, _fitness_update
+from torch_amore.metrics import as_bool, confidence_compute, fitness_compute, fitness_update
 from torch_amore.rules import RuleSet
 
 
@@ -51,12 +51,12 @@ class _RuleCounts(Metric):
     def update(self, x: ArrayLike, target: MaskLike) -> None:
         """Evaluate the rule set on the batch ``x`` (N, F) and count it against the boolean subgroup ``target``."""
         mask = self.rule_set.mask(x).to(self.covered.device)
-        target = _as_bool(torch.as_tensor(target, device=mask.device).reshape(-1), "target")
+        target = as_bool(torch.as_tensor(target, device=mask.device).reshape(-1), "target")
         if target.shape[0] != mask.shape[0]:
             raise ValueError(
                 f"Expected `target` to have one entry per row of `x` ({mask.shape[0]}), but got {target.shape[0]}."
             )
-        covered, hits, n_target = _fitness_update(mask, target)
+        covered, hits, n_target = fitness_update(mask, target)
         self.covered += covered
         self.hits += hits
         self.n_target += n_target
@@ -109,7 +109,7 @@ class RuleConfidence(_RuleCounts):
     plot_upper_bound = 1.0
 
     def compute(self) -> torch.Tensor:
-        return _confidence_compute(self.covered, self.hits)
+        return confidence_compute(self.covered, self.hits)
 
 
 class RuleFitness(_RuleCounts):
@@ -134,7 +134,7 @@ class RuleFitness(_RuleCounts):
     plot_upper_bound = 1.0
 
     def compute(self) -> torch.Tensor:
-        return _fitness_compute(self.covered, self.hits, self.n_target)
+        return fitness_compute(self.covered, self.hits, self.n_target)
 
 
 class RuleSetMetrics(MetricCollection):

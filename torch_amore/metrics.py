@@ -26,7 +26,8 @@ class RuleMetrics(NamedTuple):
     fitness: float
 
 
-def _as_bool(x: torch.Tensor, name: str) -> torch.Tensor:
+def as_bool(x: torch.Tensor, name: str) -> torch.Tensor:
+    """``x`` as a (N,) boolean tensor; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
     if not isinstance(x, torch.Tensor):
         x = torch.as_tensor(x)
     if x.dtype != torch.bool:
@@ -36,8 +37,9 @@ def _as_bool(x: torch.Tensor, name: str) -> torch.Tensor:
     return x
 
 
-def _check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    mask, target = _as_bool(mask, "mask"), _as_bool(target, "target")
+def check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mask`` and ``target`` as boolean tensors of the same length (see :func:`as_bool`)."""
+    mask, target = as_bool(mask, "mask"), as_bool(target, "target")
     if mask.shape != target.shape:
         raise ValueError(
             f"Expected `mask` and `target` of the same length, but got {mask.shape[0]} and {target.shape[0]}."
@@ -45,28 +47,52 @@ def _check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor,
     return mask, target
 
 
-def _support_update(mask: torch.Tensor) -> torch.Tensor:
+def support_update(mask: torch.Tensor) -> torch.Tensor:
+    """Samples under the rule."""
     return mask.sum()
 
 
-def _confidence_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def confidence_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(samples under the rule, target samples under the rule)."""
     return mask.sum(), (mask & target).sum()
 
 
-def _fitness_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fitness_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(samples under the rule, target samples under the rule, target samples)."""
     return mask.sum(), (mask & target).sum(), target.sum()
 
 
-def _confidence_compute(covered: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
+def confidence_compute(covered: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
+    """``hits / covered`` in float64 (0 where nothing is covered), elementwise."""
     covered, hits = covered.to(torch.float64), hits.to(torch.float64)
     return torch.where(covered > 0, hits / covered.clamp(min=1), torch.zeros_like(covered))
 
 
-def _fitness_compute(covered: torch.Tensor, hits: torch.Tensor, n_target: torch.Tensor) -> torch.Tensor:
+def fitness_compute(covered: torch.Tensor, hits: torch.Tensor, n_target: torch.Tensor) -> torch.Tensor:
+    """``(2 * hits - covered) / n_target`` in float64 (0 without target samples), elementwise."""
     covered, hits, n_target = (t.to(torch.float64) for t in (covered, hits, n_target))
     return torch.where(n_target > 0, (2 * hits - covered) / n_target.clamp(min=1), torch.zeros_like(covered))
+
+
+def confidence_of_counts(hits: int, support: int) -> float:
+    """Confidence from counts: ``hits / support`` (0 for an empty rule set); the searches' form of :func:`confidence`.
+
+    Example:
+        >>> confidence_of_counts(3, 4), confidence_of_counts(0, 0)
+        (0.75, 0.0)
+    """
+    return hits / support if support else 0.0
+
+
+def fitness_of_counts(hits: int, support: int, n_target: int) -> float:
+    """Fitness from counts: ``(hits - (support - hits)) / n_target`` (0 without target samples); the searches' form
+    of :func:`fitness`.
+
+    Example:
+        >>> fitness_of_counts(3, 4, 5)
+        0.4
+    """
+    return (2 * hits - support) / n_target if n_target else 0.0
 
 
 def support(mask: torch.Tensor) -> torch.Tensor:
@@ -77,7 +103,7 @@ def support(mask: torch.Tensor) -> torch.Tensor:
         >>> support(torch.tensor([True, False, True]))
         tensor(2)
     """
-    return _support_update(_as_bool(mask, "mask"))
+    return support_update(as_bool(mask, "mask"))
 
 
 def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -88,8 +114,8 @@ def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> confidence(torch.tensor([True, True, False, True]), torch.tensor([True, False, False, True]))
         tensor(0.6667, dtype=torch.float64)
     """
-    mask, target = _check_pair(mask, target)
-    return _confidence_compute(*_confidence_update(mask, target))
+    mask, target = check_pair(mask, target)
+    return confidence_compute(*confidence_update(mask, target))
 
 
 def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -100,10 +126,10 @@ def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> fitness(torch.tensor([True, True, False, True]), torch.tensor([True, False, True, True]))
         tensor(0.3333, dtype=torch.float64)
     """
-    mask, target = _check_pair(mask, target)
+    mask, target = check_pair(mask, target)
     if not bool(target.any()):
         raise ValueError("Expected `target` to select at least one sample: fitness divides by the subgroup size.")
-    return _fitness_compute(*_fitness_update(mask, target))
+    return fitness_compute(*fitness_update(mask, target))
 
 
 def rule_metrics(mask: torch.Tensor, target: torch.Tensor) -> RuleMetrics:
@@ -114,12 +140,12 @@ def rule_metrics(mask: torch.Tensor, target: torch.Tensor) -> RuleMetrics:
         >>> rule_metrics(torch.tensor([True, True, False, True]), torch.tensor([True, False, True, True]))
         RuleMetrics(support=3, confidence=0.6666666666666666, fitness=0.3333333333333333)
     """
-    mask, target = _check_pair(mask, target)
-    covered, hits, n_target = _fitness_update(mask, target)
+    mask, target = check_pair(mask, target)
+    covered, hits, n_target = fitness_update(mask, target)
     if int(n_target) == 0:
         raise ValueError("Expected `target` to select at least one sample: fitness divides by the subgroup size.")
     return RuleMetrics(
         support=int(covered),
-        confidence=float(_confidence_compute(covered, hits)),
-        fitness=float(_fitness_compute(covered, hits, n_target)),
+        confidence=float(confidence_compute(covered, hits)),
+        fitness=float(fitness_compute(covered, hits, n_target)),
     )

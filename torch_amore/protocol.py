@@ -36,7 +36,7 @@ DEFAULT_MIN_SUPPORTS = (0.01, 0.02, 0.05, 0.1)
 
 
 # --------------------------------------------------------------------------------------------------------- selection
-def _select_best(rule_sets: Iterable[RuleSet | None], bound: float) -> RuleSet | None:
+def select_best(rule_sets: Iterable[RuleSet | None], bound: float) -> RuleSet | None:
     """Highest fitness among rule sets with confidence >= ``bound``, else highest fitness; ties: the first."""
     pool = [r for r in rule_sets if r is not None]
     passing = [r for r in pool if r.confidence >= bound]
@@ -46,7 +46,8 @@ def _select_best(rule_sets: Iterable[RuleSet | None], bound: float) -> RuleSet |
     return max(pool, key=lambda r: r.fitness)  # max keeps the first of equal maxima
 
 
-def _check_bound(value: Any, name: str = "confidence_lower_bound") -> float:
+def check_bound(value: Any, name: str = "confidence_lower_bound") -> float:
+    """``value`` as a float in [0, 1]; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"Expected `{name}` to be a number in [0, 1], but got {value!r}.")
     if not 0.0 <= float(value) <= 1.0:
@@ -57,7 +58,7 @@ def _check_bound(value: Any, name: str = "confidence_lower_bound") -> float:
 _SCALARS = (str, int, float, np.integer, np.floating)
 
 
-def _as_grid(value: Any, name: str, scalar: type | tuple[type, ...] = _SCALARS) -> list:
+def as_grid(value: Any, name: str, scalar: type | tuple[type, ...] = _SCALARS) -> list:
     """One value or a sequence of values -> a non-empty list."""
     if value is None or isinstance(value, scalar) or isinstance(value, Mapping):
         return [value]
@@ -95,7 +96,7 @@ class SearchResult:
             raise ValueError(f"Expected `column` to be one of {list(self.records.columns)}, but got {column!r}.")
         picks = []
         for _, group in self.records.groupby(column, sort=False, dropna=False):
-            chosen = _select_best(group["rule_set"].tolist(), self.confidence_lower_bound)
+            chosen = select_best(group["rule_set"].tolist(), self.confidence_lower_bound)
             if chosen is None:
                 picks.append(group.index[0])
             else:
@@ -131,10 +132,10 @@ def _records_frame(rows: list[tuple[dict[str, Any], int, RuleSet | None]], bound
     return frame
 
 
-def _result_from_rows(rows: list[tuple[dict[str, Any], int, RuleSet | None]], bound: float) -> SearchResult:
+def result_from_rows(rows: list[tuple[dict[str, Any], int, RuleSet | None]], bound: float) -> SearchResult:
     """Records table and overall choice from ``(setting, number of rule sets, chosen rule set)`` per setting."""
     frame = _records_frame(rows, bound)
-    best = _select_best([r for _, _, r in rows], bound)
+    best = select_best([r for _, _, r in rows], bound)
     setting = next(dict(s) for s, _, r in rows if r is best) if best is not None else {}
     return SearchResult(best=best, setting=setting, records=frame, confidence_lower_bound=bound)
 
@@ -197,16 +198,16 @@ def search_hyperparameters(
               10           50      593    1.000
               10          100      593    1.000
     """
-    bound = _check_bound(confidence_lower_bound)
+    bound = check_bound(confidence_lower_bound)
     options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
     progress = options.progress
     options = options.replace(progress=False)
-    strategies = [V.check_bin_strategy(s) for s in _as_grid(bin_strategies, "bin_strategies", str)]
-    grids = [V.check_int(g, "n_grids", 2) for g in _as_grid(n_grids, "n_grids")]
+    strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]
+    grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
-    supports = [V.resolve_min_support(m, n) for m in _as_grid(min_supports, "min_supports")]
+    supports = [V.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
     local = V.to_local_x(local_x, n_features)
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
@@ -222,10 +223,10 @@ def search_hyperparameters(
             for s_min in supports:
                 rule_sets = extractor.extract(setting_options, min_support=s_min, local_codes=local_codes)
                 setting = {"bin_strategy": strategy, "n_grids": n_g, "min_support": s_min}
-                rows.append((setting, len(rule_sets), _select_best(rule_sets, bound)))
+                rows.append((setting, len(rule_sets), select_best(rule_sets, bound)))
                 bar.update(1)
     bar.close()
-    return _result_from_rows(rows, bound)
+    return result_from_rows(rows, bound)
 
 
 # ------------------------------------------------------------------------------------------- sequential covering
@@ -416,17 +417,17 @@ def sequential_covering(
         ELSE not target
         covers 708 of 708 target samples (coverage=1.000); support=708, confidence=1.000, fitness=0.754
     """
-    min_confidence = _check_bound(min_confidence, "min_confidence")
+    min_confidence = check_bound(min_confidence, "min_confidence")
     if max_rules is not None:
         max_rules = V.check_int(max_rules, "max_rules", 1)
     max_length = V.check_int(max_length, "max_length", 1)
     top_k = V.check_int(top_k, "top_k", 1)
-    strategies = [V.check_bin_strategy(s) for s in _as_grid(bin_strategy, "bin_strategy", str)]
-    grids = [V.check_int(g, "n_grids", 2) for g in _as_grid(n_grids, "n_grids")]
+    strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
+    grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
-    supports = [V.resolve_min_support(m, n) for m in _as_grid(min_support, "min_support")]
+    supports = [V.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)
     V.check_finite(X_t)
     kinds = V.resolve_feature_types(feature_types, X_t)  # fixed on the full data, not re-inferred on subsets
