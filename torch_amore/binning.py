@@ -107,15 +107,18 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
     # a count of thresholds <= x does not depend on their order; thresholds are never NaN
     thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
     step = pass_len(X.shape[0], X.shape[1])
+    reached = None  # scratch for one comparison, viewed as uint8 to add it without a conversion
     for r0 in range(0, X.shape[0], step):
         chunk = X[r0 : r0 + step]
         chunk = chunk if chunk.dtype == dt else chunk.to(dt)
         if search:
             acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
         else:
-            acc = torch.zeros(chunk.shape, dtype=out.dtype, device=X.device)
+            shape = chunk.shape
+            reached = torch.empty(shape, dtype=torch.bool, device=X.device) if reached is None else reached[: shape[0]]
+            acc = torch.zeros(shape, dtype=out.dtype, device=X.device)
             for t in thr:
-                acc += chunk >= t
+                acc += torch.ge(chunk, t, out=reached).view(torch.uint8)
         out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
 
 

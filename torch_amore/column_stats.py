@@ -155,24 +155,22 @@ class HostColumnStats:
 
 
 def _chunk_facts(chunk: torch.Tensor, buf: torch.Tensor, integers: bool) -> list[torch.Tensor]:
-    """(min, max, min and max of the fractional parts) per column of ``chunk``, NaN ignored; ``buf`` is scratch
-    space of ``chunk``'s shape and dtype."""
+    """(min, max, largest fractional part) per column of ``chunk``, NaN ignored; ``buf`` is scratch space of
+    ``chunk``'s shape and dtype."""
     keep = {"posinf": math.inf, "neginf": -math.inf}  # nan_to_num would clip +-inf otherwise
     lo = torch.nan_to_num(chunk, nan=math.inf, **keep, out=buf).amin(0)
     hi = torch.nan_to_num(chunk, nan=-math.inf, **keep, out=buf).amax(0)
     if not integers:
         return [lo, hi]
-    frac = torch.nan_to_num(chunk, nan=0.0, **keep, out=buf).frac_()  # NaN for +-inf: not an integer
-    return [lo, hi, *torch.aminmax(frac, dim=0)]
+    frac = torch.nan_to_num(chunk, nan=0.0, **keep, out=buf).frac_().abs_()  # NaN for +-inf: not an integer
+    return [lo, hi, frac.amax(0)]  # amax propagates NaN
 
 
 def _accumulate(acc: list[torch.Tensor] | None, new: list[torch.Tensor]) -> list[torch.Tensor]:
     if acc is None:
         return new
     out = [torch.minimum(acc[0], new[0]), torch.maximum(acc[1], new[1])]
-    if len(new) > 2:
-        out += [torch.minimum(acc[2], new[2]), torch.maximum(acc[3], new[3])]  # NaN (infinite values) propagates
-    return out
+    return out + [torch.maximum(acc[2], new[2])] if len(new) > 2 else out  # NaN (infinite values) propagates
 
 
 def _finish(acc: list[torch.Tensor] | None, n_cols: int, dt: torch.dtype, device: torch.device,
@@ -180,13 +178,13 @@ def _finish(acc: list[torch.Tensor] | None, n_cols: int, dt: torch.dtype, device
     """Reduce the per-rank facts over the shards and mark all-missing columns."""
     if acc is None:  # no rows on this rank
         inf = torch.full((n_cols,), math.inf, dtype=dt, device=device)
-        acc = [inf, -inf] + ([torch.zeros_like(inf), torch.zeros_like(inf)] if integers else [])
+        acc = [inf, -inf] + ([torch.zeros_like(inf)] if integers else [])
     lo, hi = D.all_reduce_min(acc[0].to(dt)), D.all_reduce_max(acc[1].to(dt))
     has_inf = (lo == -math.inf) | (hi == math.inf)
     empty = lo > hi
     lo, hi = lo.masked_fill(empty, math.nan), hi.masked_fill(empty, math.nan)
     if len(acc) > 2:
-        whole = D.all_ranks((acc[2] == 0) & (acc[3] == 0))
+        whole = D.all_ranks(acc[2] == 0)
         is_int = whole & (lo >= -EXACT_INT) & (hi <= EXACT_INT)  # False where all missing (NaN)
     else:
         is_int = torch.zeros_like(empty)
