@@ -43,14 +43,15 @@ def work_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def chunk_len(n_rows: int, n_cols: int, elements: int = CHUNK_ELEMENTS) -> int:
-    """Rows per chunk of about ``elements`` values of an (``n_rows``, ``n_cols``) matrix (at least one row).
+def chunk_len(n_rows: int, n_cols: int, elements: int | None = None) -> int:
+    """Rows per chunk of about ``elements`` values (default :data:`CHUNK_ELEMENTS`) of an (``n_rows``, ``n_cols``)
+    matrix (at least one row).
 
     Example:
         >>> chunk_len(10**6, 1024)
         4096
     """
-    return max(1, elements // max(1, n_cols))
+    return max(1, (CHUNK_ELEMENTS if elements is None else elements) // max(1, n_cols))
 
 
 def pass_len(n_rows: int, n_cols: int) -> int:
