@@ -214,7 +214,8 @@ def column_stats(
     """
     n, n_cols = X.shape
     dt = work_dtype(X.device)
-    step = pass_len(n, n_cols)
+    # in original units: several float64 temporaries per value, so chunks of CHUNK_ELEMENTS
+    step = pass_len(n, n_cols) if units is None else chunk_len(n, n_cols)
     if units is not None:
         scale, offset = (torch.tensor(list(v), dtype=torch.float64, device=X.device) for v in units)
     acc = raw_acc = buf = raw_buf = None
