@@ -106,7 +106,8 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
     search = thresholds.shape[1] > _SEARCH_ABOVE
     # a count of thresholds <= x does not depend on their order; thresholds are never NaN
     thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
-    step = pass_len(X.shape[0], X.shape[1])
+    # few large chunks; a conversion (e.g. float16 to float64) costs more memory per value: smaller ones then
+    step = (pass_len if X.dtype == dt else chunk_len)(X.shape[0], X.shape[1])
     reached = None  # scratch for one comparison, viewed as uint8 to add it without a conversion
     for r0 in range(0, X.shape[0], step):
         chunk = X[r0 : r0 + step]
