@@ -117,9 +117,11 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
         else:
             shape = chunk.shape
             reached = torch.empty(shape, dtype=torch.bool, device=X.device) if reached is None else reached[: shape[0]]
+            as_int = reached.view(torch.uint8)  # the same memory
             acc = torch.zeros(shape, dtype=out.dtype, device=X.device)
             for t in thr:
-                acc += torch.ge(chunk, t, out=reached).view(torch.uint8)
+                torch.ge(chunk, t, out=reached)
+                acc += as_int
         out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
 
 
