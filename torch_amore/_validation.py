@@ -18,6 +18,7 @@ import torch
 
 from torch_amore import distributed as D
 from torch_amore._typing import BIN_STRATEGIES, FEATURE_TYPES
+from torch_amore.column_stats import EXACT_INT, column_stats
 
 #: Largest number of grids per feature: bin codes are int16 and the code after the last grid marks a missing value.
 MAX_GRIDS = 32767
@@ -26,7 +27,7 @@ MAX_GRIDS = 32767
 MAX_CATEGORIES = 4096
 
 #: Integers up to this magnitude are exactly representable in float64.
-_EXACT_INT = 2**53
+_EXACT_INT = EXACT_INT
 
 _ONE_HOT = "one-hot encode them first, e.g. `X = pd.get_dummies(X, columns={cols}, dtype=float)`"
 _DATES = (
@@ -201,9 +202,15 @@ def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
         raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
-def check_finite(X: torch.Tensor, name: str = "X") -> None:
-    """NaN is a missing value; +-inf is an error."""
-    if D.any_rank(bool(torch.isinf(X).any())):  # every shard of a DDP run raises together
+def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool | None = None) -> None:
+    """NaN is a missing value; +-inf is an error.
+
+    ``any_inf``: whether any shard holds +-inf, when already known (e.g. from
+    :meth:`torch_amore.column_stats.ColumnStats.fetch`); then ``X`` is only read to describe the error.
+    """
+    if any_inf is None:
+        any_inf = D.any_rank(bool(torch.isinf(X).any()))
+    if any_inf:  # every shard of a DDP run raises together
         rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
         if rows.numel() == 0:
             raise ValueError(f"Expected `{name}` to hold finite values, but another rank's shard holds +-inf.")
@@ -231,7 +238,8 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
-    n_t, n = (int(v) for v in D.all_reduce_sum(torch.tensor([int(target.sum()), n])))  # all shards of a DDP run
+    counts = torch.stack([target.sum(), torch.tensor(n, device=target.device)])
+    n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
     if n_t == 0:
         raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
     if n_t == n:
@@ -292,12 +300,12 @@ def check_n_grids(value: Any) -> int:
     return n_grids
 
 
-def check_observed(lo: torch.Tensor, columns: Sequence[int], n_features: int, name: str = "X") -> None:
+def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int, name: str = "X") -> None:
     """At least one searched column holds a non-missing value (else no rule could select anything).
 
     ``lo`` is the per-column minimum of the searched ``columns`` over all shards (NaN where a column is all missing).
     """
-    if not bool(torch.isnan(lo).all()):
+    if not all(math.isnan(v) for v in lo):
         return
     if len(columns) == n_features:
         raise ValueError(f"Expected `{name}` to hold some non-missing values, but every value is NaN (missing).")
@@ -307,30 +315,32 @@ def check_observed(lo: torch.Tensor, columns: Sequence[int], n_features: int, na
     )
 
 
-def check_range(lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], name: str = "X") -> None:
+def check_range(lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int],
+                name: str = "X") -> None:
     """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
 
-    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing).
+    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing), and
+    ``overflow`` whether ``hi - lo`` overflows in the binning dtype
+    (:class:`torch_amore.column_stats.HostColumnStats`).
     """
-    over = torch.nonzero(torch.isinf(hi - lo), as_tuple=True)[0].tolist()  # lo, hi: the binning dtype
+    over = [k for k, v in enumerate(overflow) if v]
     if over:
         k = over[0]
         raise ValueError(
             f"Expected the range (max - min) of each column of `{name}` to be finite in float64, but column "
-            f"{columns[k]} spans [{float(lo[k]):g}, {float(hi[k]):g}]; divide it by a constant s and pass "
+            f"{columns[k]} spans [{lo[k]:g}, {hi[k]:g}]; divide it by a constant s and pass "
             "`feature_scale` (s for that column) to print bounds in the original units."
         )
 
 
-def check_units(
-    lo: torch.Tensor, hi: torch.Tensor, columns: Sequence[int], scale: Sequence[float], offset: Sequence[float]
-) -> None:
+def check_units(spread: Sequence[float], columns: Sequence[int], scale: Sequence[float],
+                offset: Sequence[float]) -> None:
     """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
 
-    An offset more than 2**50 times the column's spread in original units swamps it in float64: every bound would
-    print as (nearly) the offset itself, so the rules could not be read in those units.
+    ``spread`` is each searched column's ``|max - min|`` (0 where all missing). An offset more than 2**50 times the
+    column's spread in original units swamps it in float64: every bound would print as (nearly) the offset itself,
+    so the rules could not be read in those units.
     """
-    spread = ((hi - lo).abs().double().nan_to_num(0.0)).tolist()
     for k, c in enumerate(columns):
         width = spread[k] * abs(scale[c]) or abs(scale[c])
         if abs(offset[c]) > 2.0**50 * width:
@@ -554,41 +564,21 @@ def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
 
     Beyond 2**53 every float64 is a whole number, so a column with such values does not count as integer-valued.
-
-    One chunked pass over X, vectorized over columns.
+    One chunked pass over X, vectorized over columns (:func:`torch_amore.column_stats.column_stats`).
     """
-    n, n_features = X.shape
-    is_int = torch.ones(n_features, dtype=torch.bool, device=X.device)
-    in01 = torch.ones_like(is_int)
-    has0, has1, seen = torch.zeros_like(is_int), torch.zeros_like(is_int), torch.zeros_like(is_int)
-    alive = torch.arange(n_features, device=X.device)  # columns that may still be integer-valued
-    step = max(1, (1 << 22) // max(1, n_features))
-    for r0 in range(0, n, step):
-        if alive.numel() == 0:
-            break
-        chunk = X[r0 : r0 + step]
-        chunk = chunk if alive.numel() == n_features else chunk[:, alive]
-        nan = torch.isnan(chunk)
-        whole = chunk == torch.round(chunk)
-        whole &= chunk <= _EXACT_INT
-        whole &= chunk >= -_EXACT_INT
-        whole = (whole | nan).all(0)
-        zero, one = chunk == 0, chunk == 1
-        is_int[alive] &= whole
-        in01[alive] &= (zero | one | nan).all(0)
-        has0[alive] |= zero.any(0)
-        has1[alive] |= one.any(0)
-        seen[alive] |= (~nan).any(0)
-        alive = alive[is_int[alive]]
-    is_int, in01 = D.all_ranks(torch.stack([is_int, in01]))  # over the shards of a DDP run (no-op otherwise)
-    seen, has0, has1 = D.any_rank(torch.stack([seen, has0, has1]))
-    return is_int & seen, in01 & is_int & has0 & has1
+    stats = column_stats(X)
+    return stats.is_int, stats.binary()
 
 
 def infer_feature_types(X: torch.Tensor) -> list[str]:
-    """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``."""
-    is_int, binary = integer_columns(X)
-    return ["cat" if b else ("int" if i else "float") for i, b in zip(is_int.tolist(), binary.tolist())]
+    """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``.
+
+    Example:
+        >>> import torch
+        >>> infer_feature_types(torch.tensor([[0.0, 2.0, 0.5], [1.0, 3.0, 1.0]]))
+        ['cat', 'int', 'float']
+    """
+    return column_stats(X).fetch().kinds()
 
 
 def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) -> list[str]:

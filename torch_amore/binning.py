@@ -16,54 +16,37 @@ from dataclasses import dataclass
 import torch
 
 from torch_amore import distributed as D
-from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids, integer_columns
-
-#: Elements per temporary chunk (rows x features) in the passes over X.
-_CHUNK_ELEMENTS = 1 << 22
+from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids
+from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, pass_len, work_dtype
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64
 
-
-def _work_dtype(device: torch.device) -> torch.dtype:
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def _row_chunks(n_rows: int, n_cols: int) -> range:
-    step = max(1, _CHUNK_ELEMENTS // max(1, n_cols))
-    return range(0, n_rows, step)
-
-
-def _chunk_len(n_rows: int, n_cols: int) -> int:
-    return max(1, _CHUNK_ELEMENTS // max(1, n_cols))
+# Old private names, kept while other modules move to the public ones.
+_work_dtype = work_dtype
+_chunk_len = chunk_len
+_CHUNK_ELEMENTS = CHUNK_ELEMENTS
 
 
 def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-column min and max over non-missing values (NaN where a column is all missing), in float64."""
-    dt = _work_dtype(X.device)
-    lo = torch.full((X.shape[1],), float("inf"), dtype=dt, device=X.device)
-    hi = torch.full((X.shape[1],), float("-inf"), dtype=dt, device=X.device)
-    step = _chunk_len(X.shape[0], X.shape[1])
-    for r0 in range(0, X.shape[0], step):
-        chunk = X[r0 : r0 + step]
-        c_lo, c_hi = torch.aminmax(chunk, dim=0)  # NaN propagates: redo those columns with NaN masked
-        c_lo, c_hi = c_lo.to(dt), c_hi.to(dt)
-        bad = torch.nonzero(torch.isnan(c_lo), as_tuple=True)[0]
-        if bad.numel():
-            sub = chunk[:, bad].to(dt)
-            nan = torch.isnan(sub)
-            c_lo[bad] = torch.where(nan, torch.inf, sub).amin(0)
-            c_hi[bad] = torch.where(nan, -torch.inf, sub).amax(0)
-        lo = torch.minimum(lo, c_lo)
-        hi = torch.maximum(hi, c_hi)
-    lo, hi = D.all_reduce_min(lo), D.all_reduce_max(hi)  # over the shards of a DDP run (no-op otherwise)
-    empty = torch.isinf(lo)
-    return lo.masked_fill(empty, float("nan")), hi.masked_fill(empty, float("nan"))
+    """Per-column min and max over non-missing values (NaN where a column is all missing), in float64 (float32 on
+    MPS), from one chunked pass without a host synchronisation.
+
+    Example:
+        >>> import torch
+        >>> lo, hi = nan_min_max(torch.tensor([[1.0, float("nan")], [-2.0, float("nan")]]))
+        >>> lo.tolist(), hi.tolist()
+        ([-2.0, nan], [1.0, nan])
+    """
+    stats = column_stats(X, integers=False)
+    return stats.lo, stats.hi
 
 
-def uniform_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
-    """(F, n_grids + 1) equal-width edges between each column's min and max."""
-    lo, hi = nan_min_max(X)
+def uniform_edges(X: torch.Tensor | None, n_grids: int, *,
+                  value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(F, n_grids + 1) equal-width edges between each column's min and max (``value_range`` when known: then
+    ``X`` is not read)."""
+    lo, hi = nan_min_max(X) if value_range is None else value_range
     steps = torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device) / n_grids
     edges = lo[:, None] + (hi - lo)[:, None] * steps
     edges[:, -1] = hi  # exact max despite rounding
@@ -74,11 +57,11 @@ def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics), NaN ignored."""
     if D.is_sharded():  # exact order statistics of all shards by a distributed selection
         return D.sharded_quantile_edges(X, n_grids)
-    dt = _work_dtype(X.device)
+    dt = work_dtype(X.device)
     n, n_features = X.shape
     q = torch.arange(n_grids + 1, dtype=dt, device=X.device) / n_grids
     out = torch.empty(n_features, n_grids + 1, dtype=dt, device=X.device)
-    step = max(1, _CHUNK_ELEMENTS // max(1, n))
+    step = max(1, CHUNK_ELEMENTS // max(1, n))
     for f0 in range(0, n_features, step):
         cols = X[:, f0 : f0 + step].to(dt)
         valid = (~torch.isnan(cols)).sum(0)  # (f,)
@@ -92,34 +75,57 @@ def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     return out
 
 
-def _codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
-    """Write into ``out`` (N, F) the number of thresholds each value reaches; NaN gets ``nan_code``."""
-    dt = thresholds.dtype
-    if thresholds.shape[1] > _SEARCH_ABOVE:  # many grids: a binary search instead of one pass per threshold
-        _codes_by_search(X, thresholds, out, nan_code)
-        return
-    thr = thresholds.t().contiguous()  # (T, F)
-    step = _chunk_len(X.shape[0], X.shape[1])
-    for r0 in range(0, X.shape[0], step):
-        chunk = X[r0 : r0 + step].to(dt)
-        acc = torch.zeros(chunk.shape, dtype=out.dtype, device=X.device)
-        for t in range(thr.shape[0]):
-            acc += chunk >= thr[t]
-        acc.masked_fill_(torch.isnan(chunk), nan_code)
-        out[r0 : r0 + step] = acc
+def _comparable(thresholds: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.dtype]:
+    """Thresholds to compare values of ``dtype`` against, and the dtype to compare in.
+
+    float32 values are compared in float32 against each threshold rounded up to the next float32: for a float32
+    ``x``, ``x >= t`` exactly when ``x >= t32`` (``t32`` the smallest float32 ``>= t``), so the codes are those of a
+    float64 comparison at half the memory traffic. Other dtypes are compared in the thresholds' dtype.
+    """
+    if dtype != torch.float32 or thresholds.dtype != torch.float64:
+        return thresholds, thresholds.dtype
+    t32 = thresholds.float()
+    up = torch.nextafter(t32, torch.full_like(t32, math.inf))
+    return torch.where(t32.double() < thresholds, up, t32), torch.float32
 
 
-def _codes_by_search(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
-    """:func:`_codes_from_thresholds` by ``searchsorted``: the number of thresholds ``<= x`` is the number ``x``
-    reaches (thresholds are never NaN)."""
-    dt = thresholds.dtype
-    thr = torch.sort(thresholds, dim=1).values  # (F, T); a count of thresholds <= x does not depend on their order
-    step = _chunk_len(X.shape[0], X.shape[1])
+def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
+    """Write into ``out`` (N, F) the number of thresholds (F, T) each value reaches; NaN gets ``nan_code``.
+
+    One pass per threshold for few thresholds, a binary search (``searchsorted``) for many; in at most
+    :data:`~torch_amore.column_stats.PASS_CHUNKS` chunks of rows.
+
+    Example:
+        >>> import torch
+        >>> out = torch.empty(3, 1, dtype=torch.uint8)
+        >>> codes_from_thresholds(torch.tensor([[0.5], [2.0], [float("nan")]]), torch.tensor([[1.0, 2.0]]), out, 9)
+        >>> out[:, 0].tolist()
+        [0, 2, 9]
+    """
+    thr, dt = _comparable(thresholds, X.dtype)
+    search = thresholds.shape[1] > _SEARCH_ABOVE
+    # a count of thresholds <= x does not depend on their order; thresholds are never NaN
+    thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
+    # few large chunks; a conversion (e.g. float16 to float64) costs more memory per value: smaller ones then
+    step = (pass_len if X.dtype == dt else chunk_len)(X.shape[0], X.shape[1])
+    reached = None  # scratch for one comparison, viewed as uint8 to add it without a conversion
     for r0 in range(0, X.shape[0], step):
-        chunk = X[r0 : r0 + step].to(dt)
-        acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
-        acc = acc.masked_fill(torch.isnan(chunk), nan_code)
-        out[r0 : r0 + step] = acc.to(out.dtype)
+        chunk = X[r0 : r0 + step]
+        chunk = chunk if chunk.dtype == dt else chunk.to(dt)
+        if search:
+            acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
+        else:
+            shape = chunk.shape
+            reached = torch.empty(shape, dtype=torch.bool, device=X.device) if reached is None else reached[: shape[0]]
+            as_int = reached.view(torch.uint8)  # the same memory
+            acc = torch.zeros(shape, dtype=out.dtype, device=X.device)
+            for t in thr:
+                torch.ge(chunk, t, out=reached)
+                acc += as_int
+        out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
+
+
+_codes_from_thresholds = codes_from_thresholds
 
 
 def _kmeans_update(centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
@@ -133,7 +139,7 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
     """Lloyd iterations for one process: each column is sorted once, then every iteration only needs a
     ``searchsorted`` of the cluster bounds and differences of prefix sums (O(G log N) per column)."""
     n, n_features = X.shape
-    step = max(1, _CHUNK_ELEMENTS // max(1, n))
+    step = max(1, CHUNK_ELEMENTS // max(1, n))
     out = centres.clone()
     for f0 in range(0, n_features, step):
         f1 = min(n_features, f0 + step)
@@ -163,15 +169,17 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
     return out
 
 
-def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float = 1e-8) -> torch.Tensor:
+def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float = 1e-8, *,
+                 value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """(F, n_grids + 1) edges of a 1-D k-means per column, all columns at once and deterministic.
 
     Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
     more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
     max. Cluster sums are exact integer (fixed-point) sums, so the result does not depend on how the rows are split
-    (one process with sorted columns, or shards of a distributed run).
+    (one process with sorted columns, or shards of a distributed run). ``value_range``: each column's (min, max)
+    when known.
     """
-    lo, hi = nan_min_max(X)
+    lo, hi = nan_min_max(X) if value_range is None else value_range
     span = (hi - lo).nan_to_num(0.0)
     lo0 = lo.nan_to_num(0.0)
     steps = (torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5) / n_grids
@@ -188,10 +196,10 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
         for _ in range(max_iter):
             centres = torch.sort(centres, dim=1).values
             bounds = (centres[:, 1:] + centres[:, :-1]) / 2
-            _codes_from_thresholds(X, bounds, codes, n_grids)
+            codes_from_thresholds(X, bounds, codes, n_grids)
             sums = torch.zeros(2, n_features * (n_grids + 1), dtype=torch.long, device=X.device)
             counts = torch.zeros(n_features * (n_grids + 1), dtype=torch.long, device=X.device)
-            step = _chunk_len(X.shape[0], X.shape[1])
+            step = chunk_len(X.shape[0], X.shape[1])
             for r0 in range(0, X.shape[0], step):
                 idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
                 vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
@@ -211,8 +219,12 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
     return torch.cat([lo[:, None], bounds, hi[:, None]], dim=1)
 
 
-def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform") -> torch.Tensor:
+def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform", *,
+               value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Edges (F, n_grids + 1) of the value grids of every column of ``X``, computed on X's device in float64.
+
+    ``value_range``: each column's (min, max) over its non-missing values (NaN where none), when already known
+    (:func:`torch_amore.column_stats.column_stats`); the uniform grids then need no pass over ``X``.
 
     Example:
         >>> import torch
@@ -222,10 +234,10 @@ def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform") -> 
     n_grids = check_n_grids(n_grids)
     check_bin_strategy(bin_strategy)
     if bin_strategy == "uniform":
-        return uniform_edges(X, n_grids)
+        return uniform_edges(X, n_grids, value_range=value_range)
     if bin_strategy == "quantile":
         return quantile_edges(X, n_grids)
-    return kmeans_edges(X, n_grids)
+    return kmeans_edges(X, n_grids, value_range=value_range)
 
 
 @dataclass
@@ -241,6 +253,8 @@ class Binned:
         columns: the column index in X of each searched feature.
         kinds: ``float``/``int``/``cat`` per searched feature.
         int_valued: per searched feature, whether all its values are integers (so bounds may be snapped).
+        value_min: (F',) each searched feature's smallest non-missing value in the work dtype (NaN where none).
+        value_max: (F',) its largest, likewise (with ``value_min``, what a finer equal-width binning needs).
     """
 
     codes: torch.Tensor
@@ -253,6 +267,8 @@ class Binned:
     int_valued: list[bool]
     n_grids: int
     bin_strategy: str
+    value_min: torch.Tensor | None = None
+    value_max: torch.Tensor | None = None
 
     @property
     def n_bins_max(self) -> int:
@@ -287,8 +303,14 @@ def bin_features(
     kinds: list[str],
     n_grids: int = 10,
     bin_strategy: str = "uniform",
+    *,
+    stats: ColumnStats | None = None,
 ) -> Binned:
     """Grids and codes for the searched ``columns`` of ``X`` (categorical columns get one grid per category).
+
+    ``stats``: :func:`torch_amore.column_stats.column_stats` of ``X`` when already computed (the uniform grids and
+    the integer flags come from it, and its host copy is fetched once). Host synchronisations: that fetch, and the
+    number of categories of categorical features whose values are not just {0, 1}.
 
     Example:
         >>> import torch
@@ -300,22 +322,28 @@ def bin_features(
     n_grids = check_n_grids(n_grids)
     check_bin_strategy(bin_strategy)
     device = X.device
-    dt = _work_dtype(device)
-    sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
+    dt = work_dtype(device)
+    every = list(columns) == list(range(X.shape[1]))
+    sub = X if every else X[:, columns]
+    if stats is None:  # of the searched columns only
+        stats, at = column_stats(sub), list(range(len(columns)))
+    else:
+        at = list(columns)
+    facts = stats.fetch()
+    value_range = (stats.lo, stats.hi) if at == list(range(len(stats.lo))) else (stats.lo[at], stats.hi[at])
+    int_valued = [kind == "int" and facts.is_int[c] for kind, c in zip(kinds, at)]
     is_cat = [k == "cat" for k in kinds]
     num_idx = [j for j, c in enumerate(is_cat) if not c]
     cat_idx = [j for j, c in enumerate(is_cat) if c]
+    binary = facts.binary()
 
-    cat_values: list[torch.Tensor] = []
-    for j in cat_idx:
-        col = sub[:, j].to(dt)
-        cat_values.append(D.all_gather_unique(col))  # torch.unique of the non-missing values of all shards
-    sizes = [int(v.numel()) for v in cat_values]
+    table, sizes = _category_table(sub, cat_idx, [binary[at[j]] for j in cat_idx], dt)
     if sizes and max(sizes) > MAX_CATEGORIES:
         k = max(range(len(sizes)), key=sizes.__getitem__)
+        count = f"more than {MAX_CATEGORIES}" if D.is_sharded() else str(sizes[k])  # shards: a lower bound
         raise ValueError(
             f"Expected at most {MAX_CATEGORIES} distinct values in a 'cat' feature, but feature {columns[cat_idx[k]]} "
-            f"has {sizes[k]}; declare it 'int' or 'float' in `feature_types`."
+            f"has {count}; declare it 'int' or 'float' in `feature_types`."
         )
     n_bins_max = max([n_grids] + sizes)
     n_feat = len(columns)
@@ -323,20 +351,19 @@ def bin_features(
     categories = torch.full((n_feat, n_bins_max), float("nan"), dtype=dt, device=device)
     n_bins = torch.full((n_feat,), n_grids, dtype=torch.long, device=device)
     if num_idx:
-        edges = grid_edges(sub[:, num_idx], n_grids, bin_strategy)
-        thresholds[num_idx, : n_grids - 1] = edges[:, 1:-1].nan_to_num(float("inf"))
-    for j, vals in zip(cat_idx, cat_values):
-        m = int(vals.numel())
-        n_bins[j] = max(m, 1)
-        thresholds[j, : max(m - 1, 0)] = vals[1:]
-        categories[j, :m] = vals
+        edges = _numeric_edges(sub, num_idx, n_grids, bin_strategy, value_range, mixed=bool(cat_idx))
+        thresholds[num_idx if cat_idx else slice(None), : n_grids - 1] = edges[:, 1:-1].nan_to_num(float("inf"))
+    if cat_idx:
+        m = max(sizes)
+        n_bins[cat_idx] = torch.tensor([max(v, 1) for v in sizes], dtype=torch.long, device=device)
+        if m > 1:  # grid g >= 1 of a category starts at its value; +inf pads columns with fewer categories
+            thresholds[cat_idx, : m - 1] = table[:, 1:m].nan_to_num(math.inf, math.inf, -math.inf)
+        if m > 0:
+            categories[cat_idx, :m] = table[:, :m]
 
     code_dtype = torch.uint8 if n_bins_max < 255 else torch.int16
     codes = torch.empty(sub.shape, dtype=code_dtype, device=device)
-    _codes_from_thresholds(sub, thresholds, codes, n_bins_max)
-
-    is_int, _ = integer_columns(sub)
-    int_valued = [kind == "int" and bool(v) for kind, v in zip(kinds, is_int.tolist())]
+    codes_from_thresholds(sub, thresholds, codes, n_bins_max)
     return Binned(
         codes=codes,
         thresholds=thresholds,
@@ -348,4 +375,54 @@ def bin_features(
         int_valued=int_valued,
         n_grids=n_grids,
         bin_strategy=bin_strategy,
+        value_min=value_range[0],
+        value_max=value_range[1],
     )
+
+
+def _numeric_edges(sub: torch.Tensor, num_idx: list[int], n_grids: int, bin_strategy: str,
+                   value_range: tuple[torch.Tensor, torch.Tensor], mixed: bool) -> torch.Tensor:
+    """Grid edges of the numeric columns ``num_idx`` of ``sub`` (``mixed``: ``sub`` has categorical columns too)."""
+    lo, hi = value_range
+    if mixed:
+        lo, hi = lo[num_idx], hi[num_idx]
+    if bin_strategy == "uniform":  # from the known range: no pass over the values
+        return uniform_edges(None, n_grids, value_range=(lo, hi))
+    return grid_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, value_range=(lo, hi))
+
+
+def _category_table(sub: torch.Tensor, cat_idx: list[int], binary: list[bool],
+                    dt: torch.dtype) -> tuple[torch.Tensor | None, list[int]]:
+    """Sorted distinct non-missing values of the categorical columns ``cat_idx`` of ``sub`` (over all shards) as a
+    (len(cat_idx), width) table padded with NaN, and their number per column.
+
+    Columns known to hold exactly {0, 1} (``binary``) need no pass; the others are sorted in batches of columns,
+    and their counts fetched in one host synchronisation.
+    """
+    if not cat_idx:
+        return None, []
+    other = [j for j, b in zip(cat_idx, binary) if not b]
+    table = torch.full((len(cat_idx), 2), math.nan, dtype=dt, device=sub.device)
+    sizes = [2] * len(cat_idx)
+    table[:, 0], table[:, 1] = 0.0, 1.0
+    if not other:
+        return table, sizes
+    n_rows = sub.shape[0] if not D.is_sharded() else int(D.all_reduce_max(torch.tensor(sub.shape[0])))
+    block = max(1, CHUNK_ELEMENTS // max(1, n_rows))  # columns per batch (the same on every rank)
+    tables, counts = [], []
+    for b0 in range(0, len(other), block):
+        values = sub[:, other[b0 : b0 + block]].to(dt)
+        part, count = D.all_gather_unique_columns(values, MAX_CATEGORIES + 1)
+        tables.append(part)
+        counts.append(count)
+    found = tables[0] if len(tables) == 1 else torch.cat(tables)  # the same width: the same rows and cap
+    found_sizes = (counts[0] if len(counts) == 1 else torch.cat(counts)).tolist()
+    if len(other) == len(cat_idx):
+        return found, found_sizes
+    width = max(2, found.shape[1])
+    table = torch.nn.functional.pad(table, (0, width - 2), value=math.nan)
+    rows = [cat_idx.index(j) for j in other]
+    table[rows] = torch.nn.functional.pad(found, (0, width - found.shape[1]), value=math.nan)
+    for r, v in zip(rows, found_sizes):
+        sizes[r] = v
+    return table, sizes

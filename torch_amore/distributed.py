@@ -14,7 +14,8 @@ per-column min / max          ``all_reduce`` min / max (:func:`all_reduce_min`, 
 k-means sums per centre       int64 fixed-point limbs summed (:func:`to_fixed_point`)                 exact (*)
 quantile edges                distributed binary search for each order statistic on order-preserving  exact
                               int64 keys of the values (:func:`sharded_quantile_edges`)
-categories                    union of every rank's unique values (:func:`all_gather_unique`)         exact
+categories                    union of every rank's unique values (:func:`all_gather_unique`,         exact
+                              :func:`all_gather_unique_columns`)
 int-valuedness, 0/1 columns   logical and / or across ranks (:func:`all_ranks`, :func:`any_rank`)      exact
 ============================  ======================================================================  ============
 
@@ -196,6 +197,59 @@ def all_gather_unique(values: torch.Tensor) -> torch.Tensor:
     dist.all_gather(parts, padded)
     union = torch.cat(parts)
     return torch.unique(union[~torch.isnan(union)]).to(values.device)
+
+
+def unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted distinct non-missing values of every column of ``values`` (N, k) on this process, batched.
+
+    Returns a (k, width) table (``width = min(cap, N)``; NaN-padded) and the (k,) number of distinct values per
+    column, exact even beyond ``cap`` (the table then holds the ``cap`` smallest). One sort of the columns and a
+    search for the start of each run of equal values; no host synchronisation.
+
+    Example:
+        >>> import torch
+        >>> table, count = unique_columns(torch.tensor([[2.0, 5.0], [1.0, float("nan")], [2.0, 5.0]]), 4)
+        >>> table.tolist(), count.tolist()
+        ([[1.0, 2.0, nan], [5.0, nan, nan]], [2, 1])
+    """
+    n, k = values.shape
+    width = min(cap, n)
+    if n == 0:
+        return values.new_full((k, 0), float("nan")), torch.zeros(k, dtype=torch.long, device=values.device)
+    srt = torch.sort(values, dim=0).values  # NaN last
+    first = torch.ones_like(srt, dtype=torch.bool)
+    first[1:] = srt[1:] != srt[:-1]
+    first &= ~torch.isnan(srt)
+    runs = first.cumsum(0, dtype=torch.int32 if n < 2**31 else torch.int64)  # distinct values up to each row
+    count = runs[-1].long()
+    want = torch.arange(1, width + 1, dtype=runs.dtype, device=values.device).expand(k, width)
+    start = torch.searchsorted(runs.t().contiguous(), want.contiguous())  # (k, width): first row of each run
+    table = srt.gather(0, start.clamp_(max=n - 1).t()).t()
+    return table.masked_fill(want > count[:, None], float("nan")), count
+
+
+def all_gather_unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`unique_columns` over the rows of every rank: the union of each column's distinct values.
+
+    On several ranks the table is ``cap`` wide and each rank contributes its ``cap`` smallest values: where a rank
+    holds more, the returned count is only a lower bound (above ``cap``). The result is the same on every rank.
+
+    Example:
+        >>> import torch
+        >>> table, count = all_gather_unique_columns(torch.tensor([[3.0], [1.0], [3.0]]), 8)
+        >>> table.tolist(), count.tolist()
+        ([[1.0, 3.0, nan]], [2])
+    """
+    if not is_sharded():
+        return unique_columns(values, cap)
+    local, count = unique_columns(values, cap)
+    dev = _comm_device(local)
+    padded = torch.full((values.shape[1], cap), float("nan"), dtype=local.dtype, device=dev)
+    padded[:, : local.shape[1]] = local.to(dev)
+    parts = [torch.empty_like(padded) for _ in range(_dist().get_world_size())]
+    _dist().all_gather(parts, padded)
+    union, union_count = unique_columns(torch.cat(parts, dim=1).t().to(values.device), cap)  # cap wide
+    return union, torch.maximum(union_count, all_reduce_max(count))
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:

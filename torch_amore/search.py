@@ -28,7 +28,8 @@ from torch_amore.beam import (
     fine_binning,
     sorted_best_interval,
 )
-from torch_amore.binning import Binned, bin_features, nan_min_max
+from torch_amore.binning import Binned, bin_features
+from torch_amore.column_stats import column_stats
 from torch_amore.cuts import short_cut
 from torch_amore.exact import check_budget, estimate_cost, exact_search
 from torch_amore.options import SearchOptions
@@ -437,17 +438,6 @@ class _Extractor:
         )
 
 
-def _original_units(X: torch.Tensor, scale: list[float], offset: list[float]) -> torch.Tensor:
-    """``X * scale + offset`` with values within 1e-6 (relative) of an integer snapped to it, to infer feature types
-    in original units (``X`` itself when there are no units)."""
-    if all(s == 1.0 for s in scale) and all(o == 0.0 for o in offset):
-        return X
-    raw = X.double() * torch.tensor(scale, dtype=torch.float64, device=X.device)
-    raw += torch.tensor(offset, dtype=torch.float64, device=X.device)
-    near = (raw - raw.round()).abs() <= 1e-6 * raw.abs().clamp_min(1.0)
-    return torch.where(near, raw.round(), raw)
-
-
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -458,7 +448,10 @@ def prepare(
     target_name: str = "target",
 ) -> _Extractor:
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
-    ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units."""
+    ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
+
+    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
+    ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`)."""
     options = SearchOptions() if options is None else options
     n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
@@ -470,23 +463,23 @@ def prepare(
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
     given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
-    V.check_finite(X)
+    # types are inferred in the user's units when feature_scale/feature_offset are given
+    in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
+    with parallel_pass(X.numel()):  # all columns: +-inf anywhere in X is an error
+        stats = column_stats(X, units=(scale, offset) if in_units else None)
+    facts = stats.fetch()
+    V.check_finite(X, any_inf=any(facts.has_inf))
     o = options
     V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length,
                    top_k=o.top_k, bin_strategy=o.bin_strategy)  # fmt: skip
-    searched = X if columns == list(range(n_features)) else X[:, columns]
-    lo, hi = nan_min_max(searched)
+    lo, hi = [facts.lo[c] for c in columns], [facts.hi[c] for c in columns]
     V.check_observed(lo, columns, n_features)
-    V.check_range(lo, hi, columns)
-    V.check_units(lo, hi, columns, scale, offset)
-    if given is not None:
-        kinds = [given[c] for c in columns]
-    else:  # inferred in the user's units when feature_scale/feature_offset are given
-        raw = _original_units(searched, [scale[c] for c in columns], [offset[c] for c in columns])
-        kinds = V.infer_feature_types(raw)
-    del searched  # a copy when only some columns are searched
+    V.check_range(lo, hi, [facts.overflow[c] for c in columns], columns)
+    V.check_units([facts.spread[c] for c in columns], columns, scale, offset)
+    types = given if given is not None else (facts.units or facts).kinds()
+    kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy)
+        binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy, stats=stats)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
