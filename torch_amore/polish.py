@@ -17,6 +17,7 @@ device, and one ``.tolist()`` per step brings the few numbers the host needs (th
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -25,47 +26,79 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.beam import Objective, exact_best_interval
 from torch_amore.cuts import short_cut
-from torch_amore.rules import RuleSet
+from torch_amore.rules import Rule, RuleSet
 
-__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
+__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one", "rule_masks"]
 
 _BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
 _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
 
 
 class SortedColumns:
-    """Ascending orders (stable, NaN last) and sorted values of columns of ``X``, one argsort per column, cached.
+    """Per column of ``X``: the ascending order (stable, NaN last), the sorted values (NaN as ``+inf``: one run, no
+    cut inside it), which of them are observed, the target flags in that order and the allowed cut positions (0, N
+    and between distinct values). One argsort per column, cached; new columns are sorted together.
 
     Example:
-        >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 0.0]])
-        >>> order, values = SortedColumns(X).get([0, 1])
-        >>> order.tolist(), values[1].tolist()
-        ([[1, 2, 0], [2, 0, 1]], [0.0, 1.0, nan])
+        >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
+        >>> t = SortedColumns(X, torch.tensor([True, False, False])).get([0, 1])
+        >>> t["order"].tolist(), t["allowed"][1].tolist()
+        ([[1, 2, 0], [0, 2, 1]], [True, False, True, True])
     """
 
-    def __init__(self, X: torch.Tensor) -> None:
-        self.X = X
-        self.dtype = torch.float32 if X.device.type == "mps" else torch.float64
-        self._cached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    _FIELDS = ("order", "values", "observed", "hit", "allowed")
 
-    def get(self, cols: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(len(cols), N) orders and sorted values of the columns ``cols`` (new columns argsorted together)."""
-        new = sorted({c for c in cols if c not in self._cached})
+    def __init__(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        self.X, self.target = X, target
+        self.dtype = torch.float32 if X.device.type == "mps" else torch.float64
+        self._slot: dict[int, int] = {}  # column -> row of the tables
+        self._tables: dict[str, torch.Tensor] = {}
+
+    def get(self, cols: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The tables of the columns ``cols``, each (len(cols), N), ``allowed`` (len(cols), N + 1)."""
+        new = sorted({c for c in cols if c not in self._slot})
         if new:
             values = self.X[:, new].to(self.dtype).t()
             order = torch.argsort(values, dim=1, stable=True)
-            ordered = values.gather(1, order)
-            for i, c in enumerate(new):
-                self._cached[c] = (order[i], ordered[i])
-        return torch.stack([self._cached[c][0] for c in cols]), torch.stack([self._cached[c][1] for c in cols])
+            values = values.gather(1, order)
+            observed = ~torch.isnan(values)
+            values = values.masked_fill(~observed, math.inf)
+            edge = torch.ones(len(new), 1, dtype=torch.bool, device=values.device)
+            allowed = torch.cat([edge, values[:, 1:] != values[:, :-1], edge], 1)
+            parts = dict(order=order, values=values, observed=observed, hit=self.target[order] & observed,
+                         allowed=allowed)  # fmt: skip
+            for name in self._FIELDS:
+                self._tables[name] = torch.cat([self._tables[name], parts[name]]) if self._slot else parts[name]
+            self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
+        idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
+        return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
+
+
+def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
+    """(len(rules), N) :meth:`torch_amore.rules.Rule.mask` of each rule, in a few batched operations on a floating
+    ``X`` (rule by rule otherwise).
+
+    Example:
+        >>> X = torch.tensor([[0.5, 1.0], [2.0, 0.0], [float("nan"), 1.0]])
+        >>> rule_masks([Rule(0, "a", low=1.0), Rule(1, "b", value=1.0, kind="cat")], X).tolist()
+        [[False, True, False], [True, False, True]]
+    """
+    if not X.is_floating_point() or X.device.type == "mps":
+        return torch.stack([r.mask(X) for r in rules])
+    nan = math.nan
+    cols = X[:, [r.feature for r in rules]].to(torch.float64).t()
+    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan] if r.value is None
+                           else [nan, nan, r.value] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
+    low, high, value = bounds[:, :, None].unbind(1)
+    interval = (cols >= low) & ~(cols >= high)  # NaN never reaches low; an open top bounds nothing
+    return torch.where(torch.isnan(value), interval, cols == value)
 
 
 def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
     """:meth:`torch_amore.beam.Objective.key` as one exact integer: ``_OK * confident + 2 * hits - support``;
     ``conf`` per row (broadcast), negative where there is no ``min_confidence``."""
-    ratio = hits.to(torch.float64) / support.clamp(min=1).to(torch.float64)
-    ok = (conf < 0) | ((support > 0) & (ratio >= conf))
-    return ok.long() * _OK + 2 * hits - support
+    ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
+    return ((conf < 0) | (ratio >= conf)).long() * _OK + 2 * hits - support
 
 
 def best_cuts(
@@ -81,7 +114,7 @@ def best_cuts(
     Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K).
 
     Example:
-        >>> inside = torch.ones(1, 5, dtype=torch.long); hit = torch.tensor([[0, 1, 1, 0, 0]])
+        >>> inside = torch.ones(1, 5, dtype=torch.bool); hit = torch.tensor([[False, True, True, False, False]])
         >>> allowed = torch.ones(1, 6, dtype=torch.bool)
         >>> b = best_cuts(inside, hit, allowed, 1, torch.tensor([[500]]))
         >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["valid"].tolist()
@@ -89,32 +122,29 @@ def best_cuts(
     """
     S, N = inside.shape
     K = kappas.shape[1]
-    zero = inside.new_zeros(S, 1, dtype=torch.long)
-    cb = torch.cat([zero, inside.long().cumsum(1)], 1)  # (S, N + 1) rows before each cut
-    ct = torch.cat([zero, hit.long().cumsum(1)], 1)
-    total = cb[:, -1:]
-    pw = 1000 * ct[:, None, :] - kappas[:, :, None] * cb[:, None, :]  # (S, K, N + 1)
-    run_min, arg_min = torch.cummin(torch.where(allowed[:, None, :], pw, _BIG), dim=2)
+    cb, ct = torch.nn.functional.pad(torch.stack([inside, hit]).cumsum(2), (1, 0)).unbind(0)  # (S, N + 1) each
+    total = cb[:, N:]
+    pw = (1000 * ct).unsqueeze(1) - kappas.unsqueeze(2) * cb.unsqueeze(1)  # (S, K, N + 1)
+    run_min, arg_min = torch.cummin(torch.where(allowed.unsqueeze(1), pw, _BIG), dim=2)
     last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start keeping min_support rows
     m = last.clamp(min=0)
     normal = allowed & (last >= 0) & (cb < total)  # ends that leave some row out after them
-    value = pw - run_min.gather(2, m[:, None, :].expand(S, K, N + 1))
-    best_val, end = torch.where(normal[:, None, :], value, -_BIG).max(dim=2)
-    start = arg_min.gather(2, m.gather(1, end)[:, :, None])[:, :, 0]
+    value = torch.where(normal.unsqueeze(1), pw - run_min.gather(2, m.unsqueeze(1).expand(S, K, N + 1)), -_BIG)
+    best_val, end = value.max(dim=2)
+    start = arg_min.gather(2, m.gather(1, end).unsqueeze(2)).squeeze(2)
     # the end past the last row: the start must leave some row out before it
-    pos = torch.arange(N + 1, device=inside.device)
-    tail_ok = allowed & (cb > 0) & (pos[None, :] <= last[:, -1:])
-    tail_min, tail_start = torch.where(tail_ok[:, None, :], pw, _BIG).min(dim=2)
-    tail_val = pw[:, :, -1] - tail_min
+    tail_ok = allowed & (cb > 0) & (cb <= total - min_support)
+    tail_min, tail_start = torch.where(tail_ok.unsqueeze(1), pw, _BIG).min(dim=2)
+    tail_val = pw.select(2, N) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     start = torch.where(use_tail, tail_start, start)
     end = torch.where(use_tail, N, end)
-    start = torch.where(cb.gather(1, start) == 0, 0, start)  # nothing below: open
-    end = torch.where(cb.gather(1, end) == total, N, end)  # nothing above: open
-    hits = ct.gather(1, end) - ct.gather(1, start)
-    support = cb.gather(1, end) - cb.gather(1, start)
-    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (end > start)}
+    b0, b1, t0, t1 = torch.stack([cb, ct]).repeat_interleave(2, 0).gather(2, torch.stack([start, end] * 2)).unbind(0)
+    start = torch.where(b0 == 0, 0, start)  # nothing below: open
+    end = torch.where(b1 == total, N, end)  # nothing above: open
+    support, hits = b1 - b0, t1 - t0
+    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (support > 0)}
 
 
 def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.Tensor:
@@ -125,51 +155,38 @@ def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.T
     return torch.tensor([r + r[-1:] * (width - len(r)) for r in rows], device=device)
 
 
-class _Step:
-    """One coordinate-ascent step of several rule sets: rule position ``k`` of each, given its other rules."""
-
-    def __init__(self, X: torch.Tensor, target: torch.Tensor, columns: SortedColumns, min_support: int) -> None:
-        self.X, self.target, self.columns, self.min_support = X, target, columns, min_support
-
-    def __call__(
-        self, masks: torch.Tensor, k: int, cols: list[int], several: list[bool], conf: torch.Tensor,
-        kappas: torch.Tensor, best: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """``masks`` (S, L, N) of the rule sets taking part; returns (S, 12) float64 outcomes (see :func:`_fields`)
-        and the new keys."""
-        others = torch.cat([masks[:, :k], masks[:, k + 1 :]], 1).all(1)  # (S, N)
-        n_o, t_o = others.sum(1), (others & self.target).sum(1)
-        key_o = _keys(t_o, n_o, conf)
-        drop = torch.tensor(several, device=masks.device) & (n_o >= self.min_support) & (key_o >= best)
-        order, values = self.columns.get(cols)
-        missing = torch.isnan(values)
-        inside = others.gather(1, order) & ~missing
-        hit = inside & self.target[order]
-        v = values.masked_fill(missing, math.inf)  # one run of missing values: no cut inside it
-        allowed = torch.ones(order.shape[0], order.shape[1] + 1, dtype=torch.bool, device=order.device)
-        allowed[:, 1:-1] = v[:, 1:] != v[:, :-1]
-        b = best_cuts(inside, hit, allowed, self.min_support, kappas)
-        keys = _keys(b["hits"], b["support"], conf[:, None])
-        width = kappas.shape[1]
-        rank = torch.where(b["valid"], keys * width + (width - 1 - torch.arange(width, device=keys.device)), -_BIG)
-        pick = rank.argmax(1, keepdim=True)  # the best key, ties: the first kappa
-        found = b["valid"].any(1)
-        key_f = keys.gather(1, pick)[:, 0]
-        swap = ~drop & found & (key_f > best)
-        new_best = torch.where(drop, key_o, torch.where(swap, key_f, best))
-        start, end = b["start"].gather(1, pick), b["end"].gather(1, pick)
-        idx = torch.arange(order.shape[1], device=order.device)
-        n = order.shape[1]
-        before = torch.cat([torch.full_like(start, -1), torch.where(inside, idx, -1).cummax(1).values], 1)
-        after = torch.cat([torch.where(inside, idx, n).flip(1).cummin(1).values.flip(1), torch.full_like(start, n)], 1)
-        cuts = torch.cat([start, end], 1)  # (S, 2)
-        below = v.gather(1, before.gather(1, cuts).clamp(min=0))  # the largest value inside below each cut
-        above = v.gather(1, after.gather(1, cuts).clamp(max=n - 1))  # the smallest one from it on
-        open_ = torch.stack([start[:, 0] == 0, end[:, 0] == n], 1)
-        fields = [drop, swap, t_o, n_o, b["hits"].gather(1, pick)[:, 0], b["support"].gather(1, pick)[:, 0]]
-        out = torch.stack([f.to(torch.float64) for f in fields], 1)
-        out = torch.cat([out, open_.to(torch.float64), below.to(torch.float64), above.to(torch.float64)], 1)
-        return out, new_best
+def _step(
+    masks: torch.Tensor, k: int, t: dict[str, torch.Tensor], target: torch.Tensor, min_support: int,
+    several: torch.Tensor, conf: torch.Tensor, kappas: torch.Tensor, best: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One coordinate-ascent step of several rule sets (rows): position ``k`` given their other rules. ``masks``
+    (S, L, N) the rules' masks, ``t`` the sorted tables of the columns (:class:`SortedColumns`). Returns the outcome
+    of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and the new
+    keys."""
+    others = torch.cat([masks[:, :k], masks[:, k + 1 :]], 1).all(1)  # (S, N)
+    inside = others.gather(1, t["order"]) & t["observed"]
+    b = best_cuts(inside, inside & t["hit"], t["allowed"], min_support, kappas)
+    n_o, t_o = others.sum(1, keepdim=True), (others & target).sum(1, keepdim=True)
+    keys = _keys(torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), conf[:, None])
+    key_o = keys[:, -1]
+    drop = several & (n_o[:, 0] >= min_support) & (key_o >= best)
+    width = kappas.shape[1]
+    rank = torch.where(b["valid"], keys[:, :-1] * width + torch.arange(width - 1, -1, -1, device=keys.device), -_BIG)
+    pick = rank.argmax(1, keepdim=True)  # the best key, ties: the first kappa
+    key_f = keys.gather(1, pick)[:, 0]
+    swap = ~drop & b["valid"].any(1) & (key_f > best)
+    new_best = torch.where(drop, key_o, torch.where(swap, key_f, best))
+    cuts = torch.cat([b["start"].gather(1, pick), b["end"].gather(1, pick)], 1)  # (S, 2)
+    n = inside.shape[1]
+    idx = torch.arange(n, device=inside.device)
+    below = torch.where(inside, idx, -1).cummax(1).values  # the last row inside at or before each position
+    above = torch.where(inside, idx, n - 1).flip(1).cummin(1).values.flip(1)  # the first one at or after
+    v = t["values"]
+    near = torch.cat([v.gather(1, below.gather(1, (cuts - 1).clamp(min=0)).clamp(min=0)),
+                      v.gather(1, above.gather(1, cuts.clamp(max=n - 1)))], 1)  # fmt: skip  # (S, 4)
+    flags = torch.stack([drop, swap, cuts[:, 0] == 0, cuts[:, 1] == n], 1).long()
+    counts = torch.cat([t_o, n_o, b["hits"].gather(1, pick), b["support"].gather(1, pick)], 1)
+    return torch.cat([flags, counts, near.to(torch.float64).view(torch.int64)], 1), new_best
 
 
 def polish_many(
@@ -186,45 +203,59 @@ def polish_many(
     """Polish every rule set of ``rule_sets`` (``goals``: the ``min_confidence`` of each, or ``None``) in one
     process: one sweep of coordinate ascent over the rule positions, all rule sets at once, one host sync per
     position. Returns the polished rule sets in order (a rule set that did not change is returned as it is)."""
-    columns = SortedColumns(X) if columns is None else columns
+    columns = SortedColumns(X, target) if columns is None else columns
     rules = [list(rs.rules) for rs in rule_sets]
     todo = [s for s, rs in enumerate(rule_sets) if rs.rules]
     if not todo:
         return list(rule_sets)
     depth = max(len(rules[s]) for s in todo)
-    every = torch.ones(X.shape[0], dtype=torch.bool, device=X.device)
-    masks = torch.stack([torch.stack([r.mask(X) for r in rules[s]] + [every] * (depth - len(rules[s])))
-                         for s in todo])  # fmt: skip  # (S, L, N)
+    flat = [r for s in todo for r in rules[s]]
+    pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
+    every = torch.cat([rule_masks(flat, X), pad])
+    at, i = [], 0
+    for s in todo:
+        at.append(list(range(i, i + len(rules[s]))) + [len(flat)] * (depth - len(rules[s])))
+        i += len(rules[s])
+    masks = every[torch.tensor(at, device=X.device)]  # (S, L, N)
     conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64, device=X.device)
     full = masks.all(1)
     best = _keys((full & target).sum(1), full.sum(1), conf)
     kappas = _kappa_table([goals[s] for s in todo], X.device)
+    several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
     live = list(range(len(todo)))  # rows of ``masks`` still being polished
-    step = _Step(X, target, columns, min_support)
+    columns.get([r.feature for r in flat if r.value is None])  # every column sorted at once
     for k in range(depth):
         rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
         if not rows:
             continue
-        sel = torch.tensor(rows, device=X.device)
-        out, new_best = step(masks[sel], k, [rules[todo[i]][k].feature for i in rows],
-                             [len(rules[todo[i]]) > 1 for i in rows], conf[sel], kappas[sel], best[sel])  # fmt: skip
-        best = best.index_copy(0, sel, new_best)
+        tables = columns.get([rules[todo[i]][k].feature for i in rows])
+        if rows == list(range(len(todo))):
+            out, best = _step(masks, k, tables, target, min_support, several, conf, kappas, best)
+        else:
+            sel = torch.tensor(rows, device=X.device)
+            out, new_best = _step(masks[sel], k, tables, target, min_support, several[sel], conf[sel], kappas[sel],
+                                  best[sel])  # fmt: skip
+            best = best.index_copy(0, sel, new_best)
+        changed = []
         for i, row in zip(rows, out.tolist()):
             s = todo[i]
-            drop, swap, t_o, n_o, hits, support, open_low, open_high, a_low, a_high, b_low, b_high = row
+            drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
+            a_low, a_high, b_low, b_high = (_from_bits(v) for v in row[8:])
             if drop:
                 del rules[s][k]
-                counts[s] = (int(t_o), int(n_o))
+                counts[s] = (t_o, n_o)
                 live.remove(i)
+                changed.append((i, None))
             elif swap:
                 rule = rules[s][k]
                 units = (rule.scale, rule.offset)
                 low = -math.inf if open_low else short_cut(a_low, b_low, *units)
                 high = math.inf if open_high else short_cut(a_high, b_high, *units)
                 rules[s][k] = replace(rule, low=low, high=high)
-                masks[i, k] = rules[s][k].mask(X)
-                counts[s] = (int(hits), int(support))
+                counts[s] = (hits, support)
+                changed.append((i, rules[s][k]))
+        masks = _update(masks, k, changed, X)
     out_sets = list(rule_sets)
     for s, (hits, support) in counts.items():
         out_sets[s] = RuleSet(
@@ -235,6 +266,20 @@ def polish_many(
             target_name=target_name,
         )
     return out_sets
+
+
+def _from_bits(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def _update(masks: torch.Tensor, k: int, changed: list[tuple[int, Rule | None]], X: torch.Tensor) -> torch.Tensor:
+    """``masks`` with position ``k`` of the changed rows replaced: a new rule's mask, or everything (a dropped
+    rule; the row is not polished further)."""
+    new = [(i, r) for i, r in changed if r is not None]
+    if new:
+        idx = torch.tensor([i for i, _ in new], device=X.device)
+        masks[idx, k] = rule_masks([r for _, r in new], X)
+    return masks
 
 
 def polish_one(

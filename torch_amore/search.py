@@ -265,7 +265,7 @@ class _Extractor:
             return [polish_one(rs, self.X, self.target, min_support, self.n_total_target, min_confidence=c,
                                target_name=self.target_name) for rs, c in zip(rule_sets, goals)]  # fmt: skip
         if "_columns" not in self.__dict__:
-            self._columns = SortedColumns(self.X)  # argsorted columns, kept for later calls
+            self._columns = SortedColumns(self.X, self.target)  # argsorted columns, kept for later calls
         return polish_many(rule_sets, self.X, self.target, min_support, self.n_total_target, goals=goals,
                            columns=self._columns, target_name=self.target_name)  # fmt: skip
 
