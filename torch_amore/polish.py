@@ -54,8 +54,9 @@ class SortedColumns:
         self._slot: dict[int, int] = {}  # column -> row of the tables
         self._tables: dict[str, torch.Tensor] = {}
 
-    def get(self, cols: Sequence[int]) -> dict[str, torch.Tensor]:
-        """The tables of the columns ``cols``, each (len(cols), N), ``allowed`` (len(cols), N + 1)."""
+    def get(self, cols: Sequence[int], *, only_sort: bool = False) -> dict[str, torch.Tensor]:
+        """The tables of the columns ``cols``, each (len(cols), N), ``allowed`` (len(cols), N + 1) (``only_sort``:
+        just sort the new ones)."""
         new = sorted({c for c in cols if c not in self._slot})
         if new:
             values = self.X[:, new].to(self.dtype).t()
@@ -70,6 +71,8 @@ class SortedColumns:
             for name in self._FIELDS:
                 self._tables[name] = torch.cat([self._tables[name], parts[name]]) if self._slot else parts[name]
             self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
+        if only_sort:
+            return {}
         idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
         return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
 
@@ -178,12 +181,13 @@ def _step(
     new_best = torch.where(drop, key_o, torch.where(swap, key_f, best))
     cuts = torch.cat([b["start"].gather(1, pick), b["end"].gather(1, pick)], 1)  # (S, 2)
     n = inside.shape[1]
-    idx = torch.arange(n, device=inside.device)
-    below = torch.where(inside, idx, -1).cummax(1).values  # the last row inside at or before each position
-    above = torch.where(inside, idx, n - 1).flip(1).cummin(1).values.flip(1)  # the first one at or after
     v = t["values"]
-    near = torch.cat([v.gather(1, below.gather(1, (cuts - 1).clamp(min=0)).clamp(min=0)),
-                      v.gather(1, above.gather(1, cuts.clamp(max=n - 1)))], 1)  # fmt: skip  # (S, 4)
+    low = torch.where(inside, v, -math.inf).cummax(1).values  # the largest value inside at or before each row
+    high = torch.where(inside, v, math.inf).flip(1).cummin(1).values.flip(1)  # the smallest one at or after
+    pad = torch.nn.functional.pad
+    near = torch.cat(
+        [pad(low, (1, 0), value=-math.inf).gather(1, cuts), pad(high, (0, 1), value=math.inf).gather(1, cuts)], 1
+    )
     flags = torch.stack([drop, swap, cuts[:, 0] == 0, cuts[:, 1] == n], 1).long()
     counts = torch.cat([t_o, n_o, b["hits"].gather(1, pick), b["support"].gather(1, pick)], 1)
     return torch.cat([flags, counts, near.to(torch.float64).view(torch.int64)], 1), new_best
@@ -224,7 +228,7 @@ def polish_many(
     several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
     live = list(range(len(todo)))  # rows of ``masks`` still being polished
-    columns.get([r.feature for r in flat if r.value is None])  # every column sorted at once
+    columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
     for k in range(depth):
         rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
         if not rows:
@@ -255,7 +259,8 @@ def polish_many(
                 rules[s][k] = replace(rule, low=low, high=high)
                 counts[s] = (hits, support)
                 changed.append((i, rules[s][k]))
-        masks = _update(masks, k, changed, X)
+        if k + 1 < depth:
+            masks = _update(masks, k, changed, X)
     out_sets = list(rule_sets)
     for s, (hits, support) in counts.items():
         out_sets[s] = RuleSet(

@@ -159,19 +159,22 @@ class ReadableRules:
         feats = sorted({j for j, _ in edges})
         row = {j: r for r, j in enumerate(feats)}
         width = binned.n_bins_max + 1  # the last cell: missing values, unused
+        nf = len(feats)
+        host = [feats, [binned.columns[j] for j in feats], [row[j] for j, _ in edges], [g for _, g in edges]]
+        fidx, cidx, r, g = torch.tensor([v for part in host for v in part], device=X.device).split(
+            [nf, nf, len(edges), len(edges)]
+        )
         codes_t = getattr(binned, "codes_t", None)
-        idx = torch.tensor(feats, device=binned.codes.device)
-        codes = codes_t[idx] if codes_t is not None else binned.codes.index_select(1, idx).t()
-        flat = (codes.long() + torch.arange(len(feats), device=codes.device)[:, None] * width).reshape(-1)
-        values = X[:, [binned.columns[j] for j in feats]].to(dt).t().reshape(-1)
-        lows = torch.full((len(feats) * width,), math.inf, dtype=dt, device=X.device)
-        highs = torch.full((len(feats) * width,), -math.inf, dtype=dt, device=X.device)
-        lows = lows.scatter_reduce_(0, flat, values, "amin").view(len(feats), width)[:, :-1]
-        highs = highs.scatter_reduce_(0, flat, values, "amax").view(len(feats), width)[:, :-1]
-        lows = D.all_reduce_min(lows.contiguous())  # over the shards of a DDP run
-        highs = D.all_reduce_max(highs.contiguous())
+        codes = codes_t.index_select(0, fidx) if codes_t is not None else binned.codes.index_select(1, fidx).t()
+        flat = codes.long().add_(torch.arange(0, nf * width, width, device=X.device).unsqueeze(1)).reshape(-1)
+        values = X.index_select(1, cidx).t().to(dt).reshape(-1)
+        lows = torch.full((nf, width), math.inf, dtype=dt, device=X.device)
+        highs = torch.full((nf, width), -math.inf, dtype=dt, device=X.device)
+        lows.view(-1).scatter_reduce_(0, flat, values, "amin")
+        highs.view(-1).scatter_reduce_(0, flat, values, "amax")
+        lows, highs = lows[:, :-1], highs[:, :-1]
+        if D.is_sharded():  # reduced over the shards of a DDP run
+            lows, highs = D.all_reduce_min(lows.contiguous()), D.all_reduce_max(highs.contiguous())
         above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
         below = highs.cummax(1).values  # the largest value in grids <= g
-        r = torch.tensor([row[j] for j, _ in edges], device=X.device)
-        g = torch.tensor([g for _, g in edges], device=X.device)
         return torch.stack([below[r, g - 1], above[r, g]])
