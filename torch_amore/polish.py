@@ -89,17 +89,20 @@ def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
     if not X.is_floating_point() or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
     nan = math.nan
-    cols = X[:, [r.feature for r in rules]].to(torch.float64).t()
-    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan] if r.value is None
-                           else [nan, nan, r.value] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
-    low, high, value = bounds[:, :, None].unbind(1)
+    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan, r.feature] if r.value is None
+                           else [nan, nan, r.value, r.feature] for r in rules], dtype=torch.float64,
+                          device=X.device)  # fmt: skip
+    low, high, value, feature = bounds.unsqueeze(2).unbind(1)
+    cols = X.index_select(1, feature.view(-1).long()).t().to(torch.float64)
     interval = (cols >= low) & ~(cols >= high)  # NaN never reaches low; an open top bounds nothing
     return torch.where(torch.isnan(value), interval, cols == value)
 
 
-def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:
     """:meth:`torch_amore.beam.Objective.key` as one exact integer: ``_OK * confident + 2 * hits - support``;
-    ``conf`` per row (broadcast), negative where there is no ``min_confidence``."""
+    ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
+    if conf is None:
+        return 2 * hits - support
     ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
     return ((conf < 0) | (ratio >= conf)).long() * _OK + 2 * hits - support
 
@@ -131,12 +134,11 @@ def best_cuts(
     run_min, arg_min = torch.cummin(torch.where(allowed.unsqueeze(1), pw, _BIG), dim=2)
     last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start keeping min_support rows
     m = last.clamp(min=0)
-    normal = allowed & (last >= 0) & (cb < total)  # ends that leave some row out after them
+    # ends that leave some row out after them; starts of the interval to the end that leave some row out before
+    normal, tail_ok = allowed & torch.stack([(last >= 0) & (cb < total), (cb > 0) & (cb <= total - min_support)])
     value = torch.where(normal.unsqueeze(1), pw - run_min.gather(2, m.unsqueeze(1).expand(S, K, N + 1)), -_BIG)
     best_val, end = value.max(dim=2)
     start = arg_min.gather(2, m.gather(1, end).unsqueeze(2)).squeeze(2)
-    # the end past the last row: the start must leave some row out before it
-    tail_ok = allowed & (cb > 0) & (cb <= total - min_support)
     tail_min, tail_start = torch.where(tail_ok.unsqueeze(1), pw, _BIG).min(dim=2)
     tail_val = pw.select(2, N) - tail_min
     use_tail = tail_val > best_val
@@ -160,7 +162,7 @@ def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.T
 
 def _step(
     masks: torch.Tensor, k: int, t: dict[str, torch.Tensor], target: torch.Tensor, min_support: int,
-    several: torch.Tensor, conf: torch.Tensor, kappas: torch.Tensor, best: torch.Tensor,
+    several: torch.Tensor, conf: torch.Tensor | None, kappas: torch.Tensor, best: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """One coordinate-ascent step of several rule sets (rows): position ``k`` given their other rules. ``masks``
     (S, L, N) the rules' masks, ``t`` the sorted tables of the columns (:class:`SortedColumns`). Returns the outcome
@@ -170,7 +172,9 @@ def _step(
     inside = others.gather(1, t["order"]) & t["observed"]
     b = best_cuts(inside, inside & t["hit"], t["allowed"], min_support, kappas)
     n_o, t_o = others.sum(1, keepdim=True), (others & target).sum(1, keepdim=True)
-    keys = _keys(torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), conf[:, None])
+    keys = _keys(
+        torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), None if conf is None else conf[:, None]
+    )
     key_o = keys[:, -1]
     drop = several & (n_o[:, 0] >= min_support) & (key_o >= best)
     width = kappas.shape[1]
@@ -221,7 +225,10 @@ def polish_many(
         at.append(list(range(i, i + len(rules[s]))) + [len(flat)] * (depth - len(rules[s])))
         i += len(rules[s])
     masks = every[torch.tensor(at, device=X.device)]  # (S, L, N)
-    conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64, device=X.device)
+    conf = None  # the confidence goal of each rule set: -1 for none
+    if any(goals[s] is not None for s in todo):
+        conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
+                            device=X.device)  # fmt: skip
     full = masks.all(1)
     best = _keys((full & target).sum(1), full.sum(1), conf)
     kappas = _kappa_table([goals[s] for s in todo], X.device)
@@ -234,12 +241,12 @@ def polish_many(
         if not rows:
             continue
         tables = columns.get([rules[todo[i]][k].feature for i in rows])
-        if rows == list(range(len(todo))):
+        if rows == list(range(len(todo))):  # every rule set takes part (the usual case): no selection
             out, best = _step(masks, k, tables, target, min_support, several, conf, kappas, best)
         else:
             sel = torch.tensor(rows, device=X.device)
-            out, new_best = _step(masks[sel], k, tables, target, min_support, several[sel], conf[sel], kappas[sel],
-                                  best[sel])  # fmt: skip
+            part = [None if t is None else t[sel] for t in (masks, several, conf, kappas, best)]
+            out, new_best = _step(part[0], k, tables, target, min_support, *part[1:])
             best = best.index_copy(0, sel, new_best)
         changed = []
         for i, row in zip(rows, out.tolist()):
