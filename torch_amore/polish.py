@@ -26,9 +26,10 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.beam import Objective, exact_best_interval
 from torch_amore.cuts import short_cut
+from torch_amore.masks import rule_masks
 from torch_amore.rules import Rule, RuleSet
 
-__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one", "rule_masks"]
+__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
 
 _BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
 _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
@@ -75,27 +76,6 @@ class SortedColumns:
             return {}
         idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
         return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
-
-
-def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
-    """(len(rules), N) :meth:`torch_amore.rules.Rule.mask` of each rule, in a few batched operations on a floating
-    ``X`` (rule by rule otherwise).
-
-    Example:
-        >>> X = torch.tensor([[0.5, 1.0], [2.0, 0.0], [float("nan"), 1.0]])
-        >>> rule_masks([Rule(0, "a", low=1.0), Rule(1, "b", value=1.0, kind="cat")], X).tolist()
-        [[False, True, False], [True, False, True]]
-    """
-    if not X.is_floating_point() or X.device.type == "mps":
-        return torch.stack([r.mask(X) for r in rules])
-    nan = math.nan
-    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan, r.feature] if r.value is None
-                           else [nan, nan, r.value, r.feature] for r in rules], dtype=torch.float64,
-                          device=X.device)  # fmt: skip
-    low, high, value, feature = bounds.unsqueeze(2).unbind(1)
-    cols = X.index_select(1, feature.view(-1).long()).t().to(torch.float64)
-    interval = (cols >= low) & ~(cols >= high)  # NaN never reaches low; an open top bounds nothing
-    return torch.where(torch.isnan(value), interval, cols == value)
 
 
 def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:

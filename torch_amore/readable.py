@@ -33,7 +33,7 @@ def between(a: float, b: float, bound: float, units: tuple[float, float]) -> flo
 
     Example:
         >>> between(0.4998, 0.5018, 0.5003, (1.0, 0.0)), between(-math.inf, 3.7, 3.2, (1.0, 0.0))
-        (0.5, 3.0)
+        (0.5, 0.0)
     """
     if not math.isfinite(a) and not math.isfinite(b):
         return bound
@@ -58,7 +58,7 @@ class ReadableRules:
         >>> X = torch.tensor([[0.12], [0.31], [0.58], [0.93]], dtype=torch.float64)
         >>> b = bin_features(X, [0], ["float"], n_grids=4)
         >>> [str(r) for r in ReadableRules(X, ["x"], [1.0], [0.0]).rules(b, [(0, 1, 2)])]
-        ['0.2 <= x < 0.7']
+        ['0.4 <= x < 0.8']
     """
 
     def __init__(

@@ -21,6 +21,7 @@ from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.beam import BeamSearch, default_n_fine, fine_binning
 from torch_amore.binning import Binned, bin_features, nan_min_max
 from torch_amore.exact import check_budget, exact_search
+from torch_amore.masks import drop_same_mask
 from torch_amore.options import SearchOptions
 from torch_amore.polish import SortedColumns, polish_many, polish_one
 from torch_amore.ratios import grid_counts
@@ -37,32 +38,6 @@ def sort_rule_sets(rule_sets) -> list[RuleSet]:
     for rs in rule_sets:
         unique.setdefault(frozenset(rs.rules), rs)
     return sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
-
-
-def _drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
-    """Keep the first of rule sets on the same features that select exactly the same samples."""
-    if X is None:
-        return rule_sets
-    kept: list[RuleSet] = []
-    groups: dict[tuple, list[RuleSet]] = {}  # kept rule sets per (features, support, confidence)
-    masks: dict[int, torch.Tensor] = {}  # computed only when two rule sets share a key
-
-    def mask(rs: RuleSet) -> torch.Tensor:
-        if id(rs) not in masks:
-            masks[id(rs)] = rs.mask(X)
-        return masks[id(rs)]
-
-    for rs in rule_sets:
-        key = (frozenset(rs.features), rs.support, rs.confidence)
-        same = groups.setdefault(key, [])
-        if same:
-            m = mask(rs)
-            equal = D.all_ranks(torch.tensor([torch.equal(m, mask(o)) for o in same]))  # equal on every DDP shard
-            if bool(equal.any()):
-                continue
-        same.append(rs)
-        kept.append(rs)
-    return kept
 
 
 def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
@@ -169,7 +144,7 @@ class _Extractor:
                 confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
                 chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
             polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
-            rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+            rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         return rule_sets
 
     def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
