@@ -174,7 +174,8 @@ def _step(
     )
     flags = torch.stack([drop, swap, cuts[:, 0] == 0, cuts[:, 1] == n], 1).long()
     counts = torch.cat([t_o, n_o, b["hits"].gather(1, pick), b["support"].gather(1, pick)], 1)
-    return torch.cat([flags, counts, near.to(torch.float64).view(torch.int64)], 1), new_best
+    bits = near.view(torch.int32 if near.dtype == torch.float32 else torch.int64).long()  # exact on the host
+    return torch.cat([flags, counts, bits], 1), new_best
 
 
 def polish_many(
@@ -232,7 +233,7 @@ def polish_many(
         for i, row in zip(rows, out.tolist()):
             s = todo[i]
             drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
-            a_low, a_high, b_low, b_high = (_from_bits(v) for v in row[8:])
+            a_low, a_high, b_low, b_high = (_from_bits(v, columns.dtype) for v in row[8:])
             if drop:
                 del rules[s][k]
                 counts[s] = (t_o, n_o)
@@ -260,7 +261,10 @@ def polish_many(
     return out_sets
 
 
-def _from_bits(bits: int) -> float:
+def _from_bits(bits: int, dtype: torch.dtype) -> float:
+    """The float whose bits (of ``dtype``, float32 or float64) are ``bits``."""
+    if dtype == torch.float32:
+        return struct.unpack("<f", struct.pack("<i", bits))[0]
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 

@@ -139,10 +139,10 @@ class ReadableRules:
         if cells:
             j = torch.tensor([c[0] for c in cells], device=binned.categories.device)
             g = torch.tensor([c[1] for c in cells], device=binned.categories.device)
-            parts.append(binned.categories[j, g].to(torch.float64))
+            parts.append(binned.categories[j, g])
         if not parts:
             return {}, {}
-        host = torch.cat([p.to(torch.float64) for p in parts]).tolist()
+        host = torch.cat(parts).tolist()  # all in the binning's float dtype
         near: dict = {}
         if self.X is not None and edges:
             n = len(edges)

@@ -4,8 +4,10 @@ The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.tree`: sta
 samples are counted per grid of every remaining feature, the counts become candidate intervals
 (:func:`torch_amore.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability ratios
 open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree is a
-candidate rule set. The beam strategy (:mod:`torch_amore.beam`) adds fitness-optimal intervals. The result is sorted
-by fitness, best first.
+candidate rule set. The beam strategy (:mod:`torch_amore.beam`) adds fitness-optimal intervals, and its best rule sets
+are polished on observed values (:mod:`torch_amore.polish`). Grid intervals become rules with readable bounds that
+select the same samples (:mod:`torch_amore.readable`); rule sets selecting the same samples are kept once
+(:func:`torch_amore.masks.drop_same_mask`). The result is sorted by fitness, best first.
 """
 
 from __future__ import annotations
