@@ -10,6 +10,7 @@ uses.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -290,10 +291,25 @@ class Binned:
                 out.append(int(c))
         return out
 
+    @functools.cached_property
+    def host_grids(self) -> tuple[list[list[float]], list[int]]:
+        """``thresholds`` and ``n_bins`` as Python lists (one transfer on first use, then cached: they are fixed
+        after binning), for :meth:`interval_bounds`."""
+        both = torch.cat([self.thresholds, self.n_bins[:, None].to(self.thresholds.dtype)], 1).tolist()
+        return [row[:-1] for row in both], [int(row[-1]) for row in both]
+
     def interval_bounds(self, j: int, g_low: int, g_high: int) -> tuple[float, float]:
-        """(low, high) of grids ``g_low..g_high`` of searched feature ``j`` (infinite where open)."""
-        low = float(self.thresholds[j, g_low - 1]) if g_low > 0 else float("-inf")
-        high = float(self.thresholds[j, g_high]) if g_high < int(self.n_bins[j]) - 1 else float("inf")
+        """(low, high) of grids ``g_low..g_high`` of searched feature ``j`` (infinite where open), from host copies
+        of the grids (:attr:`host_grids`): no device sync after the first call.
+
+        Example:
+            >>> b = bin_features(torch.tensor([[0.0], [1.0], [2.0], [4.0]]), [0], ["float"], n_grids=4)
+            >>> b.interval_bounds(0, 1, 2), b.interval_bounds(0, 0, 3)
+            ((1.0, 3.0), (-inf, inf))
+        """
+        thresholds, n_bins = self.host_grids
+        low = thresholds[j][g_low - 1] if g_low > 0 else float("-inf")
+        high = thresholds[j][g_high] if g_high < n_bins[j] - 1 else float("inf")
         return low, high
 
 

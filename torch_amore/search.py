@@ -4,13 +4,14 @@ The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.tree`: sta
 samples are counted per grid of every remaining feature, the counts become candidate intervals
 (:func:`torch_amore.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability ratios
 open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree is a
-candidate rule set. The beam strategy (:mod:`torch_amore.beam`) adds fitness-optimal intervals. The result is sorted
-by fitness, best first.
+candidate rule set. The beam strategy (:mod:`torch_amore.beam`) adds fitness-optimal intervals, and its best rule sets
+are polished on observed values (:mod:`torch_amore.polish`). Grid intervals become rules with readable bounds that
+select the same samples (:mod:`torch_amore.readable`); rule sets selecting the same samples are kept once
+(:func:`torch_amore.masks.drop_same_mask`). The result is sorted by fitness, best first.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,21 +21,16 @@ import torch
 from torch_amore import _validation as V
 from torch_amore import distributed as D
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.beam import (
-    BeamSearch,
-    Objective,
-    default_n_fine,
-    exact_best_interval,
-    fine_binning,
-    sorted_best_interval,
-)
+from torch_amore.beam import BeamSearch, default_n_fine, fine_binning
 from torch_amore.binning import Binned, bin_features
 from torch_amore.column_stats import column_stats
-from torch_amore.cuts import short_cut
 from torch_amore.exact import check_budget, estimate_cost, exact_search
+from torch_amore.masks import drop_same_mask
 from torch_amore.options import SearchOptions
+from torch_amore.polish import SortedColumns, polish_many, polish_one
 from torch_amore.ratios import grid_counts
-from torch_amore.rules import Rule, RuleSet
+from torch_amore.readable import ReadableRules
+from torch_amore.rules import RuleSet
 from torch_amore.seeding import pair_seeds, seed_affordable
 from torch_amore.threads import parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
@@ -48,32 +44,6 @@ def sort_rule_sets(rule_sets) -> list[RuleSet]:
     return sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
 
 
-def _drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
-    """Keep the first of rule sets on the same features that select exactly the same samples."""
-    if X is None:
-        return rule_sets
-    kept: list[RuleSet] = []
-    groups: dict[tuple, list[RuleSet]] = {}  # kept rule sets per (features, support, confidence)
-    masks: dict[int, torch.Tensor] = {}  # computed only when two rule sets share a key
-
-    def mask(rs: RuleSet) -> torch.Tensor:
-        if id(rs) not in masks:
-            masks[id(rs)] = rs.mask(X)
-        return masks[id(rs)]
-
-    for rs in rule_sets:
-        key = (frozenset(rs.features), rs.support, rs.confidence)
-        same = groups.setdefault(key, [])
-        if same:
-            m = mask(rs)
-            equal = D.all_ranks(torch.tensor([torch.equal(m, mask(o)) for o in same]))  # equal on every DDP shard
-            if bool(equal.any()):
-                continue
-        same.append(rs)
-        kept.append(rs)
-    return kept
-
-
 def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
     """The first rule set and the first one on other features: those worth polishing (rule sets on the same features
     mostly polish to the same optimum)."""
@@ -82,18 +52,6 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
         if frozenset(rs.features) != frozenset(out[0].features):
             return out + [rs]
     return out
-
-
-def _between(a: float, b: float, bound: float, units: tuple[float, float]) -> float:
-    """A short cut in ``(a, b]`` (:func:`torch_amore.cuts.short_cut`) for a grid edge ``bound`` whose observed
-    neighbours are ``a < bound <= b``; with no value on one side, a short number beyond the other one."""
-    if not math.isfinite(a) and not math.isfinite(b):
-        return bound
-    if not math.isfinite(a):
-        a = b - abs(b) - 1.0
-    elif not math.isfinite(b):
-        b = a + abs(a) + 1.0
-    return short_cut(a, b, *units) if math.isfinite(a) and math.isfinite(b) and a < b else bound
 
 
 class _Extractor:
@@ -118,6 +76,7 @@ class _Extractor:
         self.target_name = target_name
         self.n_total_target = int(D.all_reduce_sum(target.sum()))  # D: sums over the shards of a DDP run
         self._root: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.readable = ReadableRules(X, self.names, self.scale, self.offset)  # grid intervals -> readable rules
 
     def root_counts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-grid counts of all samples and of the target at the root (cached: independent of min_support)."""
@@ -126,100 +85,6 @@ class _Extractor:
             t_rows = torch.nonzero(self.target, as_tuple=True)[0]
             self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
         return self._root
-
-    def _sorted_column(self, col: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Indices of column ``col``'s non-missing values in ascending order (stable), and the sorted values in the
-        binning's float dtype (cached: polish and snapping need them again and again)."""
-        cache = self.__dict__.setdefault("_sorted", {})
-        if col not in cache:
-            values = self.X[:, col].to(self.binned.thresholds.dtype)
-            order = torch.argsort(values, stable=True)  # NaN last
-            order = order[: int((~torch.isnan(values)).sum())]
-            cache[col] = (order, values[order])
-        return cache[col]
-
-    def _snap_edges(self, binned: Binned, pairs: list[tuple[int, int]]) -> None:
-        """The observed neighbours of many grid edges ``(feature, grid)`` of ``binned`` (the paper's grids or the
-        beam's fine ones) at once: the largest value below the edge and the smallest one from it on, from per-grid
-        minima and maxima (one scatter each per feature not seen before, one reduction). :meth:`_snap` cuts between
-        them at the shortest number (:func:`torch_amore.cuts.short_cut`: the same samples)."""
-        numeric = [not c for c in binned.is_cat.tolist()]
-        n_bins = binned.n_bins.tolist()
-        pairs = sorted({(j, g) for j, g in pairs if numeric[j] and 0 < g < n_bins[j]})
-        if hasattr(binned, "prefetch"):
-            binned.prefetch(pairs)
-        if self.X is None or not pairs:
-            return
-        tables = self.__dict__.setdefault("_edge_tables", {}).setdefault(id(binned), (binned, {}))[1]
-        self._edge_tables_for(binned, sorted({j for j, _ in pairs} - set(tables)), tables)
-        neighbours = self.__dict__.setdefault("_neighbours", {})
-        for j, g in pairs:
-            bound = binned.interval_bounds(j, g, n_bins[j] - 1)[0]
-            below, above = tables[j]
-            neighbours[(binned.columns[j], bound)] = (below[g - 1], above[g])  # infinite where there is none
-
-    def _edge_tables_for(self, binned: Binned, feats: list[int], tables: dict) -> None:
-        """Per feature, the largest observed value in grids <= g and the smallest in grids >= g (lists by g)."""
-        if not feats:
-            return
-        dt = binned.thresholds.dtype
-        width = binned.n_bins_max + 1
-        lows = torch.full((len(feats), width), math.inf, dtype=dt, device=self.X.device)
-        highs = torch.full((len(feats), width), -math.inf, dtype=dt, device=self.X.device)
-        codes_t = getattr(binned, "codes_t", None)
-        for r, j in enumerate(feats):
-            values = self.X[:, binned.columns[j]].to(dt)
-            codes = (codes_t[j] if codes_t is not None else binned.codes[:, j]).long()
-            lows[r].scatter_reduce_(0, codes, values, "amin")  # NaN: the last cell, unused
-            highs[r].scatter_reduce_(0, codes, values, "amax")
-        lows = D.all_reduce_min(lows[:, :-1].contiguous())  # over the shards of a DDP run
-        highs = D.all_reduce_max(highs[:, :-1].contiguous())
-        above = lows.flip(1).cummin(1).values.flip(1).tolist()  # the smallest value in grids >= g
-        below = highs.cummax(1).values.tolist()  # the largest value in grids <= g
-        for r, j in enumerate(feats):
-            tables[j] = (below[r], above[r])
-
-    def _snap(self, col: int, bound: float, side: str = "any") -> float:
-        """A readable bound selecting the same samples as ``bound`` (see :meth:`_snap_edges`), else ``bound``.
-        ``side="low"``/``"high"``: also every value the grid edge keeps above/below it (the local sample's)."""
-        cache = self.__dict__.setdefault("_snaps", {})
-        key = (col, bound, side)
-        if key not in cache:
-            if (col, bound) not in self.__dict__.get("_neighbours", {}):
-                return bound
-            a, b = self._neighbours[(col, bound)]
-            if side == "low":  # keeps the values >= bound inside
-                b = min(b, bound)
-            elif side == "high":  # keeps the values < bound inside
-                a = max(a, math.nextafter(bound, -math.inf))
-            cache[key] = _between(a, b, bound, (self.scale[col], self.offset[col]))
-        return cache[key]
-
-    def _rule(
-        self, j: int, g_low: int, g_high: int, binned: Binned | None = None, snap: bool = True, local: bool = False
-    ) -> Rule:
-        """The rule of grids ``g_low..g_high`` of searched feature ``j``, its bounds snapped to readable numbers that
-        select the same samples (``local``: and keep every value of those grids inside, e.g. a local sample's)."""
-        b = self.binned if binned is None else binned
-        col = b.columns[j]
-        kind = b.kinds[j]
-        name, scale, offset = self.names[col], self.scale[col], self.offset[col]
-        if bool(b.is_cat[j]):
-            return Rule(col, name, value=float(b.categories[j, g_low]), kind="cat", scale=scale, offset=offset)
-        low, high = b.interval_bounds(j, g_low, g_high)
-        if snap and self.X is not None:
-            known = self.__dict__.get("_neighbours", {})
-            if any(math.isfinite(v) and (col, v) not in known for v in (low, high)):
-                self._snap_edges(b, [(j, g_low), (j, g_high + 1)])
-            low = self._snap(col, low, "low" if local else "any")
-            high = self._snap(col, high, "high" if local else "any")
-        if kind == "int" and b.int_valued[j] and scale == 1.0 and offset == 0.0:
-            # on integer-valued data, x >= low <=> x >= ceil(low) and x < high <=> x < ceil(high)
-            low = math.ceil(low) if low > -math.inf else low
-            high = math.ceil(high) if high < math.inf else high
-        elif kind == "int" and not b.int_valued[j] and scale == 1.0 and offset == 0.0:
-            kind = "float"
-        return Rule(col, name, low=low, high=high, kind=kind, scale=scale, offset=offset)
 
     def run(
         self,
@@ -235,15 +100,10 @@ class _Extractor:
             self.binned, self.target, self.root_counts(), self.n_total_target, max_length=max_length,
             min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress,
         )  # fmt: skip
-        rules: dict[tuple[int, int, int], Rule] = {}
         found: dict[frozenset, RuleSet] = {}
-        local = local_codes is not None
-        edges = {(j, g) for c in chosen for j, lo, hi, _ in c.steps for g in (lo, hi + 1)}
-        self._snap_edges(self.binned, sorted(edges))  # every bound's neighbours in one batched pass
+        conds = sorted({s[:3] for c in chosen for s in c.steps})
+        rules = dict(zip(conds, self.readable.rules(self.binned, conds, local=local_codes is not None)))
         for c in sorted(chosen, key=insertion_order):  # a rule set met twice: as the depth-first walk met it first
-            for j, g_low, g_high, _ in c.steps:
-                if (j, g_low, g_high) not in rules:
-                    rules[(j, g_low, g_high)] = self._rule(j, g_low, g_high, local=local)
             rs_rules = tuple(rules[s[:3]] for s in c.steps)
             key = frozenset(rs_rules)
             if key not in found:
@@ -283,11 +143,13 @@ class _Extractor:
                 min_confidence=o.min_confidence, progress=o.progress,
             ) + optimal  # fmt: skip
             ranked = sort_rule_sets(found)
-            polished = [self.polish(rs, min_support) for rs in _two_feature_sets(ranked)]
+            chosen = _two_feature_sets(ranked)
+            goals = [None] * len(chosen)
             if o.min_confidence is not None:
                 confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
-                polished += [self.polish(rs, min_support, min_confidence=o.min_confidence) for rs in confident]
-            rule_sets = _drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+                chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
+            polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
+            rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
@@ -310,13 +172,13 @@ class _Extractor:
             self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k, budget=budget
         )
         optimum = (2 * found.boxes[0][0] - found.boxes[0][1]) / self.n_total_target if found.boxes else None
-        self._snap_edges(self.binned, sorted({(j, g) for _, _, conds in found.boxes for j, lo, hi in conds
-                                              for g in (lo, hi + 1)}))  # fmt: skip
+        conds = sorted({c for _, _, box in found.boxes for c in box})
+        rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
         out = []
-        for hits, support, conds in found.boxes:
+        for hits, support, box in found.boxes:
             out.append(
                 RuleSet(
-                    rules=tuple(self._rule(j, lo, hi) for j, lo, hi in conds),
+                    rules=tuple(rules[c] for c in box),
                     support=support,
                     confidence=hits / support,
                     fitness=(2 * hits - support) / self.n_total_target,
@@ -356,13 +218,13 @@ class _Extractor:
         seeded = max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone but strong together
         seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
         states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
-        self._snap_edges(fine, [(j, g) for st in states for j, lo, hi in st.conds for g in (lo, hi + 1)])
+        conds = sorted({c for st in states for c in st.conds})
+        made = dict(zip(conds, self.readable.rules(fine, conds)))
         out = []
         for st in states:
-            rules = tuple(self._rule(j, lo, hi, fine) for j, lo, hi in st.conds)
             out.append(
                 RuleSet(
-                    rules=rules,
+                    rules=tuple(made[c] for c in st.conds),
                     support=st.support,
                     confidence=st.hits / st.support,
                     fitness=(2 * st.hits - st.support) / self.n_total_target,
@@ -372,70 +234,33 @@ class _Extractor:
         return out
 
     def polish(
-        self, rule_set: RuleSet, min_support: int, rounds: int = 1, *, min_confidence: float | None = None
-    ) -> RuleSet:
-        """Coordinate ascent on observed values: re-cut each interval given the other rules, or drop it.
+        self,
+        rule_sets: Sequence[RuleSet],
+        min_support: int,
+        *,
+        min_confidence: float | None | Sequence[float | None] = None,
+    ) -> list[RuleSet]:
+        """Coordinate ascent on observed values (:mod:`torch_amore.polish`): re-cut each interval given the other
+        rules, or drop it; all ``rule_sets`` at once. ``min_confidence``: one for all, or one per rule set.
 
         Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
         other rules (:func:`torch_amore.beam.exact_best_interval`), cut between observed values rather than on a grid
-        (``rounds`` sweeps over the rules, one by default: the grid search before it has converged already). Fitness
-        never decreases (with ``min_confidence``: a confident rule set stays confident). It needs only counts, minima
-        and maxima, so a sharded (DDP) run gives the single-process result.
+        (one sweep over the rules: the grid search before it has converged already). Fitness never decreases (with
+        ``min_confidence``: a confident rule set stays confident). A sharded (DDP) run gives the single-process
+        result.
         """
-        if self.X is None or not rule_set.rules:
-            return rule_set
-        X, target = self.X, self.target
-        key = Objective(min_confidence).key
-        rules = list(rule_set.rules)
-        masks = [r.mask(X) for r in rules]
-
-        def counts(mask: torch.Tensor) -> tuple[int, int]:
-            both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
-            return int(both[1]), int(both[0])
-
-        best = key(*counts(torch.stack(masks).all(0)))
-        for _ in range(rounds):
-            changed = False
-            for k in range(len(rules)):
-                if k >= len(rules) or rules[k].value is not None:
-                    continue
-                others = torch.ones_like(masks[0])
-                for j, m in enumerate(masks):
-                    if j != k:
-                        others &= m
-                t_o, n_o = counts(others)
-                if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
-                    del rules[k], masks[k]
-                    best, changed = key(t_o, n_o), True
-                    break
-                col, units = rules[k].feature, (rules[k].scale, rules[k].offset)
-                if D.is_sharded():
-                    found = exact_best_interval(
-                        X[others, col], target[others], min_support, min_confidence=min_confidence, units=units
-                    )
-                else:  # the cached order of the column, restricted to the other rules' samples: no sort
-                    order = self._sorted_column(col)[0]
-                    sel = order[others[order]]
-                    objective = Objective(min_confidence)
-                    found = sorted_best_interval(X[sel, col].double(), target[sel], min_support, objective, units)
-                if found is None or key(found[2], found[3]) <= best:
-                    continue
-                low, high, _, _ = found
-                rules[k] = replace(rules[k], low=low, high=high)
-                masks[k] = rules[k].mask(X)
-                best, changed = key(*counts(torch.stack(masks).all(0))), True
-            if not changed:
-                break
-        if rules == list(rule_set.rules):
-            return rule_set
-        hits, support = counts(torch.stack(masks).all(0))
-        return RuleSet(
-            rules=tuple(rules),
-            support=support,
-            confidence=hits / support,
-            fitness=(2 * hits - support) / self.n_total_target,
-            target_name=self.target_name,
-        )
+        rule_sets = list(rule_sets)
+        if self.X is None or not rule_sets:
+            return rule_sets
+        goals = (list(min_confidence) if isinstance(min_confidence, Sequence)
+                 else [min_confidence] * len(rule_sets))  # fmt: skip
+        if D.is_sharded():
+            return [polish_one(rs, self.X, self.target, min_support, self.n_total_target, min_confidence=c,
+                               target_name=self.target_name) for rs, c in zip(rule_sets, goals)]  # fmt: skip
+        if "_columns" not in self.__dict__:
+            self._columns = SortedColumns(self.X, self.target)  # argsorted columns, kept for later calls
+        return polish_many(rule_sets, self.X, self.target, min_support, self.n_total_target, goals=goals,
+                           columns=self._columns, target_name=self.target_name)  # fmt: skip
 
 
 def prepare(

@@ -1,0 +1,88 @@
+"""Masks of many rules and rule sets at once, and rule sets that select the same rows.
+
+:func:`rule_masks` computes :meth:`torch_amore.rules.Rule.mask` of many rules in a few batched operations (one
+index tensor, one comparison per bound); :func:`rule_set_masks` combines them per rule set; :func:`drop_same_mask`
+keeps the first of rule sets on the same features that select exactly the same samples, comparing all candidate
+pairs in one batched operation and one host sync.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torch_amore import distributed as D
+from torch_amore.rules import Rule, RuleSet
+
+__all__ = ["drop_same_mask", "rule_masks", "rule_set_masks"]
+
+
+def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
+    """(len(rules), N) :meth:`torch_amore.rules.Rule.mask` of each rule, in a few batched operations on a floating
+    ``X`` (rule by rule otherwise).
+
+    Example:
+        >>> X = torch.tensor([[0.5, 1.0], [2.0, 0.0], [float("nan"), 1.0]])
+        >>> rule_masks([Rule(0, "a", low=1.0), Rule(1, "b", value=1.0, kind="cat")], X).tolist()
+        [[False, True, False], [True, False, True]]
+    """
+    if not X.is_floating_point() or X.device.type == "mps":
+        return torch.stack([r.mask(X) for r in rules])
+    nan = math.nan
+    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan, r.feature] if r.value is None
+                           else [nan, nan, r.value, r.feature] for r in rules], dtype=torch.float64,
+                          device=X.device)  # fmt: skip
+    low, high, value, feature = bounds.unsqueeze(2).unbind(1)
+    cols = X.index_select(1, feature.view(-1).long()).t().to(torch.float64)
+    interval = (cols >= low) & ~(cols >= high)  # NaN never reaches low; an open top bounds nothing
+    return torch.where(torch.isnan(value), interval, cols == value)
+
+
+def rule_set_masks(rule_sets: Sequence[RuleSet], X: torch.Tensor) -> torch.Tensor:
+    """(len(rule_sets), N) :meth:`torch_amore.rules.RuleSet.mask` of each rule set (all rules masked at once).
+
+    Example:
+        >>> X = torch.tensor([[0.5, 1.0], [2.0, 0.0], [3.0, 1.0]])
+        >>> a, b = Rule(0, "a", low=1.0), Rule(1, "b", value=1.0, kind="cat")
+        >>> rule_set_masks([RuleSet((a, b), 1, 1.0, 1.0), RuleSet((), 3, 1.0, 1.0)], X).tolist()
+        [[False, False, True], [True, True, True]]
+    """
+    flat = [r for rs in rule_sets for r in rs.rules]
+    depth = max([len(rs.rules) for rs in rule_sets] + [1])
+    every = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
+    table = torch.cat([rule_masks(flat, X), every]) if flat else every
+    at, i = [], 0
+    for rs in rule_sets:
+        at.append(list(range(i, i + len(rs.rules))) + [len(flat)] * (depth - len(rs.rules)))
+        i += len(rs.rules)
+    return table[torch.tensor(at, device=X.device)].all(1)
+
+
+def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
+    """The rule sets in order, less those on the same features with the same support and confidence as an earlier
+    one that select exactly the same samples (on every shard of a DDP run). One host sync at most.
+
+    Example:
+        >>> X = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+        >>> a = RuleSet((Rule(0, "x", low=1.5),), 2, 1.0, 1.0)
+        >>> b = RuleSet((Rule(0, "x", low=1.2),), 2, 1.0, 1.0)  # the same rows, other text
+        >>> [str(rs.rules[0]) for rs in drop_same_mask([a, b], X)]
+        ['x >= 1.5']
+    """
+    if X is None:
+        return rule_sets
+    groups: dict[tuple, list[int]] = {}
+    for i, rs in enumerate(rule_sets):
+        groups.setdefault((frozenset(rs.features), rs.support, rs.confidence), []).append(i)
+    pairs = [(i, e) for members in groups.values() for n, i in enumerate(members) for e in members[:n]]
+    if not pairs:
+        return rule_sets
+    involved = sorted({i for pair in pairs for i in pair})
+    row = {i: r for r, i in enumerate(involved)}
+    masks = rule_set_masks([rule_sets[i] for i in involved], X)
+    later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]], device=X.device)
+    equal = D.all_ranks((masks[later] == masks[earlier]).all(1)).tolist()  # equal on every DDP shard
+    same = {i for (i, _), eq in zip(pairs, equal) if eq}  # equal to an earlier one, so to an earlier one kept
+    return [rs for i, rs in enumerate(rule_sets) if i not in same]

@@ -1,0 +1,329 @@
+"""Polish: coordinate ascent of rule sets on observed values, several rule sets at once.
+
+Each numeric rule in turn gets the interval that is best given the other rules (cut between observed values rather
+than on a grid), or is dropped when it does nothing: the other rules alone are at least as good and keep
+``min_support`` samples. One sweep over the rules (the grid searches before it have converged already). Fitness
+never decreases, and with ``min_confidence`` a confident rule set stays confident (rule sets are compared by
+:class:`torch_amore.beam.Objective`).
+
+In one process all rule sets move together, one rule position per step: each column is argsorted once
+(:class:`SortedColumns`), the best interval over a column's sorted values restricted to the other rules' rows comes
+from prefix sums on fixed-size tensors (:func:`best_cuts`, cuts only between distinct values), decisions are taken on
+device, and one ``.tolist()`` per step brings the few numbers the host needs (the new cuts' observed neighbours, for
+:func:`torch_amore.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
+:func:`torch_amore.beam.exact_best_interval` on reduced counts (:func:`polish_one`): the single-process result.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from torch_amore import distributed as D
+from torch_amore.beam import Objective, exact_best_interval
+from torch_amore.cuts import short_cut
+from torch_amore.masks import rule_masks
+from torch_amore.rules import Rule, RuleSet
+
+__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
+
+_BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
+_OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
+
+
+class SortedColumns:
+    """Per column of ``X``: the ascending order (stable, NaN last), the sorted values (NaN as ``+inf``: one run, no
+    cut inside it), which of them are observed, the target flags in that order and the allowed cut positions (0, N
+    and between distinct values). One argsort per column, cached; new columns are sorted together.
+
+    Example:
+        >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
+        >>> t = SortedColumns(X, torch.tensor([True, False, False])).get([0, 1])
+        >>> t["order"].tolist(), t["allowed"][1].tolist()
+        ([[1, 2, 0], [0, 2, 1]], [True, False, True, True])
+    """
+
+    _FIELDS = ("order", "values", "observed", "hit", "allowed")
+
+    def __init__(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        self.X, self.target = X, target
+        self.dtype = torch.float32 if X.device.type == "mps" else torch.float64
+        self._slot: dict[int, int] = {}  # column -> row of the tables
+        self._tables: dict[str, torch.Tensor] = {}
+
+    def get(self, cols: Sequence[int], *, only_sort: bool = False) -> dict[str, torch.Tensor]:
+        """The tables of the columns ``cols``, each (len(cols), N), ``allowed`` (len(cols), N + 1) (``only_sort``:
+        just sort the new ones)."""
+        new = sorted({c for c in cols if c not in self._slot})
+        if new:
+            values = self.X[:, new].to(self.dtype).t()
+            order = torch.argsort(values, dim=1, stable=True)
+            values = values.gather(1, order)
+            observed = ~torch.isnan(values)
+            values = values.masked_fill(~observed, math.inf)
+            edge = torch.ones(len(new), 1, dtype=torch.bool, device=values.device)
+            allowed = torch.cat([edge, values[:, 1:] != values[:, :-1], edge], 1)
+            parts = dict(order=order, values=values, observed=observed, hit=self.target[order] & observed,
+                         allowed=allowed)  # fmt: skip
+            for name in self._FIELDS:
+                self._tables[name] = torch.cat([self._tables[name], parts[name]]) if self._slot else parts[name]
+            self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
+        if only_sort:
+            return {}
+        idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
+        return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
+
+
+def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:
+    """:meth:`torch_amore.beam.Objective.key` as one exact integer: ``_OK * confident + 2 * hits - support``;
+    ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
+    if conf is None:
+        return 2 * hits - support
+    ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
+    return ((conf < 0) | (ratio >= conf)).long() * _OK + 2 * hits - support
+
+
+def best_cuts(
+    inside: torch.Tensor, hit: torch.Tensor, allowed: torch.Tensor, min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per row and kappa, the interval of positions ``start <= i < end`` maximising
+    ``sum(1000 * hit - kappas * inside)`` with at least ``min_support`` rows inside, cut only where ``allowed``.
+
+    ``inside``/``hit`` (S, N) are 0/1 flags in sorted order, ``allowed`` (S, N + 1) the cut positions (between
+    distinct values; 0 and N always), ``kappas`` (S, K) integer weights (1000 * kappa). The interval holding every
+    row is no condition and is left out; ties and the opening of bounds with nothing beyond them follow
+    :func:`torch_amore.beam.best_intervals`, so the rows selected are the ones it selects on the distinct values.
+    Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K).
+
+    Example:
+        >>> inside = torch.ones(1, 5, dtype=torch.bool); hit = torch.tensor([[False, True, True, False, False]])
+        >>> allowed = torch.ones(1, 6, dtype=torch.bool)
+        >>> b = best_cuts(inside, hit, allowed, 1, torch.tensor([[500]]))
+        >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["valid"].tolist()
+        ([[1]], [[3]], [[2]], [[True]])
+    """
+    S, N = inside.shape
+    K = kappas.shape[1]
+    cb, ct = torch.nn.functional.pad(torch.stack([inside, hit]).cumsum(2), (1, 0)).unbind(0)  # (S, N + 1) each
+    total = cb[:, N:]
+    pw = (1000 * ct).unsqueeze(1) - kappas.unsqueeze(2) * cb.unsqueeze(1)  # (S, K, N + 1)
+    run_min, arg_min = torch.cummin(torch.where(allowed.unsqueeze(1), pw, _BIG), dim=2)
+    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start keeping min_support rows
+    m = last.clamp(min=0)
+    # ends that leave some row out after them; starts of the interval to the end that leave some row out before
+    normal, tail_ok = allowed & torch.stack([(last >= 0) & (cb < total), (cb > 0) & (cb <= total - min_support)])
+    value = torch.where(normal.unsqueeze(1), pw - run_min.gather(2, m.unsqueeze(1).expand(S, K, N + 1)), -_BIG)
+    best_val, end = value.max(dim=2)
+    start = arg_min.gather(2, m.gather(1, end).unsqueeze(2)).squeeze(2)
+    tail_min, tail_start = torch.where(tail_ok.unsqueeze(1), pw, _BIG).min(dim=2)
+    tail_val = pw.select(2, N) - tail_min
+    use_tail = tail_val > best_val
+    best_val = torch.where(use_tail, tail_val, best_val)
+    start = torch.where(use_tail, tail_start, start)
+    end = torch.where(use_tail, N, end)
+    b0, b1, t0, t1 = torch.stack([cb, ct]).repeat_interleave(2, 0).gather(2, torch.stack([start, end] * 2)).unbind(0)
+    start = torch.where(b0 == 0, 0, start)  # nothing below: open
+    end = torch.where(b1 == total, N, end)  # nothing above: open
+    support, hits = b1 - b0, t1 - t0
+    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (support > 0)}
+
+
+def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.Tensor:
+    """(S, K) integer kappas of each goal's :meth:`Objective.kappas` (``candidates=False``), padded by repeating the
+    last one (a repeat never wins: ties go to the first kappa)."""
+    rows = [[round(1000 * k) for k in Objective(c).kappas(False)] for c in goals]
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + r[-1:] * (width - len(r)) for r in rows], device=device)
+
+
+def _step(
+    masks: torch.Tensor, k: int, t: dict[str, torch.Tensor], target: torch.Tensor, min_support: int,
+    several: torch.Tensor, conf: torch.Tensor | None, kappas: torch.Tensor, best: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One coordinate-ascent step of several rule sets (rows): position ``k`` given their other rules. ``masks``
+    (S, L, N) the rules' masks, ``t`` the sorted tables of the columns (:class:`SortedColumns`). Returns the outcome
+    of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and the new
+    keys."""
+    others = torch.cat([masks[:, :k], masks[:, k + 1 :]], 1).all(1)  # (S, N)
+    inside = others.gather(1, t["order"]) & t["observed"]
+    b = best_cuts(inside, inside & t["hit"], t["allowed"], min_support, kappas)
+    n_o, t_o = others.sum(1, keepdim=True), (others & target).sum(1, keepdim=True)
+    keys = _keys(
+        torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), None if conf is None else conf[:, None]
+    )
+    key_o = keys[:, -1]
+    drop = several & (n_o[:, 0] >= min_support) & (key_o >= best)
+    width = kappas.shape[1]
+    rank = torch.where(b["valid"], keys[:, :-1] * width + torch.arange(width - 1, -1, -1, device=keys.device), -_BIG)
+    pick = rank.argmax(1, keepdim=True)  # the best key, ties: the first kappa
+    key_f = keys.gather(1, pick)[:, 0]
+    swap = ~drop & b["valid"].any(1) & (key_f > best)
+    new_best = torch.where(drop, key_o, torch.where(swap, key_f, best))
+    cuts = torch.cat([b["start"].gather(1, pick), b["end"].gather(1, pick)], 1)  # (S, 2)
+    n = inside.shape[1]
+    v = t["values"]
+    low = torch.where(inside, v, -math.inf).cummax(1).values  # the largest value inside at or before each row
+    high = torch.where(inside, v, math.inf).flip(1).cummin(1).values.flip(1)  # the smallest one at or after
+    pad = torch.nn.functional.pad
+    near = torch.cat(
+        [pad(low, (1, 0), value=-math.inf).gather(1, cuts), pad(high, (0, 1), value=math.inf).gather(1, cuts)], 1
+    )
+    flags = torch.stack([drop, swap, cuts[:, 0] == 0, cuts[:, 1] == n], 1).long()
+    counts = torch.cat([t_o, n_o, b["hits"].gather(1, pick), b["support"].gather(1, pick)], 1)
+    bits = near.view(torch.int32 if near.dtype == torch.float32 else torch.int64).long()  # exact on the host
+    return torch.cat([flags, counts, bits], 1), new_best
+
+
+def polish_many(
+    rule_sets: Sequence[RuleSet],
+    X: torch.Tensor,
+    target: torch.Tensor,
+    min_support: int,
+    n_total_target: int,
+    *,
+    goals: Sequence[float | None],
+    columns: SortedColumns | None = None,
+    target_name: str = "target",
+) -> list[RuleSet]:
+    """Polish every rule set of ``rule_sets`` (``goals``: the ``min_confidence`` of each, or ``None``) in one
+    process: one sweep of coordinate ascent over the rule positions, all rule sets at once, one host sync per
+    position. Returns the polished rule sets in order (a rule set that did not change is returned as it is)."""
+    columns = SortedColumns(X, target) if columns is None else columns
+    rules = [list(rs.rules) for rs in rule_sets]
+    todo = [s for s, rs in enumerate(rule_sets) if rs.rules]
+    if not todo:
+        return list(rule_sets)
+    depth = max(len(rules[s]) for s in todo)
+    flat = [r for s in todo for r in rules[s]]
+    pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
+    every = torch.cat([rule_masks(flat, X), pad])
+    at, i = [], 0
+    for s in todo:
+        at.append(list(range(i, i + len(rules[s]))) + [len(flat)] * (depth - len(rules[s])))
+        i += len(rules[s])
+    masks = every[torch.tensor(at, device=X.device)]  # (S, L, N)
+    conf = None  # the confidence goal of each rule set: -1 for none
+    if any(goals[s] is not None for s in todo):
+        conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
+                            device=X.device)  # fmt: skip
+    full = masks.all(1)
+    best = _keys((full & target).sum(1), full.sum(1), conf)
+    kappas = _kappa_table([goals[s] for s in todo], X.device)
+    several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
+    counts: dict[int, tuple[int, int]] = {}
+    live = list(range(len(todo)))  # rows of ``masks`` still being polished
+    columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
+    for k in range(depth):
+        rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
+        if not rows:
+            continue
+        tables = columns.get([rules[todo[i]][k].feature for i in rows])
+        if rows == list(range(len(todo))):  # every rule set takes part (the usual case): no selection
+            out, best = _step(masks, k, tables, target, min_support, several, conf, kappas, best)
+        else:
+            sel = torch.tensor(rows, device=X.device)
+            part = [None if t is None else t[sel] for t in (masks, several, conf, kappas, best)]
+            out, new_best = _step(part[0], k, tables, target, min_support, *part[1:])
+            best = best.index_copy(0, sel, new_best)
+        changed = []
+        for i, row in zip(rows, out.tolist()):
+            s = todo[i]
+            drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
+            a_low, a_high, b_low, b_high = (_from_bits(v, columns.dtype) for v in row[8:])
+            if drop:
+                del rules[s][k]
+                counts[s] = (t_o, n_o)
+                live.remove(i)
+                changed.append((i, None))
+            elif swap:
+                rule = rules[s][k]
+                units = (rule.scale, rule.offset)
+                low = -math.inf if open_low else short_cut(a_low, b_low, *units)
+                high = math.inf if open_high else short_cut(a_high, b_high, *units)
+                rules[s][k] = replace(rule, low=low, high=high)
+                counts[s] = (hits, support)
+                changed.append((i, rules[s][k]))
+        if k + 1 < depth:
+            masks = _update(masks, k, changed, X)
+    out_sets = list(rule_sets)
+    for s, (hits, support) in counts.items():
+        out_sets[s] = RuleSet(
+            rules=tuple(rules[s]),
+            support=support,
+            confidence=hits / support,
+            fitness=(2 * hits - support) / n_total_target,
+            target_name=target_name,
+        )
+    return out_sets
+
+
+def _from_bits(bits: int, dtype: torch.dtype) -> float:
+    """The float whose bits (of ``dtype``, float32 or float64) are ``bits``."""
+    if dtype == torch.float32:
+        return struct.unpack("<f", struct.pack("<i", bits))[0]
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def _update(masks: torch.Tensor, k: int, changed: list[tuple[int, Rule | None]], X: torch.Tensor) -> torch.Tensor:
+    """``masks`` with position ``k`` of the changed rows replaced: a new rule's mask, or everything (a dropped
+    rule; the row is not polished further)."""
+    new = [(i, r) for i, r in changed if r is not None]
+    if new:
+        idx = torch.tensor([i for i, _ in new], device=X.device)
+        masks[idx, k] = rule_masks([r for _, r in new], X)
+    return masks
+
+
+def polish_one(
+    rule_set: RuleSet,
+    X: torch.Tensor,
+    target: torch.Tensor,
+    min_support: int,
+    n_total_target: int,
+    *,
+    min_confidence: float | None = None,
+    target_name: str = "target",
+) -> RuleSet:
+    """:func:`polish_many` of one rule set, rule by rule with :func:`torch_amore.beam.exact_best_interval` on counts
+    reduced over the shards of a DDP run (so a sharded run gives the single-process result; slower)."""
+    if not rule_set.rules:
+        return rule_set
+    key = Objective(min_confidence).key
+    rules = list(rule_set.rules)
+    masks = [r.mask(X) for r in rules]
+
+    def counts(mask: torch.Tensor) -> tuple[int, int]:
+        both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
+        return int(both[1]), int(both[0])
+
+    best = key(*counts(torch.stack(masks).all(0)))
+    for k in range(len(rules)):
+        if rules[k].value is not None:
+            continue
+        others = torch.stack(masks[:k] + masks[k + 1 :]).all(0) if len(rules) > 1 else torch.ones_like(masks[0])
+        t_o, n_o = counts(others)
+        if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
+            del rules[k], masks[k]
+            break
+        units = (rules[k].scale, rules[k].offset)
+        found = exact_best_interval(X[others, rules[k].feature], target[others], min_support,
+                                    min_confidence=min_confidence, units=units)  # fmt: skip
+        if found is None or key(found[2], found[3]) <= best:
+            continue
+        rules[k] = replace(rules[k], low=found[0], high=found[1])
+        masks[k] = rules[k].mask(X)
+        best = key(*counts(torch.stack(masks).all(0)))
+    if rules == list(rule_set.rules):
+        return rule_set
+    hits, support = counts(torch.stack(masks).all(0))
+    return RuleSet(
+        rules=tuple(rules),
+        support=support,
+        confidence=hits / support,
+        fitness=(2 * hits - support) / n_total_target,
+        target_name=target_name,
+    )
