@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -96,6 +98,47 @@ def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, g: tor
     return torch.where(live, _key_float(hi_k), torch.full_like(g, math.inf))
 
 
+def _host_key(x: float) -> int:
+    """:func:`_float_key` of one Python float."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return -(bits & ~_SIGN) if bits < 0 else bits
+
+
+def _host_float(key: int) -> float:
+    """:func:`_key_float` of one Python int."""
+    return struct.unpack("<d", struct.pack("<q", (-key) | _SIGN if key < 0 else key))[0]
+
+
+def host_grid_start(lo: float, hi: float, scale: float, g: int, n_fine: int) -> float:
+    """:func:`_grid_starts` of one entry in Python floats (IEEE float64, the same operations in the same order, so
+    the same value), for thresholds without a host sync.
+
+    Example:
+        >>> host_grid_start(0.0, 1.0, 4.0, 1, 4)
+        0.25
+    """
+    if not scale > 0:
+        return math.inf
+
+    def reaches(x: float) -> bool:
+        v = (x - lo) * scale
+        v = math.floor(v) if math.isfinite(v) else v
+        return min(max(v, 0), n_fine - 1) >= g
+
+    x0 = lo + g / max(scale, 1e-300)
+    d = 16 * sys.float_info.epsilon * (abs(lo) + abs(x0) + 1 / max(scale, 1e-300))
+    low, high = max(x0 - d, lo), min(x0 + d, hi)
+    good = not reaches(low) and reaches(high)  # the tight bracket holds the answer
+    lo_k, hi_k = (_host_key(low), _host_key(high)) if good else (_host_key(lo), _host_key(hi))
+    while hi_k - 1 > lo_k:
+        mid = (lo_k + hi_k) >> 1
+        if reaches(_host_float(mid)):
+            hi_k = mid
+        else:
+            lo_k = mid
+    return _host_float(hi_k)
+
+
 @dataclass
 class FineBinned(Binned):
     """A :class:`Binned` whose numeric grids are ``n_fine`` equal-width cells by arithmetic.
@@ -112,6 +155,9 @@ class FineBinned(Binned):
     codes_t: torch.Tensor = None  # (F', N) the codes, one contiguous row per feature (``codes`` is its transpose)
     is_cat_host: list = None  # ``is_cat`` as a list of bools
     n_bins_host: list = None  # ``n_bins`` as a list of ints
+    lo_host: list = None  # ``lo``, ``hi`` and ``scale`` as lists of floats (thresholds without a host sync)
+    hi_host: list = None
+    scale_host: list = None
     _known: dict = field(default_factory=dict, repr=False)  # (feature, grid) -> threshold, filled by prefetch
 
     def __post_init__(self) -> None:
@@ -119,6 +165,8 @@ class FineBinned(Binned):
             self.is_cat_host = [bool(c) for c in self.is_cat.tolist()]
         if self.n_bins_host is None:
             self.n_bins_host = [int(n) for n in self.n_bins.tolist()]
+        if self.lo_host is None:
+            self.lo_host, self.hi_host, self.scale_host = torch.stack([self.lo, self.hi, self.scale]).tolist()
 
     def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
         """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
@@ -127,15 +175,15 @@ class FineBinned(Binned):
         return _grid_starts(self.lo[j], self.hi[j], self.scale[j], g, self.n_grids)
 
     def prefetch(self, pairs: list[tuple[int, int]]) -> None:
-        """Compute the thresholds of many ``(feature, grid)`` pairs in one batched call, for :meth:`interval_bounds`."""
-        todo = sorted({p for p in pairs if p not in self._known and 0 < p[1] < self.n_grids})
-        if todo:
-            values = self.threshold([p[0] for p in todo], [p[1] for p in todo]).tolist()
-            self._known.update(zip(todo, values))
+        """Compute the thresholds of many ``(feature, grid)`` pairs, for :meth:`interval_bounds` (on the host: no
+        tensor work and no sync)."""
+        for j, g in pairs:
+            if 0 < g < self.n_grids:
+                self._edge(j, g)
 
     def _edge(self, j: int, g: int) -> float:
         if (j, g) not in self._known:
-            self._known[(j, g)] = float(self.threshold(j, g)[0])
+            self._known[(j, g)] = host_grid_start(self.lo_host[j], self.hi_host[j], self.scale_host[j], g, self.n_grids)
         return self._known[(j, g)]
 
     def interval_bounds(self, j: int, g_low: int, g_high: int) -> tuple[float, float]:
@@ -171,9 +219,12 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     dt = _work_dtype(device)
     columns = base.columns
     sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
-    lo, hi = _column_min_max(sub)
-    span = (hi - lo).nan_to_num(0.0)
-    scale = torch.where(span > 0, n_fine / span.clamp(min=1e-300), torch.zeros_like(span))
+    lo, hi, lo_host, hi_host = _column_min_max(sub)
+    # the cells per unit on the host (the same float64 operations as on the device), for thresholds without a sync
+    scale_host = [n_fine / max(b - a, 1e-300) if b - a > 0 else 0.0 for a, b in zip(lo_host, hi_host)]
+    lo_host = [0.0 if math.isnan(a) else a for a in lo_host]
+    hi_host = [0.0 if math.isnan(b) else b for b in hi_host]
+    scale = torch.tensor(scale_host, dtype=torch.float64, device=device).to(dt)
     lo0 = lo.nan_to_num(0.0)
     width = max(n_fine, base.n_bins_max)
     nan_code = width
@@ -216,6 +267,9 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
         scale=scale.to(torch.float64),
         is_cat_host=cat_host,
         n_bins_host=n_bins_host,
+        lo_host=lo_host,
+        hi_host=hi_host,
+        scale_host=scale_host,
     )
 
 
@@ -223,17 +277,25 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
 _FINE_CHUNK = 1 << 24
 
 
-def _column_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`torch_amore.binning.nan_min_max` with one host sync: one ``aminmax`` over all of ``X``, redone with
-    NaN masked (in chunks) only when some column holds a NaN."""
+def _column_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[float], list[float]]:
+    """:func:`torch_amore.binning.nan_min_max` with one host sync, and its result as lists too: one ``aminmax`` over
+    all of ``X``, redone with NaN masked (in chunks) only when some column holds a NaN."""
     dt = _work_dtype(X.device)
-    if X.shape[0] == 0 or not X.is_floating_point():
-        return nan_min_max(X)
-    lo, hi = torch.aminmax(X, dim=0)
-    if bool(torch.isnan(lo).any()):
-        return nan_min_max(X)
-    lo, hi = D.all_reduce_min(lo.to(dt)), D.all_reduce_max(hi.to(dt))  # over the shards of a DDP run
-    return lo, hi
+    if X.shape[0] > 0 and X.is_floating_point():
+        lo, hi = torch.aminmax(X, dim=0)
+        lo, hi = lo.to(dt), hi.to(dt)
+    else:
+        lo = hi = torch.full((X.shape[1],), math.nan, dtype=dt, device=X.device)
+    lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    redo = any(map(math.isnan, lo_host))  # a NaN, or no rows
+    if D.is_sharded():  # every rank takes the same path (and the same collectives)
+        redo = float(D.all_reduce_max(torch.tensor([float(redo)], dtype=dt, device=X.device))[0]) > 0
+        lo, hi = nan_min_max(X) if redo else (D.all_reduce_min(lo), D.all_reduce_max(hi))
+        lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    elif redo:
+        lo, hi = nan_min_max(X)
+        lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    return lo, hi, lo_host, hi_host
 
 
 @dataclass
@@ -608,6 +670,18 @@ def node_grid_counts(
     return D.all_reduce_sum(out.contiguous())
 
 
+def fetch_length(width: int, n_kappas: int) -> int:
+    """Candidates per node and objective that :meth:`BeamSearch._expand` fetches at once: ``width`` children and the
+    same interval from each other kappa beside each, plus two children of other nodes (more is rare and costs one
+    more fetch).
+
+    Example:
+        >>> fetch_length(5, 10)
+        70
+    """
+    return (width + 2) * n_kappas
+
+
 #: Elements of the (conditions x states x samples) tables of one refinement batch (about 1 GiB of working memory).
 _REFINE_BUDGET = 1 << 27
 
@@ -744,7 +818,7 @@ class BeamSearch:
         n_k = len(self.kappas) + 1
         fields = torch.stack([c[k].long() for k in ("feature", "g_low", "g_high", "hits", "support", "valid")])
         tail = [(c["hits"], 0, self.n_rows), (-c["feature"], 1 - n_feat, 0), (-c["g_low"], 1 - self.width, 0)]
-        m = min(n_cols, (max(width for _, width in chooser) + 2) * n_k)
+        m = min(n_cols, fetch_length(max(width for _, width in chooser), n_k))
         orders, fetched = [], []
         for obj, _ in chooser:
             keys = [(c["valid"].long(), 0, 1)] + obj.tensor_key(c["hits"], c["support"], self.n_rows) + tail
