@@ -30,6 +30,7 @@ beam strategy's best fitness is never below the paper strategy's.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import struct
@@ -450,46 +451,45 @@ def _best_block(
     round of refinement)."""
     n_feat, width = tot.shape
     n_k = len(kappas)
+    device = tot.device
     # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), computed in int64
     # and held in float64 (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; float32 is exact
     # while |weights| < 2**24: twice as fast on the big tables of small data. A start s and an end e (prefix indices,
-    # 0..G) delimit the grids s..e-1.
-    fdt = torch.float32 if 2000 * max_count < (1 << 24) else _work_dtype(tot.device)
-    ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (F, G+1)
-    cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
-    nb_col = n_bins[:, None]
-    total = cb.gather(1, nb_col)  # (F, 1) the node's non-missing samples
+    # 0..G) delimit the grids s..e-1. Several kappas: each row repeated per kappa (rows r * K + q), all in 2-D.
+    fdt = torch.float32 if 2000 * max_count < (1 << 24) else _work_dtype(device)
     ks = [round(1000 * kp) for kp in kappas]
     if n_k == 1:
-        pw = (ct * 1000 - cb * ks[0]).to(fdt)[:, None]  # (F, 1, G+1)
+        k = ks[0]
     else:
-        k = torch.tensor(ks, device=tot.device)[:, None]
-        pw = (ct[:, None] * 1000 - cb[:, None] * k).to(fdt)  # (F, K, G+1)
-    run_min, arg_min = torch.cummin(pw, dim=2)
-    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (F, G+1) the last start with support >= s_min
+        tot, tgt, n_bins = (t.repeat_interleave(n_k, 0) for t in (tot, tgt, n_bins))
+        is_cat = is_cat.repeat_interleave(n_k, 0) if any_cat else is_cat
+        k = torch.tensor(ks, device=device).repeat(n_feat)[:, None]
+    ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
+    cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
+    nb = n_bins[:, None]
+    total = cb.gather(1, nb)  # (R, 1) the node's non-missing samples
+    pw = (ct * 1000 - cb * k).to(fdt)
+    run_min, arg_min = torch.cummin(pw, dim=1)
+    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (R, G+1) the last start with support >= s_min
     m = last.clamp(min=0)
     # ends that leave out some sample after them: the best start is a prefix minimum
-    normal = (last >= 0) & (cb < total)
-    value = (pw - run_min.gather(2, m[:, None].expand(-1, n_k, -1))).masked_fill_(~normal[:, None], -math.inf)
-    best_val, best_end = value.max(dim=2)  # (F, K)
-    best_start = arg_min.gather(2, m.gather(1, best_end)[:, :, None])[:, :, 0]
+    value = (pw - run_min.gather(1, m)).masked_fill_(~((last >= 0) & (cb < total)), -math.inf)
+    best_val, best_end = value.max(dim=1, keepdim=True)  # (R, 1)
+    best_start = arg_min.gather(1, m.gather(1, best_end))
     # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
-    starts = (cb > 0) & (torch.arange(width + 1, device=tot.device) <= last.gather(1, nb_col))
-    tail_min, tail_start = pw.masked_fill(~starts[:, None], math.inf).min(dim=2)
-    tail_val = pw.gather(2, nb_col[:, :, None].expand(-1, n_k, 1))[:, :, 0] - tail_min
+    starts = (cb > 0) & (torch.arange(width + 1, device=device) <= last.gather(1, nb))
+    tail_min, tail_start = pw.masked_fill(~starts, math.inf).min(dim=1, keepdim=True)
+    tail_val = pw.gather(1, nb) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     best_start = torch.where(use_tail, tail_start, best_start)
-    nb = nb_col.expand(-1, n_k)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    best_start = best_start.masked_fill(cb.gather(1, best_start) == 0, 0)
-    best_end = torch.where(use_tail | (cb.gather(1, best_end) == total), nb, best_end)
-    g_low, g_high = best_start, best_end - 1
+    g_low = best_start.masked_fill(cb.gather(1, best_start) == 0, 0)
+    g_high = torch.where(use_tail | (cb.gather(1, best_end) == total), nb, best_end) - 1
     if any_cat:  # categorical features: single categories only
-        w = (tgt[:, None] * 1000 - tot[:, None] * torch.tensor(ks, device=tot.device)[:, None]).to(fdt)  # (F, K, G)
-        everything = cb[:, -1:]  # a category holding every non-missing sample is no condition
-        fits = (tot >= min_support) & (tot < everything)
-        cat_val, cat_best = w.masked_fill(~fits[:, None], -math.inf).max(dim=2)
+        w = (tgt * 1000 - tot * k).to(fdt)  # (R, G)
+        fits = (tot >= min_support) & (tot < cb[:, -1:])  # a category holding every non-missing sample: no condition
+        cat_val, cat_best = w.masked_fill(~fits, -math.inf).max(dim=1, keepdim=True)
         cat = is_cat[:, None]
         best_val = torch.where(cat, cat_val, best_val)
         g_low = torch.where(cat, cat_best, g_low)
@@ -497,8 +497,8 @@ def _best_block(
     valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
     g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
     edges = torch.cat([g_low, g_high + 1], 1)
-    hits, support = (c.gather(1, edges) for c in (ct, cb))
-    return DenseBest(g_low, g_high, hits[:, n_k:] - hits[:, :n_k], support[:, n_k:] - support[:, :n_k], valid)
+    hits, support = (c.gather(1, edges).diff(dim=1) for c in (ct, cb))
+    return DenseBest(*(t.view(n_feat, n_k) for t in (g_low, g_high, hits, support, valid)))
 
 
 def confidence_kappa(min_confidence: float) -> float:
@@ -883,39 +883,45 @@ class BeamSearch:
         table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
         feats = table[:, :length, 0]
         st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
-        cols = [[k, length + k, 2 * length, 2 * length + 1] for k in range(length)]
+        cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
         n = fine.codes_t.shape[1]
         # exact integer counts from float weights: float32 below 2**24 samples
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
-        # (L, S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
+        # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
         codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
-        codes += offsets.to(torch.int32)
-        lows, highs = st[:, :length].T[..., None] + offsets, st[:, length : 2 * length].T[..., None] + offsets
-        sat = (codes >= lows) & (codes <= highs)  # (L, S, N)
+        codes = (codes + offsets.to(torch.int32)).unbind(0)
+        bounds = (st[:, : 2 * length] + offsets).T[..., None].unbind(0)  # lows, then highs: (S, 1) each
+        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
+        n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         kappas = obj.kappas(False)
         n_k = len(kappas)
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
+        score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
         out_rows: list = []
         for r in range(8):
             changed = torch.zeros(n_states, dtype=torch.bool, device=device)
             for k in range(length):
-                others = [sat[m] for m in range(length) if m != k]
-                inside = others[0] if len(others) == 1 else torch.stack(others).all(0)
-                tot, tgt = _masked_counts(codes[k].view(-1), inside.view(-1), self.target, n_states * wide, wdt)
+                inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
+                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), self.target, n_states * wide, wdt)
                 tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
                 tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
-                b = self._dense(tot, tgt, feats[:, k], min_support, kappas)  # (S, K)
-                score = obj.tensor_score(b.hits, b.support, b.valid)
-                new = torch.stack([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4, K)
+                b = best_intervals_dense(
+                    tot, tgt, n_bins[k], is_cat[k], min_support, kappas, positive=False, max_count=self.n_rows,
+                    any_cat=self.any_cat,
+                )  # fmt: skip
+                found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
+                new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
                 if n_k > 1:
-                    pick = (score * n_k + tie).argmax(1, keepdim=True)  # (S, 1)
-                    score, new = score.gather(1, pick), new.gather(2, pick[:, None].expand(-1, 4, -1))
-                better = score[:, 0] > obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])
-                st[:, cols[k]] = torch.where(better[:, None], new[:, :, 0], st[:, cols[k]])
-                bounds = st[:, [k, length + k]] + offsets
-                sat[k] = (codes[k] >= bounds[:, :1]) & (codes[k] <= bounds[:, 1:])
+                    pick = (found * n_k + tie).argmax(1, keepdim=True)  # (S, 1)
+                    found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=device) * n_k)
+                better = found[:, 0] > score
+                score = torch.where(better, found[:, 0], score)
+                new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
+                st.index_copy_(1, cols[k], new)
+                lo_hi = new[:, :2] + offsets
+                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:])
                 changed |= better
             if r >= 1:  # after the second round and each one after it: the result, and whether it changed
                 out_rows = torch.cat([st, changed[:, None].long()], 1).tolist()
