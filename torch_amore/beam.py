@@ -498,6 +498,8 @@ def _best_block(
     g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
     edges = torch.cat([g_low, g_high + 1], 1)
     hits, support = (c.gather(1, edges).diff(dim=1) for c in (ct, cb))
+    if n_k == 1:  # already (F, 1)
+        return DenseBest(g_low, g_high, hits, support, valid)
     return DenseBest(*(t.view(n_feat, n_k) for t in (g_low, g_high, hits, support, valid)))
 
 
@@ -754,12 +756,12 @@ class BeamSearch:
 
     def _candidates(
         self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
-    ) -> dict[str, torch.Tensor]:
-        """Candidate intervals of every node, as (G, C) tensors ``feature``, ``g_low``, ``g_high``, ``hits``,
-        ``support``, ``valid``: the kappas of the objectives for all features, the other kappas of :data:`KAPPAS`
-        only for each node's ``beam_width + 1`` features of highest fitness (a candidate never has a higher fitness
-        than its feature's kappa-0.5 interval, so the others could not make a node's top ``beam_width``). Features
-        a node already uses are not valid."""
+    ) -> torch.Tensor:
+        """Candidate intervals of every node, as one (6, G, C) int64 table of ``feature``, ``g_low``, ``g_high``,
+        ``hits``, ``support`` and ``valid`` (0/1) per node and candidate: the kappas of the objectives for all
+        features, the other kappas of :data:`KAPPAS` only for each node's ``beam_width + 1`` features of highest
+        fitness (a candidate never has a higher fitness than its feature's kappa-0.5 interval, so the others could
+        not make a node's top ``beam_width``). Features a node already uses are not valid."""
         fine = self.fine
         device = tot.device
         n_feat, g = len(fine.columns), len(beam)
@@ -773,8 +775,13 @@ class BeamSearch:
         free = torch.ones(g * n_feat, dtype=torch.bool, device=device)
         if used:
             free[torch.tensor(used, device=device)] = False
-        n_main = len(main)
-        parts = [(every[:, None].expand(-1, n_main), b, free[:, None].expand(-1, n_main))]
+
+        def table(feat: torch.Tensor, d: DenseBest, ok: torch.Tensor) -> torch.Tensor:  # (6, G, rows x kappas)
+            n_k = d.valid.shape[1]
+            fields = [feat[:, None].expand(-1, n_k), d.g_low, d.g_high, d.hits, d.support, d.valid & ok[:, None]]
+            return torch.stack([f.long() for f in fields]).view(6, g, -1)
+
+        parts = [table(every, b, free)]
         if rest:
             top = self.beam_width + 1
             if n_feat > top:
@@ -783,17 +790,10 @@ class BeamSearch:
                 order = torch.sort(score.view(g, n_feat), dim=1, descending=True, stable=True).indices[:, :top]
                 sel = (torch.arange(g, device=device)[:, None] * n_feat + order).reshape(-1)
             else:
-                top, sel = n_feat, torch.arange(g * n_feat, device=device)
+                sel = torch.arange(g * n_feat, device=device)
             b2 = self._dense(tot[sel], tgt[sel], every[sel], min_support, rest)  # (G * top, Kr)
-            parts.append((every[sel][:, None].expand(-1, len(rest)), b2, free[sel][:, None].expand(-1, len(rest))))
-        out = {}
-        for name in ("feature", "g_low", "g_high", "hits", "support", "valid"):
-            cols = []
-            for feat, d, ok in parts:
-                v = feat if name == "feature" else (d.valid & ok if name == "valid" else getattr(d, name))
-                cols.append(v.reshape(g, -1))
-            out[name] = torch.cat(cols, 1)
-        return out
+            parts.append(table(every[sel], b2, free[sel]))
+        return torch.cat(parts, 2)
 
     def _expand(
         self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
@@ -813,15 +813,15 @@ class BeamSearch:
         both = node_grid_counts(fine.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].reshape(g * n_feat, self.width)
         tot = both[:g].reshape(g * n_feat, self.width) + tgt
-        c = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
-        n_cols = c["valid"].shape[1]
+        fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
+        feature, g_low, _, hits, support, valid = fields.unbind(0)
+        n_cols = fields.shape[2]
         n_k = len(self.kappas) + 1
-        fields = torch.stack([c[k].long() for k in ("feature", "g_low", "g_high", "hits", "support", "valid")])
-        tail = [(c["hits"], 0, self.n_rows), (-c["feature"], 1 - n_feat, 0), (-c["g_low"], 1 - self.width, 0)]
+        tail = [(hits, 0, self.n_rows), (-feature, 1 - n_feat, 0), (-g_low, 1 - self.width, 0)]
         m = min(n_cols, fetch_length(max(width for _, width in chooser), n_k))
         orders, fetched = [], []
         for obj, _ in chooser:
-            keys = [(c["valid"].long(), 0, 1)] + obj.tensor_key(c["hits"], c["support"], self.n_rows) + tail
+            keys = [(valid, 0, 1)] + obj.tensor_key(hits, support, self.n_rows) + tail
             order = _descending_order(_packed_keys(keys))
             orders.append(order)
             fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
@@ -1032,7 +1032,7 @@ def _best_of_row(
     device = counts.device
     no = torch.tensor([False], device=device)
     b = best_intervals(counts[None], hits[None], torch.tensor([counts.numel()], device=device), no, min_support,
-                       kappas=objective.kappas(False))  # fmt: skip
+                       kappas=objective.kappas(False), any_cat=False)  # fmt: skip
     rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
     if not rows:
         return None
