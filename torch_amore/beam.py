@@ -24,6 +24,12 @@ paper's own objective, fitness, directly:
 5. **Polish** (:meth:`torch_amore.search._Extractor.polish`): the best rule sets are re-cut between observed values,
    at the shortest number that selects the same samples (:func:`torch_amore.cuts.short_cut`).
 
+The search is organised by length, not by node, and decides on the device: per length one ``nonzero`` gives the
+samples of all beam nodes, the children are ranked with ``argsort`` on exact integer keys and only each node's best
+few cross to the host (one ``tolist``), refinement takes its improvements with ``torch.where`` and reads its result
+once it has converged (one ``tolist`` per check); thresholds of the fine grids are computed on the host from the
+columns' ranges (read once, when binning).
+
 Every rule set found (and all of the paper strategy's rule sets, which run too) is returned, sorted by fitness, so the
 beam strategy's best fitness is never below the paper strategy's.
 """
@@ -309,19 +315,6 @@ class _Best:
     hits: torch.Tensor
     support: torch.Tensor
     kappa: torch.Tensor
-
-    @staticmethod
-    def concat(parts: list[_Best], features: list[torch.Tensor], kappa_offsets: list[int]) -> _Best:
-        """The rows of ``parts`` together, each part's feature indices mapped through ``features`` (an index tensor
-        per part) and its kappa indices shifted by ``kappa_offsets``."""
-        return _Best(
-            feature=torch.cat([f[p.feature] for p, f in zip(parts, features)]),
-            g_low=torch.cat([p.g_low for p in parts]),
-            g_high=torch.cat([p.g_high for p in parts]),
-            hits=torch.cat([p.hits for p in parts]),
-            support=torch.cat([p.support for p in parts]),
-            kappa=torch.cat([p.kappa + k for p, k in zip(parts, kappa_offsets)]),
-        )
 
 
 #: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once.
