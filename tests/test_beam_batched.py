@@ -152,3 +152,19 @@ def test_host_thresholds_equal_the_device_bisection():
         ok = ~torch.isnan(X[:, f])
         reached = (X[ok, f][:, None] >= torch.tensor(host, dtype=torch.float64)[None, :]).sum(1)
         assert torch.equal(reached, codes[ok])
+
+
+def test_fine_binning_host_lists_equal_its_tensors():
+    """``is_cat_host``/``n_bins_host``/``lo_host``... are the tensors' values (with a categorical feature)."""
+    from torch_amore.beam import fine_binning
+    from torch_amore.binning import bin_features
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(500, 3, generator=g, dtype=torch.float64)
+    X[:, 1] = torch.randint(0, 4, (500,), generator=g).double()
+    fine = fine_binning(X, bin_features(X, [0, 1, 2], ["float", "cat", "float"], n_grids=5), 256)
+    assert fine.is_cat_host == fine.is_cat.tolist() == [False, True, False]
+    assert fine.n_bins_host == fine.n_bins.tolist() == [256, 4, 256]
+    assert fine.lo_host == fine.lo.tolist() and fine.hi_host == fine.hi.tolist()
+    assert fine.scale_host == fine.scale.tolist()
+    assert fine.interval_bounds(1, 2, 2) == (2.0, 3.0)  # a category: between its value and the next

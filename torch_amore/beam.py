@@ -226,7 +226,7 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     dt = _work_dtype(device)
     columns = base.columns
     sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
-    lo, hi, lo_host, hi_host = _column_min_max(sub)
+    lo, hi, lo_host, hi_host, base_bins = _column_min_max(sub, base.n_bins)
     # the cells per unit on the host (the same float64 operations as on the device), for thresholds without a sync
     scale_host = [n_fine / max(b - a, 1e-300) if b - a > 0 else 0.0 for a, b in zip(lo_host, hi_host)]
     lo_host = [0.0 if math.isnan(a) else a for a in lo_host]
@@ -251,12 +251,11 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories
     n_bins = torch.full_like(base.n_bins, n_fine)
-    n_bins_host = [n_fine] * len(columns)
+    n_bins_host = [b if c else n_fine for b, c in zip(base_bins, cat_host)]
     if any_cat:
         cat = is_cat[:, None]
         thresholds[:, : base.n_bins_max - 1] = torch.where(cat, base.thresholds, thresholds[:, : base.n_bins_max - 1])
         n_bins = torch.where(is_cat, base.n_bins, n_bins)
-        n_bins_host = [int(n) for n in n_bins.tolist()]
     return FineBinned(
         codes=codes_t.T,
         codes_t=codes_t,
@@ -284,16 +283,17 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
 _FINE_CHUNK = 1 << 24
 
 
-def _column_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[float], list[float]]:
-    """:func:`torch_amore.binning.nan_min_max` with one host sync, and its result as lists too: one ``aminmax`` over
-    all of ``X``, redone with NaN masked (in chunks) only when some column holds a NaN."""
+def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
+    """:func:`torch_amore.binning.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
+    (F,) tensor of small integers read in the same sync): one ``aminmax`` over all of ``X``, redone with NaN masked
+    (in chunks) only when some column holds a NaN."""
     dt = _work_dtype(X.device)
     if X.shape[0] > 0 and X.is_floating_point():
         lo, hi = torch.aminmax(X, dim=0)
         lo, hi = lo.to(dt), hi.to(dt)
     else:
         lo = hi = torch.full((X.shape[1],), math.nan, dtype=dt, device=X.device)
-    lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    lo_host, hi_host, extra_host = torch.stack([lo, hi, extra.to(dt)]).tolist()
     redo = any(map(math.isnan, lo_host))  # a NaN, or no rows
     if D.is_sharded():  # every rank takes the same path (and the same collectives)
         redo = float(D.all_reduce_max(torch.tensor([float(redo)], dtype=dt, device=X.device))[0]) > 0
@@ -302,7 +302,7 @@ def _column_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[f
     elif redo:
         lo, hi = nan_min_max(X)
         lo_host, hi_host = torch.stack([lo, hi]).tolist()
-    return lo, hi, lo_host, hi_host
+    return lo, hi, lo_host, hi_host, [int(v) for v in extra_host]
 
 
 @dataclass
