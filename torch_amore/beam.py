@@ -24,22 +24,32 @@ paper's own objective, fitness, directly:
 5. **Polish** (:meth:`torch_amore.search._Extractor.polish`): the best rule sets are re-cut between observed values,
    at the shortest number that selects the same samples (:func:`torch_amore.cuts.short_cut`).
 
+The search is organised by length, not by node, and decides on the device: per length one ``nonzero`` gives the
+samples of all beam nodes, the children are ranked with ``argsort`` on exact integer keys and only each node's best
+few cross to the host (one ``tolist``), refinement takes its improvements with ``torch.where`` and reads its result
+once it has converged (one ``tolist`` per check); thresholds of the fine grids are computed on the host from the
+columns' ranges (read once, when binning).
+
 Every rule set found (and all of the paper strategy's rule sets, which run too) is returned, sorted by fitness, so the
 beam strategy's best fitness is never below the paper strategy's.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import struct
+import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
-from torch_amore.binning import Binned, _chunk_len, _work_dtype, nan_min_max
+from torch_amore.binning import Binned, _work_dtype, nan_min_max
 from torch_amore.cuts import short_cut
-from torch_amore.ratios import group_grid_counts
+from torch_amore.threads import parallel_pass
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -69,31 +79,71 @@ def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, g: tor
     """For each entry, the smallest float64 ``x`` with ``_uniform_code(x, lo, scale, n_fine) >= g`` (1 <= g < n_fine).
 
     All arguments are 1-D tensors of the same length (one entry per wanted threshold). Bisection on the floats'
-    order (int64 keys), started from a tight bracket around ``lo + g / scale`` and run only on the entries not yet
-    resolved. Entries with ``scale == 0`` (a constant column) get ``+inf``.
+    order (int64 keys), started from a tight bracket around ``lo + g / scale``; all entries step together, as many
+    steps as the widest bracket needs (one host sync). Entries with ``scale == 0`` (a constant column) get ``+inf``.
     """
     lo_f, hi_f, sc, g = lo.double(), hi.double(), scale.double(), g.double()
     live = sc > 0
 
-    def reaches(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        return _uniform_code(x, lo_f[idx], sc[idx], n_fine) >= g[idx]
+    def reaches(x: torch.Tensor) -> torch.Tensor:
+        return _uniform_code(x, lo_f, sc, n_fine) >= g
 
     x0 = lo_f + g / sc.clamp(min=1e-300)
     d = 16 * torch.finfo(torch.float64).eps * (lo_f.abs() + x0.abs() + 1 / sc.clamp(min=1e-300))
-    every = torch.arange(g.numel(), device=lo.device)
     low, high = (x0 - d).clamp(min=lo_f), (x0 + d).clamp(max=hi_f)
-    good = ~reaches(low, every) & reaches(high, every)  # the tight bracket holds the answer
+    good = ~reaches(low) & reaches(high)  # the tight bracket holds the answer
     lo_k = torch.where(good, _float_key(low), _float_key(lo_f))  # code(lo) = 0 < g
     hi_k = torch.where(good, _float_key(high), _float_key(hi_f))  # code(hi) = n_fine - 1 >= g
-    todo = torch.nonzero(live & (hi_k - 1 > lo_k), as_tuple=True)[0]
-    while todo.numel():
-        a, b = lo_k[todo], hi_k[todo]
-        mid = (a >> 1) + (b >> 1) + (a & b & 1)  # no a + b: it could overflow int64
-        hit = reaches(_key_float(mid), todo)
-        hi_k[todo] = torch.where(hit, mid, b)
-        lo_k[todo] = torch.where(hit, a, mid)
-        todo = todo[hi_k[todo] - 1 > lo_k[todo]]
+    # bisection steps: the bit length of the widest open bracket (read once), then every entry steps together
+    gap = torch.where(live & (hi_k - 1 > lo_k), hi_k.double() - lo_k.double(), 0.0)
+    n_steps = int(torch.ceil(torch.log2(gap.max().clamp(min=1.0)))) + 1 if g.numel() else 0
+    for _ in range(n_steps):
+        mid = (lo_k >> 1) + (hi_k >> 1) + (lo_k & hi_k & 1)  # no a + b: it could overflow int64
+        hit = reaches(_key_float(mid))
+        hi_k = torch.where(hit, mid, hi_k)
+        lo_k = torch.where(hit, lo_k, mid)
     return torch.where(live, _key_float(hi_k), torch.full_like(g, math.inf))
+
+
+def _host_key(x: float) -> int:
+    """:func:`_float_key` of one Python float."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return -(bits & ~_SIGN) if bits < 0 else bits
+
+
+def _host_float(key: int) -> float:
+    """:func:`_key_float` of one Python int."""
+    return struct.unpack("<d", struct.pack("<q", (-key) | _SIGN if key < 0 else key))[0]
+
+
+def host_grid_start(lo: float, hi: float, scale: float, g: int, n_fine: int) -> float:
+    """:func:`_grid_starts` of one entry in Python floats (IEEE float64, the same operations in the same order, so
+    the same value), for thresholds without a host sync.
+
+    Example:
+        >>> host_grid_start(0.0, 1.0, 4.0, 1, 4)
+        0.25
+    """
+    if not scale > 0:
+        return math.inf
+
+    def reaches(x: float) -> bool:
+        v = (x - lo) * scale
+        v = math.floor(v) if math.isfinite(v) else v
+        return min(max(v, 0), n_fine - 1) >= g
+
+    x0 = lo + g / max(scale, 1e-300)
+    d = 16 * sys.float_info.epsilon * (abs(lo) + abs(x0) + 1 / max(scale, 1e-300))
+    low, high = max(x0 - d, lo), min(x0 + d, hi)
+    good = not reaches(low) and reaches(high)  # the tight bracket holds the answer
+    lo_k, hi_k = (_host_key(low), _host_key(high)) if good else (_host_key(lo), _host_key(hi))
+    while hi_k - 1 > lo_k:
+        mid = (lo_k + hi_k) >> 1
+        if reaches(_host_float(mid)):
+            hi_k = mid
+        else:
+            lo_k = mid
+    return _host_float(hi_k)
 
 
 @dataclass
@@ -102,13 +152,28 @@ class FineBinned(Binned):
 
     The thresholds of numeric features are computed only when asked for (:meth:`threshold`), since a search needs
     a handful of them; ``thresholds`` holds the categorical features' thresholds (``+inf`` for numeric rows).
+    ``is_cat_host`` and ``n_bins_host`` are ``is_cat`` and ``n_bins`` as Python lists (fixed after binning), so that
+    rule construction reads them without a host sync.
     """
 
     lo: torch.Tensor = None  # (F',) float64 column minima
     hi: torch.Tensor = None  # (F',) float64 column maxima
     scale: torch.Tensor = None  # (F',) cells per unit (0 for a constant column)
     codes_t: torch.Tensor = None  # (F', N) the codes, one contiguous row per feature (``codes`` is its transpose)
+    is_cat_host: list = None  # ``is_cat`` as a list of bools
+    n_bins_host: list = None  # ``n_bins`` as a list of ints
+    lo_host: list = None  # ``lo``, ``hi`` and ``scale`` as lists of floats (thresholds without a host sync)
+    hi_host: list = None
+    scale_host: list = None
     _known: dict = field(default_factory=dict, repr=False)  # (feature, grid) -> threshold, filled by prefetch
+
+    def __post_init__(self) -> None:
+        if self.is_cat_host is None:
+            self.is_cat_host = [bool(c) for c in self.is_cat.tolist()]
+        if self.n_bins_host is None:
+            self.n_bins_host = [int(n) for n in self.n_bins.tolist()]
+        if self.lo_host is None:
+            self.lo_host, self.hi_host, self.scale_host = torch.stack([self.lo, self.hi, self.scale]).tolist()
 
     def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
         """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
@@ -117,22 +182,24 @@ class FineBinned(Binned):
         return _grid_starts(self.lo[j], self.hi[j], self.scale[j], g, self.n_grids)
 
     def prefetch(self, pairs: list[tuple[int, int]]) -> None:
-        """Compute the thresholds of many ``(feature, grid)`` pairs in one batched call, for :meth:`interval_bounds`."""
-        todo = sorted({p for p in pairs if p not in self._known and 0 < p[1] < self.n_grids})
-        if todo:
-            values = self.threshold([p[0] for p in todo], [p[1] for p in todo]).tolist()
-            self._known.update(zip(todo, values))
+        """Compute the thresholds of many ``(feature, grid)`` pairs, for :meth:`interval_bounds` (on the host: no
+        tensor work and no sync)."""
+        for j, g in pairs:
+            if 0 < g < self.n_grids:
+                self._edge(j, g)
 
     def _edge(self, j: int, g: int) -> float:
         if (j, g) not in self._known:
-            self._known[(j, g)] = float(self.threshold(j, g)[0])
+            self._known[(j, g)] = host_grid_start(self.lo_host[j], self.hi_host[j], self.scale_host[j], g, self.n_grids)
         return self._known[(j, g)]
 
     def interval_bounds(self, j: int, g_low: int, g_high: int) -> tuple[float, float]:
-        if bool(self.is_cat[j]):
+        """(low, high) of grids ``g_low..g_high`` of searched feature ``j``: no host sync for numeric features whose
+        edges were prefetched (:meth:`prefetch`)."""
+        if self.is_cat_host[j]:
             return super().interval_bounds(j, g_low, g_high)
         low = self._edge(j, g_low) if g_low > 0 else float("-inf")
-        high = self._edge(j, g_high + 1) if g_high < int(self.n_bins[j]) - 1 else float("inf")
+        high = self._edge(j, g_high + 1) if g_high < self.n_bins_host[j] - 1 else float("inf")
         return low, high
 
 
@@ -159,26 +226,36 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     dt = _work_dtype(device)
     columns = base.columns
     sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
-    lo, hi = nan_min_max(sub)
-    span = (hi - lo).nan_to_num(0.0)
-    scale = torch.where(span > 0, n_fine / span.clamp(min=1e-300), torch.zeros_like(span))
+    lo, hi, lo_host, hi_host, base_bins = _column_min_max(sub, base.n_bins)
+    # the cells per unit on the host (the same float64 operations as on the device), for thresholds without a sync
+    scale_host = [n_fine / max(b - a, 1e-300) if b - a > 0 else 0.0 for a, b in zip(lo_host, hi_host)]
+    lo_host = [0.0 if math.isnan(a) else a for a in lo_host]
+    hi_host = [0.0 if math.isnan(b) else b for b in hi_host]
+    scale = torch.tensor(scale_host, dtype=torch.float64, device=device).to(dt)
     lo0 = lo.nan_to_num(0.0)
     width = max(n_fine, base.n_bins_max)
     nan_code = width
     codes_t = torch.empty(sub.shape[::-1], dtype=torch.int16, device=device)  # column-major: features are rows
-    step = _chunk_len(sub.shape[0], sub.shape[1])
+    step = max(1, _FINE_CHUNK // max(1, sub.shape[1]))
     is_cat = base.is_cat
+    cat_host = [k == "cat" for k in base.kinds]
+    any_cat = any(cat_host)
     for r0 in range(0, sub.shape[0], step):
-        chunk = sub[r0 : r0 + step].to(dt)
-        c = _uniform_code(chunk, lo0, scale, n_fine)
-        c = torch.where(is_cat, base.codes[r0 : r0 + step].to(dt), c)
+        chunk = sub[r0 : r0 + step]
+        c = chunk.to(dt, copy=True).sub_(lo0).mul_(scale).floor_().clamp_(0, n_fine - 1)  # :func:`_uniform_code`
+        if any_cat:
+            c = torch.where(is_cat, base.codes[r0 : r0 + step].to(dt), c)
         c.masked_fill_(torch.isnan(chunk), nan_code)
-        codes_t[:, r0 : r0 + step] = c.to(torch.int16).T
+        codes_t[:, r0 : r0 + step] = c.T
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
-    thresholds[is_cat, : base.n_bins_max - 1] = base.thresholds[is_cat]
-    n_bins = torch.where(is_cat, base.n_bins, torch.full_like(base.n_bins, n_fine))
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories
+    n_bins = torch.full_like(base.n_bins, n_fine)
+    n_bins_host = [b if c else n_fine for b, c in zip(base_bins, cat_host)]
+    if any_cat:
+        cat = is_cat[:, None]
+        thresholds[:, : base.n_bins_max - 1] = torch.where(cat, base.thresholds, thresholds[:, : base.n_bins_max - 1])
+        n_bins = torch.where(is_cat, base.n_bins, n_bins)
     return FineBinned(
         codes=codes_t.T,
         codes_t=codes_t,
@@ -194,7 +271,38 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
         lo=lo0.to(torch.float64),
         hi=hi.nan_to_num(0.0).to(torch.float64),
         scale=scale.to(torch.float64),
+        is_cat_host=cat_host,
+        n_bins_host=n_bins_host,
+        lo_host=lo_host,
+        hi_host=hi_host,
+        scale_host=scale_host,
     )
+
+
+#: Elements of X converted at once by :func:`fine_binning`.
+_FINE_CHUNK = 1 << 24
+
+
+def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
+    """:func:`torch_amore.binning.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
+    (F,) tensor of small integers read in the same sync): one ``aminmax`` over all of ``X``, redone with NaN masked
+    (in chunks) only when some column holds a NaN."""
+    dt = _work_dtype(X.device)
+    if X.shape[0] > 0 and X.is_floating_point():
+        lo, hi = torch.aminmax(X, dim=0)
+        lo, hi = lo.to(dt), hi.to(dt)
+    else:
+        lo = hi = torch.full((X.shape[1],), math.nan, dtype=dt, device=X.device)
+    lo_host, hi_host, extra_host = torch.stack([lo, hi, extra.to(dt)]).tolist()
+    redo = any(map(math.isnan, lo_host))  # a NaN, or no rows
+    if D.is_sharded():  # every rank takes the same path (and the same collectives)
+        redo = float(D.all_reduce_max(torch.tensor([float(redo)], dtype=dt, device=X.device))[0]) > 0
+        lo, hi = nan_min_max(X) if redo else (D.all_reduce_min(lo), D.all_reduce_max(hi))
+        lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    elif redo:
+        lo, hi = nan_min_max(X)
+        lo_host, hi_host = torch.stack([lo, hi]).tolist()
+    return lo, hi, lo_host, hi_host, [int(v) for v in extra_host]
 
 
 @dataclass
@@ -208,22 +316,36 @@ class _Best:
     support: torch.Tensor
     kappa: torch.Tensor
 
-    @staticmethod
-    def concat(parts: list[_Best], features: list[torch.Tensor], kappa_offsets: list[int]) -> _Best:
-        """The rows of ``parts`` together, each part's feature indices mapped through ``features`` (an index tensor
-        per part) and its kappa indices shifted by ``kappa_offsets``."""
-        return _Best(
-            feature=torch.cat([f[p.feature] for p, f in zip(parts, features)]),
-            g_low=torch.cat([p.g_low for p in parts]),
-            g_high=torch.cat([p.g_high for p in parts]),
-            hits=torch.cat([p.hits for p in parts]),
-            support=torch.cat([p.support for p in parts]),
-            kappa=torch.cat([p.kappa + k for p, k in zip(parts, kappa_offsets)]),
-        )
-
 
 #: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once.
-_BEST_BUDGET = 1 << 20
+_BEST_BUDGET = 1 << 22
+
+
+@dataclass
+class DenseBest:
+    """Best interval per (row, kappa) of :func:`best_intervals_dense`: (R, K) tensors, ``valid`` where an interval
+    qualifies (the others hold arbitrary grids and counts)."""
+
+    g_low: torch.Tensor
+    g_high: torch.Tensor
+    hits: torch.Tensor
+    support: torch.Tensor
+    valid: torch.Tensor
+
+    @staticmethod
+    def cat(parts: list[DenseBest]) -> DenseBest:
+        """The rows of ``parts`` stacked (one part is returned as it is)."""
+        if len(parts) == 1:
+            return parts[0]
+        return DenseBest(*(torch.cat([getattr(p, k) for p in parts]) for k in DenseBest.__dataclass_fields__))
+
+    def compact(self) -> _Best:
+        """The valid entries as a :class:`_Best`, rows in order and kappas in order within a row (one host sync)."""
+        feature, kappa = torch.nonzero(self.valid, as_tuple=True)
+        return _Best(
+            feature, self.g_low[feature, kappa], self.g_high[feature, kappa], self.hits[feature, kappa],
+            self.support[feature, kappa], kappa,
+        )  # fmt: skip
 
 
 def best_intervals(
@@ -235,12 +357,15 @@ def best_intervals(
     kappas: tuple[float, ...] = KAPPAS,
     *,
     positive: bool = True,
+    max_count: int | None = None,
+    any_cat: bool | None = None,
 ) -> _Best:
     """For every feature and kappa, the interval of grids maximising sum(tgt - kappa * tot) with support >= s_min.
 
     Intervals spanning all grids of a feature (no condition at all) are dropped, and so are intervals with no positive
     value unless ``positive=False`` (a condition that is bad alone may be good beside others). Categorical features
-    offer single categories only.
+    offer single categories only. The valid (feature, kappa) entries of :func:`best_intervals_dense`, compacted (one
+    host sync); ``max_count`` and ``any_cat`` as there.
 
     Example:
         >>> import torch
@@ -249,78 +374,126 @@ def best_intervals(
         >>> (b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist())
         ([1], [2], [17], [20])
     """
-    device = tot.device
+    dense = best_intervals_dense(
+        tot, tgt, n_bins, is_cat, min_support, kappas, positive=positive, max_count=max_count, any_cat=any_cat
+    )
+    return dense.compact()
+
+
+def best_intervals_dense(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor,
+    is_cat: torch.Tensor,
+    min_support: int,
+    kappas: tuple[float, ...] = KAPPAS,
+    *,
+    positive: bool = True,
+    max_count: int | None = None,
+    any_cat: bool | None = None,
+) -> DenseBest:
+    """:func:`best_intervals` for every (row, kappa) as (R, K) tensors with a validity mask: no host sync when the
+    host knows ``max_count`` (a bound on any row's total count; it picks exact float32 sums when small, else the sum
+    is read once) and ``any_cat`` (whether some row is categorical; else ``is_cat.any()`` is read once).
+
+    Example:
+        >>> import torch
+        >>> tot = torch.tensor([[10, 10, 10, 10]]); tgt = torch.tensor([[1, 9, 8, 2]])
+        >>> d = best_intervals_dense(tot, tgt, torch.tensor([4]), torch.tensor([False]), 5, (0.5, 0.95),
+        ...                          max_count=40, any_cat=False)
+        >>> d.valid.tolist(), d.g_low[:, 0].tolist(), d.g_high[:, 0].tolist(), d.hits[:, 0].tolist()
+        ([[True, False]], [1], [2], [17])
+    """
     n_feat, width = tot.shape
+    if max_count is None:
+        max_count = int(tot.sum(1).max()) if n_feat else 0
+    if any_cat is None:
+        any_cat = bool(is_cat.any()) if n_feat else False
     block = max(1, _BEST_BUDGET // (len(kappas) * (width + 1)))
-    if n_feat > block:  # bounded working memory: features in blocks
-        parts = [
-            best_intervals(
-                tot[f0 : f0 + block],
-                tgt[f0 : f0 + block],
-                n_bins[f0 : f0 + block],
-                is_cat[f0 : f0 + block],
-                min_support,
-                kappas,
-                positive=positive,
-            )
-            for f0 in range(0, n_feat, block)
-        ]
-        every = torch.arange(n_feat, device=device)
-        blocks = [every[f0 : f0 + block] for f0 in range(0, n_feat, block)]
-        return _Best.concat(parts, blocks, [0] * len(parts))
-    # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), held in float64
-    # (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; a start s and an end e (prefix
-    # indices, 0..G) delimit the grids s..e-1
+    if n_feat <= block:
+        return _best_block(tot, tgt, n_bins, is_cat, min_support, kappas, positive, max_count, any_cat)
+    parts = [
+        _best_block(
+            tot[f0 : f0 + block],
+            tgt[f0 : f0 + block],
+            n_bins[f0 : f0 + block],
+            is_cat[f0 : f0 + block],
+            min_support,
+            kappas,
+            positive,
+            max_count,
+            any_cat,
+        )  # fmt: skip
+        for f0 in range(0, max(1, n_feat), block)
+    ]
+    return DenseBest.cat(parts)
+
+
+def _best_block(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor,
+    is_cat: torch.Tensor,
+    min_support: int,
+    kappas: tuple[float, ...],
+    positive: bool,
+    max_count: int,
+    any_cat: bool,
+) -> DenseBest:
+    """:func:`best_intervals_dense` on one block of rows (few tensor ops: the beam calls it once per condition and
+    round of refinement)."""
+    n_feat, width = tot.shape
     n_k = len(kappas)
-    # float32 is exact while |weights| < 2**24: twice as fast on the big tables of small data
-    small = 2000 * int(tot.sum(1).max()) < (1 << 24) if n_feat else True
-    fdt = torch.float32 if small else _work_dtype(device)
-    k = torch.tensor([round(1000 * kp) for kp in kappas], dtype=fdt, device=device)
-    zero = torch.zeros(n_feat, 1, dtype=torch.long, device=device)
-    ct = torch.cat([zero, torch.cumsum(tgt, 1)], 1)  # (F, G+1)
-    cb = torch.cat([zero, torch.cumsum(tot, 1)], 1)
-    total = cb.gather(1, n_bins[:, None])  # (F, 1) the node's non-missing samples
-    pw = (1000 * ct).to(fdt)[:, None, :] - k[None, :, None] * cb.to(fdt)[:, None, :]  # (F, K, G+1)
-    run_min, arg_min = torch.cummin(pw, dim=2)
-    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (F, G+1) the last start with support >= s_min
+    device = tot.device
+    # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), computed in int64
+    # and held in float64 (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; float32 is exact
+    # while |weights| < 2**24: twice as fast on the big tables of small data. A start s and an end e (prefix indices,
+    # 0..G) delimit the grids s..e-1. Several kappas: each row repeated per kappa (rows r * K + q), all in 2-D.
+    fdt = torch.float32 if 2000 * max_count < (1 << 24) else _work_dtype(device)
+    ks = [round(1000 * kp) for kp in kappas]
+    if n_k == 1:
+        k = ks[0]
+    else:
+        tot, tgt, n_bins = (t.repeat_interleave(n_k, 0) for t in (tot, tgt, n_bins))
+        is_cat = is_cat.repeat_interleave(n_k, 0) if any_cat else is_cat
+        k = torch.tensor(ks, device=device).repeat(n_feat)[:, None]
+    ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
+    cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
+    nb = n_bins[:, None]
+    total = cb.gather(1, nb)  # (R, 1) the node's non-missing samples
+    pw = (ct * 1000 - cb * k).to(fdt)
+    run_min, arg_min = torch.cummin(pw, dim=1)
+    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (R, G+1) the last start with support >= s_min
     m = last.clamp(min=0)
     # ends that leave out some sample after them: the best start is a prefix minimum
-    off = torch.zeros(n_feat, 1, width + 1, dtype=fdt, device=device)
-    normal = off.masked_fill(~((last >= 0) & (cb < total))[:, None, :], -math.inf)
-    value = pw - run_min.gather(2, m[:, None, :].expand(n_feat, n_k, width + 1)) + normal
-    best_val, best_end = value.max(dim=2)  # (F, K)
-    best_start = arg_min.gather(2, m.gather(1, best_end)[:, :, None])[:, :, 0]
+    value = (pw - run_min.gather(1, m)).masked_fill_(~((last >= 0) & (cb < total)), -math.inf)
+    best_val, best_end = value.max(dim=1, keepdim=True)  # (R, 1)
+    best_start = arg_min.gather(1, m.gather(1, best_end))
     # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
-    ends = torch.arange(width + 1, device=device)
-    starts = off.masked_fill(~((cb > 0) & (ends[None, :] <= last.gather(1, n_bins[:, None])))[:, None, :], math.inf)
-    tail_min, tail_start = (pw + starts).min(dim=2)
-    tail_val = pw.gather(2, n_bins[:, None, None].expand(n_feat, n_k, 1))[:, :, 0] - tail_min
+    starts = (cb > 0) & (torch.arange(width + 1, device=device) <= last.gather(1, nb))
+    tail_min, tail_start = pw.masked_fill(~starts, math.inf).min(dim=1, keepdim=True)
+    tail_val = pw.gather(1, nb) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     best_start = torch.where(use_tail, tail_start, best_start)
-    nb = n_bins[:, None].expand(n_feat, n_k)
-    best_end = torch.where(use_tail, nb, best_end)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    best_start = torch.where(cb.gather(1, best_start) == 0, torch.zeros_like(best_start), best_start)
-    best_end = torch.where(cb.gather(1, best_end) == total, nb, best_end)
-    g_low, g_high = best_start, best_end - 1
-    if bool(is_cat.any()):  # categorical features: single categories only
-        w = (1000 * tgt).to(fdt)[:, None, :] - k[None, :, None] * tot.to(fdt)[:, None, :]  # (F, K, G)
-        everything = cb[:, -1:]  # a category holding every non-missing sample is no condition
-        fits = (tot >= min_support) & (tot < everything)
-        cat_val, cat_best = (w + off[:, :, :-1].masked_fill(~fits[:, None, :], -math.inf)).max(dim=2)
+    g_low = best_start.masked_fill(cb.gather(1, best_start) == 0, 0)
+    g_high = torch.where(use_tail | (cb.gather(1, best_end) == total), nb, best_end) - 1
+    if any_cat:  # categorical features: single categories only
+        w = (tgt * 1000 - tot * k).to(fdt)  # (R, G)
+        fits = (tot >= min_support) & (tot < cb[:, -1:])  # a category holding every non-missing sample: no condition
+        cat_val, cat_best = w.masked_fill(~fits, -math.inf).max(dim=1, keepdim=True)
         cat = is_cat[:, None]
         best_val = torch.where(cat, cat_val, best_val)
         g_low = torch.where(cat, cat_best, g_low)
         g_high = torch.where(cat, cat_best, g_high)
-    val, g_low, g_high = best_val.reshape(-1), g_low.reshape(-1), g_high.reshape(-1)
-    ok = ((val > 0) if positive else (val > -math.inf)) & (g_high >= g_low)
-    feature = torch.arange(n_feat, device=device).repeat_interleave(n_k)
-    kappa = torch.arange(n_k, device=device).repeat(n_feat)
-    g_low, g_high, feature, kappa = g_low[ok], g_high[ok], feature[ok], kappa[ok]
-    hits = ct[feature, g_high + 1] - ct[feature, g_low]
-    support = cb[feature, g_high + 1] - cb[feature, g_low]
-    return _Best(feature, g_low, g_high, hits, support, kappa)
+    valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
+    g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
+    edges = torch.cat([g_low, g_high + 1], 1)
+    hits, support = (c.gather(1, edges).diff(dim=1) for c in (ct, cb))
+    if n_k == 1:  # already (F, 1)
+        return DenseBest(g_low, g_high, hits, support, valid)
+    return DenseBest(*(t.view(n_feat, n_k) for t in (g_low, g_high, hits, support, valid)))
 
 
 def confidence_kappa(min_confidence: float) -> float:
@@ -341,6 +514,26 @@ class Objective:
     def key(self, hits: int, support: int) -> tuple[bool, int]:
         ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
         return ok, 2 * hits - support
+
+    def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
+        """:meth:`key` on int64 tensors of counts at most ``n``, as ``(values, low, high)`` parts (for
+        :func:`_packed_keys`): the same order (the float division is IEEE-rounded alike in Python and torch)."""
+        if self.min_confidence is None:
+            ok = torch.ones_like(hits)
+        else:
+            ratio = hits.double() / support.double().clamp(min=1)
+            ok = ((support > 0) & (ratio >= self.min_confidence)).long()
+        return [(ok, 0, 1), (2 * hits - support, -n, n)]
+
+    def tensor_score(
+        self, hits: torch.Tensor, support: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """:meth:`key` as one int64 per entry (counts below 2**40), the lowest where not ``valid``."""
+        score = 2 * hits - support
+        if self.min_confidence is not None:
+            ratio = hits.double() / support.double().clamp(min=1)
+            score = score + ((support > 0) & (ratio >= self.min_confidence)).long() * (1 << 42)
+        return score if valid is None else score.masked_fill(~valid, -(1 << 50))
 
     def kappas(self, candidates: bool = True) -> tuple[float, ...]:
         """The kappas whose best intervals are offered: all of :data:`KAPPAS` as candidates for new conditions, or
@@ -365,6 +558,10 @@ class Lift:
     def key(self, hits: int, support: int) -> tuple[int, int]:
         return 1000 * hits - self.k * support, 2 * hits - support
 
+    def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
+        """:meth:`key` on int64 tensors (see :meth:`Objective.tensor_key`)."""
+        return [(1000 * hits - self.k * support, -self.k * n, 1000 * n), (2 * hits - support, -n, n)]
+
     def kappas(self, candidates: bool = True) -> tuple[float, ...]:
         return (self.k / 1000,)
 
@@ -374,7 +571,35 @@ class _State:
     conds: tuple[tuple[int, int, int], ...]  # (searched feature, g_low, g_high), sorted by feature
     hits: int
     support: int
-    rows: torch.Tensor | None = None  # the samples satisfying ``conds`` (beam nodes only)
+
+
+def _packed_keys(parts: list[tuple[torch.Tensor, int, int]]) -> list[torch.Tensor]:
+    """Lexicographic integer keys ``(values, low, high)`` (most significant first) combined into as few int64 keys as
+    fit below 2**62, in the same lexicographic order."""
+    out: list[torch.Tensor] = []
+    cur, span = None, 1
+    for values, low, high in parts:
+        size = high - low + 1
+        if cur is not None and span * size < (1 << 62):
+            cur, span = cur * size + (values - low), span * size
+        else:
+            if cur is not None:
+                out.append(cur)
+            cur, span = values - low, size
+    out.append(cur)
+    return out
+
+
+def _descending_order(keys: list[torch.Tensor]) -> torch.Tensor:
+    """Per row of (R, C) keys, the column order by the keys descending, lexicographically (first key most
+    significant), ties in column order: stable sorts from the least significant key up."""
+    order = None
+    for key in reversed(keys):
+        if order is None:
+            order = torch.argsort(key, dim=1, descending=True, stable=True)
+        else:
+            order = order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
+    return order
 
 
 def _masked_counts(
@@ -395,6 +620,63 @@ def _masked_counts(
     return tot, tgt
 
 
+#: Index elements per ``bincount`` of :func:`node_grid_counts` (bounds its temporary memory, about 10 bytes each).
+_COUNT_BUDGET = 1 << 24
+
+
+def node_grid_counts(
+    codes_t: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int, n_bins_max: int
+) -> torch.Tensor:
+    """Per-grid counts of several sample groups (the nodes of a beam) for every feature, in few large passes.
+
+    :func:`torch_amore.ratios.group_grid_counts` with bigger feature blocks (fewer tensor ops for wide data).
+
+    Args:
+        codes_t: (F, N) bin codes, one row per feature; the code ``n_bins_max`` marks a missing value (not counted).
+        rows: int64 indices of the samples to count (a sample may appear in several groups).
+        groups: the group of each entry of ``rows``, in ``[0, n_groups)``.
+        n_groups: number of groups.
+        n_bins_max: number of grids of the widest feature.
+
+    Returns:
+        (n_groups, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
+
+    Example:
+        >>> import torch
+        >>> codes_t = torch.tensor([[0, 1, 1], [1, 1, 2]], dtype=torch.int16)
+        >>> node_grid_counts(codes_t, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
+        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
+    """
+    n_features, n = codes_t.shape[0], rows.numel()
+    width = n_bins_max + 1
+    block = n_groups * width  # one feature's bins over all groups
+    step = max(1, _COUNT_BUDGET // max(1, n))
+    index_dtype = torch.int32 if min(step, n_features) * block < 2**31 else torch.long
+    base = groups.to(index_dtype)[None, :] * width
+    parts = [torch.zeros(0, dtype=torch.long, device=codes_t.device)] if not n_features else []
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype)
+            idx += base + torch.arange(f1 - f0, device=codes_t.device, dtype=index_dtype)[:, None] * block
+            parts.append(torch.bincount(idx.view(-1), minlength=(f1 - f0) * block))
+    out = torch.cat(parts) if len(parts) != 1 else parts[0]
+    out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
+    return D.all_reduce_sum(out.contiguous())
+
+
+def fetch_length(width: int, n_kappas: int) -> int:
+    """Candidates per node and objective that :meth:`BeamSearch._expand` fetches at once: ``width`` children and the
+    same interval from each other kappa beside each, plus two children of other nodes (more is rare and costs one
+    more fetch).
+
+    Example:
+        >>> fetch_length(5, 10)
+        70
+    """
+    return (width + 2) * n_kappas
+
+
 #: Elements of the (conditions x states x samples) tables of one refinement batch (about 1 GiB of working memory).
 _REFINE_BUDGET = 1 << 27
 
@@ -402,9 +684,11 @@ _REFINE_BUDGET = 1 << 27
 class BeamSearch:
     """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
-    The nodes of one length are expanded together: one batched histogram pass (:func:`group_grid_counts`) and one
-    :func:`best_intervals` call for all of them; the children are refined together, one weighted ``bincount`` per
-    condition position and round.
+    The nodes of one length are expanded together: their samples come from one ``nonzero`` over their stacked
+    masks, one batched histogram pass (:func:`node_grid_counts`) counts them, one :func:`best_intervals_dense` call
+    per kappa family gives their candidates, and each node's best candidates per objective are sorted on the device;
+    only those few cross to the host (one ``tolist`` per length). The children are refined together, one weighted
+    ``bincount`` per condition position and round, their improvements taken on the device.
     """
 
     def __init__(
@@ -420,102 +704,161 @@ class BeamSearch:
         self.n_target = n_target
         self.beam_width = beam_width
         self.width = fine.n_bins_max
+        self.n_rows = D.global_count(fine.codes.shape[0])  # a bound on every count (host-known: no sync)
+        host = getattr(fine, "is_cat_host", None)
+        self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
         # plus the target's base rate (maximising sum(a - rate * b) is weighted relative accuracy, the broad regions
         # of high lift that subgroup discovery and tree splits favour) and half-way to 0.5
-        rate = n_target / max(1, D.global_count(fine.codes.shape[0]))
+        rate = n_target / max(1, self.n_rows)
         rate, half = round(min(0.999, max(0.001, rate)), 3), round(min(0.999, max(0.001, (rate + 0.5) / 2)), 3)
         self.lift = Lift(rate)
         self.kappas = tuple(sorted(set(self.objectives[-1].kappas()) | {rate, half}))
 
-    def _mask(self, cond: tuple[int, int, int]) -> torch.Tensor:
-        j, lo, hi = cond
-        c = self.fine.codes_t[j]
-        return (c >= lo) & (c <= hi)
+    def _dense(self, tot: torch.Tensor, tgt: torch.Tensor, feats: torch.Tensor, min_support: int,
+               kappas: tuple[float, ...]) -> DenseBest:  # fmt: skip
+        """:func:`best_intervals_dense` of count rows on searched features ``feats`` (no host sync)."""
+        fine = self.fine
+        return best_intervals_dense(
+            tot, tgt, fine.n_bins[feats], fine.is_cat[feats], min_support, kappas, positive=False,
+            max_count=self.n_rows, any_cat=self.any_cat,
+        )  # fmt: skip
 
-    def _rows_for(self, conds) -> torch.Tensor:
-        mask = torch.ones(self.fine.codes.shape[0], dtype=torch.bool, device=self.fine.codes.device)
-        for cond in conds:
-            mask &= self._mask(cond)
-        return torch.nonzero(mask, as_tuple=True)[0]
+    def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
+        """(G, N) bool: the samples satisfying each node's conditions (all conditions checked at once per position)."""
+        fine = self.fine
+        device = fine.codes_t.device
+        n = fine.codes_t.shape[1]
+        length = max(len(c) for c in nodes)
+        pad = [(0, -1, 1 << 30)] * length  # a condition every code satisfies
+        table = torch.tensor([list(c) + pad[len(c) :] for c in nodes], device=device).view(len(nodes), length, 3)
+        mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
+        for m in range(length):
+            c = fine.codes_t.index_select(0, table[:, m, 0])
+            mask &= (c >= table[:, m, 1:2]) & (c <= table[:, m, 2:3])
+        return mask
+
+    def _node_rows(self, nodes: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples of every node and each one's node (``rows``, ``groups``), from one ``nonzero``."""
+        if all(not c for c in nodes):
+            n = self.fine.codes_t.shape[1]
+            rows = torch.arange(n, device=self.fine.codes_t.device).repeat(len(nodes))
+            return rows, torch.arange(len(nodes), device=rows.device).repeat_interleave(n)
+        groups, rows = torch.nonzero(self._node_masks(nodes), as_tuple=True)
+        return rows, groups
 
     def _candidates(
         self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
-    ) -> _Best:
-        """Candidate intervals of every (node, feature) row of ``tot``/``tgt``: the kappas of the objectives for all
+    ) -> torch.Tensor:
+        """Candidate intervals of every node, as one (6, G, C) int64 table of ``feature``, ``g_low``, ``g_high``,
+        ``hits``, ``support`` and ``valid`` (0/1) per node and candidate: the kappas of the objectives for all
         features, the other kappas of :data:`KAPPAS` only for each node's ``beam_width + 1`` features of highest
         fitness (a candidate never has a higher fitness than its feature's kappa-0.5 interval, so the others could
-        not make a node's top ``beam_width``)."""
+        not make a node's top ``beam_width``). Features a node already uses are not valid."""
         fine = self.fine
         device = tot.device
         n_feat, g = len(fine.columns), len(beam)
-        n_bins, is_cat = fine.n_bins.repeat(g), fine.is_cat.repeat(g)
         main = self.objectives[-1].kappas(False)  # 0.5 first
         if lift:  # the base rate's intervals of every feature: candidates for the nodes of high lift
             main = main + tuple(kp for kp in self.lift.kappas() if kp not in main)
         rest = tuple(kp for kp in self.kappas if kp not in main)
-        b = best_intervals(tot, tgt, n_bins, is_cat, min_support, main, positive=False)
-        if not rest:
-            return b
-        top = self.beam_width + 1
-        if n_feat > top:
-            score = torch.full((g * n_feat,), -math.inf, dtype=torch.float64, device=device)
-            half = b.kappa == 0
-            score[b.feature[half]] = (2 * b.hits[half] - b.support[half]).double()
-            for k, parent in enumerate(beam):
-                for j, _, _ in parent.conds:
-                    score[k * n_feat + j] = -math.inf
-            order = torch.sort(score.view(g, n_feat), dim=1, descending=True, stable=True).indices[:, :top]
-            sel = (torch.arange(g, device=device)[:, None] * n_feat + order).reshape(-1)
-        else:
-            sel = torch.arange(g * n_feat, device=device)
-        b2 = best_intervals(tot[sel], tgt[sel], n_bins[sel], is_cat[sel], min_support, rest, positive=False)
-        return _Best.concat([b, b2], [torch.arange(g * n_feat, device=device), sel], [0, len(main)])
+        every = torch.arange(n_feat, device=device).repeat(g)
+        b = self._dense(tot, tgt, every, min_support, main)  # (G * F, Km)
+        used = [k * n_feat + j for k, parent in enumerate(beam) for j, _, _ in parent.conds]
+        free = torch.ones(g * n_feat, dtype=torch.bool, device=device)
+        if used:
+            free[torch.tensor(used, device=device)] = False
 
-    def _expand(self, beam: list[_State], min_support: int, seen: set, chooser: list) -> dict[tuple, _State]:
-        """The best children of every node of the beam: per ``(objective, width)`` of ``chooser``, ``width`` per
-        node."""
+        def table(feat: torch.Tensor, d: DenseBest, ok: torch.Tensor) -> torch.Tensor:  # (6, G, rows x kappas)
+            n_k = d.valid.shape[1]
+            fields = [feat[:, None].expand(-1, n_k), d.g_low, d.g_high, d.hits, d.support, d.valid & ok[:, None]]
+            return torch.stack([f.long() for f in fields]).view(6, g, -1)
+
+        parts = [table(every, b, free)]
+        if rest:
+            top = self.beam_width + 1
+            if n_feat > top:
+                fit = (2 * b.hits[:, 0] - b.support[:, 0]).double()
+                score = torch.where(b.valid[:, 0] & free, fit, torch.full_like(fit, -math.inf))
+                order = torch.sort(score.view(g, n_feat), dim=1, descending=True, stable=True).indices[:, :top]
+                sel = (torch.arange(g, device=device)[:, None] * n_feat + order).reshape(-1)
+            else:
+                sel = torch.arange(g * n_feat, device=device)
+            b2 = self._dense(tot[sel], tgt[sel], every[sel], min_support, rest)  # (G * top, Kr)
+            parts.append(table(every[sel], b2, free[sel]))
+        return torch.cat(parts, 2)
+
+    def _expand(
+        self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
+        chooser: list,
+    ) -> dict[tuple, _State]:  # fmt: skip
+        """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
+        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found.
+
+        Each node's candidates are sorted per objective on the device by (key, hits, -feature, -g_low, then the
+        candidates' order), and the first ``M`` of each cross to the host in one ``tolist``; ``M`` = (``width`` + 2)
+        x the number of kappas. Skipped candidates are the same interval from another kappa (at most one per kappa
+        for each child taken) or a child of another node; should a node run out of fetched candidates before it has
+        ``width`` children, its whole ordering is fetched (a second sync, rare)."""
         fine = self.fine
-        codes = fine.codes
-        n_feat = len(fine.columns)
-        g = len(beam)
-        rows = torch.cat([s.rows for s in beam])
-        groups = torch.repeat_interleave(
-            torch.arange(g, device=codes.device), torch.tensor([s.rows.numel() for s in beam], device=codes.device)
-        )
-        t = self.target[rows]
-        tot = group_grid_counts(fine.codes_t, rows, groups, g, self.width).view(g * n_feat, self.width)
-        tgt = group_grid_counts(fine.codes_t, rows[t], groups[t], g, self.width).view(g * n_feat, self.width)
-        b = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
-        node, feats = (b.feature // n_feat).tolist(), (b.feature % n_feat).tolist()
-        lows, highs, hits, sups = b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()
-        per_node: list[list[int]] = [[] for _ in range(g)]
-        for i, k in enumerate(node):
-            per_node[k].append(i)
+        n_feat, g = len(fine.columns), len(beam)
+        t = self.target[rows].to(groups.dtype)
+        both = node_grid_counts(fine.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
+        tgt = both[g:].reshape(g * n_feat, self.width)
+        tot = both[:g].reshape(g * n_feat, self.width) + tgt
+        fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
+        feature, g_low, _, hits, support, valid = fields.unbind(0)
+        n_cols = fields.shape[2]
+        n_k = len(self.kappas) + 1
+        tail = [(hits, 0, self.n_rows), (-feature, 1 - n_feat, 0), (-g_low, 1 - self.width, 0)]
+        m = min(n_cols, fetch_length(max(width for _, width in chooser), n_k))
+        orders, fetched = [], []
+        for obj, _ in chooser:
+            keys = [(valid, 0, 1)] + obj.tensor_key(hits, support, self.n_rows) + tail
+            order = _descending_order(_packed_keys(keys))
+            orders.append(order)
+            fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
+        lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
         children: dict[tuple, _State] = {}
         for k, parent in enumerate(beam):
-            used = {c[0] for c in parent.conds}
-            cand = [i for i in per_node[k] if feats[i] not in used]
-            for obj, width in chooser:
-                cand.sort(key=lambda i: (obj.key(hits[i], sups[i]), hits[i], -feats[i], -lows[i]), reverse=True)
-                taken = 0
-                for i in cand:
-                    if taken == width:
-                        break
-                    conds = tuple(sorted(parent.conds + ((feats[i], lows[i], highs[i]),)))
-                    if conds in seen or (conds in children and obj is chooser[0][0]):
-                        continue  # the same interval from another kappa or another parent
-                    taken += 1
-                    if conds not in children:
-                        children[conds] = _State(conds, hits[i], sups[i])
+            for o, (_, width) in enumerate(chooser):
+                f, lo, hi, h, n, ok = lists[o]
+                entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
+                taken = self._take(children, parent, entries, width, seen, o == 0)
+                if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
+                    whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
+                    self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
         return children
+
+    @staticmethod
+    def _take(
+        children: dict, parent: _State, entries, width: int, seen: set, first: bool, skip: int = 0, done: int = 0
+    ) -> int:
+        """Add to ``children`` the node's next children from its sorted candidates ``entries`` (the first ``skip``
+        already walked, ``done`` taken) until ``width`` are taken; returns how many were taken."""
+        taken = done
+        for i, (f, lo, hi, h, n, ok) in enumerate(entries):
+            if i < skip:
+                continue
+            if taken == width or not ok:
+                break
+            conds = tuple(sorted(parent.conds + ((f, lo, hi),)))
+            if conds in seen or (conds in children and first):
+                continue  # the same interval from another kappa or another parent
+            taken += 1
+            if conds not in children:
+                children[conds] = _State(conds, h, n)
+        return taken
 
     def _refine(self, states: list[_State], min_support: int, obj: Objective) -> list[_State]:
         """Coordinate ascent, all states at once: re-optimise each condition given the others until nothing changes.
 
         The codes of the states' features and whether each sample satisfies each condition are gathered once,
-        (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state still changing, the
-        samples satisfying its other conditions per grid of condition ``k``'s feature.
+        (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state, the samples
+        satisfying its other conditions per grid of condition ``k``'s feature; a state takes the best interval
+        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). After the
+        second round and each one after it, one ``tolist`` reads the result and whether that round changed anything
+        (a round that changes nothing is a fixed point, so this equals stopping after it; at most 8 rounds).
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
@@ -530,74 +873,59 @@ class BeamSearch:
         fine = self.fine
         device = fine.codes_t.device
         n_states, length = len(states), len(states[0].conds)
-        feats = torch.tensor([[c[0] for c in s.conds] for s in states], device=device)  # (S, L)
-        lows = [[c[1] for c in s.conds] for s in states]
-        highs = [[c[2] for c in s.conds] for s in states]
-        score = [(s.hits, s.support) for s in states]
+        table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
+        feats = table[:, :length, 0]
+        st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
+        cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
         n = fine.codes_t.shape[1]
         # exact integer counts from float weights: float32 below 2**24 samples
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
-        codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)  # (L, S, N)
-        bounds = torch.tensor([lows, highs], device=device, dtype=codes.dtype).permute(0, 2, 1)[..., None]
-        sat = (codes >= bounds[0]) & (codes <= bounds[1])  # (L, S, N)
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
-        target = self.target
-        live = list(range(n_states))
-        for _ in range(8):
-            changed: set[int] = set()
-            cur = torch.tensor(live, device=device)
-            whole = len(live) == n_states
-            sub_codes = codes if whole else codes.index_select(1, cur)  # the states still changing
-            sub_sat = sat if whole else sat.index_select(1, cur)
-            offsets = torch.arange(len(live), device=device, dtype=torch.int32)[:, None] * wide
+        offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
+        # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
+        codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
+        codes = (codes + offsets.to(torch.int32)).unbind(0)
+        bounds = (st[:, : 2 * length] + offsets).T[..., None].unbind(0)  # lows, then highs: (S, 1) each
+        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
+        n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
+        kappas = obj.kappas(False)
+        n_k = len(kappas)
+        tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
+        score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
+        out_rows: list = []
+        for r in range(8):
+            changed = torch.zeros(n_states, dtype=torch.bool, device=device)
             for k in range(length):
-                others = [m for m in range(length) if m != k]
-                inside = sub_sat[others[0]]
-                for m in others[1:]:
-                    inside = inside & sub_sat[m]
-                idx = (sub_codes[k] + offsets).view(-1)
-                tot, tgt = _masked_counts(idx, inside.view(-1), target, len(live) * wide, wdt)
-                tot = D.all_reduce_sum(tot).view(len(live), wide)[:, : self.width]
-                tgt = D.all_reduce_sum(tgt).view(len(live), wide)[:, : self.width]
-                fk = feats[cur, k]
-                b = best_intervals(
-                    tot, tgt, fine.n_bins[fk], fine.is_cat[fk], min_support, obj.kappas(False), positive=False
-                )
-                best: dict[int, tuple] = {}
-                rows = zip(b.feature.tolist(), b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist())
-                for p, lo, hi, h, sup in rows:
-                    s, key = live[p], obj.key(h, sup)
-                    if key > obj.key(*score[s]) and (p not in best or key > best[p][0]):
-                        best[p] = (key, lo, hi, h, sup)
-                for p, (_, lo, hi, h, sup) in best.items():
-                    s = live[p]
-                    lows[s][k], highs[s][k], score[s] = lo, hi, (h, sup)
-                    changed.add(s)
-                    c = sub_codes[k, p]
-                    sub_sat[k, p] = (c >= lo) & (c <= hi)
-            if not whole:
-                sat.index_copy_(1, cur, sub_sat)
-            live = sorted(changed)
-            if not live:
-                break
+                inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
+                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), self.target, n_states * wide, wdt)
+                tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
+                tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
+                b = best_intervals_dense(
+                    tot, tgt, n_bins[k], is_cat[k], min_support, kappas, positive=False, max_count=self.n_rows,
+                    any_cat=self.any_cat,
+                )  # fmt: skip
+                found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
+                new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
+                if n_k > 1:
+                    pick = (found * n_k + tie).argmax(1, keepdim=True)  # (S, 1)
+                    found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=device) * n_k)
+                better = found[:, 0] > score
+                score = torch.where(better, found[:, 0], score)
+                new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
+                st.index_copy_(1, cols[k], new)
+                lo_hi = new[:, :2] + offsets
+                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:])
+                changed |= better
+            if r >= 1:  # after the second round and each one after it: the result, and whether it changed
+                out_rows = torch.cat([st, changed[:, None].long()], 1).tolist()
+                if not any(row[-1] for row in out_rows):
+                    break
         out = []
-        for s, state in enumerate(states):
-            conds = tuple(zip(feats[s].tolist(), lows[s], highs[s]))
-            out.append(_State(conds, *score[s]) if score[s] != (state.hits, state.support) else state)
+        for state, row in zip(states, out_rows):
+            score = (row[2 * length], row[2 * length + 1])
+            conds = tuple(zip([c[0] for c in state.conds], row[:length], row[length : 2 * length]))
+            out.append(_State(conds, *score) if score != (state.hits, state.support) else state)
         return out
-
-    def seed_states(self, conds: list[tuple[int, int, int]]) -> list[_State]:
-        """Beam nodes of single conditions (fine grids), counted in one pass: e.g. the conditions of the exact
-        search's best pairs on a coarse grid, which a beam ranking nodes by their own fitness may drop."""
-        if not conds:
-            return []
-        masks = torch.stack([self._mask(c) for c in conds])  # (S, N)
-        both = D.all_reduce_sum(torch.stack([(masks & self.target).sum(1), masks.sum(1)]))
-        hits, support = both.tolist()
-        return [
-            _State((c,), h, n, torch.nonzero(m, as_tuple=True)[0])
-            for c, h, n, m in zip(conds, hits, support, masks)
-        ]
 
     def run(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
@@ -607,9 +935,8 @@ class BeamSearch:
         ``seeds``: pairs of conditions (fine grids) whose conditions join the beam after the first length, whatever
         their rank, unless the beam already holds a node on one of their features (its expansion covers the pair)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
-        n = self.fine.codes.shape[0]
-        device = self.fine.codes.device
-        beam = [_State((), self.n_target, D.global_count(n), torch.arange(n, device=device))]
+        beam = [_State((), self.n_target, self.n_rows)]
+        rows, groups = self._node_rows([()])
         found: dict[tuple, _State] = {}  # every rule set visited
         best: dict[tuple, _State] = {}  # the best of each length and objective
         for length in range(1, max_length + 1):
@@ -619,7 +946,7 @@ class BeamSearch:
             ]
             if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
                 chooser.append((self.lift, max(1, self.beam_width // 2)))
-            children = self._expand(beam, min_support, set(found), chooser)
+            children = self._expand(beam, rows, groups, min_support, set(found), chooser)
             if not children:
                 break
             for state in children.values():
@@ -640,37 +967,46 @@ class BeamSearch:
                 for state in ranked[: self.beam_width]:
                     chosen.setdefault(state.conds, state)
                     best.setdefault(state.conds, state)
-            if length < max_length:
-                level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
-                level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
-                for state in level[: max(1, self.beam_width // 2)]:
-                    chosen.setdefault(state.conds, state)
-            beam = [_State(s.conds, s.hits, s.support, self._rows_for(s.conds)) for s in chosen.values()]
-            if length == 1 and max_length > 1:  # seed pairs none of whose features the beam expands already
+            bar.update(1)
+            if length == max_length:
+                break
+            level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
+            level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
+            for state in level[: max(1, self.beam_width // 2)]:
+                chosen.setdefault(state.conds, state)
+            beam = list(chosen.values())
+            if length == 1:  # seed pairs none of whose features the beam expands already
                 held = {c[0] for conds in chosen for c in conds}
                 new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
-                beam += [st for st in self.seed_states(list(dict.fromkeys(new))) if st.support]
-            bar.update(1)
+                beam += [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # no samples: no children
+            rows, groups = self._node_rows([s.conds for s in beam])
         bar.close()
         return self._without_idle_conditions(best, found)
 
     def _without_idle_conditions(self, best: dict[tuple, _State], found: dict[tuple, _State]) -> list[_State]:
         """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
-        fitness and confidence (exact integer comparisons; counted when the search did not visit it)."""
+        fitness and confidence (exact integer comparisons; the sub-rule sets the search did not visit are counted
+        first, all in one batched pass)."""
+        todo = {
+            sub
+            for state in best.values()
+            for r in range(1, len(state.conds))
+            for sub in itertools.combinations(state.conds, r)
+            if sub not in found
+        }
+        if todo:
+            todo = sorted(todo)
+            masks = self._node_masks(todo)
+            both = D.all_reduce_sum(torch.stack([(masks & self.target).sum(1), masks.sum(1)]))
+            for conds, h, n in zip(todo, *both.tolist()):
+                found[conds] = _State(conds, h, n)
         out: dict[tuple, _State] = {}
         for state in best.values():
             changed = True
             while changed and len(state.conds) > 1:
                 changed = False
                 for k in range(len(state.conds)):
-                    conds = state.conds[:k] + state.conds[k + 1 :]
-                    sub = found.get(conds)
-                    if sub is None:
-                        rows = self._rows_for(conds)
-                        both = D.all_reduce_sum(
-                            torch.stack([self.target[rows].sum(), torch.tensor(rows.numel(), device=rows.device)])
-                        )
-                        sub = found[conds] = _State(conds, int(both[0]), int(both[1]))
+                    sub = found[state.conds[:k] + state.conds[k + 1 :]]
                     if (
                         2 * sub.hits - sub.support >= 2 * state.hits - state.support
                         and sub.hits * state.support >= state.hits * sub.support
@@ -689,7 +1025,7 @@ def _best_of_row(
     device = counts.device
     no = torch.tensor([False], device=device)
     b = best_intervals(counts[None], hits[None], torch.tensor([counts.numel()], device=device), no, min_support,
-                       kappas=objective.kappas(False))  # fmt: skip
+                       kappas=objective.kappas(False), any_cat=False)  # fmt: skip
     rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
     if not rows:
         return None

@@ -42,10 +42,12 @@ def _fine_counts(fine: FineBinned, target: torch.Tensor) -> tuple[torch.Tensor, 
     width = fine.n_bins_max
     n_feat = fine.codes_t.shape[0]
     idx = fine.codes_t.long() + (torch.arange(n_feat, device=fine.codes_t.device) * (width + 1))[:, None]
+    idx = idx.reshape(-1)
+    size = n_feat * (width + 1)
+    flags = target.to(torch.float64).expand(n_feat, -1).reshape(-1)  # exact counts (below 2**53) from 0/1 weights
     out = []
-    for part in (idx, idx[:, target]):
-        counts = torch.bincount(part.reshape(-1), minlength=n_feat * (width + 1)).view(n_feat, width + 1)
-        out.append(D.all_reduce_sum(counts[:, :width].contiguous()))
+    for counts in (torch.bincount(idx, minlength=size), torch.bincount(idx, weights=flags, minlength=size).long()):
+        out.append(D.all_reduce_sum(counts.view(n_feat, width + 1)[:, :width].contiguous()))
     return out[0], out[1]
 
 
@@ -53,7 +55,7 @@ def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n
     """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
     cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
     total, t_total = cb[:, -1:], ct[:, -1:]
-    rate = float(t_total.max()) / max(1.0, float(total.max()))
+    rate = t_total.max() / total.max().clamp(min=1.0)  # on the device: no host sync
     below = ct - rate * cb  # x < cut
     above = (t_total - ct) - rate * (total - cb)  # x >= cut
     score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
@@ -97,20 +99,16 @@ def pair_seeds(
     device = fine.codes_t.device
     lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
     dt = torch.float32 if D.global_count(n) < (1 << 24) else torch.float64
-    grams = []
     offsets = (torch.arange(n_feat, device=device) * cells)[None, :]
-    for cols in (None, torch.nonzero(target, as_tuple=True)[0]):
-        gram = torch.zeros(n_feat * cells, n_feat * cells, dtype=dt, device=device)
-        rows = n if cols is None else cols.numel()
-        step = max(1, _CHUNK // (n_feat * cells))
-        for r0 in range(0, rows, step):
-            part = codes_t[:, r0 : r0 + step] if cols is None else codes_t[:, cols[r0 : r0 + step]]
-            coarse = lut.gather(1, part.long())  # (F, n)
-            hot = torch.zeros(coarse.shape[1], n_feat * cells, dtype=dt, device=device)
-            hot.scatter_(1, coarse.T + offsets, 1.0)
-            gram += hot.T @ hot
-        gram = D.all_reduce_sum(gram.round().long()).view(n_feat, cells, n_feat, cells)
-        grams.append(gram[:, :SEED_GRIDS, :, :SEED_GRIDS])
+    gram = torch.zeros(2, n_feat * cells, n_feat * cells, dtype=dt, device=device)  # all samples, target samples
+    step = max(1, _CHUNK // (n_feat * cells))
+    for r0 in range(0, n, step):
+        coarse = lut.gather(1, codes_t[:, r0 : r0 + step].long())  # (F, n)
+        hot = torch.zeros(coarse.shape[1], n_feat * cells, dtype=dt, device=device)
+        hot.scatter_(1, coarse.T + offsets, 1.0)
+        gram += torch.stack([hot, hot * target[r0 : r0 + step, None]]).transpose(1, 2) @ hot
+    gram = D.all_reduce_sum(gram.round().long()).view(2, n_feat, cells, n_feat, cells)
+    grams = gram[:, :, :SEED_GRIDS, :, :SEED_GRIDS]
     jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
     tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
     s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
@@ -128,16 +126,19 @@ def pair_seeds(
     value = torch.where(ok, 2 * hits - sup, torch.full_like(sup, -(1 << 62))).flatten(1)
     best, arg = value.max(1)
     order = torch.argsort(-best, stable=True)[:n_pairs]
-    keep = order[best[order] > -(1 << 62)]
     n_int = s.numel()
+    pick = arg[order]
+    rows = torch.stack([jj[order], kk[order]], 1)  # (P, 2) rows of ``feats``
+    ranges = torch.stack([pick // n_int, pick % n_int], 1)  # (P, 2) coarse interval of each
+    # the first and last fine cell of each coarse range: the cells before it, counted on the non-decreasing lut
+    # (numeric features: their ``n_fine`` grids)
+    cells_of = lut[rows][:, :, : fine.n_grids]  # (P, 2, n_fine)
+    lo = (cells_of < s[ranges][..., None]).sum(2)
+    hi = (cells_of < e[ranges][..., None]).sum(2) - 1
+    found = (best[order] > -(1 << 62)).long()
+    table = torch.stack([found, feats[rows[:, 0]], lo[:, 0], hi[:, 0], feats[rows[:, 1]], lo[:, 1], hi[:, 1]], 1)
     out = []
-    for p, a in zip(keep.tolist(), arg[keep].tolist()):
-        pair = []
-        for r, i in ((int(jj[p]), a // n_int), (int(kk[p]), a % n_int)):
-            j = int(feats[r])
-            cells_j = lut[r, : int(fine.n_bins[j])].contiguous()
-            lo = int(torch.searchsorted(cells_j, s[i]))  # the first fine cell of the coarse range
-            hi = int(torch.searchsorted(cells_j, e[i])) - 1  # its last
-            pair.append((j, lo, hi))
-        out.append((pair[0], pair[1]))
+    for ok, j, lo_j, hi_j, k, lo_k, hi_k in table.tolist():  # the one host sync of the seed search
+        if ok:
+            out.append(((j, lo_j, hi_j), (k, lo_k, hi_k)))
     return out
