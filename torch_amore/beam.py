@@ -47,7 +47,8 @@ import torch
 
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
-from torch_amore.binning import Binned, _work_dtype, nan_min_max
+from torch_amore.binning import Binned, nan_min_max
+from torch_amore.column_stats import work_dtype
 from torch_amore.cuts import short_cut
 from torch_amore.threads import parallel_pass
 
@@ -223,7 +224,7 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     agree exactly (``x >= threshold(f, g)`` iff ``code >= g``).
     """
     device = X.device
-    dt = _work_dtype(device)
+    dt = work_dtype(device)
     columns = base.columns
     sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
     lo, hi, lo_host, hi_host, base_bins = _column_min_max(sub, base.n_bins)
@@ -287,7 +288,7 @@ def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor,
     """:func:`torch_amore.binning.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
     (F,) tensor of small integers read in the same sync): one ``aminmax`` over all of ``X``, redone with NaN masked
     (in chunks) only when some column holds a NaN."""
-    dt = _work_dtype(X.device)
+    dt = work_dtype(X.device)
     if X.shape[0] > 0 and X.is_floating_point():
         lo, hi = torch.aminmax(X, dim=0)
         lo, hi = lo.to(dt), hi.to(dt)
@@ -449,7 +450,7 @@ def _best_block(
     # and held in float64 (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; float32 is exact
     # while |weights| < 2**24: twice as fast on the big tables of small data. A start s and an end e (prefix indices,
     # 0..G) delimit the grids s..e-1. Several kappas: each row repeated per kappa (rows r * K + q), all in 2-D.
-    fdt = torch.float32 if 2000 * max_count < (1 << 24) else _work_dtype(device)
+    fdt = torch.float32 if 2000 * max_count < (1 << 24) else work_dtype(device)
     ks = [round(1000 * kp) for kp in kappas]
     if n_k == 1:
         k = ks[0]

@@ -23,11 +23,6 @@ from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, col
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64
 
-# Old private names, kept while other modules move to the public ones.
-_work_dtype = work_dtype
-_chunk_len = chunk_len
-_CHUNK_ELEMENTS = CHUNK_ELEMENTS
-
 
 def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column min and max over non-missing values (NaN where a column is all missing), in float64 (float32 on
@@ -126,7 +121,6 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
         out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
 
 
-_codes_from_thresholds = codes_from_thresholds
 
 
 def _kmeans_update(centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
