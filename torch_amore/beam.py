@@ -227,7 +227,12 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     dt = work_dtype(device)
     columns = base.columns
     sub = X if list(columns) == list(range(X.shape[1])) else X[:, columns]
-    lo, hi, lo_host, hi_host, base_bins = _column_min_max(sub, base.n_bins)
+    if base.value_min is not None:  # the ranges the base binning measured (over all DDP ranks): no pass over X
+        lo, hi = base.value_min.to(dt), base.value_max.to(dt)
+        lo_host, hi_host, extra = torch.stack([lo, hi, base.n_bins.to(dt)]).tolist()
+        base_bins = [int(v) for v in extra]
+    else:
+        lo, hi, lo_host, hi_host, base_bins = _column_min_max(sub, base.n_bins)
     # the cells per unit on the host (the same float64 operations as on the device), for thresholds without a sync
     scale_host = [n_fine / max(b - a, 1e-300) if b - a > 0 else 0.0 for a, b in zip(lo_host, hi_host)]
     lo_host = [0.0 if math.isnan(a) else a for a in lo_host]
