@@ -1,10 +1,11 @@
 """The paper's rule tree (Algorithms 2 and 3), grown one level at a time.
 
 Every node of a level is counted in one pass over the grid codes of the rows it covers
-(:func:`torch_amore.ratios.node_grid_counts`), the candidate intervals of all (node, feature) pairs come from one
-batched :func:`torch_amore.intervals.candidate_intervals` call, each node's ``top_k`` candidates are chosen by sorts on
-the device (highest ratio, then larger support, then lower feature index and grids), and the rows of all children
-are selected at once. Per level only the chosen candidates (a few numbers each) cross to the host.
+(:func:`torch_amore.ratios.node_grid_counts`, the target samples counted in the same pass), the candidate intervals
+of all (node, feature) pairs come from one batched :func:`torch_amore.intervals.candidate_table` call in fixed-shape
+slots, each node's ``top_k`` candidates are chosen by sorts on the device (highest ratio, then larger support, then
+lower feature index and grids), and the rows of all children are selected at once. A level waits on the device
+twice: once to fetch the chosen candidates (a few numbers each, one transfer) and once to select the children's rows.
 
 The result is the node-by-node, depth-first tree of the paper: :func:`insertion_order` sorts the chosen candidates
 into the order in which a depth-first walk meets them (best child first), so that a rule set reached along two paths
@@ -20,7 +21,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned
-from torch_amore.intervals import Candidates, candidate_intervals
+from torch_amore.intervals import CandidateTable, candidate_table
 from torch_amore.ratios import node_grid_counts
 
 
@@ -48,39 +49,72 @@ def insertion_order(candidate: TreeCandidate) -> tuple[int, ...]:
     return candidate.path + (-1, candidate.rank)
 
 
-def _ranked(c: Candidates, node: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
-    """Permutation sorting candidates by node, then highest ratio, larger support, lower feature, g_low, g_high."""
-    perm = torch.arange(len(c), device=node.device)
-    for key in (c.g_high, c.g_low, feature, -c.support, -c.ratio, node):  # least significant first, stable sorts
-        perm = perm[torch.sort(key[perm], stable=True).indices]
-    return perm
+@dataclass
+class _Level:
+    """The nodes of one level: their rows (grouped by node), per-grid counts and sample counts."""
+
+    rows: torch.Tensor  # this process's rows of every node, node after node
+    sizes: torch.Tensor  # (n,) this process's rows per node
+    tot: torch.Tensor  # (n, F, B) per-grid counts of all samples (all ranks)
+    tgt: torch.Tensor  # (n, F, B) of the target samples
+    n_node: torch.Tensor  # (n,) samples per node (all ranks)
+    t_node: torch.Tensor  # (n,) target samples per node (all ranks)
 
 
-def _top_k(c: Candidates, n_nodes: int, n_features: int, top_k: int) -> tuple[torch.Tensor, ...]:
-    """The ``top_k`` best candidates of each node: (node, feature, g_low, g_high, hits, support, rank, ratio)."""
-    node, feature = c.feature // n_features, c.feature % n_features
-    perm = _ranked(c, node, feature)
-    node_sorted = node[perm]
-    per_node = torch.bincount(node_sorted, minlength=n_nodes)
-    rank = torch.arange(len(c), device=node.device) - (torch.cumsum(per_node, 0) - per_node)[node_sorted]
-    best = torch.nonzero(rank < top_k, as_tuple=True)[0]
-    sel = perm[best]
-    return node[sel], feature[sel], c.g_low[sel], c.g_high[sel], c.hits[sel], c.support[sel], rank[best], c.ratio[sel]
+def _count_level(binned: Binned, target: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int) -> _Level:
+    """Counts of every node of a level in one pass: each node's target and other samples are two groups."""
+    groups = nodes * 2 + target[rows]
+    n_feat, width = binned.codes.shape[1], binned.n_bins_max
+    counts = node_grid_counts(binned.codes, rows, groups, 2 * n_nodes, width).view(n_nodes, 2, n_feat, width)
+    local = torch.bincount(groups, minlength=2 * n_nodes).view(n_nodes, 2)
+    total = D.all_reduce_sum(local)
+    tgt = counts[:, 1]
+    return _Level(rows, local.sum(1), counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
+
+
+def _root_level(binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], n_total_target: int) -> _Level:
+    """The root node: all rows, with the counts the caller made."""
+    codes = binned.codes
+    rows = torch.arange(codes.shape[0], device=codes.device)
+    counts = torch.tensor([[codes.shape[0], D.global_count(codes.shape[0]), n_total_target]], device=codes.device)
+    return _Level(rows, counts[:, 0], root_counts[0][None], root_counts[1][None], counts[:, 1], counts[:, 2])
+
+
+def _top_k(table: CandidateTable, n_nodes: int, width: int, top_k: int) -> dict[str, torch.Tensor]:
+    """Each node's ``top_k`` best candidates, (n, k) tensors: highest ratio, then larger support, then lower
+    feature, g_low and g_high (exact keys: the features' slots are ranked on the device, one node per row)."""
+    n_slots = table.valid.shape[1]
+
+    def per_node(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(n_nodes, -1)
+
+    ratio = per_node(torch.where(table.valid, table.ratio, -torch.inf))
+    support = per_node(table.support)
+    feature = torch.arange(ratio.shape[1], device=ratio.device) // n_slots
+    tie = per_node(feature.view(-1, n_slots) * (width + 1) + table.g_low.view(n_nodes, -1, n_slots))
+    tie = tie * (width + 1) + per_node(table.g_high)
+    perm = torch.sort(tie, dim=1, stable=True).indices
+    for key in (support, ratio):  # more significant keys later, stable sorts (descending)
+        perm = perm.gather(1, torch.sort(key.gather(1, perm), dim=1, descending=True, stable=True).indices)
+    best = perm[:, : min(top_k, perm.shape[1])]
+    out = {"feature": feature[best], "ratio": ratio.gather(1, best)}
+    for name in ("g_low", "g_high", "hits", "support"):
+        out[name] = per_node(getattr(table, name)).gather(1, best)
+    return out
 
 
 def _children_rows(
-    codes: torch.Tensor, rows: torch.Tensor, sizes: torch.Tensor, chosen: tuple[torch.Tensor, ...], total: int
+    binned: Binned, level: _Level, parent: torch.Tensor, chosen: dict[str, torch.Tensor], total: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of every chosen candidate's child (its node's rows inside the interval), grouped by child, in one pass."""
-    node, feature, g_low, g_high = chosen[:4]
+    """Rows of every child (its parent's rows inside the interval), grouped by child, in one pass (one sync)."""
+    rows, sizes = level.rows, level.sizes
     starts = torch.cumsum(sizes, 0) - sizes  # rows are grouped by node
-    child_sizes = sizes[node]
-    child = torch.repeat_interleave(torch.arange(node.numel(), device=rows.device), child_sizes, output_size=total)
+    child_sizes = sizes[parent]
+    child = torch.repeat_interleave(torch.arange(parent.numel(), device=rows.device), child_sizes, output_size=total)
     first = torch.cumsum(child_sizes, 0) - child_sizes
-    entry = (starts[node] - first)[child] + torch.arange(total, device=rows.device)
-    r = rows[entry]
-    code = codes[r, feature[child]]
-    inside = torch.nonzero((code >= g_low[child]) & (code <= g_high[child]), as_tuple=True)[0]
+    r = rows[(starts[parent] - first)[child] + torch.arange(total, device=rows.device)]
+    code = binned.codes[r, chosen["feature"][child]]
+    inside = torch.nonzero((code >= chosen["g_low"][child]) & (code <= chosen["g_high"][child]), as_tuple=True)[0]
     return r[inside], child[inside]
 
 
@@ -120,54 +154,49 @@ def grow_tree(
     """
     codes, n_feat, width = binned.codes, len(binned.columns), binned.n_bins_max
     device = codes.device
+    kinds = {k == "cat" for k in binned.kinds}  # host copies, fixed after binning
     local = None if local_codes is None else torch.tensor(local_codes, device=device)
-    rows = torch.arange(codes.shape[0], device=device)
-    nodes = torch.zeros_like(rows)
+    level = _root_level(binned, root_counts, n_total_target)
+    used = torch.zeros(1, 0, dtype=torch.long, device=device)  # the features on each node's path
     paths: list[tuple[int, ...]] = [()]
     node_steps: list[tuple] = [()]
     out: list[TreeCandidate] = []
     bar = progress_bar(progress, desc="rule tree nodes", unit="node")
     for depth in range(max_length):
         n_nodes = len(paths)
-        if n_nodes == 0:
-            break
-        sizes = torch.bincount(nodes, minlength=n_nodes)
-        if depth == 0:
-            tot, tgt = root_counts[0][None], root_counts[1][None]
-            n_node = torch.tensor([D.global_count(codes.shape[0])], device=device)
-            t_node = torch.tensor([n_total_target], device=device)
-        else:
-            is_t = torch.nonzero(target[rows], as_tuple=True)[0]
-            tot = node_grid_counts(codes, rows, nodes, n_nodes, width)
-            tgt = node_grid_counts(codes, rows[is_t], nodes[is_t], n_nodes, width)
-            n_node = D.all_reduce_sum(sizes)
-            t_node = D.all_reduce_sum(torch.bincount(nodes[is_t], minlength=n_nodes))
-        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool)
-        for i, steps in enumerate(node_steps):
-            allowed[i, [s[0] for s in steps]] = False
-        allowed = allowed.to(device) & ((t_node > 0) & (t_node < n_node))[:, None]  # nothing to find otherwise
-        cands = candidate_intervals(
-            tot.reshape(n_nodes * n_feat, -1), tgt.reshape(n_nodes * n_feat, -1), binned.n_bins.repeat(n_nodes),
-            binned.is_cat.repeat(n_nodes), allowed.reshape(-1), min_support, t_node.repeat_interleave(n_feat),
-            n_node.repeat_interleave(n_feat), local_codes=None if local is None else local.repeat(n_nodes),
+        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device).scatter_(1, used, False)
+        allowed &= ((level.t_node > 0) & (level.t_node < level.n_node))[:, None]  # nothing to find otherwise
+        table = candidate_table(
+            level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1),
+            binned.n_bins.repeat(n_nodes), binned.is_cat.repeat(n_nodes), allowed.view(-1), min_support,
+            level.t_node.repeat_interleave(n_feat), level.n_node.repeat_interleave(n_feat),
+            local_codes=None if local is None else local.repeat(n_nodes), numeric_width=min(binned.n_grids, width),
+            numeric=False in kinds, categorical=True in kinds,
         )  # fmt: skip
-        chosen = _top_k(cands, n_nodes, n_feat, top_k)
-        expand = depth + 1 < max_length
-        child_sizes = sizes[chosen[0]] if expand else torch.zeros_like(chosen[0])
-        host = torch.stack([t.to(torch.float64) for t in chosen[:7] + (child_sizes,)]).T.tolist()  # one transfer
-        ratios = chosen[7].tolist()
-        new_paths, new_steps = [], []
-        for (node, j, lo, hi, hits, support, rank, _), ratio in zip(host, ratios):
-            node, rank = int(node), int(rank)
+        chosen = _top_k(table, n_nodes, width, top_k)
+        k = chosen["feature"].shape[1]
+        fields = [chosen[f].to(torch.float64) for f in ("feature", "g_low", "g_high", "hits", "support", "ratio")]
+        host = torch.stack(fields + [level.sizes.repeat_interleave(k).view(n_nodes, k).to(torch.float64)], -1)
+        new_paths, new_steps, keep, total = [], [], [], 0
+        for i, (j, lo, hi, hits, support, ratio, size) in enumerate(host.view(-1, 7).tolist()):  # one transfer
+            if ratio == -float("inf"):  # fewer than top_k candidates
+                continue
+            node, rank = divmod(i, k)
             steps = node_steps[node] + ((int(j), int(lo), int(hi), ratio),)
             out.append(TreeCandidate(paths[node], rank, steps, int(hits), int(support)))
             new_paths.append(paths[node] + (rank,))
             new_steps.append(steps)
+            keep.append(i)
+            total += int(size)
         bar.update(n_nodes)
-        if not expand:
+        if depth + 1 == max_length or not keep:
             break
-        total = int(sum(row[7] for row in host))
-        rows, nodes = _children_rows(codes, rows, sizes, chosen, total)
+        sel = torch.tensor(keep, device=device)
+        parent = torch.div(sel, k, rounding_mode="floor")
+        chosen = {name: t.view(-1)[sel] for name, t in chosen.items()}
+        rows, nodes = _children_rows(binned, level, parent, chosen, total)
+        used = torch.cat([used[parent], chosen["feature"][:, None]], 1)
         paths, node_steps = new_paths, new_steps
+        level = _count_level(binned, target, rows, nodes, len(paths))
     bar.close()
     return out
