@@ -28,8 +28,6 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from torch_amore.ratios import probability_ratios
-
 #: Elements of the (row, peak, step) tensors of one expansion pass; larger tables are expanded in row chunks.
 _EXPANSION_BUDGET = 1 << 22
 
@@ -51,23 +49,20 @@ class Candidates:
 
 @dataclass
 class CandidateTable:
-    """Candidate rules of every row of a count table in fixed slots: (R, S) tensors and a validity mask.
+    """Candidate rules of every row of a count table in fixed slots, with a validity mask.
 
     The row of a slot is the searched feature (the (node, feature) pair when nodes are stacked); invalid slots hold
-    arbitrary values.
+    arbitrary values. ``ints`` stacks ``(g_low, g_high, hits, support)`` in its last dimension.
     """
 
-    valid: torch.Tensor
-    g_low: torch.Tensor
-    g_high: torch.Tensor
-    hits: torch.Tensor
-    support: torch.Tensor
-    ratio: torch.Tensor
+    valid: torch.Tensor  # (R, S) bool
+    ints: torch.Tensor  # (R, S, 4) int64: g_low, g_high, hits, support
+    ratio: torch.Tensor  # (R, S) float
 
     def compact(self) -> Candidates:
         """The valid candidates, row by row (one host sync)."""
         row, slot = torch.nonzero(self.valid, as_tuple=True)
-        return Candidates(row, *(getattr(self, f.name)[row, slot] for f in fields(self)[1:]))
+        return Candidates(row, *self.ints[row, slot].unbind(1), self.ratio[row, slot])
 
     @staticmethod
     def cat(parts: list[CandidateTable]) -> CandidateTable:
@@ -79,25 +74,26 @@ class CandidateTable:
 
 @dataclass
 class Segments:
-    """Merged grids per row: counts, ratios and grid ranges, padded to B columns."""
+    """Merged grids per row: counts, ratios and grid ranges, padded to B columns (grids past a row's own grids join
+    its last segment: they hold no samples)."""
 
-    hits: torch.Tensor  # (R, B) target counts
-    counts: torch.Tensor  # (R, B) counts
-    ratio: torch.Tensor  # (R, B) ratios, -1 for padding
+    sums: torch.Tensor  # (2, R, B) target counts and counts of each segment (0 past the last one)
+    ratio: torch.Tensor  # (R, B) ratios, -1 past the last segment
+    gt_one: torch.Tensor  # (R, B) exact ratio > 1
     first: torch.Tensor  # (R, B) first grid of each segment
     last: torch.Tensor  # (R, B) last grid of each segment
     n_seg: torch.Tensor  # (R,) number of segments
-    seg_of_grid: torch.Tensor  # (R, B) segment index of each grid (-1 for padding grids)
+    seg_of_grid: torch.Tensor  # (R, B) segment index of each grid
 
 
 @dataclass
 class Expansion:
-    """Algorithm 5's result from each (row, start segment): the interval's segments, counts and validity."""
+    """Algorithm 5's result from each (row, start segment): the interval's segments, counts, ratio and validity."""
 
     lo: torch.Tensor  # first segment
     hi: torch.Tensor  # last segment
-    hits: torch.Tensor
-    counts: torch.Tensor
+    sums: torch.Tensor  # (2, ...) target count and count
+    ratio: torch.Tensor
     ok: torch.Tensor  # support >= min_support, ratio > 1, not the row's whole range
 
 
@@ -107,7 +103,7 @@ Count = int | torch.Tensor
 
 def _per_row(value: Count, dims: int = 1) -> Count:
     """A per-row count shaped to broadcast over ``dims`` trailing dimensions; an int as it is."""
-    return value.reshape(-1, *([1] * dims)) if isinstance(value, torch.Tensor) else value
+    return value.view(-1, *([1] * dims)) if isinstance(value, torch.Tensor) else value
 
 
 def _rows(value: Count, r0: int, r1: int) -> Count:
@@ -115,9 +111,17 @@ def _rows(value: Count, r0: int, r1: int) -> Count:
     return value[r0:r1] if isinstance(value, torch.Tensor) else value
 
 
-def _gt_one(hits: torch.Tensor, counts: torch.Tensor, n_target: Count, n_samples: Count) -> torch.Tensor:
-    """Exact ``ratio > 1``: hits / counts > n_target / n_samples."""
-    return (hits * n_samples > counts * n_target) & (counts > 0)
+def _ratio_gt_one(
+    hits: torch.Tensor, counts: torch.Tensor, n_target: Count, n_samples: Count
+) -> tuple[torch.Tensor, ...]:
+    """Eq. (ratio_approx) (-1 where ``counts`` is 0) and the exact ``ratio > 1``, from the same integer products.
+
+    The float ratio is the correctly rounded quotient of the exact products, as :func:`probability_ratios` gives it;
+    the node's ``n_target`` is positive wherever a candidate can be (elsewhere the ratio may be infinite).
+    """
+    a, b = hits * n_samples, counts * n_target
+    dtype = torch.float64 if hits.device.type != "mps" else torch.float32
+    return (a.to(dtype) / b.to(dtype)).nan_to_num_(nan=-1.0), a > b
 
 
 def merge_grids(
@@ -126,52 +130,36 @@ def merge_grids(
     """Algorithm 4's clean-up for all rows at once (see module docstring); per-row counts broadcast."""
     n_target, n_samples = _per_row(n_target), _per_row(n_samples)
     n_rows, width = tot.shape
-    device = tot.device
-    g = torch.arange(width, device=device).expand(n_rows, width)
-    valid = g < n_bins[:, None]
-    nonempty = (tot > 0) & valid
-    ratio = probability_ratios(tgt, tot, n_target, n_samples)
-    # nearest non-empty grid at or before / at or after each grid (width: none)
-    prev_ne = torch.cummax(torch.where(nonempty, g, -1), dim=1).values
-    next_ne = torch.cummin(torch.where(nonempty, g, width).flip(1), dim=1).values.flip(1)
-    r_prev = ratio.gather(1, prev_ne.clamp(min=0))
-    r_next = ratio.gather(1, next_ne.clamp(max=width - 1))
-    has_prev, has_next = prev_ne >= 0, next_ne < width
-    take_prev = has_prev & (~has_next | (r_prev >= r_next))
-    owner = torch.where(nonempty, g, torch.where(take_prev, prev_ne, next_ne))
-    owner = torch.where(valid & (has_prev | has_next), owner, -1)
+    g = torch.arange(width, device=tot.device)
+    ratio = _ratio_gt_one(tgt, tot, n_target, n_samples)[0]
+    nonempty = tot > 0  # grids past a row's own grids hold no samples
+    # nearest non-empty grid at or before / at or after each grid (width: none; -inf ratio there)
+    prev_ne = torch.where(nonempty, g, -1).cummax(1).values.remainder_(width + 1)
+    next_ne = torch.where(nonempty, g, width).flip(1).cummin(1).values.flip(1)
+    r_ext = torch.nn.functional.pad(ratio, (0, 1), value=-torch.inf)
+    take_prev = r_ext.gather(1, prev_ne) >= r_ext.gather(1, next_ne)  # left on a tie
+    owner = torch.where(nonempty, g, torch.where(take_prev, prev_ne, next_ne)).clamp_(max=width - 1)
     # consecutive owners with identical ratios merge (exact: a1 * b2 == a2 * b1)
-    own = owner.clamp(min=0)
-    a, b = tgt.gather(1, own), tot.gather(1, own)
-    same = (owner[:, 1:] == owner[:, :-1]) | (a[:, 1:] * b[:, :-1] == a[:, :-1] * b[:, 1:])
-    starts = torch.cat([owner[:, :1] >= 0, ~same & (owner[:, 1:] >= 0)], dim=1)
-    seg = torch.where(owner >= 0, torch.cumsum(starts, dim=1) - 1, -1)
-    n_seg = seg.amax(dim=1) + 1
-    # per-segment sums (padding grids go to a dump column)
-    dump = torch.where(seg >= 0, seg, width)
-    sums = torch.zeros(2, n_rows, width + 1, dtype=torch.long, device=device)
-    sums.scatter_add_(2, dump.expand(2, -1, -1), torch.stack([tgt, tot]) * valid)
-    hits, counts = sums[0, :, :width], sums[1, :, :width]
-    gc = g.contiguous()
-    first = torch.full((n_rows, width + 1), width, device=device).scatter_reduce(1, dump, gc, "amin")[:, :width]
-    last = torch.full((n_rows, width + 1), -1, device=device).scatter_reduce(1, dump, gc, "amax")[:, :width]
-    seg_ratio = torch.where(g < n_seg[:, None], probability_ratios(hits, counts, n_target, n_samples), -1.0)
-    return Segments(hits, counts, seg_ratio, first, last, n_seg, seg)
+    a, b = tgt.gather(1, owner), tot.gather(1, owner)
+    new = a[:, 1:] * b[:, :-1] != a[:, :-1] * b[:, 1:]
+    seg = torch.nn.functional.pad(new, (1, 0)).cumsum(1)
+    sums = torch.zeros(2, n_rows, width, dtype=tot.dtype, device=tot.device)
+    sums.scatter_add_(2, seg.expand(2, -1, -1), torch.stack([tgt, tot]))
+    gg = g.expand(n_rows, -1)
+    first = torch.full_like(seg, width).scatter_reduce_(1, seg, gg, "amin")
+    last = torch.full_like(seg, -1).scatter_reduce_(1, seg, gg, "amax").clamp_(max=n_bins.view(-1, 1) - 1)
+    seg_ratio, gt_one = _ratio_gt_one(sums[0], sums[1], n_target, n_samples)
+    return Segments(sums, seg_ratio, gt_one, first, last, seg[:, -1] + 1, seg)
 
 
-def find_peaks(segs: Segments, n_target: Count, n_samples: Count) -> torch.Tensor:
+def find_peaks(segs: Segments) -> torch.Tensor:
     """(R, B) bool: segments with ratio > 1 that are strict local maxima (rows with >= 2 segments)."""
-    n_target, n_samples = _per_row(n_target), _per_row(n_samples)
     r = segs.ratio
-    n_rows, width = r.shape
-    g = torch.arange(width, device=r.device).expand(n_rows, width)
-    pad = torch.full_like(r[:, :1], -2.0)
-    is_peak = (r > torch.cat([pad, r[:, :-1]], dim=1)) & (r > torch.cat([r[:, 1:], pad], dim=1))
-    is_peak &= _gt_one(segs.hits, segs.counts, n_target, n_samples)
-    return is_peak & (g < segs.n_seg[:, None]) & (segs.n_seg[:, None] >= 2)
+    padded = torch.nn.functional.pad(r, (1, 1), value=-2.0)
+    return (r > padded[:, :-2]) & (r > padded[:, 2:]) & segs.gt_one & (segs.n_seg >= 2).view(-1, 1)
 
 
-def _joining_order(segs: Segments, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _joining_order(ratio: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The segments in the order Algorithm 5 would add them from each start: (segment, joins on the left, ratio).
 
     Algorithm 5 always takes the neighbour with the higher ratio (left on a tie): a greedy merge of the left and
@@ -179,50 +167,43 @@ def _joining_order(segs: Segments, start: torch.Tensor) -> tuple[torch.Tensor, t
     so one stable sort on (running minimum, left before right, nearest first) gives the order. Padding segments
     (ratio -1) come last.
     """
-    n_rows, n_start = start.shape
-    width = segs.ratio.shape[1]
-    m = torch.arange(width - 1, device=start.device)
-    p = start[:, :, None]
-    left = m < p  # the first `start` places are the left neighbours, nearest first, then the right ones
-    seg = torch.where(left, p - 1 - m, m + 1)
-    r = segs.ratio.gather(1, seg.view(n_rows, -1)).view(seg.shape)
-    run_min = torch.where(
-        left, torch.where(left, r, torch.inf).cummin(-1).values, torch.where(left, torch.inf, r).cummin(-1).values
-    )
+    m1 = torch.arange(1, ratio.shape[1], device=start.device)
+    p = start.unsqueeze(-1)
+    left = m1 <= p  # the first `start` places are the left neighbours, nearest first, then the right ones
+    seg = torch.where(left, p - m1, m1)
+    r = torch.take_along_dim(ratio.unsqueeze(1), seg, dim=2)
+    on_left = torch.where(left, r, torch.inf).cummin(-1).values
+    run_min = torch.where(left, on_left, torch.where(left, torch.inf, r).cummin(-1).values)
     order = torch.sort(run_min, dim=-1, descending=True, stable=True).indices
     return seg.gather(-1, order), left.gather(-1, order), r.gather(-1, order)
 
 
 def _expand_chunk(
-    segs: Segments, start: torch.Tensor, min_support: int, n_target: Count, n_samples: Count, local: bool
+    sums: torch.Tensor,
+    ratio: torch.Tensor,
+    n_seg: torch.Tensor,
+    start: torch.Tensor,
+    min_support: int,
+    n_target: Count,
+    n_samples: Count,
+    local: bool,
 ) -> Expansion:
-    """:func:`expand_intervals` on a chunk of rows (``segs`` and ``start`` sliced alike)."""
-    n_rows, n_start = start.shape
-    seg, went_left, r_next = _joining_order(segs, start)
-    flat = seg.view(n_rows, -1)
-
-    def running(table: torch.Tensor) -> torch.Tensor:  # (R, P, W): counts after 0..W-1 joins
-        joined = table.gather(1, flat).view(seg.shape)
-        return torch.cat([table.gather(1, start)[:, :, None], joined], dim=-1).cumsum(-1)
-
-    hits, cnt = running(segs.hits), running(segs.counts)
-    n_left = torch.cat([torch.zeros_like(went_left[:, :, :1]), went_left], dim=-1).cumsum(-1)
-    m_r = torch.cat([r_next, torch.full_like(r_next[:, :, :1], -1.0)], dim=-1)  # the next neighbour's ratio
-    n_t, n_s = _per_row(n_target, 2), _per_row(n_samples, 2)
-    enough = cnt >= min_support
-    if local:  # stop as soon as the support suffices
-        go_on = ~enough & (m_r >= 0)
-    else:
-        r = probability_ratios(hits, cnt, n_t, n_s)
-        go_on = (~enough | _gt_one(hits, cnt, n_t, n_s)) & (m_r >= 0) & ~(enough & (m_r < r))
-    steps = (~go_on).to(torch.uint8).argmax(-1, keepdim=True)  # the first state that does not go on
-    hits, cnt = hits.gather(-1, steps)[..., 0], cnt.gather(-1, steps)[..., 0]
-    n_left, steps = n_left.gather(-1, steps)[..., 0], steps[..., 0]
-    lo, hi = start - n_left, start + steps - n_left
-    n_t, n_s = _per_row(n_target), _per_row(n_samples)
-    whole = (lo == 0) & (hi == segs.n_seg[:, None] - 1)
-    ok = (cnt >= min_support) & _gt_one(hits, cnt, n_t, n_s) & ~whole
-    return Expansion(lo, hi, hits, cnt, ok)
+    """:func:`expand_intervals` on a chunk of rows (the segments' sums, ratios and counts, sliced alike)."""
+    seg, went_left, r_next = _joining_order(ratio, start)
+    sums = sums.unsqueeze(2)  # (2, R, 1, B)
+    joined = torch.take_along_dim(sums, torch.cat([start.unsqueeze(-1), seg], -1).unsqueeze(0), dim=3)
+    states = joined.cumsum(-1)  # (2, R, P, B): target count and count after 0, 1, ... joins
+    n_left = torch.nn.functional.pad(went_left, (1, 0)).cumsum(-1)
+    m_r = torch.nn.functional.pad(r_next, (0, 1), value=-1.0)  # the next neighbour's ratio (-1: none)
+    r, gt_one = _ratio_gt_one(states[0], states[1], _per_row(n_target, 2), _per_row(n_samples, 2))
+    enough = states[1] >= min_support
+    stop = (m_r < 0) | enough if local else (m_r < 0) | (enough & ~(gt_one & (m_r >= r)))
+    steps = stop.to(torch.uint8).argmax(-1, keepdim=True)  # the first state that does not go on
+    lo = start - n_left.gather(-1, steps).squeeze(-1)
+    steps = steps.squeeze(-1)
+    ok = (enough & gt_one).gather(-1, steps.unsqueeze(-1)).squeeze(-1) & (steps != (n_seg - 1).view(-1, 1))
+    final = states.gather(-1, steps.view(1, *steps.shape, 1).expand(2, -1, -1, -1)).squeeze(-1)
+    return Expansion(lo, lo + steps, final, r.gather(-1, steps.unsqueeze(-1)).squeeze(-1), ok)
 
 
 def expand_intervals(
@@ -240,26 +221,24 @@ def expand_intervals(
     Rows are processed in chunks of a bounded number of elements (a host-known count: no sync).
     """
     n_rows, n_start = start.shape
-    width = segs.ratio.shape[1]
-    step = max(1, _EXPANSION_BUDGET // max(1, n_start * width))
+    step = max(1, _EXPANSION_BUDGET // max(1, n_start * segs.ratio.shape[1]))
+    if step >= n_rows:
+        return _expand_chunk(segs.sums, segs.ratio, segs.n_seg, start, min_support, n_target, n_samples, local)
     parts = []
     for r0 in range(0, n_rows, step):
         r1 = min(n_rows, r0 + step)
-        sub = segs if (r0, r1) == (0, n_rows) else Segments(*(getattr(segs, f.name)[r0:r1] for f in fields(segs)))
+        sums, ratio, n_seg = segs.sums[:, r0:r1], segs.ratio[r0:r1], segs.n_seg[r0:r1]
         n_t, n_s = _rows(n_target, r0, r1), _rows(n_samples, r0, r1)
-        parts.append(_expand_chunk(sub, start[r0:r1], min_support, n_t, n_s, local))
-    if len(parts) == 1:
-        return parts[0]
-    return Expansion(*(torch.cat([getattr(p, f.name) for p in parts]) for f in fields(Expansion)))
+        parts.append(_expand_chunk(sums, ratio, n_seg, start[r0:r1], min_support, n_t, n_s, local))
+    dims = {"sums": 1}
+    return Expansion(*(torch.cat([getattr(p, f.name) for p in parts], dims.get(f.name, 0)) for f in fields(Expansion)))
 
 
 def _first_of_each(lo: torch.Tensor, hi: torch.Tensor, valid: torch.Tensor, width: int) -> torch.Tensor:
     """``valid`` without the slots repeating the (lo, hi) of a valid slot further left in the same row."""
     n_start = lo.shape[1]
-    key = lo * width + hi
-    same = key[:, :, None] == key[:, None, :]
-    earlier = torch.ones(n_start, n_start, dtype=torch.bool, device=lo.device).tril(-1)
-    return valid & ~(same & earlier & valid[:, None, :]).any(-1)
+    key = torch.where(valid, lo * width + hi, -1 - torch.arange(n_start, device=lo.device))  # invalid: all distinct
+    return valid & ~(key.unsqueeze(2) == key.unsqueeze(1)).tril_(-1).any(-1)
 
 
 def _numeric_table(
@@ -272,30 +251,27 @@ def _numeric_table(
     n_samples: Count,
     local_codes: torch.Tensor | None,
 ) -> CandidateTable:
-    """Numeric candidates: one slot per possible peak (+ one for a local sample's own interval)."""
+    """Numeric candidates: one slot per segment that may be a peak (+ one for a local sample's own interval)."""
     segs = merge_grids(tot, tgt, n_bins, n_target, n_samples)
-    peaks = find_peaks(segs, n_target, n_samples) & num[:, None]
     width = tot.shape[1]
-    n_peak = (width + 1) // 2  # strict local maxima of at most `width` segments
-    peaks, start = torch.sort(peaks.to(torch.uint8), dim=1, descending=True, stable=True)
-    start, valid = start[:, :n_peak], peaks[:, :n_peak].bool()
+    start = torch.arange(width, device=tot.device).expand(tot.shape[0], -1)
     ex = expand_intervals(segs, start, min_support, n_target, n_samples)
-    valid = _first_of_each(ex.lo, ex.hi, valid & ex.ok, width)
-    table = _table(segs, ex, valid, n_target, n_samples)
+    valid = _first_of_each(ex.lo, ex.hi, find_peaks(segs) & ex.ok & num.view(-1, 1), width)
+    table = _table(segs, ex, valid)
     if local_codes is None:
         return table
-    lc = local_codes[:, None]
-    table.valid &= (table.g_low <= lc) & (lc <= table.g_high)
+    lc = local_codes.view(-1, 1)
+    table.valid &= (table.ints[..., 0] <= lc) & (lc <= table.ints[..., 1])
     s_loc = segs.seg_of_grid.gather(1, lc.clamp(0, width - 1))
-    need = num[:, None] & ~table.valid.any(1, keepdim=True) & (lc >= 0) & (s_loc >= 0)
-    ex = expand_intervals(segs, s_loc.clamp(min=0), min_support, n_target, n_samples, local=True)
-    return CandidateTable.cat([table, _table(segs, ex, need & ex.ok, n_target, n_samples)])
+    need = num.view(-1, 1) & ~table.valid.any(1, keepdim=True) & (lc >= 0) & (lc < n_bins.view(-1, 1))
+    ex = expand_intervals(segs, s_loc, min_support, n_target, n_samples, local=True)
+    return CandidateTable.cat([table, _table(segs, ex, need & ex.ok)])
 
 
-def _table(segs: Segments, ex: Expansion, valid: torch.Tensor, n_target: Count, n_samples: Count) -> CandidateTable:
+def _table(segs: Segments, ex: Expansion, valid: torch.Tensor) -> CandidateTable:
     """The candidate table of expanded intervals."""
-    ratio = probability_ratios(ex.hits, ex.counts, _per_row(n_target), _per_row(n_samples))
-    return CandidateTable(valid, segs.first.gather(1, ex.lo), segs.last.gather(1, ex.hi), ex.hits, ex.counts, ratio)
+    ints = torch.stack([segs.first.gather(1, ex.lo), segs.last.gather(1, ex.hi), ex.sums[0], ex.sums[1]], -1)
+    return CandidateTable(valid, ints, ex.ratio)
 
 
 def _categorical_table(
@@ -310,12 +286,12 @@ def _categorical_table(
 ) -> CandidateTable:
     """Categorical candidates: one slot per category."""
     g = torch.arange(tot.shape[1], device=tot.device).expand_as(tot)
-    n_t, n_s = _per_row(n_target), _per_row(n_samples)
-    ok = cat[:, None] & (g < n_bins[:, None]) & (tot >= min_support) & _gt_one(tgt, tot, n_t, n_s)
+    ratio, gt_one = _ratio_gt_one(tgt, tot, _per_row(n_target), _per_row(n_samples))
+    ok = cat.view(-1, 1) & (g < n_bins.view(-1, 1)) & (tot >= min_support) & gt_one
     ok &= tot < tot.sum(1, keepdim=True)  # not every non-missing sample
     if local_codes is not None:
-        ok &= g == local_codes[:, None]
-    return CandidateTable(ok, g, g, tgt, tot, probability_ratios(tgt, tot, n_t, n_s))
+        ok &= g == local_codes.view(-1, 1)
+    return CandidateTable(ok, torch.stack([g, g, tgt, tot], -1), ratio)
 
 
 def candidate_table(
@@ -345,16 +321,13 @@ def candidate_table(
     parts = []
     if numeric:
         w = tot.shape[1] if numeric_width is None else numeric_width
-        lc = None if local_codes is None else local_codes
-        parts.append(
-            _numeric_table(
-                tot[:, :w], tgt[:, :w], n_bins.clamp(max=w), allowed & ~is_cat, min_support, n_target, n_samples, lc
-            )
-        )
-    if categorical or not parts:
-        parts.append(
-            _categorical_table(tot, tgt, n_bins, allowed & is_cat, min_support, n_target, n_samples, local_codes)
-        )
+        num = allowed & ~is_cat if categorical else allowed
+        tables = (tot[:, :w], tgt[:, :w]) if w < tot.shape[1] else (tot, tgt)
+        nb = n_bins.clamp(max=w) if categorical else n_bins
+        parts.append(_numeric_table(*tables, nb, num, min_support, n_target, n_samples, local_codes))
+    if categorical:
+        cat = allowed & is_cat if numeric else allowed
+        parts.append(_categorical_table(tot, tgt, n_bins, cat, min_support, n_target, n_samples, local_codes))
     return CandidateTable.cat(parts)
 
 

@@ -14,6 +14,7 @@ is reported as the walk first found it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -51,10 +52,10 @@ def insertion_order(candidate: TreeCandidate) -> tuple[int, ...]:
 
 @dataclass
 class _Level:
-    """The nodes of one level: their rows (grouped by node), per-grid counts and sample counts."""
+    """The nodes of one level: their rows, per-grid counts and sample counts."""
 
-    rows: torch.Tensor  # this process's rows of every node, node after node
-    sizes: torch.Tensor  # (n,) this process's rows per node
+    rows: torch.Tensor  # this process's rows of every node
+    nodes: torch.Tensor  # the node of each entry of ``rows``
     tot: torch.Tensor  # (n, F, B) per-grid counts of all samples (all ranks)
     tgt: torch.Tensor  # (n, F, B) of the target samples
     n_node: torch.Tensor  # (n,) samples per node (all ranks)
@@ -66,56 +67,49 @@ def _count_level(binned: Binned, target: torch.Tensor, rows: torch.Tensor, nodes
     groups = nodes * 2 + target[rows]
     n_feat, width = binned.codes.shape[1], binned.n_bins_max
     counts = node_grid_counts(binned.codes, rows, groups, 2 * n_nodes, width).view(n_nodes, 2, n_feat, width)
-    local = torch.bincount(groups, minlength=2 * n_nodes).view(n_nodes, 2)
-    total = D.all_reduce_sum(local)
+    total = D.all_reduce_sum(torch.bincount(groups, minlength=2 * n_nodes).view(n_nodes, 2))
     tgt = counts[:, 1]
-    return _Level(rows, local.sum(1), counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
+    return _Level(rows, nodes, counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
 
 
 def _root_level(binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], n_total_target: int) -> _Level:
     """The root node: all rows, with the counts the caller made."""
     codes = binned.codes
     rows = torch.arange(codes.shape[0], device=codes.device)
-    counts = torch.tensor([[codes.shape[0], D.global_count(codes.shape[0]), n_total_target]], device=codes.device)
-    return _Level(rows, counts[:, 0], root_counts[0][None], root_counts[1][None], counts[:, 1], counts[:, 2])
+    counts = torch.tensor([D.global_count(codes.shape[0]), n_total_target], device=codes.device)
+    return _Level(rows, torch.zeros_like(rows), root_counts[0][None], root_counts[1][None], counts[:1], counts[1:])
 
 
-def _top_k(table: CandidateTable, n_nodes: int, width: int, top_k: int) -> dict[str, torch.Tensor]:
-    """Each node's ``top_k`` best candidates, (n, k) tensors: highest ratio, then larger support, then lower
-    feature, g_low and g_high (exact keys: the features' slots are ranked on the device, one node per row)."""
+def _top_k(table: CandidateTable, n_nodes: int, width: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each node's ``top_k`` best candidates: highest ratio, then larger support, then lower feature, g_low and
+    g_high (exact keys, sorted on the device, one node per row). Returns (n, k, 5) ints (feature, g_low, g_high,
+    hits, support) and (n, k) ratios (-inf: no candidate)."""
     n_slots = table.valid.shape[1]
-
-    def per_node(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(n_nodes, -1)
-
-    ratio = per_node(torch.where(table.valid, table.ratio, -torch.inf))
-    support = per_node(table.support)
-    feature = torch.arange(ratio.shape[1], device=ratio.device) // n_slots
-    tie = per_node(feature.view(-1, n_slots) * (width + 1) + table.g_low.view(n_nodes, -1, n_slots))
-    tie = tie * (width + 1) + per_node(table.g_high)
+    ints = table.ints.view(n_nodes, -1, 4)
+    ratio = torch.where(table.valid, table.ratio, -torch.inf).view(n_nodes, -1)
+    slot = torch.arange(ratio.shape[1], device=ratio.device)
+    feature = torch.div(slot, n_slots, rounding_mode="floor")
+    tie = (feature * (width + 1) + ints[..., 0]) * (width + 1) + ints[..., 1]
     perm = torch.sort(tie, dim=1, stable=True).indices
-    for key in (support, ratio):  # more significant keys later, stable sorts (descending)
+    for key in (ints[..., 3], ratio):  # more significant keys later, stable sorts (descending)
         perm = perm.gather(1, torch.sort(key.gather(1, perm), dim=1, descending=True, stable=True).indices)
-    best = perm[:, : min(top_k, perm.shape[1])]
-    out = {"feature": feature[best], "ratio": ratio.gather(1, best)}
-    for name in ("g_low", "g_high", "hits", "support"):
-        out[name] = per_node(getattr(table, name)).gather(1, best)
-    return out
+    best = perm[:, :top_k]
+    chosen = torch.cat([feature[best].unsqueeze(-1), ints.gather(1, best.unsqueeze(-1).expand(-1, -1, 4))], -1)
+    return chosen, ratio.gather(1, best)
 
 
-def _children_rows(
-    binned: Binned, level: _Level, parent: torch.Tensor, chosen: dict[str, torch.Tensor], total: int
+def _children(
+    binned: Binned, level: _Level, chosen: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of every child (its parent's rows inside the interval), grouped by child, in one pass (one sync)."""
-    rows, sizes = level.rows, level.sizes
-    starts = torch.cumsum(sizes, 0) - sizes  # rows are grouped by node
-    child_sizes = sizes[parent]
-    child = torch.repeat_interleave(torch.arange(parent.numel(), device=rows.device), child_sizes, output_size=total)
-    first = torch.cumsum(child_sizes, 0) - child_sizes
-    r = rows[(starts[parent] - first)[child] + torch.arange(total, device=rows.device)]
-    code = binned.codes[r, chosen["feature"][child]]
-    inside = torch.nonzero((code >= chosen["g_low"][child]) & (code <= chosen["g_high"][child]), as_tuple=True)[0]
-    return r[inside], child[inside]
+    """Rows of every child (its parent's rows inside the interval) in one pass (one sync). Children are numbered
+    rank by rank, then node by node (the valid ones)."""
+    rows, nodes = level.rows, level.nodes
+    per_row = chosen.index_select(0, nodes)  # (E, k, 5)
+    code = binned.codes[rows.unsqueeze(1), per_row[..., 0]]
+    inside = (code >= per_row[..., 1]) & (code <= per_row[..., 2]) & valid.index_select(0, nodes)
+    rank, entry = torch.nonzero(inside.T, as_tuple=True)
+    number = valid.T.reshape(-1).cumsum(0) - 1  # children's numbers, rank by rank
+    return rows[entry], number[rank * valid.shape[0] + nodes[entry]]
 
 
 def grow_tree(
@@ -157,15 +151,16 @@ def grow_tree(
     kinds = {k == "cat" for k in binned.kinds}  # host copies, fixed after binning
     local = None if local_codes is None else torch.tensor(local_codes, device=device)
     level = _root_level(binned, root_counts, n_total_target)
-    used = torch.zeros(1, 0, dtype=torch.long, device=device)  # the features on each node's path
     paths: list[tuple[int, ...]] = [()]
     node_steps: list[tuple] = [()]
-    out: list[TreeCandidate] = []
+    out: list[list[TreeCandidate]] = []
     bar = progress_bar(progress, desc="rule tree nodes", unit="node")
     for depth in range(max_length):
         n_nodes = len(paths)
-        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device).scatter_(1, used, False)
-        allowed &= ((level.t_node > 0) & (level.t_node < level.n_node))[:, None]  # nothing to find otherwise
+        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device)
+        if depth:  # the features on each node's path are used
+            allowed.scatter_(1, torch.tensor([[s[0] for s in steps] for steps in node_steps], device=device), False)
+        allowed &= ((level.t_node > 0) & (level.t_node < level.n_node)).view(-1, 1)  # nothing to find otherwise
         table = candidate_table(
             level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1),
             binned.n_bins.repeat(n_nodes), binned.is_cat.repeat(n_nodes), allowed.view(-1), min_support,
@@ -173,30 +168,26 @@ def grow_tree(
             local_codes=None if local is None else local.repeat(n_nodes), numeric_width=min(binned.n_grids, width),
             numeric=False in kinds, categorical=True in kinds,
         )  # fmt: skip
-        chosen = _top_k(table, n_nodes, width, top_k)
-        k = chosen["feature"].shape[1]
-        fields = [chosen[f].to(torch.float64) for f in ("feature", "g_low", "g_high", "hits", "support", "ratio")]
-        host = torch.stack(fields + [level.sizes.repeat_interleave(k).view(n_nodes, k).to(torch.float64)], -1)
-        new_paths, new_steps, keep, total = [], [], [], 0
-        for i, (j, lo, hi, hits, support, ratio, size) in enumerate(host.view(-1, 7).tolist()):  # one transfer
-            if ratio == -float("inf"):  # fewer than top_k candidates
-                continue
-            node, rank = divmod(i, k)
-            steps = node_steps[node] + ((int(j), int(lo), int(hi), ratio),)
-            out.append(TreeCandidate(paths[node], rank, steps, int(hits), int(support)))
-            new_paths.append(paths[node] + (rank,))
-            new_steps.append(steps)
-            keep.append(i)
-            total += int(size)
+        chosen, ratio = _top_k(table, n_nodes, width, top_k)
+        found: list[TreeCandidate] = []
+        new_paths, new_steps = [], []
+        ints = chosen.tolist()  # the level's one transfer (with the ratios')
+        for node, (node_ints, node_ratios) in enumerate(zip(ints, ratio.tolist())):
+            for rank, ((j, lo, hi, hits, support), r) in enumerate(zip(node_ints, node_ratios)):
+                if r == -math.inf:  # fewer than top_k candidates
+                    break
+                steps = node_steps[node] + ((j, lo, hi, r),)
+                found.append(TreeCandidate(paths[node], rank, steps, hits, support))
+        out.append(found)
         bar.update(n_nodes)
-        if depth + 1 == max_length or not keep:
+        if depth + 1 == max_length or not found:
             break
-        sel = torch.tensor(keep, device=device)
-        parent = torch.div(sel, k, rounding_mode="floor")
-        chosen = {name: t.view(-1)[sel] for name, t in chosen.items()}
-        rows, nodes = _children_rows(binned, level, parent, chosen, total)
-        used = torch.cat([used[parent], chosen["feature"][:, None]], 1)
+        # children rank by rank, then node by node, as _children numbers them
+        for c in sorted(found, key=lambda c: (c.rank, c.path)):
+            new_paths.append(c.path + (c.rank,))
+            new_steps.append(c.steps)
         paths, node_steps = new_paths, new_steps
+        rows, nodes = _children(binned, level, chosen, ratio > -math.inf)
         level = _count_level(binned, target, rows, nodes, len(paths))
     bar.close()
-    return out
+    return [c for found in out for c in sorted(found, key=insertion_order)]
