@@ -125,29 +125,34 @@ def _ratio_gt_one(
 
 
 def merge_grids(
-    tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor, n_target: Count, n_samples: Count
+    tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor | None, n_target: Count, n_samples: Count
 ) -> Segments:
-    """Algorithm 4's clean-up for all rows at once (see module docstring); per-row counts broadcast."""
+    """Algorithm 4's clean-up for all rows at once (see module docstring); per-row counts broadcast.
+
+    ``n_bins`` (R,): grids per row (``None``: every column is a grid of every row).
+    """
     n_target, n_samples = _per_row(n_target), _per_row(n_samples)
     n_rows, width = tot.shape
-    g = torch.arange(width, device=tot.device)
+    g = torch.arange(width, device=tot.device).repeat(n_rows, 1)
     ratio = _ratio_gt_one(tgt, tot, n_target, n_samples)[0]
     nonempty = tot > 0  # grids past a row's own grids hold no samples
-    # nearest non-empty grid at or before / at or after each grid (width: none; -inf ratio there)
+    # nearest non-empty grid at or before / at or after each grid (width: none, with ratio -inf); a non-empty grid
+    # is its own nearest on both sides, an empty one joins the side with the higher ratio (the left one on a tie)
     prev_ne = torch.where(nonempty, g, -1).cummax(1).values.remainder_(width + 1)
     next_ne = torch.where(nonempty, g, width).flip(1).cummin(1).values.flip(1)
     r_ext = torch.nn.functional.pad(ratio, (0, 1), value=-torch.inf)
-    take_prev = r_ext.gather(1, prev_ne) >= r_ext.gather(1, next_ne)  # left on a tie
-    owner = torch.where(nonempty, g, torch.where(take_prev, prev_ne, next_ne)).clamp_(max=width - 1)
+    take_prev = r_ext.gather(1, prev_ne) >= r_ext.gather(1, next_ne)
+    owner = torch.where(take_prev, prev_ne, next_ne).clamp_(max=width - 1)  # rows without samples: all empty
     # consecutive owners with identical ratios merge (exact: a1 * b2 == a2 * b1)
     a, b = tgt.gather(1, owner), tot.gather(1, owner)
     new = a[:, 1:] * b[:, :-1] != a[:, :-1] * b[:, 1:]
-    seg = torch.nn.functional.pad(new, (1, 0)).cumsum(1)
+    seg = torch.nn.functional.pad(new, (1, 0)).cumsum(1)  # non-decreasing: segments are runs of grids
     sums = torch.zeros(2, n_rows, width, dtype=tot.dtype, device=tot.device)
     sums.scatter_add_(2, seg.expand(2, -1, -1), torch.stack([tgt, tot]))
-    gg = g.expand(n_rows, -1)
-    first = torch.full_like(seg, width).scatter_reduce_(1, seg, gg, "amin")
-    last = torch.full_like(seg, -1).scatter_reduce_(1, seg, gg, "amax").clamp_(max=n_bins.view(-1, 1) - 1)
+    first = torch.searchsorted(seg, g)
+    last = torch.searchsorted(seg, g, right=True) - 1
+    if n_bins is not None:  # the last segment ends at the row's last grid
+        last = last.clamp_(max=n_bins.view(-1, 1) - 1)
     seg_ratio, gt_one = _ratio_gt_one(sums[0], sums[1], n_target, n_samples)
     return Segments(sums, seg_ratio, gt_one, first, last, seg[:, -1] + 1, seg)
 
@@ -244,7 +249,7 @@ def _first_of_each(lo: torch.Tensor, hi: torch.Tensor, valid: torch.Tensor, widt
 def _numeric_table(
     tot: torch.Tensor,
     tgt: torch.Tensor,
-    n_bins: torch.Tensor,
+    n_bins: torch.Tensor | None,
     num: torch.Tensor,
     min_support: int,
     n_target: Count,
@@ -263,7 +268,7 @@ def _numeric_table(
     lc = local_codes.view(-1, 1)
     table.valid &= (table.ints[..., 0] <= lc) & (lc <= table.ints[..., 1])
     s_loc = segs.seg_of_grid.gather(1, lc.clamp(0, width - 1))
-    need = num.view(-1, 1) & ~table.valid.any(1, keepdim=True) & (lc >= 0) & (lc < n_bins.view(-1, 1))
+    need = num.view(-1, 1) & ~table.valid.any(1, keepdim=True) & (lc >= 0)
     ex = expand_intervals(segs, s_loc, min_support, n_target, n_samples, local=True)
     return CandidateTable.cat([table, _table(segs, ex, need & ex.ok)])
 
@@ -277,17 +282,17 @@ def _table(segs: Segments, ex: Expansion, valid: torch.Tensor) -> CandidateTable
 def _categorical_table(
     tot: torch.Tensor,
     tgt: torch.Tensor,
-    n_bins: torch.Tensor,
     cat: torch.Tensor,
     min_support: int,
     n_target: Count,
     n_samples: Count,
     local_codes: torch.Tensor | None,
 ) -> CandidateTable:
-    """Categorical candidates: one slot per category."""
+    """Categorical candidates: one slot per category (columns past a feature's categories hold no samples: no
+    candidate, as ratio > 1 needs a sample)."""
     g = torch.arange(tot.shape[1], device=tot.device).expand_as(tot)
     ratio, gt_one = _ratio_gt_one(tgt, tot, _per_row(n_target), _per_row(n_samples))
-    ok = cat.view(-1, 1) & (g < n_bins.view(-1, 1)) & (tot >= min_support) & gt_one
+    ok = cat.view(-1, 1) & (tot >= min_support) & gt_one
     ok &= tot < tot.sum(1, keepdim=True)  # not every non-missing sample
     if local_codes is not None:
         ok &= g == local_codes.view(-1, 1)
@@ -297,8 +302,8 @@ def _categorical_table(
 def candidate_table(
     tot: torch.Tensor,
     tgt: torch.Tensor,
-    n_bins: torch.Tensor,
-    is_cat: torch.Tensor,
+    n_bins: torch.Tensor | None,
+    is_cat: torch.Tensor | None,
     allowed: torch.Tensor,
     min_support: int,
     n_target: Count,
@@ -315,7 +320,8 @@ def candidate_table(
         numeric_width: grids of the widest numeric feature (default: all columns), to keep the expansion small when
             categorical features have many more categories.
         numeric, categorical: ``False`` skips the numeric / categorical candidates (when the caller knows that no
-            row is one).
+            row is one; ``is_cat`` may then be ``None``).
+        n_bins: as in :func:`candidate_intervals`, or ``None`` when every numeric row has ``numeric_width`` grids.
         The others: as in :func:`candidate_intervals`.
     """
     parts = []
@@ -323,11 +329,11 @@ def candidate_table(
         w = tot.shape[1] if numeric_width is None else numeric_width
         num = allowed & ~is_cat if categorical else allowed
         tables = (tot[:, :w], tgt[:, :w]) if w < tot.shape[1] else (tot, tgt)
-        nb = n_bins.clamp(max=w) if categorical else n_bins
+        nb = n_bins.clamp(max=w) if categorical and n_bins is not None else n_bins
         parts.append(_numeric_table(*tables, nb, num, min_support, n_target, n_samples, local_codes))
     if categorical:
         cat = allowed & is_cat if numeric else allowed
-        parts.append(_categorical_table(tot, tgt, n_bins, cat, min_support, n_target, n_samples, local_codes))
+        parts.append(_categorical_table(tot, tgt, cat, min_support, n_target, n_samples, local_codes))
     return CandidateTable.cat(parts)
 
 

@@ -157,36 +157,36 @@ def grow_tree(
     bar = progress_bar(progress, desc="rule tree nodes", unit="node")
     for depth in range(max_length):
         n_nodes = len(paths)
+        # the features on each node's path are used; a node whose samples are all or none target ones offers no
+        # candidate (no ratio > 1), so it needs no mask
         allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device)
-        if depth:  # the features on each node's path are used
+        if depth:
             allowed.scatter_(1, torch.tensor([[s[0] for s in steps] for steps in node_steps], device=device), False)
-        allowed &= ((level.t_node > 0) & (level.t_node < level.n_node)).view(-1, 1)  # nothing to find otherwise
         table = candidate_table(
-            level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1),
-            binned.n_bins.repeat(n_nodes), binned.is_cat.repeat(n_nodes), allowed.view(-1), min_support,
+            level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1), None,
+            binned.is_cat.repeat(n_nodes) if len(kinds) == 2 else None, allowed.view(-1), min_support,
             level.t_node.repeat_interleave(n_feat), level.n_node.repeat_interleave(n_feat),
             local_codes=None if local is None else local.repeat(n_nodes), numeric_width=min(binned.n_grids, width),
             numeric=False in kinds, categorical=True in kinds,
         )  # fmt: skip
         chosen, ratio = _top_k(table, n_nodes, width, top_k)
         found: list[TreeCandidate] = []
-        new_paths, new_steps = [], []
-        ints = chosen.tolist()  # the level's one transfer (with the ratios')
-        for node, (node_ints, node_ratios) in enumerate(zip(ints, ratio.tolist())):
-            for rank, ((j, lo, hi, hits, support), r) in enumerate(zip(node_ints, node_ratios)):
+        children: list[tuple[int, int, TreeCandidate]] = []
+        host = torch.cat([chosen.to(torch.float64), ratio.unsqueeze(-1)], -1).tolist()  # the level's one transfer
+        for node, node_chosen in enumerate(host):  # counts below 2**53: exact as floats
+            for rank, (j, lo, hi, hits, support, r) in enumerate(node_chosen):
                 if r == -math.inf:  # fewer than top_k candidates
                     break
-                steps = node_steps[node] + ((j, lo, hi, r),)
-                found.append(TreeCandidate(paths[node], rank, steps, hits, support))
+                steps = node_steps[node] + ((int(j), int(lo), int(hi), r),)
+                found.append(TreeCandidate(paths[node], rank, steps, int(hits), int(support)))
+                children.append((rank, node, found[-1]))
         out.append(found)
         bar.update(n_nodes)
         if depth + 1 == max_length or not found:
             break
-        # children rank by rank, then node by node, as _children numbers them
-        for c in sorted(found, key=lambda c: (c.rank, c.path)):
-            new_paths.append(c.path + (c.rank,))
-            new_steps.append(c.steps)
-        paths, node_steps = new_paths, new_steps
+        children.sort(key=lambda c: c[:2])  # rank by rank, then node by node, as _children numbers them
+        paths = [c.path + (c.rank,) for _, _, c in children]
+        node_steps = [c.steps for _, _, c in children]
         rows, nodes = _children(binned, level, chosen, ratio > -math.inf)
         level = _count_level(binned, target, rows, nodes, len(paths))
     bar.close()
