@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 import torch
 
 #: Elements of the (row, peak, step) tensors of one expansion pass; larger tables are expanded in row chunks.
-_EXPANSION_BUDGET = 1 << 22
+_EXPANSION_BUDGET = 1 << 20
 
 
 @dataclass
