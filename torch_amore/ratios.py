@@ -58,14 +58,14 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     step = min(n_features, _chunk(n, 4))
     dtype = _index_dtype(step * width)
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
     parts = []
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
-            idx = sub[:, f0:f1].to(dtype)
-            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            parts.append(torch.bincount(idx.view(-1), minlength=(f1 - f0) * width))
-            del idx  # one chunk's indices alive at a time
+            flat = buffer[: n * (f1 - f0)]
+            flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * width))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
@@ -100,15 +100,17 @@ def node_grid_counts(
     dtype = _index_dtype(step * block)
     node_base = (nodes.to(dtype) * width).unsqueeze(1)
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes.dtype, device=codes.device)
     parts = []
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
-            idx = codes[:, f0:f1].index_select(0, rows).to(dtype)
-            idx += node_base
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(n, f1 - f0)
+            torch.index_select(codes[:, f0:f1], 0, rows, out=got)
+            idx = flat.view(n, f1 - f0).copy_(got).add_(node_base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            parts.append(torch.bincount(idx.view(-1), minlength=(f1 - f0) * block))
-            del idx  # one chunk's indices alive at a time
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
@@ -145,15 +147,17 @@ def group_grid_counts(
     dtype = _index_dtype(step * block)
     base = groups.to(dtype) * width
     offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
     parts = []
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
-            idx = codes_t[f0:f1].index_select(1, rows).to(dtype)
-            idx += base
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(f1 - f0, n)
+            torch.index_select(codes_t[f0:f1], 1, rows, out=got)
+            idx = flat.view(f1 - f0, n).copy_(got).add_(base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            parts.append(torch.bincount(idx.view(-1), minlength=(f1 - f0) * block))
-            del idx  # one chunk's indices alive at a time
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
