@@ -186,14 +186,13 @@ def _joining_order(ratio: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tens
 def _expand_chunk(
     sums: torch.Tensor,
     ratio: torch.Tensor,
-    n_seg: torch.Tensor,
     start: torch.Tensor,
     min_support: int,
     n_target: Count,
     n_samples: Count,
     local: bool,
 ) -> Expansion:
-    """:func:`expand_intervals` on a chunk of rows (the segments' sums, ratios and counts, sliced alike)."""
+    """:func:`expand_intervals` on a chunk of rows (the segments' sums and ratios, sliced alike)."""
     seg, went_left, r_next = _joining_order(ratio, start)
     sums = sums.unsqueeze(2)  # (2, R, 1, B)
     joined = torch.take_along_dim(sums, torch.cat([start.unsqueeze(-1), seg], -1).unsqueeze(0), dim=3)
@@ -201,14 +200,14 @@ def _expand_chunk(
     n_left = torch.nn.functional.pad(went_left, (1, 0)).cumsum(-1)
     m_r = torch.nn.functional.pad(r_next, (0, 1), value=-1.0)  # the next neighbour's ratio (-1: none)
     r, gt_one = _ratio_gt_one(states[0], states[1], _per_row(n_target, 2), _per_row(n_samples, 2))
-    enough = states[1] >= min_support
-    stop = (m_r < 0) | enough if local else (m_r < 0) | (enough & ~(gt_one & (m_r >= r)))
+    enough, more = states[1] >= min_support, m_r >= 0  # no neighbour left: the whole range
+    stop = ~more | enough if local else ~more | (enough & ~(gt_one & (m_r >= r)))
     steps = stop.to(torch.uint8).argmax(-1, keepdim=True)  # the first state that does not go on
-    lo = start - n_left.gather(-1, steps).squeeze(-1)
-    steps = steps.squeeze(-1)
-    ok = (enough & gt_one).gather(-1, steps.unsqueeze(-1)).squeeze(-1) & (steps != (n_seg - 1).view(-1, 1))
-    final = states.gather(-1, steps.view(1, *steps.shape, 1).expand(2, -1, -1, -1)).squeeze(-1)
-    return Expansion(lo, lo + steps, final, r.gather(-1, steps.unsqueeze(-1)).squeeze(-1), ok)
+    # gather the final state's target count, count, left joins and validity in one go
+    ok = (enough & gt_one & more).unsqueeze(0)
+    final = torch.cat([states, n_left.unsqueeze(0), ok]).gather(-1, steps.expand(4, -1, -1, -1)).squeeze(-1)
+    lo = start - final[2]
+    return Expansion(lo, lo + steps.squeeze(-1), final[:2], r.gather(-1, steps).squeeze(-1), final[3] > 0)
 
 
 def expand_intervals(
@@ -228,13 +227,12 @@ def expand_intervals(
     n_rows, n_start = start.shape
     step = max(1, _EXPANSION_BUDGET // max(1, n_start * segs.ratio.shape[1]))
     if step >= n_rows:
-        return _expand_chunk(segs.sums, segs.ratio, segs.n_seg, start, min_support, n_target, n_samples, local)
+        return _expand_chunk(segs.sums, segs.ratio, start, min_support, n_target, n_samples, local)
     parts = []
     for r0 in range(0, n_rows, step):
         r1 = min(n_rows, r0 + step)
-        sums, ratio, n_seg = segs.sums[:, r0:r1], segs.ratio[r0:r1], segs.n_seg[r0:r1]
         n_t, n_s = _rows(n_target, r0, r1), _rows(n_samples, r0, r1)
-        parts.append(_expand_chunk(sums, ratio, n_seg, start[r0:r1], min_support, n_t, n_s, local))
+        parts.append(_expand_chunk(segs.sums[:, r0:r1], segs.ratio[r0:r1], start[r0:r1], min_support, n_t, n_s, local))
     dims = {"sums": 1}
     return Expansion(*(torch.cat([getattr(p, f.name) for p in parts], dims.get(f.name, 0)) for f in fields(Expansion)))
 
