@@ -3,7 +3,6 @@ per-feature bincounts (in many chunks), and the host syncs and tensor operations
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -227,17 +226,27 @@ def test_grow_tree_waits_on_the_device_at_most_twice_per_level(monkeypatch, max_
 
 
 def test_grow_tree_deeper_levels_follow_the_depth_first_numbering():
-    """Children are numbered rank by rank on the device; paths, steps and counts still match their masks."""
+    """Children are numbered rank by rank on the device; the candidates still come level by level in depth-first
+    order, each node's ranks in decreasing ratio, and paths, counts and ratios match masks recomputed from codes."""
     b, target, root = _tree_task()
-    X_codes = b.codes.long()
+    codes = b.codes.long()
     chosen = grow_tree(b, target, root, int(target.sum()), max_length=4, min_support=20, top_k=3)
-    assert [c.path + (c.rank,) for c in chosen] == sorted(c.path + (c.rank,) for c in chosen)[: len(chosen)] or True
+    assert max(len(c.path) for c in chosen) == 3
+    assert chosen == sorted(chosen, key=lambda c: (len(c.path), c.path, c.rank))
     by_path = {c.path + (c.rank,): c for c in chosen}
-    for c in chosen:
+
+    def mask_of(steps):
         mask = torch.ones(len(target), dtype=torch.bool)
-        for j, lo, hi, _ in c.steps:
-            mask &= (X_codes[:, j] >= lo) & (X_codes[:, j] <= hi)
+        for j, lo, hi, _ in steps:
+            mask &= (codes[:, j] >= lo) & (codes[:, j] <= hi)
+        return mask
+
+    for c in chosen:
+        mask, parent = mask_of(c.steps), mask_of(c.steps[:-1])
         assert (c.support, c.hits) == (int(mask.sum()), int((mask & target).sum()))
+        n, t = int(parent.sum()), int((parent & target).sum())
+        assert c.steps[-1][3] == (c.hits * n) / (c.support * t) > 1
         if c.path:
             assert by_path[c.path].steps == c.steps[:-1]
-    assert math.isfinite(sum(c.steps[-1][3] for c in chosen)) and max(len(c.path) for c in chosen) == 3
+        if c.rank:
+            assert by_path[c.path + (c.rank - 1,)].steps[-1][3] >= c.steps[-1][3]

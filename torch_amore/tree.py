@@ -104,7 +104,7 @@ def _children(
     """Rows of every child (its parent's rows inside the interval) in one pass (one sync). Children are numbered
     rank by rank, then node by node (the valid ones)."""
     rows, nodes = level.rows, level.nodes
-    per_row = chosen.index_select(0, nodes)  # (E, k, 5)
+    per_row = chosen[..., :3].index_select(0, nodes)  # (E, k, 3): feature, g_low, g_high
     code = binned.codes[rows.unsqueeze(1), per_row[..., 0]]
     inside = (code >= per_row[..., 1]) & (code <= per_row[..., 2]) & valid.index_select(0, nodes)
     rank, entry = torch.nonzero(inside.T, as_tuple=True)
