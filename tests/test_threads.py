@@ -26,13 +26,13 @@ def _task():
 
 def test_search_runs_small_work_on_one_thread_and_restores(two_threads, monkeypatch):
     seen = []
-    original = tree_module.candidate_intervals
+    original = tree_module.candidate_table
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(tree_module, "candidate_intervals", spy)
+    monkeypatch.setattr(tree_module, "candidate_table", spy)
     X, target = _task()
     assert ta.extract_rules(X, target, max_length=2, min_support=20)
     assert seen and set(seen) == {1}

@@ -1,27 +1,35 @@
-"""Candidate intervals from per-grid counts (Algorithms 4 and 5 of the paper), vectorized over features.
+"""Candidate intervals from per-grid counts (Algorithms 4 and 5 of the paper), vectorized over rows and peaks.
 
-Everything here works on the (F, B) count tables of one node of the rule tree, never on the samples:
+Everything here works on count tables, never on the samples. A table has one row per (node, feature) pair (the rule
+tree stacks all nodes of a level) and one column per grid:
 
 1. Grid clean-up (Algorithm 4): an empty grid joins the neighbouring non-empty grid with the higher ratio (the left
-   one on a tie); then consecutive grids with identical ratios merge. The result is a list of *segments* per feature.
+   one on a tie); then consecutive grids with identical ratios merge. The result is a list of *segments* per row.
 2. Peaks: segments with ratio > 1 that are strict local maxima.
-3. Expansion (Algorithm 5), run for every (feature, peak) pair at once: while the interval's support is below
-   ``min_support`` it takes the neighbouring segment with the higher ratio; once the support suffices it takes that
-   neighbour only if its ratio is at least the interval's ratio (so the ratio never drops, Proposition 1). The ratio
-   of a merged interval is the ratio of its summed counts; the data are not rescanned.
-4. An interval is kept if its support >= ``min_support``, its ratio > 1 and it does not span the feature's whole
+3. Expansion (Algorithm 5), from every (row, peak) at once: while the interval's support is below ``min_support``
+   it takes the neighbouring segment with the higher ratio (the left one on a tie); once the support suffices it
+   takes that neighbour only if its ratio is at least the interval's ratio (so the ratio never drops,
+   Proposition 1). The ratio of a merged interval is the ratio of its summed counts; the data are not rescanned.
+   The order in which the segments would join does not depend on the counts: it is the merge of the segments to
+   the left and to the right of the peak, each side ranked by the running minimum of its ratios from the peak
+   outwards (one sort), so all steps are evaluated at once and the first step at which the expansion stops is
+   picked, with no loop over steps.
+4. An interval is kept if its support >= ``min_support``, its ratio > 1 and it does not span the row's whole
    observed range. Categorical features offer each category as a candidate.
 
-All ratio comparisons that decide equality or "> 1" use exact integer arithmetic on the counts.
+All tensors keep fixed shapes, with validity masks (:class:`CandidateTable`), so nothing here waits on the device;
+:meth:`CandidateTable.compact` (one host sync) lists the valid candidates. All ratio comparisons that decide
+equality or "> 1" use exact integer arithmetic on the counts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-from torch_amore.ratios import probability_ratios
+#: Elements of the (row, peak, step) tensors of one expansion pass; larger tables are expanded in row chunks.
+_EXPANSION_BUDGET = 1 << 20
 
 
 @dataclass
@@ -38,169 +46,293 @@ class Candidates:
     def __len__(self) -> int:
         return int(self.feature.numel())
 
-    @staticmethod
-    def cat(parts: list[Candidates]) -> Candidates:
-        return Candidates(*(torch.cat([getattr(p, k) for p in parts]) for k in Candidates.__dataclass_fields__))
 
-    def select(self, keep: torch.Tensor) -> Candidates:
-        """The candidates at ``keep`` (indices, or a bool mask: turned into indices once, one host sync)."""
-        if keep.dtype == torch.bool:
-            keep = torch.nonzero(keep, as_tuple=True)[0]
-        return Candidates(*(getattr(self, k).index_select(0, keep) for k in Candidates.__dataclass_fields__))
+@dataclass
+class CandidateTable:
+    """Candidate rules of every row of a count table in fixed slots, with a validity mask.
+
+    The row of a slot is the searched feature (the (node, feature) pair when nodes are stacked); invalid slots hold
+    arbitrary values. ``ints`` stacks ``(g_low, g_high, hits, support)`` in its last dimension.
+    """
+
+    valid: torch.Tensor  # (R, S) bool
+    ints: torch.Tensor  # (R, S, 4) int64: g_low, g_high, hits, support
+    ratio: torch.Tensor  # (R, S) float
+
+    def compact(self) -> Candidates:
+        """The valid candidates, row by row (one host sync)."""
+        row, slot = torch.nonzero(self.valid, as_tuple=True)
+        return Candidates(row, *self.ints[row, slot].unbind(1), self.ratio[row, slot])
+
+    @staticmethod
+    def cat(parts: list[CandidateTable]) -> CandidateTable:
+        """The slots of several tables of the same rows side by side."""
+        if len(parts) == 1:
+            return parts[0]
+        return CandidateTable(*(torch.cat([getattr(p, f.name) for p in parts], 1) for f in fields(CandidateTable)))
 
 
 @dataclass
 class Segments:
-    """Merged grids per feature: counts, ratios and grid ranges, padded to B columns."""
+    """Merged grids per row: counts, ratios and grid ranges, padded to B columns (grids past a row's own grids join
+    its last segment: they hold no samples)."""
 
-    hits: torch.Tensor  # (F, B) target counts
-    counts: torch.Tensor  # (F, B) counts
-    ratio: torch.Tensor  # (F, B) ratios, -1 for padding
-    first: torch.Tensor  # (F, B) first grid of each segment
-    last: torch.Tensor  # (F, B) last grid of each segment
-    n_seg: torch.Tensor  # (F,) number of segments
-    seg_of_grid: torch.Tensor  # (F, B) segment index of each grid (-1 for padding grids)
+    sums: torch.Tensor  # (2, R, B) target counts and counts of each segment (0 past the last one)
+    ratio: torch.Tensor  # (R, B) ratios, -1 past the last segment
+    gt_one: torch.Tensor  # (R, B) exact ratio > 1
+    first: torch.Tensor  # (R, B) first grid of each segment
+    last: torch.Tensor  # (R, B) last grid of each segment
+    n_seg: torch.Tensor  # (R,) number of segments
+    seg_of_grid: torch.Tensor  # (R, B) segment index of each grid
+
+
+@dataclass
+class Expansion:
+    """Algorithm 5's result from each (row, start segment): the interval's segments, counts, ratio and validity."""
+
+    lo: torch.Tensor  # first segment
+    hi: torch.Tensor  # last segment
+    sums: torch.Tensor  # (2, ...) target count and count
+    ratio: torch.Tensor
+    ok: torch.Tensor  # support >= min_support, ratio > 1, not the row's whole range
 
 
 #: A node's target count or sample count: one int, or one per row of a batched (node, feature) count table.
 Count = int | torch.Tensor
 
 
-def _per_row(value: Count) -> Count:
-    """A per-row count as a column, to broadcast over the grids of (R, B) tables; an int as it is."""
-    return value[:, None] if isinstance(value, torch.Tensor) else value
+def _per_row(value: Count, dims: int = 1) -> Count:
+    """A per-row count shaped to broadcast over ``dims`` trailing dimensions; an int as it is."""
+    return value.view(-1, *([1] * dims)) if isinstance(value, torch.Tensor) else value
 
 
-def _at(value: Count, rows: torch.Tensor) -> Count:
-    """A per-row count at the given rows (an int as it is)."""
-    return value[rows] if isinstance(value, torch.Tensor) else value
+def _rows(value: Count, r0: int, r1: int) -> Count:
+    """A per-row count for rows ``r0:r1`` (an int as it is)."""
+    return value[r0:r1] if isinstance(value, torch.Tensor) else value
 
 
-def _gt_one(hits: torch.Tensor, counts: torch.Tensor, n_target: Count, n_samples: Count) -> torch.Tensor:
-    """Exact ``ratio > 1``: hits / counts > n_target / n_samples."""
-    return (hits * n_samples > counts * n_target) & (counts > 0)
+def _ratio_gt_one(
+    hits: torch.Tensor, counts: torch.Tensor, n_target: Count, n_samples: Count
+) -> tuple[torch.Tensor, ...]:
+    """Eq. (ratio_approx) (-1 where ``counts`` is 0) and the exact ``ratio > 1``, from the same integer products.
+
+    The float ratio is the correctly rounded quotient of the exact products, as :func:`probability_ratios` gives it;
+    the node's ``n_target`` is positive wherever a candidate can be (elsewhere the ratio may be infinite).
+    """
+    a, b = hits * n_samples, counts * n_target
+    dtype = torch.float64 if hits.device.type != "mps" else torch.float32
+    return (a.to(dtype) / b.to(dtype)).nan_to_num_(nan=-1.0), a > b
 
 
 def merge_grids(
-    tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor, n_target: Count, n_samples: Count
+    tot: torch.Tensor, tgt: torch.Tensor, n_bins: torch.Tensor | None, n_target: Count, n_samples: Count
 ) -> Segments:
-    """Algorithm 4's clean-up for all features at once (see module docstring); per-row counts broadcast."""
+    """Algorithm 4's clean-up for all rows at once (see module docstring); per-row counts broadcast.
+
+    ``n_bins`` (R,): grids per row (``None``: every column is a grid of every row).
+    """
     n_target, n_samples = _per_row(n_target), _per_row(n_samples)
-    n_feat, width = tot.shape
-    device = tot.device
-    g = torch.arange(width, device=device).expand(n_feat, width)
-    valid = g < n_bins[:, None]
-    nonempty = (tot > 0) & valid
-    ratio = probability_ratios(tgt, tot, n_target, n_samples)
-    # nearest non-empty grid at or before / at or after each grid
-    prev_ne = torch.cummax(torch.where(nonempty, g, torch.full_like(g, -1)), dim=1).values
-    nxt = torch.where(nonempty, g, torch.full_like(g, width)).flip(1)
-    next_ne = torch.cummin(nxt, dim=1).values.flip(1)
-    next_ne = torch.where(next_ne < n_bins[:, None], next_ne, torch.full_like(next_ne, width))
-    r_prev = ratio.gather(1, prev_ne.clamp(min=0))
-    r_next = ratio.gather(1, next_ne.clamp(max=width - 1))
-    has_prev, has_next = prev_ne >= 0, next_ne < width
-    take_prev = has_prev & (~has_next | (r_prev >= r_next))
-    owner = torch.where(nonempty, g, torch.where(take_prev, prev_ne, next_ne))
-    owner = torch.where(valid & (has_prev | has_next), owner, torch.full_like(owner, -1))
+    n_rows, width = tot.shape
+    g = torch.arange(width, device=tot.device).repeat(n_rows, 1)
+    ratio = _ratio_gt_one(tgt, tot, n_target, n_samples)[0]
+    nonempty = tot > 0  # grids past a row's own grids hold no samples
+    # nearest non-empty grid at or before / at or after each grid (width: none, with ratio -inf); a non-empty grid
+    # is its own nearest on both sides, an empty one joins the side with the higher ratio (the left one on a tie)
+    prev_ne = torch.where(nonempty, g, -1).cummax(1).values.remainder_(width + 1)
+    next_ne = torch.where(nonempty, g, width).flip(1).cummin(1).values.flip(1)
+    r_ext = torch.nn.functional.pad(ratio, (0, 1), value=-torch.inf)
+    take_prev = r_ext.gather(1, prev_ne) >= r_ext.gather(1, next_ne)
+    owner = torch.where(take_prev, prev_ne, next_ne).clamp_(max=width - 1)  # rows without samples: all empty
     # consecutive owners with identical ratios merge (exact: a1 * b2 == a2 * b1)
-    own = owner.clamp(min=0)
-    a, b = tgt.gather(1, own), tot.gather(1, own)
-    same_owner = owner[:, 1:] == owner[:, :-1]
-    same_ratio = a[:, 1:] * b[:, :-1] == a[:, :-1] * b[:, 1:]
-    starts = torch.ones_like(owner, dtype=torch.bool)
-    starts[:, 1:] = ~(same_owner | same_ratio)
-    starts &= owner >= 0
-    seg = torch.cumsum(starts.to(torch.long), dim=1) - 1
-    seg = torch.where(owner >= 0, seg, torch.full_like(seg, -1))
-    n_seg = (seg.amax(dim=1) + 1).clamp(min=0)
-    # per-segment sums (padding grids go to a dump column)
-    dump = torch.where(seg >= 0, seg, torch.full_like(seg, width))
-    hits = torch.zeros(n_feat, width + 1, dtype=torch.long, device=device).scatter_add_(1, dump, tgt * valid)
-    counts = torch.zeros(n_feat, width + 1, dtype=torch.long, device=device).scatter_add_(1, dump, tot * valid)
-    big = torch.full((n_feat, width + 1), width, dtype=torch.long, device=device)
-    first = big.scatter_reduce(1, dump, g.contiguous(), reduce="amin", include_self=True)[:, :width]
-    last = torch.full_like(big, -1).scatter_reduce(1, dump, g.contiguous(), reduce="amax", include_self=True)[:, :width]
-    hits, counts = hits[:, :width], counts[:, :width]
-    seg_ratio = probability_ratios(hits, counts, n_target, n_samples)
-    in_range = g < n_seg[:, None]
-    seg_ratio = torch.where(in_range, seg_ratio, torch.full_like(seg_ratio, -1.0))
-    return Segments(hits, counts, seg_ratio, first, last, n_seg, seg)
+    a, b = tgt.gather(1, owner), tot.gather(1, owner)
+    new = a[:, 1:] * b[:, :-1] != a[:, :-1] * b[:, 1:]
+    seg = torch.nn.functional.pad(new, (1, 0)).cumsum(1)  # non-decreasing: segments are runs of grids
+    sums = torch.zeros(2, n_rows, width, dtype=tot.dtype, device=tot.device)
+    sums.scatter_add_(2, seg.expand(2, -1, -1), torch.stack([tgt, tot]))
+    first = torch.searchsorted(seg, g)
+    last = torch.searchsorted(seg, g, right=True) - 1
+    if n_bins is not None:  # the last segment ends at the row's last grid
+        last = last.clamp_(max=n_bins.view(-1, 1) - 1)
+    seg_ratio, gt_one = _ratio_gt_one(sums[0], sums[1], n_target, n_samples)
+    return Segments(sums, seg_ratio, gt_one, first, last, seg[:, -1] + 1, seg)
 
 
-def find_peaks(segs: Segments, n_target: Count, n_samples: Count) -> torch.Tensor:
-    """(F, B) bool: segments with ratio > 1 that are strict local maxima (features with >= 2 segments)."""
-    n_target, n_samples = _per_row(n_target), _per_row(n_samples)
+def find_peaks(segs: Segments) -> torch.Tensor:
+    """(R, B) bool: segments with ratio > 1 that are strict local maxima (rows with >= 2 segments)."""
     r = segs.ratio
-    n_feat, width = r.shape
-    g = torch.arange(width, device=r.device).expand(n_feat, width)
-    left = torch.cat([torch.full_like(r[:, :1], -2.0), r[:, :-1]], dim=1)
-    right = torch.cat([r[:, 1:], torch.full_like(r[:, :1], -2.0)], dim=1)
-    is_peak = (r > left) & (r > right) & _gt_one(segs.hits, segs.counts, n_target, n_samples)
-    return is_peak & (g < segs.n_seg[:, None]) & (segs.n_seg[:, None] >= 2)
+    padded = torch.nn.functional.pad(r, (1, 1), value=-2.0)
+    return (r > padded[:, :-2]) & (r > padded[:, 2:]) & segs.gt_one & (segs.n_seg >= 2).view(-1, 1)
+
+
+def _joining_order(ratio: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The segments in the order Algorithm 5 would add them from each start: (segment, joins on the left, ratio).
+
+    Algorithm 5 always takes the neighbour with the higher ratio (left on a tie): a greedy merge of the left and
+    right neighbours (nearest first). A greedy merge of two sequences is the stable merge of their running minima,
+    so one stable sort on (running minimum, left before right, nearest first) gives the order. Padding segments
+    (ratio -1) come last.
+    """
+    m1 = torch.arange(1, ratio.shape[1], device=start.device)
+    p = start.unsqueeze(-1)
+    left = m1 <= p  # the first `start` places are the left neighbours, nearest first, then the right ones
+    seg = torch.where(left, p - m1, m1)
+    r = torch.take_along_dim(ratio.unsqueeze(1), seg, dim=2)
+    on_left = torch.where(left, r, torch.inf).cummin(-1).values
+    run_min = torch.where(left, on_left, torch.where(left, torch.inf, r).cummin(-1).values)
+    order = torch.sort(run_min, dim=-1, descending=True, stable=True).indices
+    return seg.gather(-1, order), left.gather(-1, order), r.gather(-1, order)
+
+
+def _expand_chunk(
+    sums: torch.Tensor,
+    ratio: torch.Tensor,
+    start: torch.Tensor,
+    min_support: int,
+    n_target: Count,
+    n_samples: Count,
+    local: bool,
+) -> Expansion:
+    """:func:`expand_intervals` on a chunk of rows (the segments' sums and ratios, sliced alike)."""
+    seg, went_left, r_next = _joining_order(ratio, start)
+    sums = sums.unsqueeze(2)  # (2, R, 1, B)
+    joined = torch.take_along_dim(sums, torch.cat([start.unsqueeze(-1), seg], -1).unsqueeze(0), dim=3)
+    states = joined.cumsum(-1)  # (2, R, P, B): target count and count after 0, 1, ... joins
+    n_left = torch.nn.functional.pad(went_left, (1, 0)).cumsum(-1)
+    m_r = torch.nn.functional.pad(r_next, (0, 1), value=-1.0)  # the next neighbour's ratio (-1: none)
+    r, gt_one = _ratio_gt_one(states[0], states[1], _per_row(n_target, 2), _per_row(n_samples, 2))
+    enough, more = states[1] >= min_support, m_r >= 0  # no neighbour left: the whole range
+    stop = ~more | enough if local else ~more | (enough & ~(gt_one & (m_r >= r)))
+    steps = stop.to(torch.uint8).argmax(-1, keepdim=True)  # the first state that does not go on
+    # gather the final state's target count, count, left joins and validity in one go
+    ok = (enough & gt_one & more).unsqueeze(0)
+    final = torch.cat([states, n_left.unsqueeze(0), ok]).gather(-1, steps.expand(4, -1, -1, -1)).squeeze(-1)
+    lo = start - final[2]
+    return Expansion(lo, lo + steps.squeeze(-1), final[:2], r.gather(-1, steps).squeeze(-1), final[3] > 0)
 
 
 def expand_intervals(
     segs: Segments,
-    feature: torch.Tensor,
     start: torch.Tensor,
     min_support: int,
     n_target: Count,
     n_samples: Count,
     local: bool = False,
-) -> Candidates:
-    """Algorithm 5 from every (feature, start segment) pair at once; returns only the valid intervals.
+) -> Expansion:
+    """Algorithm 5 from every (row, start segment) at once, ``start`` being (R, P) segment indices.
 
     With ``local=True`` the expansion stops as soon as the support reaches ``min_support`` (local rules keep the
     interval around the sample's own grid as tight as the support allows). Per-row counts are per row of ``segs``.
+    Rows are processed in chunks of a bounded number of elements (a host-known count: no sync).
     """
-    f, lo, hi = feature, start.clone(), start.clone()
-    n_target, n_samples = _at(n_target, f), _at(n_samples, f)
-    hits = segs.hits[f, lo].clone()
-    cnt = segs.counts[f, lo].clone()
-    n_seg = segs.n_seg[f]
-    alive = torch.ones_like(f, dtype=torch.bool)
-    width = segs.ratio.shape[1]
-    for _ in range(width):
-        going = alive & ((cnt < min_support) | _gt_one(hits, cnt, n_target, n_samples))
-        r = probability_ratios(hits, cnt, n_target, n_samples)
-        has_left, has_right = lo > 0, hi + 1 < n_seg
-        r_left = torch.where(has_left, segs.ratio[f, (lo - 1).clamp(min=0)], torch.full_like(r, -1.0))
-        r_right = torch.where(has_right, segs.ratio[f, (hi + 1).clamp(max=width - 1)], torch.full_like(r, -1.0))
-        take_left = has_left & (~has_right | (r_left >= r_right))
-        m_r = torch.where(take_left, r_left, r_right)
-        enough = cnt >= min_support
-        stop = ~(has_left | has_right) | (enough & (torch.ones_like(enough) if local else (m_r < r)))
-        step = going & ~stop
-        if not bool(step.any()):
-            break
-        new_lo = torch.where(step & take_left, lo - 1, lo)
-        new_hi = torch.where(step & ~take_left, hi + 1, hi)
-        joined = torch.where(take_left, new_lo, new_hi)
-        hits = torch.where(step, hits + segs.hits[f, joined], hits)
-        cnt = torch.where(step, cnt + segs.counts[f, joined], cnt)
-        lo, hi, alive = new_lo, new_hi, step
-    whole = (lo == 0) & (hi == n_seg - 1)
-    ok = (cnt >= min_support) & _gt_one(hits, cnt, n_target, n_samples) & ~whole
-    out = Candidates(
-        feature=f,
-        g_low=segs.first[f, lo],
-        g_high=segs.last[f, hi],
-        hits=hits,
-        support=cnt,
-        ratio=probability_ratios(hits, cnt, n_target, n_samples),
-    )
-    return out.select(ok)
+    n_rows, n_start = start.shape
+    step = max(1, _EXPANSION_BUDGET // max(1, n_start * segs.ratio.shape[1]))
+    if step >= n_rows:
+        return _expand_chunk(segs.sums, segs.ratio, start, min_support, n_target, n_samples, local)
+    parts = []
+    for r0 in range(0, n_rows, step):
+        r1 = min(n_rows, r0 + step)
+        n_t, n_s = _rows(n_target, r0, r1), _rows(n_samples, r0, r1)
+        parts.append(_expand_chunk(segs.sums[:, r0:r1], segs.ratio[r0:r1], start[r0:r1], min_support, n_t, n_s, local))
+    dims = {"sums": 1}
+    return Expansion(*(torch.cat([getattr(p, f.name) for p in parts], dims.get(f.name, 0)) for f in fields(Expansion)))
 
 
-def _dedupe(c: Candidates, width: int) -> Candidates:
-    if len(c) == 0:
-        return c
-    key = (c.feature * (width + 1) + c.g_low) * (width + 1) + c.g_high
-    _, inverse = torch.unique(key, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), len(c), dtype=torch.long, device=key.device)
-    first = first.scatter_reduce(0, inverse, torch.arange(len(c), device=key.device), reduce="amin")
-    return c.select(torch.sort(first).values)
+def _first_of_each(lo: torch.Tensor, hi: torch.Tensor, valid: torch.Tensor, width: int) -> torch.Tensor:
+    """``valid`` without the slots repeating the (lo, hi) of a valid slot further left in the same row."""
+    n_start = lo.shape[1]
+    key = torch.where(valid, lo * width + hi, -1 - torch.arange(n_start, device=lo.device))  # invalid: all distinct
+    return valid & ~(key.unsqueeze(2) == key.unsqueeze(1)).tril_(-1).any(-1)
+
+
+def _numeric_table(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor | None,
+    num: torch.Tensor,
+    min_support: int,
+    n_target: Count,
+    n_samples: Count,
+    local_codes: torch.Tensor | None,
+) -> CandidateTable:
+    """Numeric candidates: one slot per segment that may be a peak (+ one for a local sample's own interval)."""
+    segs = merge_grids(tot, tgt, n_bins, n_target, n_samples)
+    width = tot.shape[1]
+    start = torch.arange(width, device=tot.device).expand(tot.shape[0], -1)
+    ex = expand_intervals(segs, start, min_support, n_target, n_samples)
+    valid = _first_of_each(ex.lo, ex.hi, find_peaks(segs) & ex.ok & num.view(-1, 1), width)
+    table = _table(segs, ex, valid)
+    if local_codes is None:
+        return table
+    lc = local_codes.view(-1, 1)
+    table.valid &= (table.ints[..., 0] <= lc) & (lc <= table.ints[..., 1])
+    s_loc = segs.seg_of_grid.gather(1, lc.clamp(0, width - 1))
+    need = num.view(-1, 1) & ~table.valid.any(1, keepdim=True) & (lc >= 0)
+    ex = expand_intervals(segs, s_loc, min_support, n_target, n_samples, local=True)
+    return CandidateTable.cat([table, _table(segs, ex, need & ex.ok)])
+
+
+def _table(segs: Segments, ex: Expansion, valid: torch.Tensor) -> CandidateTable:
+    """The candidate table of expanded intervals."""
+    ints = torch.stack([segs.first.gather(1, ex.lo), segs.last.gather(1, ex.hi), ex.sums[0], ex.sums[1]], -1)
+    return CandidateTable(valid, ints, ex.ratio)
+
+
+def _categorical_table(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    cat: torch.Tensor,
+    min_support: int,
+    n_target: Count,
+    n_samples: Count,
+    local_codes: torch.Tensor | None,
+) -> CandidateTable:
+    """Categorical candidates: one slot per category (columns past a feature's categories hold no samples: no
+    candidate, as ratio > 1 needs a sample)."""
+    g = torch.arange(tot.shape[1], device=tot.device).expand_as(tot)
+    ratio, gt_one = _ratio_gt_one(tgt, tot, _per_row(n_target), _per_row(n_samples))
+    ok = cat.view(-1, 1) & (tot >= min_support) & gt_one
+    ok &= tot < tot.sum(1, keepdim=True)  # not every non-missing sample
+    if local_codes is not None:
+        ok &= g == local_codes.view(-1, 1)
+    return CandidateTable(ok, torch.stack([g, g, tgt, tot], -1), ratio)
+
+
+def candidate_table(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor | None,
+    is_cat: torch.Tensor | None,
+    allowed: torch.Tensor,
+    min_support: int,
+    n_target: Count,
+    n_samples: Count,
+    *,
+    local_codes: torch.Tensor | None = None,
+    numeric_width: int | None = None,
+    numeric: bool = True,
+    categorical: bool = True,
+) -> CandidateTable:
+    """All valid candidate rules of every row, in fixed slots (see :func:`candidate_intervals`); no host sync.
+
+    Args:
+        numeric_width: grids of the widest numeric feature (default: all columns), to keep the expansion small when
+            categorical features have many more categories.
+        numeric, categorical: ``False`` skips the numeric / categorical candidates (when the caller knows that no
+            row is one; ``is_cat`` may then be ``None``).
+        n_bins: as in :func:`candidate_intervals`, or ``None`` when every numeric row has ``numeric_width`` grids.
+        The others: as in :func:`candidate_intervals`.
+    """
+    parts = []
+    if numeric:
+        w = tot.shape[1] if numeric_width is None else numeric_width
+        num = allowed & ~is_cat if categorical else allowed
+        tables = (tot[:, :w], tgt[:, :w]) if w < tot.shape[1] else (tot, tgt)
+        nb = n_bins.clamp(max=w) if categorical and n_bins is not None else n_bins
+        parts.append(_numeric_table(*tables, nb, num, min_support, n_target, n_samples, local_codes))
+    if categorical:
+        cat = allowed & is_cat if numeric else allowed
+        parts.append(_categorical_table(tot, tgt, cat, min_support, n_target, n_samples, local_codes))
+    return CandidateTable.cat(parts)
 
 
 def candidate_intervals(
@@ -214,7 +346,7 @@ def candidate_intervals(
     n_samples: Count,
     local_codes: torch.Tensor | None = None,
 ) -> Candidates:
-    """All valid candidate rules at a node (numeric intervals and categories), unsorted.
+    """All valid candidate rules at a node (numeric intervals and categories), row by row.
 
     The rows of the tables may also be the (node, feature) pairs of several nodes (flattened), with per-row
     ``n_target``/``n_samples``: the rule tree counts all nodes of a level at once this way.
@@ -237,45 +369,6 @@ def candidate_intervals(
         >>> (c.g_low.tolist(), c.g_high.tolist(), c.support.tolist(), c.hits.tolist())
         ([2], [3], [20], [17])
     """
-    device = tot.device
-    width = tot.shape[1]
-    parts: list[Candidates] = []
-    num = allowed & ~is_cat
-    if bool(num.any()):
-        segs = merge_grids(tot, tgt, n_bins, n_target, n_samples)
-        peaks = find_peaks(segs, n_target, n_samples) & num[:, None]
-        f, s = torch.nonzero(peaks, as_tuple=True)
-        found = _dedupe(expand_intervals(segs, f, s, min_support, n_target, n_samples), width)
-        if local_codes is not None:
-            lc = local_codes[found.feature]
-            found = found.select((found.g_low <= lc) & (lc <= found.g_high))
-            covered = torch.zeros(tot.shape[0], dtype=torch.bool, device=device)
-            covered[found.feature] = True
-            need = num & ~covered & (local_codes >= 0)
-            f_loc = torch.nonzero(need, as_tuple=True)[0]
-            if f_loc.numel():
-                s_loc = segs.seg_of_grid[f_loc, local_codes[f_loc]]
-                keep = s_loc >= 0
-                extra = expand_intervals(segs, f_loc[keep], s_loc[keep], min_support, n_target, n_samples, local=True)
-                found = Candidates.cat([found, extra])
-        parts.append(found)
-    cat = allowed & is_cat
-    if bool(cat.any()):
-        g = torch.arange(width, device=device).expand_as(tot)
-        non_missing = tot.sum(1, keepdim=True)
-        ok = (
-            cat[:, None]
-            & (g < n_bins[:, None])
-            & (tot >= min_support)
-            & _gt_one(tgt, tot, _per_row(n_target), _per_row(n_samples))
-            & (tot < non_missing)
-        )
-        if local_codes is not None:
-            ok &= g == local_codes[:, None]
-        f, gg = torch.nonzero(ok, as_tuple=True)
-        ratio = probability_ratios(tgt[f, gg], tot[f, gg], _at(n_target, f), _at(n_samples, f))
-        parts.append(Candidates(f, gg, gg, tgt[f, gg], tot[f, gg], ratio))
-    if not parts:
-        empty = torch.zeros(0, dtype=torch.long, device=device)
-        return Candidates(empty, empty, empty, empty, empty, torch.zeros(0, dtype=torch.float64, device=device))
-    return Candidates.cat(parts)
+    return candidate_table(
+        tot, tgt, n_bins, is_cat, allowed, min_support, n_target, n_samples, local_codes=local_codes
+    ).compact()

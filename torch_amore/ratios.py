@@ -14,8 +14,19 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.threads import parallel_pass
 
-#: int64 index elements per bincount call; bounds the temporary memory of one pass.
-_INDEX_BUDGET = 1 << 23
+#: Bytes of temporaries (gathered codes and their bin indices) per chunk of one counting pass: bounds the extra memory
+#: of a pass while keeping the number of chunks (and of tensor operations) small.
+_PASS_BYTES = 1 << 27
+
+
+def _chunk(n: int, bytes_per_element: int) -> int:
+    """Features per chunk of a pass over ``n`` samples."""
+    return max(1, _PASS_BYTES // (bytes_per_element * max(n, 1)))
+
+
+def _index_dtype(n_bins: int) -> torch.dtype:
+    """int32 bin indices where they fit (half the memory traffic; bincount accepts them)."""
+    return torch.int32 if n_bins < 2**31 else torch.long
 
 
 def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int) -> torch.Tensor:
@@ -41,18 +52,21 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     sub = codes if rows is None else codes.index_select(0, rows)
     n, n_features = sub.shape
     width = n_bins_max + 1
-    out = torch.zeros(n_features * width, dtype=torch.long, device=codes.device)
     if n == 0 or n_features == 0:
-        return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
-    step = max(1, _INDEX_BUDGET // n)
-    # int32 indices halve the memory traffic of the pass (bincount accepts them)
-    index_dtype = torch.int32 if step * width < 2**31 else torch.long
-    offsets = torch.arange(min(step, n_features), device=codes.device, dtype=index_dtype) * width
+        out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
+        return D.all_reduce_sum(out[:, :n_bins_max])
+    step = min(n_features, _chunk(n, 4))
+    dtype = _index_dtype(step * width)
+    offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+    parts = []
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
-            idx = sub[:, f0:f1].to(index_dtype) + offsets[: f1 - f0]
-            out[f0 * width : f1 * width] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * width)
+            flat = buffer[: n * (f1 - f0)]
+            flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * width))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
 
@@ -79,20 +93,27 @@ def node_grid_counts(
     """
     n, n_features = rows.numel(), codes.shape[1]
     width = n_bins_max + 1
-    out = torch.zeros(n_nodes, n_features, width, dtype=torch.long, device=codes.device)
-    if n and n_features:
-        step = max(1, _INDEX_BUDGET // n)
-        with parallel_pass(n * n_features):
-            for f0 in range(0, n_features, step):
-                f1 = min(n_features, f0 + step)
-                block = (f1 - f0) * width
-                index_dtype = torch.int32 if n_nodes * block < 2**31 else torch.long
-                offsets = torch.arange(f1 - f0, device=codes.device, dtype=index_dtype) * width
-                idx = codes[:, f0:f1].index_select(0, rows).to(index_dtype) + offsets
-                idx += nodes.to(index_dtype)[:, None] * block
-                counts = torch.bincount(idx.view(-1), minlength=n_nodes * block)
-                out[:, f0:f1] = counts.view(n_nodes, f1 - f0, width)
-    return D.all_reduce_sum(out[:, :, :n_bins_max].contiguous())
+    block = n_nodes * width  # one feature's bins over all nodes
+    if n == 0 or n_features == 0:
+        return D.all_reduce_sum(torch.zeros(n_nodes, n_features, n_bins_max, dtype=torch.long, device=codes.device))
+    step = min(n_features, _chunk(n, 4 + codes.element_size()))
+    dtype = _index_dtype(step * block)
+    node_base = (nodes.to(dtype) * width).unsqueeze(1)
+    offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes.dtype, device=codes.device)
+    parts = []
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(n, f1 - f0)
+            torch.index_select(codes[:, f0:f1], 0, rows, out=got)
+            idx = flat.view(n, f1 - f0).copy_(got).add_(node_base)
+            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max]
+    return D.all_reduce_sum(out.contiguous())
 
 
 def group_grid_counts(
@@ -120,17 +141,24 @@ def group_grid_counts(
     n_features, n = codes_t.shape[0], rows.numel()
     width = n_bins_max + 1
     block = n_groups * width  # one feature's bins over all groups
-    out = torch.zeros(n_features * block, dtype=torch.long, device=codes_t.device)
-    if n and n_features:
-        step = max(1, _INDEX_BUDGET // n)
-        index_dtype = torch.int32 if step * block < 2**31 else torch.long
-        base = groups.to(index_dtype)[None, :] * width
-        offsets = torch.arange(min(step, n_features), device=codes_t.device, dtype=index_dtype)[:, None] * block
-        with parallel_pass(n * n_features):
-            for f0 in range(0, n_features, step):
-                f1 = min(n_features, f0 + step)
-                idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype) + base + offsets[: f1 - f0]
-                out[f0 * block : f1 * block] += torch.bincount(idx.view(-1), minlength=(f1 - f0) * block)
+    if n == 0 or n_features == 0:
+        return D.all_reduce_sum(torch.zeros(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device))
+    step = min(n_features, _chunk(n, 4 + codes_t.element_size()))
+    dtype = _index_dtype(step * block)
+    base = groups.to(dtype) * width
+    offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
+    parts = []
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(f1 - f0, n)
+            torch.index_select(codes_t[f0:f1], 1, rows, out=got)
+            idx = flat.view(f1 - f0, n).copy_(got).add_(base)
+            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
     out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
 

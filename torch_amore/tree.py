@@ -1,10 +1,11 @@
 """The paper's rule tree (Algorithms 2 and 3), grown one level at a time.
 
 Every node of a level is counted in one pass over the grid codes of the rows it covers
-(:func:`torch_amore.ratios.node_grid_counts`), the candidate intervals of all (node, feature) pairs come from one
-batched :func:`torch_amore.intervals.candidate_intervals` call, each node's ``top_k`` candidates are chosen by sorts on
-the device (highest ratio, then larger support, then lower feature index and grids), and the rows of all children
-are selected at once. Per level only the chosen candidates (a few numbers each) cross to the host.
+(:func:`torch_amore.ratios.node_grid_counts`, the target samples counted in the same pass), the candidate intervals
+of all (node, feature) pairs come from one batched :func:`torch_amore.intervals.candidate_table` call in fixed-shape
+slots, each node's ``top_k`` candidates are chosen by sorts on the device (highest ratio, then larger support, then
+lower feature index and grids), and the rows of all children are selected at once. A level waits on the device
+twice: once to fetch the chosen candidates (a few numbers each, one transfer) and once to select the children's rows.
 
 The result is the node-by-node, depth-first tree of the paper: :func:`insertion_order` sorts the chosen candidates
 into the order in which a depth-first walk meets them (best child first), so that a rule set reached along two paths
@@ -13,6 +14,7 @@ is reported as the walk first found it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +22,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned
-from torch_amore.intervals import Candidates, candidate_intervals
+from torch_amore.intervals import CandidateTable, candidate_table
 from torch_amore.ratios import node_grid_counts
 
 
@@ -48,40 +50,66 @@ def insertion_order(candidate: TreeCandidate) -> tuple[int, ...]:
     return candidate.path + (-1, candidate.rank)
 
 
-def _ranked(c: Candidates, node: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
-    """Permutation sorting candidates by node, then highest ratio, larger support, lower feature, g_low, g_high."""
-    perm = torch.arange(len(c), device=node.device)
-    for key in (c.g_high, c.g_low, feature, -c.support, -c.ratio, node):  # least significant first, stable sorts
-        perm = perm[torch.sort(key[perm], stable=True).indices]
-    return perm
+@dataclass
+class _Level:
+    """The nodes of one level: their rows, per-grid counts and sample counts."""
+
+    rows: torch.Tensor  # this process's rows of every node
+    nodes: torch.Tensor  # the node of each entry of ``rows``
+    tot: torch.Tensor  # (n, F, B) per-grid counts of all samples (all ranks)
+    tgt: torch.Tensor  # (n, F, B) of the target samples
+    n_node: torch.Tensor  # (n,) samples per node (all ranks)
+    t_node: torch.Tensor  # (n,) target samples per node (all ranks)
 
 
-def _top_k(c: Candidates, n_nodes: int, n_features: int, top_k: int) -> tuple[torch.Tensor, ...]:
-    """The ``top_k`` best candidates of each node: (node, feature, g_low, g_high, hits, support, rank, ratio)."""
-    node, feature = c.feature // n_features, c.feature % n_features
-    perm = _ranked(c, node, feature)
-    node_sorted = node[perm]
-    per_node = torch.bincount(node_sorted, minlength=n_nodes)
-    rank = torch.arange(len(c), device=node.device) - (torch.cumsum(per_node, 0) - per_node)[node_sorted]
-    best = torch.nonzero(rank < top_k, as_tuple=True)[0]
-    sel = perm[best]
-    return node[sel], feature[sel], c.g_low[sel], c.g_high[sel], c.hits[sel], c.support[sel], rank[best], c.ratio[sel]
+def _count_level(binned: Binned, target: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int) -> _Level:
+    """Counts of every node of a level in one pass: each node's target and other samples are two groups."""
+    groups = nodes * 2 + target[rows]
+    n_feat, width = binned.codes.shape[1], binned.n_bins_max
+    counts = node_grid_counts(binned.codes, rows, groups, 2 * n_nodes, width).view(n_nodes, 2, n_feat, width)
+    total = D.all_reduce_sum(torch.bincount(groups, minlength=2 * n_nodes).view(n_nodes, 2))
+    tgt = counts[:, 1]
+    return _Level(rows, nodes, counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
 
 
-def _children_rows(
-    codes: torch.Tensor, rows: torch.Tensor, sizes: torch.Tensor, chosen: tuple[torch.Tensor, ...], total: int
+def _root_level(binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], n_total_target: int) -> _Level:
+    """The root node: all rows, with the counts the caller made."""
+    codes = binned.codes
+    rows = torch.arange(codes.shape[0], device=codes.device)
+    counts = torch.tensor([D.global_count(codes.shape[0]), n_total_target], device=codes.device)
+    return _Level(rows, torch.zeros_like(rows), root_counts[0][None], root_counts[1][None], counts[:1], counts[1:])
+
+
+def _top_k(table: CandidateTable, n_nodes: int, width: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each node's ``top_k`` best candidates: highest ratio, then larger support, then lower feature, g_low and
+    g_high (exact keys, sorted on the device, one node per row). Returns (n, k, 5) ints (feature, g_low, g_high,
+    hits, support) and (n, k) ratios (-inf: no candidate)."""
+    n_slots = table.valid.shape[1]
+    ints = table.ints.view(n_nodes, -1, 4)
+    ratio = torch.where(table.valid, table.ratio, -torch.inf).view(n_nodes, -1)
+    slot = torch.arange(ratio.shape[1], device=ratio.device)
+    feature = torch.div(slot, n_slots, rounding_mode="floor")
+    tie = (feature * (width + 1) + ints[..., 0]) * (width + 1) + ints[..., 1]
+    perm = torch.sort(tie, dim=1, stable=True).indices
+    for key in (ints[..., 3], ratio):  # more significant keys later, stable sorts (descending)
+        perm = perm.gather(1, torch.sort(key.gather(1, perm), dim=1, descending=True, stable=True).indices)
+    best = perm[:, :top_k]
+    chosen = torch.cat([feature[best].unsqueeze(-1), ints.gather(1, best.unsqueeze(-1).expand(-1, -1, 4))], -1)
+    return chosen, ratio.gather(1, best)
+
+
+def _children(
+    binned: Binned, level: _Level, chosen: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of every chosen candidate's child (its node's rows inside the interval), grouped by child, in one pass."""
-    node, feature, g_low, g_high = chosen[:4]
-    starts = torch.cumsum(sizes, 0) - sizes  # rows are grouped by node
-    child_sizes = sizes[node]
-    child = torch.repeat_interleave(torch.arange(node.numel(), device=rows.device), child_sizes, output_size=total)
-    first = torch.cumsum(child_sizes, 0) - child_sizes
-    entry = (starts[node] - first)[child] + torch.arange(total, device=rows.device)
-    r = rows[entry]
-    code = codes[r, feature[child]]
-    inside = torch.nonzero((code >= g_low[child]) & (code <= g_high[child]), as_tuple=True)[0]
-    return r[inside], child[inside]
+    """Rows of every child (its parent's rows inside the interval) in one pass (one sync). Children are numbered
+    rank by rank, then node by node (the valid ones)."""
+    rows, nodes = level.rows, level.nodes
+    per_row = chosen[..., :3].index_select(0, nodes)  # (E, k, 3): feature, g_low, g_high
+    code = binned.codes[rows.unsqueeze(1), per_row[..., 0]]
+    inside = (code >= per_row[..., 1]) & (code <= per_row[..., 2]) & valid.index_select(0, nodes)
+    rank, entry = torch.nonzero(inside.T, as_tuple=True)
+    number = valid.T.reshape(-1).cumsum(0) - 1  # children's numbers, rank by rank
+    return rows[entry], number[rank * valid.shape[0] + nodes[entry]]
 
 
 def grow_tree(
@@ -120,54 +148,46 @@ def grow_tree(
     """
     codes, n_feat, width = binned.codes, len(binned.columns), binned.n_bins_max
     device = codes.device
+    kinds = {k == "cat" for k in binned.kinds}  # host copies, fixed after binning
     local = None if local_codes is None else torch.tensor(local_codes, device=device)
-    rows = torch.arange(codes.shape[0], device=device)
-    nodes = torch.zeros_like(rows)
+    level = _root_level(binned, root_counts, n_total_target)
     paths: list[tuple[int, ...]] = [()]
     node_steps: list[tuple] = [()]
-    out: list[TreeCandidate] = []
+    out: list[list[TreeCandidate]] = []
     bar = progress_bar(progress, desc="rule tree nodes", unit="node")
     for depth in range(max_length):
         n_nodes = len(paths)
-        if n_nodes == 0:
-            break
-        sizes = torch.bincount(nodes, minlength=n_nodes)
-        if depth == 0:
-            tot, tgt = root_counts[0][None], root_counts[1][None]
-            n_node = torch.tensor([D.global_count(codes.shape[0])], device=device)
-            t_node = torch.tensor([n_total_target], device=device)
-        else:
-            is_t = torch.nonzero(target[rows], as_tuple=True)[0]
-            tot = node_grid_counts(codes, rows, nodes, n_nodes, width)
-            tgt = node_grid_counts(codes, rows[is_t], nodes[is_t], n_nodes, width)
-            n_node = D.all_reduce_sum(sizes)
-            t_node = D.all_reduce_sum(torch.bincount(nodes[is_t], minlength=n_nodes))
-        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool)
-        for i, steps in enumerate(node_steps):
-            allowed[i, [s[0] for s in steps]] = False
-        allowed = allowed.to(device) & ((t_node > 0) & (t_node < n_node))[:, None]  # nothing to find otherwise
-        cands = candidate_intervals(
-            tot.reshape(n_nodes * n_feat, -1), tgt.reshape(n_nodes * n_feat, -1), binned.n_bins.repeat(n_nodes),
-            binned.is_cat.repeat(n_nodes), allowed.reshape(-1), min_support, t_node.repeat_interleave(n_feat),
-            n_node.repeat_interleave(n_feat), local_codes=None if local is None else local.repeat(n_nodes),
+        # the features on each node's path are used; a node whose samples are all or none target ones offers no
+        # candidate (no ratio > 1), so it needs no mask
+        allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device)
+        if depth:
+            allowed.scatter_(1, torch.tensor([[s[0] for s in steps] for steps in node_steps], device=device), False)
+        table = candidate_table(
+            level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1), None,
+            binned.is_cat.repeat(n_nodes) if len(kinds) == 2 else None, allowed.view(-1), min_support,
+            level.t_node.repeat_interleave(n_feat), level.n_node.repeat_interleave(n_feat),
+            local_codes=None if local is None else local.repeat(n_nodes), numeric_width=min(binned.n_grids, width),
+            numeric=False in kinds, categorical=True in kinds,
         )  # fmt: skip
-        chosen = _top_k(cands, n_nodes, n_feat, top_k)
-        expand = depth + 1 < max_length
-        child_sizes = sizes[chosen[0]] if expand else torch.zeros_like(chosen[0])
-        host = torch.stack([t.to(torch.float64) for t in chosen[:7] + (child_sizes,)]).T.tolist()  # one transfer
-        ratios = chosen[7].tolist()
-        new_paths, new_steps = [], []
-        for (node, j, lo, hi, hits, support, rank, _), ratio in zip(host, ratios):
-            node, rank = int(node), int(rank)
-            steps = node_steps[node] + ((int(j), int(lo), int(hi), ratio),)
-            out.append(TreeCandidate(paths[node], rank, steps, int(hits), int(support)))
-            new_paths.append(paths[node] + (rank,))
-            new_steps.append(steps)
+        chosen, ratio = _top_k(table, n_nodes, width, top_k)
+        found: list[TreeCandidate] = []
+        children: list[tuple[int, int, TreeCandidate]] = []
+        host = torch.cat([chosen.to(torch.float64), ratio.unsqueeze(-1)], -1).tolist()  # the level's one transfer
+        for node, node_chosen in enumerate(host):  # counts below 2**53: exact as floats
+            for rank, (j, lo, hi, hits, support, r) in enumerate(node_chosen):
+                if r == -math.inf:  # fewer than top_k candidates
+                    break
+                steps = node_steps[node] + ((int(j), int(lo), int(hi), r),)
+                found.append(TreeCandidate(paths[node], rank, steps, int(hits), int(support)))
+                children.append((rank, node, found[-1]))
+        out.append(found)
         bar.update(n_nodes)
-        if not expand:
+        if depth + 1 == max_length or not found:
             break
-        total = int(sum(row[7] for row in host))
-        rows, nodes = _children_rows(codes, rows, sizes, chosen, total)
-        paths, node_steps = new_paths, new_steps
+        children.sort(key=lambda c: c[:2])  # rank by rank, then node by node, as _children numbers them
+        paths = [c.path + (c.rank,) for _, _, c in children]
+        node_steps = [c.steps for _, _, c in children]
+        rows, nodes = _children(binned, level, chosen, ratio > -math.inf)
+        level = _count_level(binned, target, rows, nodes, len(paths))
     bar.close()
-    return out
+    return [c for found in out for c in sorted(found, key=insertion_order)]
