@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 import torch_amore
-from torch_amore.protocol import SearchResult, _select_best
+from torch_amore.protocol import SearchResult, select_best
 
 CSV_NAME = "diabetes_prediction_dataset.csv"
 NPZ_NAME = "diabetes_paper_task.npz"
@@ -209,7 +209,7 @@ def local_rules(X, target, X_test, prob_test, *, names, types, scale, offset, n_
             local_x=X_test[i], feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset,
             target_name=TARGET_NAME,
         )
-        best = _select_best(rule_sets, BOUND)
+        best = select_best(rule_sets, BOUND)
         print(f"  test sample {i} (predicted probability {float(prob_test[i]):.3f}; {time.perf_counter() - t0:.1f} s)")
         print("  " + _row("local", best))
         out.append((i, float(prob_test[i]), best))
