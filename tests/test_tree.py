@@ -105,7 +105,11 @@ def _as_sets(c, n_rows: int) -> list[set]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_candidate_intervals_match_the_literal_algorithm_row_by_row(seed):
+@pytest.mark.parametrize("many_grids", [False, True])
+def test_candidate_intervals_match_the_literal_algorithm_row_by_row(seed, many_grids, monkeypatch):
+    if many_grids:  # the path of many grids: only the peaks are expanded, in blocks of starts
+        monkeypatch.setattr(intervals, "_FEW_SEGMENTS", 2)
+        monkeypatch.setattr(intervals, "_EXPANSION_BUDGET", 16)
     g = torch.Generator().manual_seed(seed)
     n_rows, width = 300, int(torch.randint(3, 12, (1,), generator=g))
     tot, tgt = _random_rows(g, n_rows, width)

@@ -30,6 +30,8 @@ import torch
 
 #: Elements of the (row, peak, step) tensors of one expansion pass; larger tables are expanded in row chunks.
 _EXPANSION_BUDGET = 1 << 20
+#: Above this many segments per row, only the peaks are expanded (see :func:`candidate_table`).
+_FEW_SEGMENTS = 512
 
 
 @dataclass
@@ -225,7 +227,13 @@ def expand_intervals(
     Rows are processed in chunks of a bounded number of elements (a host-known count: no sync).
     """
     n_rows, n_start = start.shape
-    step = max(1, _EXPANSION_BUDGET // max(1, n_start * segs.ratio.shape[1]))
+    width = segs.ratio.shape[1]
+    if n_start * width > _EXPANSION_BUDGET:  # many segments: blocks of starts, so that each chunk stays bounded
+        block = max(1, _EXPANSION_BUDGET // width)
+        parts = [expand_intervals(segs, start[:, p0 : p0 + block], min_support, n_target, n_samples, local)
+                 for p0 in range(0, n_start, block)]  # fmt: skip
+        return _cat_expansions(parts, 1)
+    step = max(1, _EXPANSION_BUDGET // max(1, n_start * width))
     if step >= n_rows:
         return _expand_chunk(segs.sums, segs.ratio, start, min_support, n_target, n_samples, local)
     parts = []
@@ -233,8 +241,13 @@ def expand_intervals(
         r1 = min(n_rows, r0 + step)
         n_t, n_s = _rows(n_target, r0, r1), _rows(n_samples, r0, r1)
         parts.append(_expand_chunk(segs.sums[:, r0:r1], segs.ratio[r0:r1], start[r0:r1], min_support, n_t, n_s, local))
-    dims = {"sums": 1}
-    return Expansion(*(torch.cat([getattr(p, f.name) for p in parts], dims.get(f.name, 0)) for f in fields(Expansion)))
+    return _cat_expansions(parts, 0)
+
+
+def _cat_expansions(parts: list[Expansion], dim: int) -> Expansion:
+    """Expansions of chunks of rows (``dim=0``) or of starts (``dim=1``) put together."""
+    names = [f.name for f in fields(Expansion)]
+    return Expansion(*(torch.cat([getattr(p, name) for p in parts], dim + (name == "sums")) for name in names))
 
 
 def _first_of_each(lo: torch.Tensor, hi: torch.Tensor, valid: torch.Tensor, width: int) -> torch.Tensor:
@@ -257,9 +270,14 @@ def _numeric_table(
     """Numeric candidates: one slot per segment that may be a peak (+ one for a local sample's own interval)."""
     segs = merge_grids(tot, tgt, n_bins, n_target, n_samples)
     width = tot.shape[1]
+    peaks = find_peaks(segs) & num.view(-1, 1)
     start = torch.arange(width, device=tot.device).expand(tot.shape[0], -1)
+    if width > _FEW_SEGMENTS:  # every segment a start would cost width**2: only the peaks (one sync, many grids only)
+        n_peaks = max(1, int(peaks.sum(1).max()))
+        start = torch.sort(peaks.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :n_peaks]
+        peaks = peaks.gather(1, start)  # the peaks first, in order; the other slots are not peaks
     ex = expand_intervals(segs, start, min_support, n_target, n_samples)
-    valid = _first_of_each(ex.lo, ex.hi, find_peaks(segs) & ex.ok & num.view(-1, 1), width)
+    valid = _first_of_each(ex.lo, ex.hi, peaks & ex.ok, width)
     table = _table(segs, ex, valid)
     if local_codes is None:
         return table
