@@ -57,14 +57,20 @@ def latent_task(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
 
 
 def op_counts(fn) -> tuple[int, int]:
-    """(top-level aten operations, host synchronisations) of one call of ``fn``."""
+    """(top-level aten operations, host synchronisations) of one call of ``fn``: the profiler's sync operations plus
+    the ``Tensor.tolist`` calls (a copy to the host that the CPU profiler does not record)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+    original, calls = torch.Tensor.tolist, []
+    torch.Tensor.tolist = lambda t: calls.append(1) or original(t)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        torch.Tensor.tolist = original
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     top = [e for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
-    return len(top), sum(e.name in SYNC_OPS for e in events)
+    return len(top), sum(e.name in SYNC_OPS for e in events) + len(calls)
 
 
 def lgbm_fitness(X: np.ndarray, target: np.ndarray, depth: int, leaf: int) -> float | None:
