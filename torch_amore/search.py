@@ -137,10 +137,10 @@ class _Extractor:
             progress=o.progress,
         )  # fmt: skip
         optimal = self.grid_optimum(o, min_support) if local_codes is None else []
-        if o.strategy == "beam" and local_codes is None:
+        if o.strategy == "beam" and local_codes is None:  # with the grid's optimum a candidate, no pair seeds
             found = self.run_beam(
                 max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-                min_confidence=o.min_confidence, progress=o.progress,
+                min_confidence=o.min_confidence, progress=o.progress, seed=not optimal,
             ) + optimal  # fmt: skip
             ranked = sort_rule_sets(found)
             chosen = _two_feature_sets(ranked)
@@ -205,9 +205,11 @@ class _Extractor:
         n_fine: int | None = None,
         min_confidence: float | None = None,
         progress: bool = False,
+        seed: bool = True,
     ) -> list[RuleSet]:
         """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
-        :func:`torch_amore.beam.default_n_fine` of the number of samples."""
+        :func:`torch_amore.beam.default_n_fine` of the number of samples; ``seed=False`` skips the pair seeding
+        (:mod:`torch_amore.seeding`), e.g. when the grid's optimum is a candidate already."""
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
@@ -215,7 +217,7 @@ class _Extractor:
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
-        seeded = max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone but strong together
+        seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
         seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
         states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
         conds = sorted({c for st in states for c in st.conds})
