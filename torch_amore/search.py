@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import groupby
 from typing import Any
 
 import torch
@@ -41,7 +42,12 @@ def sort_rule_sets(rule_sets) -> list[RuleSet]:
     unique: dict[frozenset, RuleSet] = {}
     for rs in rule_sets:
         unique.setdefault(frozenset(rs.rules), rs)
-    return sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, str(r)))
+    ranked = sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support))
+    out: list[RuleSet] = []
+    for _, tied in groupby(ranked, key=lambda r: (r.fitness, r.confidence, r.support)):
+        tied = list(tied)
+        out += sorted(tied, key=str) if len(tied) > 1 else tied  # the text only where needed: it is slow to make
+    return out
 
 
 def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
