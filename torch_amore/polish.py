@@ -27,6 +27,7 @@ from torch_amore import distributed as D
 from torch_amore.beam import Objective, exact_best_interval
 from torch_amore.cuts import short_cut
 from torch_amore.masks import rule_masks
+from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules import Rule, RuleSet
 
 __all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
@@ -254,8 +255,8 @@ def polish_many(
         out_sets[s] = RuleSet(
             rules=tuple(rules[s]),
             support=support,
-            confidence=hits / support,
-            fitness=(2 * hits - support) / n_total_target,
+            confidence=confidence_of_counts(hits, support),
+            fitness=fitness_of_counts(hits, support, n_total_target),
             target_name=target_name,
         )
     return out_sets
@@ -323,7 +324,7 @@ def polish_one(
     return RuleSet(
         rules=tuple(rules),
         support=support,
-        confidence=hits / support,
-        fitness=(2 * hits - support) / n_total_target,
+        confidence=confidence_of_counts(hits, support),
+        fitness=fitness_of_counts(hits, support, n_total_target),
         target_name=target_name,
     )

@@ -27,6 +27,7 @@ from torch_amore.binning import Binned, bin_features
 from torch_amore.column_stats import column_stats
 from torch_amore.exact import check_budget, estimate_cost, exact_search
 from torch_amore.masks import drop_same_mask
+from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.options import SearchOptions
 from torch_amore.polish import SortedColumns, polish_many, polish_one
 from torch_amore.ratios import grid_counts
@@ -116,8 +117,8 @@ class _Extractor:
                 found[key] = RuleSet(
                     rules=rs_rules,
                     support=c.support,
-                    confidence=c.hits / c.support,
-                    fitness=(2 * c.hits - c.support) / self.n_total_target,
+                    confidence=confidence_of_counts(c.hits, c.support),
+                    fitness=fitness_of_counts(c.hits, c.support, self.n_total_target),
                     ratios=tuple(s[3] for s in c.steps),
                     target_name=self.target_name,
                 )
@@ -177,7 +178,7 @@ class _Extractor:
         found = exact_search(
             self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k, budget=budget
         )
-        optimum = (2 * found.boxes[0][0] - found.boxes[0][1]) / self.n_total_target if found.boxes else None
+        optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
         conds = sorted({c for _, _, box in found.boxes for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
         out = []
@@ -186,8 +187,8 @@ class _Extractor:
                 RuleSet(
                     rules=tuple(rules[c] for c in box),
                     support=support,
-                    confidence=hits / support,
-                    fitness=(2 * hits - support) / self.n_total_target,
+                    confidence=confidence_of_counts(hits, support),
+                    fitness=fitness_of_counts(hits, support, self.n_total_target),
                     target_name=self.target_name,
                     optimum=optimum if found.complete else None,
                 )
@@ -234,8 +235,8 @@ class _Extractor:
                 RuleSet(
                     rules=tuple(made[c] for c in st.conds),
                     support=st.support,
-                    confidence=st.hits / st.support,
-                    fitness=(2 * st.hits - st.support) / self.n_total_target,
+                    confidence=confidence_of_counts(st.hits, st.support),
+                    fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
                     target_name=self.target_name,
                 )
             )
