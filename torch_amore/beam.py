@@ -50,7 +50,7 @@ from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned, nan_min_max
 from torch_amore.column_stats import work_dtype
 from torch_amore.cuts import short_cut
-from torch_amore.threads import parallel_pass
+from torch_amore.ratios import group_grid_counts
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -626,51 +626,6 @@ def _masked_counts(
     return tot, tgt
 
 
-#: Index elements per ``bincount`` of :func:`node_grid_counts` (bounds its temporary memory, about 10 bytes each).
-_COUNT_BUDGET = 1 << 24
-
-
-def node_grid_counts(
-    codes_t: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int, n_bins_max: int
-) -> torch.Tensor:
-    """Per-grid counts of several sample groups (the nodes of a beam) for every feature, in few large passes.
-
-    :func:`torch_amore.ratios.group_grid_counts` with bigger feature blocks (fewer tensor ops for wide data).
-
-    Args:
-        codes_t: (F, N) bin codes, one row per feature; the code ``n_bins_max`` marks a missing value (not counted).
-        rows: int64 indices of the samples to count (a sample may appear in several groups).
-        groups: the group of each entry of ``rows``, in ``[0, n_groups)``.
-        n_groups: number of groups.
-        n_bins_max: number of grids of the widest feature.
-
-    Returns:
-        (n_groups, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
-
-    Example:
-        >>> import torch
-        >>> codes_t = torch.tensor([[0, 1, 1], [1, 1, 2]], dtype=torch.int16)
-        >>> node_grid_counts(codes_t, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
-        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
-    """
-    n_features, n = codes_t.shape[0], rows.numel()
-    width = n_bins_max + 1
-    block = n_groups * width  # one feature's bins over all groups
-    step = max(1, _COUNT_BUDGET // max(1, n))
-    index_dtype = torch.int32 if min(step, n_features) * block < 2**31 else torch.long
-    base = groups.to(index_dtype)[None, :] * width
-    parts = [torch.zeros(0, dtype=torch.long, device=codes_t.device)] if not n_features else []
-    with parallel_pass(n * n_features):
-        for f0 in range(0, n_features, step):
-            f1 = min(n_features, f0 + step)
-            idx = codes_t[f0:f1].index_select(1, rows).to(index_dtype)
-            idx += base + torch.arange(f1 - f0, device=codes_t.device, dtype=index_dtype)[:, None] * block
-            parts.append(torch.bincount(idx.view(-1), minlength=(f1 - f0) * block))
-    out = torch.cat(parts) if len(parts) != 1 else parts[0]
-    out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
-    return D.all_reduce_sum(out.contiguous())
-
-
 def fetch_length(width: int, n_kappas: int) -> int:
     """Candidates per node and objective that :meth:`BeamSearch._expand` fetches at once: ``width`` children and the
     same interval from each other kappa beside each, plus two children of other nodes (more is rare and costs one
@@ -691,10 +646,11 @@ class BeamSearch:
     """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
     The nodes of one length are expanded together: their samples come from one ``nonzero`` over their stacked
-    masks, one batched histogram pass (:func:`node_grid_counts`) counts them, one :func:`best_intervals_dense` call
-    per kappa family gives their candidates, and each node's best candidates per objective are sorted on the device;
-    only those few cross to the host (one ``tolist`` per length). The children are refined together, one weighted
-    ``bincount`` per condition position and round, their improvements taken on the device.
+    masks, one batched histogram pass (:func:`~torch_amore.ratios.group_grid_counts`) counts them, one
+    :func:`best_intervals_dense` call per kappa family gives their candidates, and each node's best candidates per
+    objective are sorted on the device; only those few cross to the host (one ``tolist`` per length). The children
+    are refined together, one weighted ``bincount`` per condition position and round, their improvements taken on
+    the device.
     """
 
     def __init__(
@@ -809,7 +765,7 @@ class BeamSearch:
         fine = self.fine
         n_feat, g = len(fine.columns), len(beam)
         t = self.target[rows].to(groups.dtype)
-        both = node_grid_counts(fine.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
+        both = group_grid_counts(fine.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].reshape(g * n_feat, self.width)
         tot = both[:g].reshape(g * n_feat, self.width) + tgt
         fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
