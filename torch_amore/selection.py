@@ -203,7 +203,7 @@ def select_features(
 
     Args:
         model: differentiable model mapping a batch of ``inputs`` to (N,), (N, 1) or (N, C) outputs (a logit, a
-            probability, a regression value, or class scores with ``target``). It is used as is: call ``eval()``
+            probability, a regression value, or class scores with ``target``). It is used as is: call ``model.eval()``
             first if it has dropout or batch norm. Not needed with ``importance``.
         inputs: (N, ...) float samples: a tensor, numpy array or pandas DataFrame (its column names become feature
             names). Class means and test samples are drawn from them. Cast to the model's dtype and device.
