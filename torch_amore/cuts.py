@@ -48,18 +48,30 @@ def _prev(x: float) -> float:
     return math.nextafter(x, -math.inf)
 
 
-def _first(pred: Callable[[float], bool]) -> float:
+def _first(pred: Callable[[float], bool], guess: float = math.nan) -> float:
     """The smallest float64 ``p`` (``-inf`` ... ``+inf``) with ``pred(p)``, for ``pred`` false then true; ``nan`` when
-    ``pred(+inf)`` is false. Bisection on the floats' order: at most 64 calls."""
-    lo, hi = -_INF_KEY, _INF_KEY
+    ``pred(+inf)`` is false. A finite ``guess`` near the answer is widened by doubling steps into a bracket (a few
+    calls when it is close); then bisection on the floats' order: at most about 128 calls in all."""
     if pred(-math.inf):
         return -math.inf
     if not pred(math.inf):
         return math.nan
+    lo, hi = _bracket(pred, _key(guess)) if math.isfinite(guess) else (-_INF_KEY, _INF_KEY)
     while hi - lo > 1:  # pred(lo) is false, pred(hi) true
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if pred(_float(mid)) else (mid, hi)
     return _float(hi)
+
+
+def _bracket(pred: Callable[[float], bool], key: int) -> tuple[int, int]:
+    """Keys ``(lo, hi)`` around the first true ``pred``, found by doubling steps from ``key`` (pred(-inf) is false,
+    pred(+inf) true)."""
+    step, outcome = 1, pred(_float(key))
+    while True:
+        other = max(key - step, -_INF_KEY) if outcome else min(key + step, _INF_KEY)
+        if pred(_float(other)) != outcome:
+            return (other, key) if outcome else (key, other)
+        key, step = other, step * 2
 
 
 def _to_stored(p: float, scale: float, offset: float) -> float:
@@ -67,14 +79,25 @@ def _to_stored(p: float, scale: float, offset: float) -> float:
     return (p - offset) / scale
 
 
-def _floor_log10(x: Fraction) -> int:
-    """``e`` with ``10**e <= x < 10**(e + 1)`` for ``x > 0``."""
-    e = len(str(x.numerator)) - len(str(x.denominator))
-    while Fraction(10) ** e > x:
+def _floor_log10(num: int, den: int) -> int:
+    """``e`` with ``10**e <= num / den < 10**(e + 1)`` for positive integers."""
+    e = len(str(num)) - len(str(den))
+    while not _at_least_pow10(num, den, e):
         e -= 1
-    while Fraction(10) ** (e + 1) <= x:
+    while _at_least_pow10(num, den, e + 1):
         e += 1
     return e
+
+
+def _at_least_pow10(num: int, den: int, e: int) -> bool:
+    """``num / den >= 10**e`` (exact, positive integers)."""
+    return num >= den * 10**e if e >= 0 else num * 10**-e >= den
+
+
+def _round_half_even(num: int, den: int) -> int:
+    """``num / den`` (``den > 0``) rounded to the nearest integer, ties to even (as ``round`` of a Fraction)."""
+    q, r = divmod(num, den)
+    return q + 1 if 2 * r > den or (2 * r == den and q % 2) else q
 
 
 def _shortest_in(lo: Fraction, hi: Fraction, min_digits: int = 1) -> tuple[int, int]:
@@ -85,17 +108,19 @@ def _shortest_in(lo: Fraction, hi: Fraction, min_digits: int = 1) -> tuple[int, 
     if hi <= 0:
         m, k = _shortest_in(-hi, -lo, min_digits)
         return -m, k
-    e = _floor_log10(hi) if hi > 0 else 0
+    (ln, ld), (hn, hd) = lo.as_integer_ratio(), hi.as_integer_ratio()
+    e = _floor_log10(hn, hd)
     digits = min_digits
-    while True:
+    while True:  # in integers: lo = ln / ld, hi = hn / hd, step = 10**k = up / down
         k = e - digits + 1
-        step = Fraction(10) ** k
-        top = math.ceil(hi / step) - 1  # the largest multiple of step below hi
-        bottom = math.floor(lo / step) + 1  # the smallest one above lo
-        middle = min(max(round((lo + hi) / 2 / step), bottom), top)
-        for m in (middle, middle - 1, middle + 1):
-            if bottom <= m <= top and (min_digits <= 1 or m % 10 != 0):
-                return m, k
+        up, down = (10**k, 1) if k >= 0 else (1, 10**-k)
+        top = -((-hn * down) // (hd * up)) - 1  # the largest multiple of step below hi
+        bottom = (ln * down) // (ld * up) + 1  # the smallest one above lo
+        if bottom <= top:
+            middle = min(max(_round_half_even((ln * hd + hn * ld) * down, 2 * ld * hd * up), bottom), top)
+            for m in (middle, middle - 1, middle + 1):
+                if bottom <= m <= top and (min_digits <= 1 or m % 10 != 0):
+                    return m, k
         digits += 1
 
 
@@ -125,8 +150,9 @@ def _preimage(c: float, scale: float, offset: float) -> tuple[float, float] | No
     """The float64s ``p`` in printed units with ``_to_stored(p) == c``, as ``(first, last)``; ``None`` when none."""
     sign = 1.0 if scale > 0 else -1.0
     up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
-    first = _first(lambda p: up(p) >= sign * c)
-    after = _first(lambda p: up(p) > sign * c)
+    guess = c * scale + offset
+    first = _first(lambda p: up(p) >= sign * c, guess)
+    after = _first(lambda p: up(p) > sign * c, guess)
     if math.isnan(first) or not math.isfinite(first):
         return None
     last = _prev(after) if not math.isnan(after) else math.inf
@@ -212,13 +238,14 @@ def admitted_integers(low: float, high: float, scale: float = 1.0, offset: float
     def ceil(p: float) -> float:
         return math.ceil(p) if math.isfinite(p) else p
 
+    near_low, near_high = low * scale + offset, high * scale + offset  # guesses for the searches
     if scale > 0:  # stored >= v <=> printed >= the first p reaching v
-        first = ceil(_first(lambda p: stored(p) >= low)) if math.isfinite(low) else -math.inf
-        last = ceil(_first(lambda p: stored(p) >= high)) - 1 if math.isfinite(high) else math.inf
+        first = ceil(_first(lambda p: stored(p) >= low, near_low)) if math.isfinite(low) else -math.inf
+        last = ceil(_first(lambda p: stored(p) >= high, near_high)) - 1 if math.isfinite(high) else math.inf
         return first, last
     # a negative scale flips the order: stored < v <=> printed >= the first p below v
-    first = ceil(_first(lambda p: stored(p) < high)) if math.isfinite(high) else -math.inf
-    last = ceil(_first(lambda p: stored(p) < low)) - 1 if math.isfinite(low) else math.inf
+    first = ceil(_first(lambda p: stored(p) < high, near_high)) if math.isfinite(high) else -math.inf
+    last = ceil(_first(lambda p: stored(p) < low, near_low)) - 1 if math.isfinite(low) else math.inf
     return first, last
 
 
@@ -253,10 +280,11 @@ def _printed_cut(a: float, b: float, scale: float, offset: float) -> float | Non
     ``None`` when no float64 in printed units does."""
     sign = 1.0 if scale > 0 else -1.0
     up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
+    near_a, near_b = a * scale + offset, b * scale + offset  # guesses: the first p is near them
     if sign > 0:  # c in (a, b] <=> up(p) in (a, b]
-        first, after = _first(lambda p: up(p) > a), _first(lambda p: up(p) > b)
+        first, after = _first(lambda p: up(p) > a, near_a), _first(lambda p: up(p) > b, near_b)
     else:  # c in (a, b] <=> up(p) = -c in [-b, -a)
-        first, after = _first(lambda p: up(p) >= -b), _first(lambda p: up(p) >= -a)
+        first, after = _first(lambda p: up(p) >= -b, near_b), _first(lambda p: up(p) >= -a, near_a)
     last = _prev(after) if not math.isnan(after) else math.inf
     if math.isnan(first) or not (math.isfinite(first) and math.isfinite(last) and first <= last):
         return None
