@@ -99,23 +99,32 @@ class PairCounts:
             self._gram = (self._product(None), self._product(self.t_cols))
 
     def _product(self, cols: torch.Tensor | None) -> torch.Tensor:
+        """(F, n_max, F, n_max) 2-D counts of the samples ``cols`` (all when ``None``) from one-hot products: one
+        column per (feature, grid) plus a shared last column for missing values, which is dropped; the gram is
+        symmetric, so only its blocks on and above the diagonal are multiplied."""
         grid = self.grid
         n_feat, n = grid.codes_t.shape
         width = grid.n_max
         device = grid.codes_t.device
-        exact32 = grid.n_rows < (1 << 24)
-        dt = torch.float32 if exact32 else torch.float64
-        wd = width + 1  # the last column of each feature counts missing values, and is dropped
-        out = torch.zeros(n_feat * wd, n_feat * wd, dtype=dt, device=device)
+        dt = torch.float32 if grid.n_rows < (1 << 24) else torch.float64
+        n_cols = n_feat * width
+        lut = torch.arange(n_feat, device=device)[:, None] * width + torch.arange(width + 1, device=device)
+        lut[:, width] = n_cols  # (feature, code) -> column; missing values: the shared column
+        out = torch.zeros(n_cols + 1, n_cols + 1, dtype=dt, device=device)
+        edges = _blocks(n_cols + 1)
         rows = n if cols is None else cols.numel()
-        step = max(1, _CHUNK // max(1, n_feat * wd))
-        offsets = (torch.arange(n_feat, device=device) * wd)[None, :]
+        step = max(1, _CHUNK // (n_cols + 1))
         for r0 in range(0, rows, step):
             part = grid.codes_t[:, r0 : r0 + step] if cols is None else grid.codes_t[:, cols[r0 : r0 + step]]
-            hot = torch.zeros(part.shape[1], n_feat * wd, dtype=dt, device=device)
-            hot.scatter_(1, part.T.long() + offsets, 1.0)
-            out += hot.T @ hot
-        out = out.view(n_feat, wd, n_feat, wd)[:, :width, :, :width]
+            hot = torch.zeros(part.shape[1], n_cols + 1, dtype=dt, device=device)
+            hot.scatter_(1, lut.gather(1, part.long()).T, 1.0)
+            for i, (a0, a1) in enumerate(edges):
+                for b0, b1 in edges[i:]:
+                    out[a0:a1, b0:b1] += hot[:, a0:a1].T @ hot[:, b0:b1]
+        for i, (a0, a1) in enumerate(edges):  # the blocks below the diagonal, by symmetry
+            for b0, b1 in edges[i + 1 :]:
+                out[b0:b1, a0:a1] = out[a0:a1, b0:b1].T
+        out = out[:n_cols, :n_cols].reshape(n_feat, width, n_feat, width)
         return D.all_reduce_sum(out.round().long())
 
     def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,6 +176,13 @@ class PairCounts:
             tot, tgt = self._bincount(order, p0, p1, None), self._bincount(order, p0, p1, self.t_cols)
         small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
         return j, k, cumulate(tot, small), cumulate(tgt, small)
+
+
+def _blocks(n: int, size: int = 256) -> list[tuple[int, int]]:
+    """``[0, n)`` in about equal blocks of at most ``size`` (one block when ``n <= size``)."""
+    count = -(-n // size)
+    edges = [n * i // count for i in range(count + 1)]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def triu_start(a: int, n: int) -> int:
