@@ -96,36 +96,12 @@ class PairCounts:
         self.by_matmul = (width <= 8 or device.type == "cuda") and (n_feat * width) ** 2 <= (1 << 26)
         self._gram = None
         if self.by_matmul:
-            self._gram = (self._product(None), self._product(self.t_cols))
-
-    def _product(self, cols: torch.Tensor | None) -> torch.Tensor:
-        """(F, n_max, F, n_max) 2-D counts of the samples ``cols`` (all when ``None``) from one-hot products: one
-        column per (feature, grid) plus a shared last column for missing values, which is dropped; the gram is
-        symmetric, so only its blocks on and above the diagonal are multiplied."""
-        grid = self.grid
-        n_feat, n = grid.codes_t.shape
-        width = grid.n_max
-        device = grid.codes_t.device
-        dt = torch.float32 if grid.n_rows < (1 << 24) else torch.float64
-        n_cols = n_feat * width
-        lut = torch.arange(n_feat, device=device)[:, None] * width + torch.arange(width + 1, device=device)
-        lut[:, width] = n_cols  # (feature, code) -> column; missing values: the shared column
-        out = torch.zeros(n_cols + 1, n_cols + 1, dtype=dt, device=device)
-        edges = _blocks(n_cols + 1)
-        rows = n if cols is None else cols.numel()
-        step = max(1, _CHUNK // (n_cols + 1))
-        for r0 in range(0, rows, step):
-            part = grid.codes_t[:, r0 : r0 + step] if cols is None else grid.codes_t[:, cols[r0 : r0 + step]]
-            hot = torch.zeros(part.shape[1], n_cols + 1, dtype=dt, device=device)
-            hot.scatter_(1, lut.gather(1, part.long()).T, 1.0)
-            for i, (a0, a1) in enumerate(edges):
-                for b0, b1 in edges[i:]:
-                    out[a0:a1, b0:b1] += hot[:, a0:a1].T @ hot[:, b0:b1]
-        for i, (a0, a1) in enumerate(edges):  # the blocks below the diagonal, by symmetry
-            for b0, b1 in edges[i + 1 :]:
-                out[b0:b1, a0:a1] = out[a0:a1, b0:b1].T
-        out = out[:n_cols, :n_cols].reshape(n_feat, width, n_feat, width)
-        return D.all_reduce_sum(out.round().long())
+            lut = torch.arange(width + 1, device=device).expand(n_feat, -1)
+            exact32 = grid.n_rows < (1 << 24)
+            self._gram = tuple(
+                D.all_reduce_sum(pair_histograms(grid.codes_t, lut, width, cols, exact32=exact32))
+                for cols in (None, self.t_cols)
+            )
 
     def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The codes with features in ``order`` (of the samples ``cols``), and times ``n_max + 1`` (cached)."""
@@ -176,6 +152,45 @@ class PairCounts:
             tot, tgt = self._bincount(order, p0, p1, None), self._bincount(order, p0, p1, self.t_cols)
         small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
         return j, k, cumulate(tot, small), cumulate(tgt, small)
+
+
+def pair_histograms(
+    codes_t: torch.Tensor, lut: torch.Tensor, width: int, cols: torch.Tensor | None = None, *, exact32: bool = True
+) -> torch.Tensor:
+    """(F, width, F, width) 2-D counts of the cells of every pair of features, from one-hot matrix products.
+
+    Sample ``i`` lies in cell ``lut[f, codes_t[f, i]]`` of feature ``f``; cell ``width`` (missing values, or left
+    out) is counted nowhere. One one-hot column per (feature, cell) plus one shared column for the cells left out;
+    the gram is symmetric, so only its blocks on and above the diagonal are multiplied. Rows are taken in chunks
+    (bounded memory); ``cols`` picks the samples (all when ``None``). Counts of this process only (no DDP sum);
+    ``exact32``: float32 products, exact while every count is below 2**24 (else float64).
+
+    Example:
+        >>> codes_t = torch.tensor([[0, 1, 1, 2], [1, 1, 0, 0]])  # feature 0: code 2 is missing
+        >>> pair_histograms(codes_t, torch.tensor([[0, 1, 2], [0, 1, 2]]), 2)[0, :, 1, :].tolist()
+        [[0, 1], [1, 1]]
+    """
+    n_feat, n = codes_t.shape
+    device = codes_t.device
+    dt = torch.float32 if exact32 else torch.float64
+    n_cols = n_feat * width
+    column = lut + torch.arange(n_feat, device=device)[:, None] * width
+    column = column.masked_fill(lut >= width, n_cols)  # (feature, code) -> column; left out: the shared one
+    out = torch.zeros(n_cols + 1, n_cols + 1, dtype=dt, device=device)
+    edges = _blocks(n_cols + 1)
+    rows = n if cols is None else cols.numel()
+    step = max(1, _CHUNK // (n_cols + 1))
+    for r0 in range(0, rows, step):
+        part = codes_t[:, r0 : r0 + step] if cols is None else codes_t[:, cols[r0 : r0 + step]]
+        hot = torch.zeros(part.shape[1], n_cols + 1, dtype=dt, device=device)
+        hot.scatter_(1, column.gather(1, part.long()).T, 1.0)
+        for i, (a0, a1) in enumerate(edges):
+            for b0, b1 in edges[i:]:
+                out[a0:a1, b0:b1] += hot[:, a0:a1].T @ hot[:, b0:b1]
+    for i, (a0, a1) in enumerate(edges):  # the blocks below the diagonal, by symmetry
+        for b0, b1 in edges[i + 1 :]:
+            out[b0:b1, a0:a1] = out[a0:a1, b0:b1].T
+    return out[:n_cols, :n_cols].reshape(n_feat, width, n_feat, width).round().long()
 
 
 def _blocks(n: int, size: int = 256) -> list[tuple[int, int]]:

@@ -1,12 +1,13 @@
-"""Seeds for the beam strategy: the best pairs of features on a coarse grid, found by one matrix product.
+"""Seeds for the beam strategy: the best pairs of features on a coarse grid, found by one-hot matrix products.
 
 A beam that ranks single conditions by their own fitness drops conditions that are weak alone but strong together
 (two one-sided cuts on a latent layer, say). Before the beam's second length, the 2-D target and non-target counts of
 *every* pair of features on a coarse equal-frequency grid (``SEED_GRIDS`` cells per feature, cut from the fine grid's
-histogram: no sort) come from one one-hot matrix product; every rectangle of every pair is scored by fitness, and the
-conditions of the best ``n_pairs`` pairs join the beam (:meth:`torch_amore.beam.BeamSearch.run`'s ``seeds``), where
-refinement on the fine grid sharpens them. The exact search (:mod:`torch_amore.exact`) proves what this finds on its
-grid; here only a good start is wanted, so the rectangles need not be tight.
+histogram: no sort) come from one-hot matrix products (:func:`torch_amore.pair_counts.pair_histograms`); every
+rectangle of every pair is scored by fitness, and the conditions of the best ``n_pairs`` pairs join the beam
+(:meth:`torch_amore.beam.BeamSearch.run`'s ``seeds``), where refinement on the fine grid sharpens them. The exact
+search (:mod:`torch_amore.exact`) proves what this finds on its grid; here only a good start is wanted, so the
+rectangles need not be tight.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from torch_amore import distributed as D
 from torch_amore.beam import FineBinned
+from torch_amore.pair_counts import pair_histograms
 
 #: Equal-frequency cells per numeric feature of the seed search.
 SEED_GRIDS = 5
@@ -23,8 +25,6 @@ SEED_GRIDS = 5
 SEED_FEATURES = 64
 #: The seed search runs when N x F (its histogram pass) is at most this.
 SEED_BUDGET = 1 << 26
-#: Rows of the one-hot matrix handled at once.
-_CHUNK = 1 << 22
 
 
 def seed_affordable(n_rows: int, n_features: int) -> bool:
@@ -94,21 +94,12 @@ def pair_seeds(
     counts, hits = _fine_counts(fine, target)
     feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
     codes_t = fine.codes_t[feats]
-    n_feat, n = codes_t.shape
-    cells = SEED_GRIDS + 1
+    n_feat = codes_t.shape[0]
     device = fine.codes_t.device
     lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
-    dt = torch.float32 if D.global_count(n) < (1 << 24) else torch.float64
-    offsets = (torch.arange(n_feat, device=device) * cells)[None, :]
-    gram = torch.zeros(2, n_feat * cells, n_feat * cells, dtype=dt, device=device)  # all samples, target samples
-    step = max(1, _CHUNK // (n_feat * cells))
-    for r0 in range(0, n, step):
-        coarse = lut.gather(1, codes_t[:, r0 : r0 + step].long())  # (F, n)
-        hot = torch.zeros(coarse.shape[1], n_feat * cells, dtype=dt, device=device)
-        hot.scatter_(1, coarse.T + offsets, 1.0)
-        gram += torch.stack([hot, hot * target[r0 : r0 + step, None]]).transpose(1, 2) @ hot
-    gram = D.all_reduce_sum(gram.round().long()).view(2, n_feat, cells, n_feat, cells)
-    grams = gram[:, :, :SEED_GRIDS, :, :SEED_GRIDS]
+    exact32 = D.global_count(codes_t.shape[1]) < (1 << 24)
+    t_rows = torch.nonzero(target, as_tuple=True)[0]
+    grams = [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
     jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
     tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
     s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
@@ -138,7 +129,7 @@ def pair_seeds(
     found = (best[order] > -(1 << 62)).long()
     table = torch.stack([found, feats[rows[:, 0]], lo[:, 0], hi[:, 0], feats[rows[:, 1]], lo[:, 1], hi[:, 1]], 1)
     out = []
-    for ok, j, lo_j, hi_j, k, lo_k, hi_k in table.tolist():  # the one host sync of the seed search
+    for ok, j, lo_j, hi_j, k, lo_k, hi_k in table.tolist():  # with the target rows, the two host syncs
         if ok:
             out.append(((j, lo_j, hi_j), (k, lo_k, hi_k)))
     return out
