@@ -19,6 +19,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids
 from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, pass_len, work_dtype
+from torch_amore.sorting import sort_values
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64
@@ -61,7 +62,7 @@ def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     for f0 in range(0, n_features, step):
         cols = X[:, f0 : f0 + step].to(dt)
         valid = (~torch.isnan(cols)).sum(0)  # (f,)
-        srt = torch.sort(cols, dim=0).values  # NaN sorts last
+        srt = sort_values(cols, dim=0)  # NaN sorts last
         pos = q[:, None] * (valid - 1).clamp(min=0).to(dt)[None, :]  # (G+1, f)
         below = pos.floor().long().clamp(max=n - 1)
         above = (below + 1).clamp(max=(valid - 1).clamp(min=0)[None, :].expand_as(below))
@@ -138,7 +139,7 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
     out = centres.clone()
     for f0 in range(0, n_features, step):
         f1 = min(n_features, f0 + step)
-        vals = torch.sort(X[:, f0:f1].to(centres.dtype).t(), dim=1).values.contiguous()  # (f, N), NaN last
+        vals = sort_values(X[:, f0:f1].t(), dim=1).to(centres.dtype).contiguous()  # (f, N), NaN last
         missing = torch.isnan(vals)
         n_valid = (~missing).sum(1, keepdim=True)
         limbs = D.to_fixed_point(vals.masked_fill(missing, 0.0).t(), exps[f0:f1])  # (2, N, f)

@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 
+from torch_amore.sorting import sort_values
+
 _STATE = threading.local()
 
 #: Sort key of a missing value: above the key of every float (+inf included).
@@ -216,7 +218,7 @@ def unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.
     width = min(cap, n)
     if n == 0:
         return values.new_full((k, 0), float("nan")), torch.zeros(k, dtype=torch.long, device=values.device)
-    srt = torch.sort(values, dim=0).values  # NaN last
+    srt = sort_values(values, dim=0)  # NaN last
     first = torch.ones_like(srt, dtype=torch.bool)
     first[1:] = srt[1:] != srt[:-1]
     first &= ~torch.isnan(srt)
@@ -380,7 +382,7 @@ def sharded_quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
         cols = X[:, f0 : f0 + step].to(dt) + 0.0  # -0.0 -> 0.0, so keys order like the values
         nan = torch.isnan(cols)
         keys = _to_keys(cols).masked_fill(nan, _KEY_MISSING)
-        keys = torch.sort(keys, dim=0).values.t().contiguous()  # (f, n)
+        keys = sort_values(keys.t(), dim=1).contiguous()  # (f, n)
         valid = all_reduce_sum((~nan).sum(0))  # (f,)
         pos = q[:, None] * (valid - 1).clamp(min=0).to(dt)[None, :]  # (G+1, f)
         below = pos.floor().long()

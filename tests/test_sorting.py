@@ -1,0 +1,34 @@
+"""sort_values: the values of torch.sort, whichever library sorts them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_amore.sorting import sort_values
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int16, torch.uint8, torch.bool])  # fmt: skip
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_sort_values_equals_torch_sort(dtype: torch.dtype, dim: int) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(257, 9, generator=g) * 4).round()  # many ties
+    if dtype.is_floating_point:
+        x[torch.rand(x.shape, generator=g) < 0.1] = float("nan")
+        x[0, :] = -0.0  # signed zeros compare equal: only their order may differ, not the values
+    x = x.abs().to(dtype) if dtype in (torch.uint8, torch.bool) else x.to(dtype)
+    got, want = sort_values(x, dim), torch.sort(x, dim=dim).values
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if dtype.is_floating_point:
+        assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(torch.nan_to_num(got.double(), nan=7e7), torch.nan_to_num(want.double(), nan=7e7))
+
+
+def test_sort_values_leaves_its_input_alone_and_handles_views() -> None:
+    x = torch.tensor([[3.0, 1.0, 2.0], [0.0, -1.0, 5.0]])
+    before = x.clone()
+    assert sort_values(x.t(), dim=0).tolist() == [[1.0, -1.0], [2.0, 0.0], [3.0, 5.0]]
+    assert sort_values(x[:, 1:], dim=1).tolist() == [[1.0, 2.0], [-1.0, 5.0]]
+    assert torch.equal(x, before)
+    assert sort_values(torch.empty(0, 3), dim=0).shape == (0, 3)
