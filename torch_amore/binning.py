@@ -122,18 +122,20 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
         out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
 
 
-
-
-def _kmeans_update(centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
-    """New centres from exact fixed-point sums and counts; an empty cluster keeps its centre."""
-    means = D.from_fixed_point(sums, exps, centres.dtype)
+def _kmeans_update(
+    centres: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """New centres from exact fixed-point sums (units ``scale``, (F, 1)) and counts; an empty cluster keeps its
+    centre."""
+    means = D.fixed_point_value(sums, scale)
     return torch.where(counts > 0, means / counts.clamp(min=1), centres)
 
 
 def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, tol: torch.Tensor,
                    max_iter: int) -> torch.Tensor:
     """Lloyd iterations for one process: each column is sorted once, then every iteration only needs a
-    ``searchsorted`` of the cluster bounds and differences of prefix sums (O(G log N) per column)."""
+    ``searchsorted`` of the cluster bounds and differences of prefix sums (O(G log N) per column); few operations
+    per iteration, as the iterations are many and small."""
     n, n_features = X.shape
     step = max(1, CHUNK_ELEMENTS // max(1, n))
     out = centres.clone()
@@ -142,23 +144,23 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
         vals = sort_values(X[:, f0:f1].t(), dim=1).to(centres.dtype).contiguous()  # (f, N), NaN last
         missing = torch.isnan(vals)
         n_valid = (~missing).sum(1, keepdim=True)
-        limbs = D.to_fixed_point(vals.masked_fill(missing, 0.0).t(), exps[f0:f1])  # (2, N, f)
+        limbs = D.to_fixed_point(vals.masked_fill_(missing, 0.0), exps[f0:f1], dim=0)  # (2, f, N)
         vals.masked_fill_(missing, math.inf)  # a proper sort order for searchsorted
-        prefix = torch.cat([torch.zeros_like(limbs[:, :1]), torch.cumsum(limbs, dim=1)], dim=1)  # (2, N+1, f)
-        prefix = prefix.transpose(1, 2)  # (2, f, N+1)
-        c = out[f0:f1]
+        prefix = limbs.new_empty(2, f1 - f0, n + 1)  # (2, f, N+1); fresh pages are filled once, by the sums
+        prefix[:, :, 0] = 0
+        torch.cumsum(limbs, dim=2, out=prefix[:, :, 1:])
+        scale = D.fixed_point_scale(exps[f0:f1], centres.dtype)[:, None]
+        first, col_tol = torch.zeros_like(n_valid), tol[f0:f1]
+        c = torch.sort(out[f0:f1], dim=1).values
         active = torch.ones(f1 - f0, dtype=torch.bool, device=X.device)
         for _ in range(max_iter):
-            c = torch.sort(c, dim=1).values
             bounds = (c[:, 1:] + c[:, :-1]) / 2
-            pos = torch.minimum(torch.searchsorted(vals, bounds.contiguous(), side="left"), n_valid)
-            pos = torch.cat([torch.zeros_like(n_valid), pos, n_valid], dim=1)  # (f, G+1)
-            counts = pos[:, 1:] - pos[:, :-1]
-            sums = prefix.gather(2, pos[None].expand(2, -1, -1))
-            new = _kmeans_update(c, sums[:, :, 1:] - sums[:, :, :-1], counts, exps[f0:f1])
-            new = torch.where(active[:, None], new, c)
-            active &= (new - c).abs().amax(1) > tol[f0:f1]
-            c = new
+            pos = torch.minimum(torch.searchsorted(vals, bounds, side="left"), n_valid)
+            pos = torch.cat([first, pos, n_valid], dim=1)  # (f, G+1)
+            new = _kmeans_update(c, prefix.gather(2, pos.expand(2, -1, -1)).diff(dim=2), pos.diff(dim=1), scale)
+            moved = (new - c).abs().amax(1) > col_tol
+            c = torch.sort(torch.where(active[:, None], new, c), dim=1).values
+            active &= moved
             if not bool(active.any()):
                 break
         out[f0:f1] = c
@@ -204,7 +206,7 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
             sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
             sums = sums.view(2, n_features, -1)[:, :, :n_grids]
             counts = counts.view(n_features, -1)[:, :n_grids]
-            new = _kmeans_update(centres, sums, counts, exps)
+            new = _kmeans_update(centres, sums, counts, D.fixed_point_scale(exps, centres.dtype)[:, None])
             new = torch.where(active[:, None], new, centres)
             active &= (new - centres).abs().amax(1) > col_tol
             centres = new

@@ -279,19 +279,21 @@ def fixed_point_exponents(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
     return exps.to(lo.device)
 
 
-def to_fixed_point(values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+def to_fixed_point(values: torch.Tensor, exponents: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """(2, N, F) int64 limbs ``(high, low)`` with ``values ~= (high * 2**26 + low) * 2**(e - 52)`` per column.
 
     Each value is rounded to the nearest multiple of ``2**(e - 52)`` (the float64 resolution at the column's largest
     magnitude); ``|high| <= 2**26`` and ``0 <= low < 2**26``, so sums of up to ``2**36`` rows cannot overflow. NaN
-    must be replaced before the call.
+    must be replaced before the call. ``dim``: the dimension of ``values`` the exponents run along (the columns by
+    default; ``dim=0`` for a transposed (F, N) table, whose limbs are then (2, F, N)).
     """
-    shift = (52 - exponents).to(values.device)
-    scaled = torch.round(torch.ldexp(values, shift.to(values.dtype)))
-    v = scaled.to(torch.int64)
-    high = v >> _LIMB_BITS
-    low = v - (high << _LIMB_BITS)
-    return torch.stack([high, low])
+    dim = dim % values.ndim
+    shift = (52 - exponents).to(values.device, values.dtype).reshape((-1,) + (1,) * (values.ndim - 1 - dim))
+    scaled = torch.ldexp(values, shift).round_().to(torch.int64)
+    out = torch.empty((2,) + scaled.shape, dtype=torch.int64, device=scaled.device)
+    torch.bitwise_right_shift(scaled, _LIMB_BITS, out=out[0])
+    torch.bitwise_and(scaled, (1 << _LIMB_BITS) - 1, out=out[1])  # = scaled - (high << bits): two's complement
+    return out
 
 
 def from_fixed_point(limbs: torch.Tensor, exponents: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -304,11 +306,20 @@ def from_fixed_point(limbs: torch.Tensor, exponents: torch.Tensor, dtype: torch.
         >>> from_fixed_point(to_fixed_point(x, e).sum(1), e).tolist()
         [0.8, -1.25]
     """
-    high, low = limbs[0].to(dtype), limbs[1].to(dtype)
-    total = high * float(1 << _LIMB_BITS) + low
-    shift = (exponents - 52).to(total.device)
-    shift = shift.reshape(shift.shape + (1,) * (total.ndim - shift.ndim))
-    return torch.ldexp(total, shift.to(dtype))
+    scale = fixed_point_scale(exponents.to(limbs.device), dtype)
+    return fixed_point_value(limbs, scale.reshape(scale.shape + (1,) * (limbs.ndim - 1 - scale.ndim)))
+
+
+def fixed_point_scale(exponents: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``2**(e - 52)`` per exponent, the value of one unit of :func:`to_fixed_point`'s limbs (exact)."""
+    return torch.ldexp(torch.ones((), dtype=dtype, device=exponents.device), (exponents - 52).to(dtype))
+
+
+def fixed_point_value(limbs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Floating value of summed limbs ``(2, ...)`` in units ``scale`` (:func:`fixed_point_scale`, broadcast against
+    ``limbs[0]``): :func:`from_fixed_point` with the scale computed once, e.g. outside a loop."""
+    high, low = limbs.to(scale.dtype).unbind(0)
+    return (high * float(1 << _LIMB_BITS) + low) * scale
 
 
 # --- exact quantiles --------------------------------------------------------------------------------------------
