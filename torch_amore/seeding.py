@@ -7,7 +7,8 @@ histogram: no sort) come from one-hot matrix products (:func:`torch_amore.pair_c
 rectangle of every pair is scored by fitness, and the conditions of the best ``n_pairs`` pairs join the beam
 (:meth:`torch_amore.beam.BeamSearch.run`'s ``seeds``), where refinement on the fine grid sharpens them. The exact
 search (:mod:`torch_amore.exact`) proves what this finds on its grid; here only a good start is wanted, so the
-rectangles need not be tight.
+rectangles need not be tight. The default strategy seeds only searches for rule sets of two conditions
+(``max_length=2``: longer ones it crowds).
 """
 
 from __future__ import annotations
