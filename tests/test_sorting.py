@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_amore.sorting import sort_values
+from torch_amore.sorting import argsort_values, sort_values
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -32,3 +32,21 @@ def test_sort_values_leaves_its_input_alone_and_handles_views() -> None:
     assert sort_values(x[:, 1:], dim=1).tolist() == [[1.0, 2.0], [-1.0, 5.0]]
     assert torch.equal(x, before)
     assert sort_values(torch.empty(0, 3), dim=0).shape == (0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_argsort_values_sorts(dtype: torch.dtype, dim: int) -> None:
+    """The order gathers the sorted values (ties in any order, so only the values are compared) and is a
+    permutation."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(300, 7, generator=g) * 3).round()
+    if dtype.is_floating_point:
+        x[torch.rand(x.shape, generator=g) < 0.1] = float("nan")
+    x = x.to(dtype)
+    order = argsort_values(x, dim)
+    assert order.dtype == torch.int64 and order.shape == x.shape
+    every = torch.arange(x.shape[dim]).expand_as(order.movedim(dim, -1)).movedim(-1, dim)
+    assert torch.equal(order.sort(dim=dim).values, every)
+    got, want = x.gather(dim, order), torch.sort(x, dim=dim).values
+    assert torch.equal(torch.nan_to_num(got.double(), nan=7e7), torch.nan_to_num(want.double(), nan=7e7))

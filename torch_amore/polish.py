@@ -29,6 +29,7 @@ from torch_amore.cuts import short_cut
 from torch_amore.masks import rule_masks
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules import Rule, RuleSet
+from torch_amore.sorting import argsort_values
 
 __all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
 
@@ -37,15 +38,16 @@ _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - s
 
 
 class SortedColumns:
-    """Per column of ``X``: the ascending order (stable, NaN last), the sorted values (NaN as ``+inf``: one run, no
-    cut inside it), which of them are observed, the target flags in that order and the allowed cut positions (0, N
-    and between distinct values). One argsort per column, cached; new columns are sorted together.
+    """Per column of ``X``: an ascending order (ties in any order, NaN last), the sorted values (NaN as ``+inf``: one
+    run, no cut inside it), which of them are observed, the target flags in that order and the allowed cut positions
+    (0, N and between distinct values). One argsort per column, cached; new columns are sorted together. Cuts fall
+    only between distinct values, so the order within a tie changes nothing.
 
     Example:
         >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
         >>> t = SortedColumns(X, torch.tensor([True, False, False])).get([0, 1])
-        >>> t["order"].tolist(), t["allowed"][1].tolist()
-        ([[1, 2, 0], [0, 2, 1]], [True, False, True, True])
+        >>> t["order"][0].tolist(), t["values"][1].tolist(), t["allowed"][1].tolist()
+        ([1, 2, 0], [1.0, 1.0, inf], [True, False, True, True])
     """
 
     _FIELDS = ("order", "values", "observed", "hit", "allowed")
@@ -62,7 +64,7 @@ class SortedColumns:
         new = sorted({c for c in cols if c not in self._slot})
         if new:
             values = self.X[:, new].to(self.dtype).t()
-            order = torch.argsort(values, dim=1, stable=True)
+            order = argsort_values(values, dim=1)  # ties in any order: cuts fall only between distinct values
             values = values.gather(1, order)
             observed = ~torch.isnan(values)
             values = values.masked_fill(~observed, math.inf)
