@@ -26,8 +26,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -222,3 +226,17 @@ TASKS: dict[str, Callable[[], Task]] = {
     "tox21_ahr": lambda: tox21("NR-AhR"),
     "box": planted_box,
 }
+
+
+def latent_like(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X float32 (n, f), target): Gaussian, the first half of the columns ReLU-clipped, a planted box on columns
+    f // 3 and 2f // 3 with 10 % label noise (the latent-like layer of bench_exact and bench_versions)."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, f)).astype(np.float32)
+    X[:, : f // 2] = np.maximum(X[:, : f // 2], 0)
+    a, b = f // 3, (2 * f) // 3
+    box = (X[:, a] > 0.3) & (X[:, a] < 1.8) & (X[:, b] > -1.0) & (X[:, b] < 0.6)
+    target = box ^ (rng.random(n) < 0.1)
+    return torch.from_numpy(X), torch.from_numpy(target)

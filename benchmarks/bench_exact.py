@@ -25,24 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _tasks  # noqa: E402
+from _tasks import latent_like  # noqa: E402
 
 import torch_amore  # noqa: E402
 from torch_amore import seeding  # noqa: E402
-
-
-def latent_like(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, f)).astype(np.float32)
-    X[:, : f // 2] = np.maximum(X[:, : f // 2], 0)
-    a, b = f // 3, (2 * f) // 3
-    box = (X[:, a] > 0.3) & (X[:, a] < 1.8) & (X[:, b] > -1.0) & (X[:, b] < 0.6)
-    target = box ^ (rng.random(n) < 0.1)
-    return torch.from_numpy(X), torch.from_numpy(target)
 
 
 def timed(fn) -> tuple[float, object]:

@@ -37,9 +37,7 @@ def _load(name: str):
     import _tasks
 
     if name == "latent_10k":
-        from bench_exact import latent_like
-
-        X, target = latent_like(10_000, 128)
+        X, target = _tasks.latent_like(10_000, 128)
         return X, target, {"max_length": 2, "min_support": 100}
     if name.startswith("diabetes_l"):
         task = _tasks.diabetes(1 if name == "diabetes_l1" else 3)
