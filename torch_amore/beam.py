@@ -449,57 +449,52 @@ def _best_block(
     """:func:`best_intervals_dense` on one block of rows (few tensor ops: the beam calls it once per condition and
     round of refinement)."""
     n_feat, width = tot.shape
-    n_k = len(kappas)
     device = tot.device
     # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), computed in int64
     # and held in float64 (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; float32 is exact
     # while |weights| < 2**24: twice as fast on the big tables of small data. A start s and an end e (prefix indices,
-    # 0..G) delimit the grids s..e-1. Several kappas: each row repeated per kappa (rows r * K + q), all in 2-D.
+    # 0..G) delimit the grids s..e-1. Tables are (R, K, G+1), one plane per kappa; what does not depend on kappa
+    # (prefix counts, the last start keeping min_support, which starts and ends qualify) is (R, G+1), computed once.
     fdt = torch.float32 if 2000 * max_count < (1 << 24) else work_dtype(device)
-    ks = [round(1000 * kp) for kp in kappas]
-    if n_k == 1:
-        k = ks[0]
-    else:
-        tot, tgt, n_bins = (t.repeat_interleave(n_k, 0) for t in (tot, tgt, n_bins))
-        is_cat = is_cat.repeat_interleave(n_k, 0) if any_cat else is_cat
-        k = torch.tensor(ks, device=device).repeat(n_feat)[:, None]
+    k = torch.tensor([round(1000 * kp) for kp in kappas], device=device)[None, :, None]  # (1, K, 1)
+    shape = (n_feat, len(kappas), width + 1)
     ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
     cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
     nb = n_bins[:, None]
     total = cb.gather(1, nb)  # (R, 1) the node's non-missing samples
-    pw = (ct * 1000 - cb * k).to(fdt)
-    run_min, arg_min = torch.cummin(pw, dim=1)
-    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # (R, G+1) the last start with support >= s_min
-    m = last.clamp(min=0)
+    last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start with support >= s_min
+    m = last.clamp(min=0)[:, None, :].expand(shape)
+    pw = (ct[:, None, :] * 1000 - cb[:, None, :] * k).to(fdt)  # (R, K, G+1)
+    run_min, arg_min = torch.cummin(pw, dim=2)
     # ends that leave out some sample after them: the best start is a prefix minimum
-    value = (pw - run_min.gather(1, m)).masked_fill_(~((last >= 0) & (cb < total)), -math.inf)
-    best_val, best_end = value.max(dim=1, keepdim=True)  # (R, 1)
-    best_start = arg_min.gather(1, m.gather(1, best_end))
+    ends = ((last >= 0) & (cb < total))[:, None, :]
+    value = (pw - run_min.gather(2, m)).masked_fill_(~ends, -math.inf)
+    best_val, best_end = value.max(dim=2, keepdim=True)  # (R, K, 1)
+    best_start = arg_min.gather(2, m.gather(2, best_end))
     # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
-    starts = (cb > 0) & (torch.arange(width + 1, device=device) <= last.gather(1, nb))
-    tail_min, tail_start = pw.masked_fill(~starts, math.inf).min(dim=1, keepdim=True)
-    tail_val = pw.gather(1, nb) - tail_min
+    starts = ((cb > 0) & (torch.arange(width + 1, device=device) <= last.gather(1, nb)))[:, None, :]
+    tail_min, tail_start = pw.masked_fill(~starts, math.inf).min(dim=2, keepdim=True)
+    tail_val = pw.gather(2, nb[:, None, :].expand(n_feat, len(kappas), 1)) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     best_start = torch.where(use_tail, tail_start, best_start)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    g_low = best_start.masked_fill(cb.gather(1, best_start) == 0, 0)
-    g_high = torch.where(use_tail | (cb.gather(1, best_end) == total), nb, best_end) - 1
+    cbk, ctk = cb[:, None, :].expand(shape), ct[:, None, :].expand(shape)
+    g_low = best_start.masked_fill(cbk.gather(2, best_start) == 0, 0)
+    g_high = torch.where(use_tail | (cbk.gather(2, best_end) == total[:, None, :]), nb[:, None, :], best_end) - 1
     if any_cat:  # categorical features: single categories only
-        w = (tgt * 1000 - tot * k).to(fdt)  # (R, G)
+        w = (tgt[:, None, :] * 1000 - tot[:, None, :] * k).to(fdt)  # (R, K, G)
         fits = (tot >= min_support) & (tot < cb[:, -1:])  # a category holding every non-missing sample: no condition
-        cat_val, cat_best = w.masked_fill(~fits, -math.inf).max(dim=1, keepdim=True)
-        cat = is_cat[:, None]
+        cat_val, cat_best = w.masked_fill(~fits[:, None, :], -math.inf).max(dim=2, keepdim=True)
+        cat = is_cat[:, None, None]
         best_val = torch.where(cat, cat_val, best_val)
         g_low = torch.where(cat, cat_best, g_low)
         g_high = torch.where(cat, cat_best, g_high)
     valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
     g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
-    edges = torch.cat([g_low, g_high + 1], 1)
-    hits, support = (c.gather(1, edges).diff(dim=1) for c in (ct, cb))
-    if n_k == 1:  # already (F, 1)
-        return DenseBest(g_low, g_high, hits, support, valid)
-    return DenseBest(*(t.view(n_feat, n_k) for t in (g_low, g_high, hits, support, valid)))
+    edges = torch.cat([g_low, g_high + 1], 2)
+    hits, support = (c.gather(2, edges).diff(dim=2) for c in (ctk, cbk))
+    return DenseBest(*(t[:, :, 0] for t in (g_low, g_high, hits, support, valid)))
 
 
 def confidence_kappa(min_confidence: float) -> float:
