@@ -402,9 +402,17 @@ def _triples(ctx, nodes, target, ctot, pool, kth, budget_left: int):
 
 
 def exact_search(
-    binned: Binned, target: torch.Tensor, *, max_length: int, min_support: int, top_k: int, budget: int
+    binned: Binned,
+    target: torch.Tensor,
+    *,
+    max_length: int,
+    min_support: int,
+    top_k: int,
+    budget: int,
+    grid_counts: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> ExactResult:
-    """The ``top_k`` best rule sets of at most ``max_length`` (1 to 3) conditions on ``binned``'s grid.
+    """The ``top_k`` best rule sets of at most ``max_length`` (1 to 3) conditions on ``binned``'s grid
+    (``grid_counts``: its per-grid counts of all and of the target samples, when the caller has them already).
 
     Raises ``ValueError`` before any heavy work when ``max_length > 3`` or when the estimated work
     (:func:`estimate_cost`) exceeds ``budget``.
@@ -421,7 +429,7 @@ def exact_search(
     n_feat = binned.codes.shape[1]
     n_rows = D.global_count(binned.codes.shape[0])
     cost = check_budget(n_rows, n_feat, binned.n_bins_max, max_length, budget)
-    grid = compress(binned, target)
+    grid = compress(binned, target, grid_counts)
     n_target = int(D.all_reduce_sum(target.sum()))
     device = grid.codes_t.device
     s, e = intervals(grid.n_max, device)

@@ -45,26 +45,32 @@ class ExactGrid:
     n_rows: int
 
 
-def compress(binned: Binned, target: torch.Tensor) -> ExactGrid:
-    """Merge each feature's empty grids (counted over all ranks) and recode the samples."""
+def compress(
+    binned: Binned, target: torch.Tensor, counts: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> ExactGrid:
+    """Merge each feature's empty grids (counted over all ranks) and recode the samples; ``counts``: the per-grid
+    counts of all and of the target samples (:func:`torch_amore.ratios.grid_counts`) when known."""
     codes = binned.codes
     device = codes.device
     n, n_feat = codes.shape
     width = binned.n_bins_max
-    t_rows = torch.nonzero(target, as_tuple=True)[0]
-    tot = grid_counts(codes, None, width)
-    tgt = grid_counts(codes, t_rows, width)
+    if counts is None:
+        t_rows = torch.nonzero(target, as_tuple=True)[0]
+        counts = grid_counts(codes, None, width), grid_counts(codes, t_rows, width)
+    tot, tgt = counts
     nonempty = tot > 0
     n_bins = nonempty.sum(1)
     n_max = max(1, int(n_bins.max()))
     rank = nonempty.long().cumsum(1) - 1
     index = torch.where(nonempty, rank, torch.full_like(rank, n_max))  # empty grids: a dump column
     lut = torch.cat([index, torch.full((n_feat, 1), n_max, dtype=torch.long, device=device)], 1)
+    flat = lut.to(torch.int32).reshape(-1)  # (feature, code) -> compressed code at feature * (width + 1) + code
+    offsets = torch.arange(n_feat, dtype=torch.int32, device=device)[:, None] * (width + 1)
     codes_t = torch.empty(n_feat, n, dtype=torch.int32, device=device)
     step = max(1, _CHUNK // max(1, n))
     for f0 in range(0, n_feat, step):
-        part = codes[:, f0 : f0 + step].T.long()
-        codes_t[f0 : f0 + step] = lut[f0 : f0 + step].gather(1, part).to(torch.int32)
+        part = torch.add(codes[:, f0 : f0 + step].t(), offsets[f0 : f0 + step])  # int32 (f, n)
+        codes_t[f0 : f0 + step] = flat.index_select(0, part.reshape(-1)).view(part.shape)
     grids = torch.arange(width, device=device).expand(n_feat, width)
     orig = torch.full((n_feat, n_max + 1), -1, dtype=torch.long, device=device)
     orig.scatter_(1, index, torch.where(nonempty, grids, torch.full_like(grids, -1)))

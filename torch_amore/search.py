@@ -175,9 +175,8 @@ class _Extractor:
     def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
         (the first one's fitness) when the search was complete."""
-        found = exact_search(
-            self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k, budget=budget
-        )
+        found = exact_search(self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k,
+                             budget=budget, grid_counts=self.root_counts())  # fmt: skip
         optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
         conds = sorted({c for _, _, box in found.boxes for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
