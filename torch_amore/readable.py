@@ -164,10 +164,15 @@ class ReadableRules:
         fidx, cidx, r, g = torch.tensor([v for part in host for v in part], device=X.device).split(
             [nf, nf, len(edges), len(edges)]
         )
+        offsets = torch.arange(0, nf * width, width, device=X.device)
         codes_t = getattr(binned, "codes_t", None)
-        codes = codes_t.index_select(0, fidx) if codes_t is not None else binned.codes.index_select(1, fidx).t()
-        flat = codes.long().add_(torch.arange(0, nf * width, width, device=X.device).unsqueeze(1)).reshape(-1)
-        values = X.index_select(1, cidx).t().to(dt).reshape(-1)
+        if codes_t is not None:  # (k, N): rows of the transposed codes, columns of X as rows
+            codes, values, offsets = codes_t.index_select(0, fidx), X.t().index_select(0, cidx), offsets[:, None]
+        else:  # (N, k): a gather keeps the row-major layout (index_select along dim 1 is several times slower)
+            n = X.shape[0]
+            codes, values = binned.codes.gather(1, fidx.expand(n, nf)), X.gather(1, cidx.expand(n, nf))
+        flat = codes.long().add_(offsets).reshape(-1)
+        values = values.to(dt).reshape(-1)
         lows = torch.full((nf, width), math.inf, dtype=dt, device=X.device)
         highs = torch.full((nf, width), -math.inf, dtype=dt, device=X.device)
         lows.view(-1).scatter_reduce_(0, flat, values, "amin")
