@@ -105,7 +105,8 @@ def _children(
     rank by rank, then node by node (the valid ones)."""
     rows, nodes = level.rows, level.nodes
     per_row = chosen[..., :3].index_select(0, nodes)  # (E, k, 3): feature, g_low, g_high
-    code = binned.codes[rows.unsqueeze(1), per_row[..., 0]]
+    n_feat = binned.codes.shape[1]
+    code = binned.codes.reshape(-1).take(rows.unsqueeze(1) * n_feat + per_row[..., 0])  # (E, k): 2x advanced indexing
     inside = (code >= per_row[..., 1]) & (code <= per_row[..., 2]) & valid.index_select(0, nodes)
     rank, entry = torch.nonzero(inside.T, as_tuple=True)
     number = valid.T.reshape(-1).cumsum(0) - 1  # children's numbers, rank by rank
