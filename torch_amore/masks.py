@@ -35,7 +35,7 @@ def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
                            else [nan, nan, r.value, r.feature] for r in rules], dtype=torch.float64,
                           device=X.device)  # fmt: skip
     low, high, value, feature = bounds.unsqueeze(2).unbind(1)
-    cols = X.index_select(1, feature.view(-1).long()).t().to(torch.float64)
+    cols = X.t().index_select(0, feature.view(-1).long()).to(torch.float64)  # (R, N); along dim 1: 3x slower
     interval = (cols >= low) & ~(cols >= high)  # NaN never reaches low; an open top bounds nothing
     return torch.where(torch.isnan(value), interval, cols == value)
 

@@ -63,7 +63,7 @@ class SortedColumns:
         just sort the new ones)."""
         new = sorted({c for c in cols if c not in self._slot})
         if new:
-            values = self.X[:, new].to(self.dtype).t()
+            values = self.X.t().index_select(0, torch.tensor(new, device=self.X.device)).to(self.dtype)
             order = argsort_values(values, dim=1)  # ties in any order: cuts fall only between distinct values
             values = values.gather(1, order)
             observed = ~torch.isnan(values)
