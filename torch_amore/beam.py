@@ -842,7 +842,8 @@ class BeamSearch:
         # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
         codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
         codes = (codes + offsets.to(torch.int32)).unbind(0)
-        bounds = (st[:, : 2 * length] + offsets).T[..., None].unbind(0)  # lows, then highs: (S, 1) each
+        # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
+        bounds = (st[:, : 2 * length] + offsets).to(torch.int32).T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         kappas = obj.kappas(False)
@@ -870,7 +871,7 @@ class BeamSearch:
                 score = torch.where(better, found[:, 0], score)
                 new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
                 st.index_copy_(1, cols[k], new)
-                lo_hi = new[:, :2] + offsets
+                lo_hi = (new[:, :2] + offsets).to(torch.int32)
                 sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:])
                 changed |= better
             if r >= 1:  # after the second round and each one after it: the result, and whether it changed
