@@ -209,10 +209,10 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
     """Every tight, non-idle rule set of the rows ``(pair p, interval i of j)`` reaching ``kth``, as pool rows."""
     s, e = ctx.s, ctx.e
     sj, ej = s[i], e[i]
-    cbk = (ctot[p, ej] - ctot[p, sj]).long()  # (R, W) cumulative over k's grids
-    ctk = (ctgt[p, ej] - ctgt[p, sj]).long()
-    face_lo = ctot[p, sj + 1] - ctot[p, sj]  # the rows of j's first grid
-    face_hi = ctot[p, ej] - ctot[p, ej - 1]
+    cbk = _interval_rows(ctot, p, sj, ej).long()  # (R, W) cumulative over k's grids
+    ctk = _interval_rows(ctgt, p, sj, ej).long()
+    face_lo = _interval_rows(ctot, p, sj, sj + 1)  # the rows of j's first grid
+    face_hi = _interval_rows(ctot, p, ej - 1, ej)
     sup = cbk[:, e] - cbk[:, s]
     hits = ctk[:, e] - ctk[:, s]
     value = 2 * hits - sup
@@ -227,6 +227,15 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
         torch.where(swap, a, b) for a, b in zip(first, second)
     ]
     return _rows(value[rr, ik], hits[rr, ik], sup[rr, ik], conds, ctx.n_cond)
+
+
+def _interval_rows(c: torch.Tensor, p: torch.Tensor, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``c[p, e] - c[p, s]`` for cumulative 2-D counts ``c`` (P, W, W): per entry, the cumulative counts over the
+    second feature's grids of the samples in the first feature's grids ``s..e-1``. Rows taken by ``index_select`` on
+    the flattened counts (several times faster than advanced indexing on CPU)."""
+    flat = c.reshape(-1, c.shape[2])
+    base = p * c.shape[1]
+    return flat.index_select(0, base + e) - flat.index_select(0, base + s)
 
 
 def _promising_order(val1: torch.Tensor) -> torch.Tensor:
@@ -255,8 +264,7 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
             kept.append((ctot, ctgt))
         row_ok = alive[j_c] & (ctx.hits1[j_c] >= _bar(kth))  # optimistic estimate: a pair never beats its hits
         p, i = torch.nonzero(row_ok, as_tuple=True)
-        cb_rows = ctot[p, ctx.e[i]] - ctot[p, ctx.s[i]]  # (R, W) cumulative over k's grids
-        ct_rows = ctgt[p, ctx.e[i]] - ctgt[p, ctx.s[i]]
+        cb_rows, ct_rows = (_interval_rows(c, p, ctx.s[i], ctx.e[i]) for c in (ctot, ctgt))  # (R, W) over k's grids
         # a cheap bound first (the sum of the grids of positive value), the exact row bound on those it keeps
         gain = (2 * ct_rows.diff(dim=1) - cb_rows.diff(dim=1)).clamp_(min=0).sum(1)
         hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
