@@ -231,11 +231,11 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
 
 def _interval_rows(c: torch.Tensor, p: torch.Tensor, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """``c[p, e] - c[p, s]`` for cumulative 2-D counts ``c`` (P, W, W): per entry, the cumulative counts over the
-    second feature's grids of the samples in the first feature's grids ``s..e-1``. Rows taken by ``index_select`` on
-    the flattened counts (several times faster than advanced indexing on CPU)."""
+    second feature's grids of the samples in the first feature's grids ``s..e-1``. Rows taken from the flattened
+    counts by one index each (faster on CPU than indexing two dimensions, or than ``index_select``)."""
     flat = c.reshape(-1, c.shape[2])
     base = p * c.shape[1]
-    return flat.index_select(0, base + e) - flat.index_select(0, base + s)
+    return flat[base + e] - flat[base + s]
 
 
 def _promising_order(val1: torch.Tensor) -> torch.Tensor:
@@ -264,12 +264,14 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
             kept.append((ctot, ctgt))
         row_ok = alive[j_c] & (ctx.hits1[j_c] >= _bar(kth))  # optimistic estimate: a pair never beats its hits
         p, i = torch.nonzero(row_ok, as_tuple=True)
-        cb_rows, ct_rows = (_interval_rows(c, p, ctx.s[i], ctx.e[i]) for c in (ctot, ctgt))  # (R, W) over k's grids
-        # a cheap bound first (the sum of the grids of positive value), the exact row bound on those it keeps
-        gain = (2 * ct_rows.diff(dim=1) - cb_rows.diff(dim=1)).clamp_(min=0).sum(1)
+        # a cheap bound first (the sum of the grids of positive value, from the per-grid values 2 * hits - support
+        # cumulated over j's grids only), then the exact row bound on the rows it keeps
+        cell_value = 2 * ctgt.diff(dim=2) - ctot.diff(dim=2)  # (P, W + 1, W)
+        gain = _interval_rows(cell_value, p, ctx.s[i], ctx.e[i]).clamp_(min=0).sum(1)
         hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
         p, i = p[hopeful], i[hopeful]
-        bounds = _row_bounds(cb_rows[hopeful], ct_rows[hopeful], ctx.min_support)
+        cb_rows, ct_rows = (_interval_rows(c, p, ctx.s[i], ctx.e[i]) for c in (ctot, ctgt))  # (R, W) over k's grids
+        bounds = _row_bounds(cb_rows, ct_rows, ctx.min_support)
         best = torch.argsort(bounds, descending=True, stable=True)
         p, i, bounds = p[best], i[best], bounds[best]
         batch, start = 64, 0  # small first: the best rows usually hold the winners, and lift kth for the rest

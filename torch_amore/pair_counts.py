@@ -142,7 +142,7 @@ class PairCounts:
                         idx.view(-1), minlength=(q1 - q) * cells
                     )
                 a += 1
-        return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1].contiguous())
+        return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])  # a view: cumulate copies it once
 
     def prefix(
         self, order: torch.Tensor, p0: int, p1: int
@@ -223,5 +223,6 @@ def cumulate(h: torch.Tensor, small: bool = False) -> torch.Tensor:
     """(P, A + 1, B + 1) 2-D prefix sums of counts (P, A, B), zero-padded (int32 when ``small``)."""
     dt = torch.int32 if small else torch.long
     out = torch.zeros(h.shape[0], h.shape[1] + 1, h.shape[2] + 1, dtype=dt, device=h.device)
-    out[:, 1:, 1:] = h.to(dt).cumsum(2, dtype=dt).cumsum(1, dtype=dt)
+    inner = out[:, 1:, 1:]
+    inner.copy_(h).cumsum_(2).cumsum_(1)  # in place: no temporaries
     return out
