@@ -96,6 +96,7 @@ class PairCounts:
     def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
         self.grid = grid
         self.t_cols = torch.nonzero(target, as_tuple=True)[0]
+        self.o_cols = None  # the other samples, for the bincount path: target and others are counted apart
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
         # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
@@ -112,7 +113,7 @@ class PairCounts:
     def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The codes with features in ``order`` (of the samples ``cols``), and times ``n_max + 1`` (cached)."""
         cache = self.__dict__.setdefault("_ordered_codes", {})
-        key = cols is None
+        key = None if cols is None else id(cols)
         if key not in cache or cache[key][0] is not order:
             codes = self.grid.codes_t.index_select(0, order)
             codes = codes if cols is None else codes[:, cols]
@@ -155,7 +156,11 @@ class PairCounts:
         if self._gram is not None:
             tot, tgt = (g[j, :, k, :] for g in self._gram)
         else:
-            tot, tgt = self._bincount(order, p0, p1, None), self._bincount(order, p0, p1, self.t_cols)
+            if self.o_cols is None:
+                self.o_cols = torch.nonzero(self.grid.codes_t.new_ones(self.grid.codes_t.shape[1], dtype=torch.bool)
+                                            .index_fill_(0, self.t_cols, False), as_tuple=True)[0]  # fmt: skip
+            tgt = self._bincount(order, p0, p1, self.t_cols)
+            tot = tgt + self._bincount(order, p0, p1, self.o_cols)  # each sample counted once
         small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
         return j, k, cumulate(tot, small), cumulate(tgt, small)
 
