@@ -5,14 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torch_amore import pair_counts
 from torch_amore.binning import bin_features
 from torch_amore.pair_counts import PairCounts, compress
 
 
+@pytest.mark.parametrize("chunk", [None, 1800])
 @pytest.mark.parametrize(("n_feat", "n_grids"), [(3, 4), (45, 6), (12, 20)])
-def test_pair_counts_equal_counting_each_pair(n_feat: int, n_grids: int) -> None:
+def test_pair_counts_equal_counting_each_pair(n_feat: int, n_grids: int, chunk: int | None, monkeypatch) -> None:
     """Product path (few grids; 45 x 7 columns span several blocks of the symmetric gram) and bincount path (20
-    grids), with missing values, against a literal count of each pair's cells."""
+    grids: all pairs in one bincount, or with a small ``chunk`` anchor by anchor, in pieces), with missing values,
+    against a literal count of each pair's cells."""
+    if chunk is not None:
+        monkeypatch.setattr(pair_counts, "_CHUNK", chunk)
     g = torch.Generator().manual_seed(n_feat)
     X = torch.randint(0, n_grids, (900, n_feat), generator=g).double()
     X[torch.rand(X.shape, generator=g) < 0.05] = float("nan")

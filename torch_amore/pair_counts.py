@@ -127,6 +127,12 @@ class PairCounts:
         n_feat, n = codes.shape
         wd = self.grid.n_max + 1
         cells = wd * wd
+        if (p1 - p0) * n <= _CHUNK:  # small: every pair in one bincount (few operations; rows gathered)
+            a, b = torch.triu_indices(n_feat, n_feat, 1, device=codes.device)[:, p0:p1]
+            off = torch.arange(p1 - p0, device=codes.device, dtype=torch.int32)[:, None] * cells
+            idx = (codes.index_select(0, b) + scaled.index_select(0, a)).add_(off)
+            out = torch.bincount(idx.view(-1), minlength=(p1 - p0) * cells)
+            return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
             off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
