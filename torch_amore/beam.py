@@ -435,6 +435,12 @@ def best_intervals_dense(
     return DenseBest.cat(parts)
 
 
+@functools.lru_cache(maxsize=64)
+def _kappa_weights(kappas: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """(1, K, 1) integer weights ``round(1000 * kappa)`` (cached: one tensor per kappas and device)."""
+    return torch.tensor([round(1000 * kp) for kp in kappas], device=device).view(1, -1, 1)
+
+
 def _best_block(
     tot: torch.Tensor,
     tgt: torch.Tensor,
@@ -456,45 +462,45 @@ def _best_block(
     # 0..G) delimit the grids s..e-1. Tables are (R, K, G+1), one plane per kappa; what does not depend on kappa
     # (prefix counts, the last start keeping min_support, which starts and ends qualify) is (R, G+1), computed once.
     fdt = torch.float32 if 2000 * max_count < (1 << 24) else work_dtype(device)
-    k = torch.tensor([round(1000 * kp) for kp in kappas], device=device)[None, :, None]  # (1, K, 1)
-    shape = (n_feat, len(kappas), width + 1)
+    k = _kappa_weights(tuple(kappas), device)  # (1, K, 1)
     ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
     cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
-    nb = n_bins[:, None]
+    nb = n_bins.unsqueeze(1)
     total = cb.gather(1, nb)  # (R, 1) the node's non-missing samples
     last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start with support >= s_min
-    m = last.clamp(min=0)[:, None, :].expand(shape)
-    pw = (ct[:, None, :] * 1000 - cb[:, None, :] * k).to(fdt)  # (R, K, G+1)
+    m = last.clamp(min=0).unsqueeze(1)  # (R, 1, G+1); take_along_dim broadcasts it over the kappas
+    ct3, cb3 = ct.unsqueeze(1), cb.unsqueeze(1)  # (R, 1, G+1)
+    pw = (ct3 * 1000 - cb3 * k).to(fdt)  # (R, K, G+1)
     run_min, arg_min = torch.cummin(pw, dim=2)
     # ends that leave out some sample after them: the best start is a prefix minimum
-    ends = ((last >= 0) & (cb < total))[:, None, :]
-    value = (pw - run_min.gather(2, m)).masked_fill_(~ends, -math.inf)
+    no_end = ((last < 0) | (cb >= total)).unsqueeze(1)
+    value = (pw - torch.take_along_dim(run_min, m, 2)).masked_fill_(no_end, -math.inf)
     best_val, best_end = value.max(dim=2, keepdim=True)  # (R, K, 1)
-    best_start = arg_min.gather(2, m.gather(2, best_end))
+    best_start = arg_min.gather(2, torch.take_along_dim(m, best_end, 2))
     # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
-    starts = ((cb > 0) & (torch.arange(width + 1, device=device) <= last.gather(1, nb)))[:, None, :]
-    tail_min, tail_start = pw.masked_fill(~starts, math.inf).min(dim=2, keepdim=True)
-    tail_val = pw.gather(2, nb[:, None, :].expand(n_feat, len(kappas), 1)) - tail_min
+    no_start = ((cb <= 0) | (torch.arange(width + 1, device=device) > last.gather(1, nb))).unsqueeze(1)
+    tail_min, tail_start = pw.masked_fill(no_start, math.inf).min(dim=2, keepdim=True)
+    nb3 = nb.unsqueeze(1)  # (R, 1, 1)
+    tail_val = torch.take_along_dim(pw, nb3, 2) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     best_start = torch.where(use_tail, tail_start, best_start)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    cbk, ctk = cb[:, None, :].expand(shape), ct[:, None, :].expand(shape)
-    g_low = best_start.masked_fill(cbk.gather(2, best_start) == 0, 0)
-    g_high = torch.where(use_tail | (cbk.gather(2, best_end) == total[:, None, :]), nb[:, None, :], best_end) - 1
+    g_low = best_start.masked_fill(torch.take_along_dim(cb3, best_start, 2) == 0, 0)
+    g_high = torch.where(use_tail | (torch.take_along_dim(cb3, best_end, 2) == total.unsqueeze(1)), nb3, best_end) - 1
     if any_cat:  # categorical features: single categories only
-        w = (tgt[:, None, :] * 1000 - tot[:, None, :] * k).to(fdt)  # (R, K, G)
+        w = (tgt.unsqueeze(1) * 1000 - tot.unsqueeze(1) * k).to(fdt)  # (R, K, G)
         fits = (tot >= min_support) & (tot < cb[:, -1:])  # a category holding every non-missing sample: no condition
-        cat_val, cat_best = w.masked_fill(~fits[:, None, :], -math.inf).max(dim=2, keepdim=True)
-        cat = is_cat[:, None, None]
+        cat_val, cat_best = w.masked_fill(~fits.unsqueeze(1), -math.inf).max(dim=2, keepdim=True)
+        cat = is_cat.view(-1, 1, 1)
         best_val = torch.where(cat, cat_val, best_val)
         g_low = torch.where(cat, cat_best, g_low)
         g_high = torch.where(cat, cat_best, g_high)
     valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
     g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
     edges = torch.cat([g_low, g_high + 1], 2)
-    hits, support = (c.gather(2, edges).diff(dim=2) for c in (ctk, cbk))
-    return DenseBest(*(t[:, :, 0] for t in (g_low, g_high, hits, support, valid)))
+    hits, support = (torch.take_along_dim(c, edges, 2).diff(dim=2) for c in (ct3, cb3))
+    return DenseBest(*(t.squeeze(2) for t in (g_low, g_high, hits, support, valid)))
 
 
 def confidence_kappa(min_confidence: float) -> float:
