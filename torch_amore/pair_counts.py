@@ -19,6 +19,9 @@ from torch_amore.ratios import grid_counts
 
 #: Elements of the temporary tables handled at once.
 _CHUNK = 1 << 22
+#: Up to this many samples the bincount path counts all pairs of a chunk in one call from gathered rows (fewer
+#: operations); above it, pair by pair of an anchor feature from slices (no copies: the passes dominate).
+_FEW_ROWS = 1 << 15
 
 
 @dataclass
@@ -127,7 +130,7 @@ class PairCounts:
         n_feat, n = codes.shape
         wd = self.grid.n_max + 1
         cells = wd * wd
-        if (p1 - p0) * n <= _CHUNK:  # small: every pair in one bincount (few operations; rows gathered)
+        if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
             a, b = torch.triu_indices(n_feat, n_feat, 1, device=codes.device)[:, p0:p1]
             off = torch.arange(p1 - p0, device=codes.device, dtype=torch.int32)[:, None] * cells
             idx = (codes.index_select(0, b) + scaled.index_select(0, a)).add_(off)
