@@ -26,6 +26,8 @@ SEED_GRIDS = 5
 SEED_FEATURES = 64
 #: The seed search runs when N x F (its histogram pass) is at most this.
 SEED_BUDGET = 1 << 26
+#: Values (features x rows) counted at once: bounded working memory.
+_CHUNK = 1 << 22
 
 
 def seed_affordable(n_rows: int, n_features: int) -> bool:
@@ -39,17 +41,24 @@ def seed_affordable(n_rows: int, n_features: int) -> bool:
 
 
 def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(F, W) counts of all and of the target samples (``target_rows``) per fine grid, over all DDP ranks."""
+    """(F, W) counts of all and of the target samples (``target_rows``) per fine grid, over all DDP ranks; features
+    in chunks of about :data:`_CHUNK` values (bounded memory)."""
     width = fine.n_bins_max
-    n_feat = fine.codes_t.shape[0]
-    offsets = torch.arange(n_feat, dtype=torch.int32, device=fine.codes_t.device)[:, None] * (width + 1)
-    idx = torch.add(fine.codes_t, offsets)  # int32 (F, N): half the traffic of int64, and bincount takes it
-    size = n_feat * (width + 1)
-    out = []
-    for part in (idx, idx.index_select(1, target_rows)):
-        counts = torch.bincount(part.reshape(-1), minlength=size)
-        out.append(D.all_reduce_sum(counts.view(n_feat, width + 1)[:, :width].contiguous()))
-    return out[0], out[1]
+    n_feat, n = fine.codes_t.shape
+    device = fine.codes_t.device
+    offsets = torch.arange(n_feat, dtype=torch.int32, device=device)[:, None] * (width + 1)
+    every = torch.zeros(n_feat * (width + 1), dtype=torch.long, device=device)
+    hits = torch.zeros_like(every)
+    step = max(1, _CHUNK // max(1, n))
+    for f0 in range(0, n_feat, step):
+        f1 = min(n_feat, f0 + step)
+        # int32 indices: half the traffic of int64, and bincount takes them
+        idx = torch.add(fine.codes_t[f0:f1], offsets[f0:f1] - f0 * (width + 1))
+        size = (f1 - f0) * (width + 1)
+        part = slice(f0 * (width + 1), f1 * (width + 1))
+        every[part] = torch.bincount(idx.reshape(-1), minlength=size)
+        hits[part] = torch.bincount(idx.index_select(1, target_rows).reshape(-1), minlength=size)
+    return tuple(D.all_reduce_sum(c.view(n_feat, width + 1)[:, :width].contiguous()) for c in (every, hits))
 
 
 def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n_keep: int) -> torch.Tensor:
