@@ -149,7 +149,7 @@ def group_grid_counts(
     offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
     buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
     gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
-    parts = []
+    out = torch.empty(n_features * block, dtype=torch.long, device=codes_t.device)  # filled chunk by chunk: no cat
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
@@ -157,8 +157,7 @@ def group_grid_counts(
             torch.index_select(codes_t[f0:f1], 1, rows, out=got)
             idx = flat.view(f1 - f0, n).copy_(got).add_(base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
-    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+            out[f0 * block : f1 * block] = torch.bincount(flat, minlength=(f1 - f0) * block)
     out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
 
