@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from sync_count import count_syncs
 
 import torch_amore.column_stats as CS
 from torch_amore import distributed as D
@@ -15,9 +16,6 @@ from torch_amore.binning import bin_features, codes_from_thresholds, nan_min_max
 from torch_amore.column_stats import column_stats, original_units
 from torch_amore.options import SearchOptions
 from torch_amore.search import prepare
-
-SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_dim",
-            "aten::unique_consecutive")
 
 
 def _columns(n: int = 600, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -166,26 +164,11 @@ def test_float32_codes_equal_float64_comparisons():
 
 
 def _count(fn) -> tuple[int, int]:
-    """(host syncs, top-level aten ops) of ``fn()``: synchronising aten ops, plus ``Tensor.tolist`` calls (a CPU
-    ``tolist`` leaves no trace in the profiler but is a transfer on an accelerator)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    calls = []
-    original = torch.Tensor.tolist
-
-    def counting(self):
-        calls.append(1)
-        return original(self)
-
-    torch.Tensor.tolist = counting
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    finally:
-        torch.Tensor.tolist = original
-    events = [e for e in prof.events() if e.name.startswith("aten::")]
-    top = sum(1 for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
-    return sum(1 for e in events if e.name in SYNC_OPS) + len(calls), top
+    """(host syncs, top-level aten ops) of ``fn()`` (:func:`sync_count.count_syncs`: synchronising aten ops plus
+    ``Tensor.tolist`` calls)."""
+    with count_syncs() as syncs:
+        fn()
+    return syncs.aten + syncs.tolist, syncs.ops
 
 
 def _task(n_features: int) -> tuple[torch.Tensor, torch.Tensor]:
