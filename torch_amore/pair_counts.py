@@ -99,6 +99,7 @@ class PairCounts:
     def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
         self.grid = grid
         self.t_cols = torch.nonzero(target, as_tuple=True)[0]
+        self.target = target
         self.o_cols = None  # the other samples, for the bincount path: target and others are counted apart
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
@@ -166,8 +167,7 @@ class PairCounts:
             tot, tgt = (g[j, :, k, :] for g in self._gram)
         else:
             if self.o_cols is None:
-                self.o_cols = torch.nonzero(self.grid.codes_t.new_ones(self.grid.codes_t.shape[1], dtype=torch.bool)
-                                            .index_fill_(0, self.t_cols, False), as_tuple=True)[0]  # fmt: skip
+                self.o_cols = torch.nonzero(~self.target, as_tuple=True)[0]
             tgt = self._bincount(order, p0, p1, self.t_cols)
             tot = tgt + self._bincount(order, p0, p1, self.o_cols)  # each sample counted once
         small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
