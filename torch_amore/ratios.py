@@ -14,14 +14,17 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.threads import parallel_pass
 
-#: Bytes of temporaries (gathered codes and their bin indices) per chunk of one counting pass: bounds the extra memory
-#: of a pass while keeping the number of chunks (and of tensor operations) small.
+#: Bytes of temporaries (gathered codes and their bin indices) per chunk of one counting pass: about the size of the
+#: binned data as float32 (``4 * codes.numel()``) within these bounds. This bounds the extra memory of a pass in
+#: proportion to the data (small data: at most the floor) while keeping the chunks (and tensor operations) few.
 _PASS_BYTES = 1 << 27
+_PASS_BYTES_MIN = 1 << 25
 
 
-def _chunk(n: int, bytes_per_element: int) -> int:
-    """Features per chunk of a pass over ``n`` samples."""
-    return max(1, _PASS_BYTES // (bytes_per_element * max(n, 1)))
+def _chunk(n: int, bytes_per_element: int, n_values: int) -> int:
+    """Features per chunk of a pass over ``n`` samples of codes with ``n_values`` entries."""
+    budget = min(_PASS_BYTES, max(_PASS_BYTES_MIN, 4 * n_values))
+    return max(1, budget // (bytes_per_element * max(n, 1)))
 
 
 def _index_dtype(n_bins: int) -> torch.dtype:
@@ -55,7 +58,7 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     if n == 0 or n_features == 0:
         out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
         return D.all_reduce_sum(out[:, :n_bins_max])
-    step = min(n_features, _chunk(n, 4))
+    step = min(n_features, _chunk(n, 4, codes.numel()))
     dtype = _index_dtype(step * width)
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
     buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
@@ -96,7 +99,7 @@ def node_grid_counts(
     block = n_nodes * width  # one feature's bins over all nodes
     if n == 0 or n_features == 0:
         return D.all_reduce_sum(torch.zeros(n_nodes, n_features, n_bins_max, dtype=torch.long, device=codes.device))
-    step = min(n_features, _chunk(n, 4 + codes.element_size()))
+    step = min(n_features, _chunk(n, 4 + codes.element_size(), codes.numel()))
     dtype = _index_dtype(step * block)
     node_base = (nodes.to(dtype) * width).unsqueeze(1)
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
@@ -143,13 +146,14 @@ def group_grid_counts(
     block = n_groups * width  # one feature's bins over all groups
     if n == 0 or n_features == 0:
         return D.all_reduce_sum(torch.zeros(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device))
-    step = min(n_features, _chunk(n, 4 + codes_t.element_size()))
+    step = min(n_features, _chunk(n, 4 + codes_t.element_size(), codes_t.numel()))
     dtype = _index_dtype(step * block)
     base = groups.to(dtype) * width
     offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
     buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
     gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
-    out = torch.empty(n_features * block, dtype=torch.long, device=codes_t.device)  # filled chunk by chunk: no cat
+    # filled chunk by chunk in its final (group, feature, grid) layout: no concatenation and no permuted copy
+    out = torch.empty(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device)
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
@@ -157,9 +161,9 @@ def group_grid_counts(
             torch.index_select(codes_t[f0:f1], 1, rows, out=got)
             idx = flat.view(f1 - f0, n).copy_(got).add_(base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            out[f0 * block : f1 * block] = torch.bincount(flat, minlength=(f1 - f0) * block)
-    out = out.view(n_features, n_groups, width).permute(1, 0, 2)[:, :, :n_bins_max]
-    return D.all_reduce_sum(out.contiguous())
+            counts = torch.bincount(flat, minlength=(f1 - f0) * block).view(f1 - f0, n_groups, width)
+            out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
+    return D.all_reduce_sum(out)
 
 
 def probability_ratios(
