@@ -677,8 +677,11 @@ def fetch_length(width: int, n_kappas: int) -> int:
     return (width + 2) * n_kappas
 
 
-#: Elements of the (conditions x states x samples) tables of one refinement batch (about 1 GiB of working memory).
+#: Elements of the (conditions x states x samples) tables of one refinement batch: a quarter of the binned data's
+#: values within these bounds (about 15 bytes of working memory each: about half of X's bytes, at least 60 MiB and
+#: at most 2 GiB).
 _REFINE_BUDGET = 1 << 27
+_REFINE_BUDGET_MIN = 1 << 22
 
 
 class BeamSearch:
@@ -706,7 +709,9 @@ class BeamSearch:
         self.beam_width = beam_width
         self.width = fine.n_bins_max
         self.n_rows = D.global_count(fine.codes.shape[0])  # a bound on every count (host-known: no sync)
-        self.budget = table_budget(self.n_rows * len(fine.columns))  # small data: small tables
+        n_values = self.n_rows * len(fine.columns)
+        self.budget = table_budget(n_values)  # small data: small tables
+        self.refine_budget = min(_REFINE_BUDGET, max(_REFINE_BUDGET_MIN, n_values // 4))
         host = getattr(fine, "is_cat_host", None)
         self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
@@ -732,12 +737,16 @@ class BeamSearch:
         device = fine.codes_t.device
         n = fine.codes_t.shape[1]
         length = max(len(c) for c in nodes)
-        pad = [(0, -1, 1 << 30)] * length  # a condition every code satisfies
-        table = torch.tensor([list(c) + pad[len(c) :] for c in nodes], device=device).view(len(nodes), length, 3)
+        dtype = fine.codes_t.dtype
+        pad = [(0, 0, torch.iinfo(dtype).max)] * length  # a condition every code satisfies
+        rows = [list(c) + pad[len(c) :] for c in nodes]
+        feats = torch.tensor([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
+        # bounds in the codes' dtype: a comparison of mixed integer dtypes is several times slower
+        bounds = torch.tensor([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
         mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
         for m in range(length):
-            c = fine.codes_t.index_select(0, table[:, m, 0])
-            mask &= (c >= table[:, m, 1:2]) & (c <= table[:, m, 2:3])
+            c = fine.codes_t.index_select(0, feats[:, m])
+            mask &= (c >= bounds[:, 2 * m : 2 * m + 1]) & (c <= bounds[:, 2 * m + 1 : 2 * m + 2])
         return mask
 
     def _node_rows(self, nodes: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -865,7 +874,7 @@ class BeamSearch:
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
         n_rows = self.fine.codes_t.shape[1]
-        per_call = max(1, _REFINE_BUDGET // (len(states[0].conds) * max(1, n_rows)))
+        per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
         if len(states) > per_call:  # bounded working memory: states in batches
             return [
                 s

@@ -104,10 +104,12 @@ def _children(
     """Rows of every child (its parent's rows inside the interval) in one pass (one sync). Children are numbered
     rank by rank, then node by node (the valid ones)."""
     rows, nodes = level.rows, level.nodes
-    per_row = chosen[..., :3].index_select(0, nodes)  # (E, k, 3): feature, g_low, g_high
-    n_feat = binned.codes.shape[1]
-    code = binned.codes.reshape(-1).take(rows.unsqueeze(1) * n_feat + per_row[..., 0])  # (E, k): 2x advanced indexing
-    inside = (code >= per_row[..., 1]) & (code <= per_row[..., 2]) & valid.index_select(0, nodes)
+    codes = binned.codes
+    feature = chosen[..., 0].index_select(0, nodes)  # (E, k)
+    # the bounds in the codes' dtype: comparisons of mixed dtypes are several times slower
+    low, high = chosen[..., 1:3].to(codes.dtype).index_select(0, nodes).unbind(-1)
+    code = codes.reshape(-1).take(rows.unsqueeze(1) * codes.shape[1] + feature)  # (E, k): 2x advanced indexing
+    inside = (code >= low) & (code <= high) & valid.index_select(0, nodes)
     rank, entry = torch.nonzero(inside.T, as_tuple=True)
     number = valid.T.reshape(-1).cumsum(0) - 1  # children's numbers, rank by rank
     return rows[entry], number[rank * valid.shape[0] + nodes[entry]]
