@@ -1009,7 +1009,7 @@ class BeamSearch:
         if todo:
             todo = sorted(todo)
             masks = self._node_masks(todo)
-            both = D.all_reduce_sum(torch.stack([(masks & self.target).sum(1), masks.sum(1)]))
+            both = D.all_reduce_sum(torch.stack([_count_true(masks & self.target), _count_true(masks)]))
             for conds, h, n in zip(todo, *both.tolist()):
                 found[conds] = _State(conds, h, n)
         out: dict[tuple, _State] = {}
@@ -1027,6 +1027,14 @@ class BeamSearch:
                         break
             out.setdefault(state.conds, state)
         return list(out.values())
+
+
+def _count_true(masks: torch.Tensor) -> torch.Tensor:
+    """Per row of (R, N) bool ``masks``, its number of True as int64: summed as bytes into int32 where that cannot
+    overflow (twice as fast on CPU as summing the bools)."""
+    if masks.shape[1] >= 2**31:
+        return masks.sum(1)
+    return masks.view(torch.uint8).sum(1, dtype=torch.int32).long()
 
 
 def _best_of_row(

@@ -172,12 +172,14 @@ class ReadableRules:
             n = X.shape[0]
             codes, values = binned.codes.gather(1, fidx.expand(n, nf)), X.gather(1, cidx.expand(n, nf))
         flat = codes.long().add_(offsets).reshape(-1)
-        values = values.to(dt).reshape(-1)
-        lows = torch.full((nf, width), math.inf, dtype=dt, device=X.device)
-        highs = torch.full((nf, width), -math.inf, dtype=dt, device=X.device)
+        # minima and maxima in X's own floating dtype (exact: they are values of X), converted once at the end
+        vdt = X.dtype if X.is_floating_point() else dt
+        values = values.to(vdt).reshape(-1)
+        lows = torch.full((nf, width), math.inf, dtype=vdt, device=X.device)
+        highs = torch.full((nf, width), -math.inf, dtype=vdt, device=X.device)
         lows.view(-1).scatter_reduce_(0, flat, values, "amin")
         highs.view(-1).scatter_reduce_(0, flat, values, "amax")
-        lows, highs = lows[:, :-1], highs[:, :-1]
+        lows, highs = lows[:, :-1].to(dt), highs[:, :-1].to(dt)
         if D.is_sharded():  # reduced over the shards of a DDP run
             lows, highs = D.all_reduce_min(lows.contiguous()), D.all_reduce_max(highs.contiguous())
         above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
