@@ -69,6 +69,31 @@ def test_fine_grid_thresholds_agree_with_codes(dtype):
         assert (codes[~ok, f] == fine.nan_code).all()
 
 
+@pytest.mark.parametrize("chunk", [None, 700])  # one chunk; several, the last one shorter
+def test_fine_codes_of_numeric_and_categorical_columns_with_missing_values(monkeypatch, chunk):
+    from torch_amore import beam
+
+    if chunk is not None:
+        monkeypatch.setattr(beam, "_FINE_CHUNK", chunk)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(1000, 3, generator=g)
+    X[:, 1] = torch.randint(0, 4, (1000,), generator=g).float() * 2.5  # a categorical column
+    X[::7, 1] = float("nan")
+    X[::11, 0] = float("nan")
+    base = bin_features(X, [0, 1, 2], ["float", "cat", "float"], n_grids=5)
+    fine = fine_binning(X, base, n_fine=64)
+    codes = fine.codes.long()
+    missing = torch.isnan(X)
+    assert (codes[missing] == fine.nan_code).all() and fine.nan_code == 64
+    # categorical: the base binning's categories; numeric: floor((x - min) * 64 / (max - min)) clamped to 0..63
+    assert torch.equal(codes[~missing[:, 1], 1], base.codes[~missing[:, 1], 1].long())
+    for f in (0, 2):
+        x = X[~missing[:, f], f].double()
+        lo, hi = x.min(), x.max()
+        expect = torch.floor((x - lo) * (64 / (hi - lo))).clamp(0, 63).long()
+        assert torch.equal(codes[~missing[:, f], f], expect)
+
+
 def tree_best_fitness(X: np.ndarray, target: np.ndarray, depth: int, leaf: int) -> float:
     tree = DecisionTreeClassifier(max_depth=depth, min_samples_leaf=leaf, random_state=0).fit(X, target)
     paths = tree.decision_path(X).toarray().astype(bool)[:, 1:]
