@@ -69,10 +69,16 @@ class SortedColumns:
         new = sorted({c for c in cols if c not in self._slot})
         if new:
             per = max(1, _CHUNK_BYTES // (8 * self.X.shape[0]))  # columns sorted at once
-            parts = [self._sort(new[i : i + per]) for i in range(0, len(new), per)]
+            tables = self._sort(new[:per])
+            if len(new) > per:  # all into one table each, a few columns at a time
+                part, tables = tables, {name: t.new_empty((len(new), *t.shape[1:])) for name, t in tables.items()}
+                for i in range(0, len(new), per):
+                    for name, t in (part if i == 0 else self._sort(new[i : i + per])).items():
+                        tables[name][i : i + per] = t
+                del part
             for name in self._FIELDS:
-                both = ([self._tables[name]] if self._slot else []) + [part[name] for part in parts]
-                self._tables[name] = torch.cat(both) if len(both) > 1 else both[0]
+                held = self._tables.get(name)
+                self._tables[name] = tables[name] if held is None else torch.cat([held, tables[name]])
             self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
         if only_sort:
             return {}
@@ -133,7 +139,7 @@ def best_cuts(
     S, N = inside.shape
     K = kappas.shape[1]
     pad = torch.nn.functional.pad
-    cb, ct = pad(inside, (1, 0)).cumsum(1), pad(hit, (1, 0)).cumsum(1, dtype=torch.int32)  # (S, N + 1) each
+    cb, ct = pad(inside, (1, 0)).cumsum(1), pad(hit, (1, 0)).cumsum(1)  # (S, N + 1) each
     total = cb[:, N:]
     pos = _positions(cb)
     last = pos.gather(1, (cb - (min_support - 1)).clamp_(0, N + 1))  # the last start keeping min_support rows
