@@ -68,7 +68,7 @@ class SortedColumns:
         to (one column's tables are views of the cache)."""
         new = sorted({c for c in cols if c not in self._slot})
         if new:
-            per = max(1, _CHUNK_BYTES // (8 * self.X.shape[0]))  # columns sorted at once
+            per = max(1, _CHUNK_BYTES // (8 * self.X.shape[0] + 8))  # columns sorted at once
             tables = self._sort(new[:per])
             if len(new) > per:  # all into one table each, a few columns at a time
                 part, tables = tables, {name: t.new_empty((len(new), *t.shape[1:])) for name, t in tables.items()}
@@ -234,7 +234,7 @@ def _cuts(
         t = columns.get(cols if one else cols[i : i + per])
         inside = (others if one else others[i : i + per]).gather(1, t["order"].long()) & t["observed"]
         b = best_cuts(inside, inside & t["hit"], t["allowed"], min_support, kappas if one else kappas[i : i + per])
-        b["near"] = columns.X[t["order"].gather(1, b["near"]), t["column"]]
+        b["near"] = columns.X[t["order"].gather(1, b["near"]).long(), t["column"]]
         parts.append(b)
     if len(parts) == 1:
         return parts[0]
@@ -317,6 +317,7 @@ def polish_many(
                             device=X.device)  # fmt: skip
     full = masks.all(1)
     best = _keys((full & target).sum(1), full.sum(1), conf)
+    del full, pad
     kappas = _kappa_table([goals[s] for s in todo], X.device)
     several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
@@ -376,7 +377,7 @@ def _from_bits(bits: int, dtype: torch.dtype) -> float:
 def _rule_masks(rules: list[Rule], X: torch.Tensor) -> list[torch.Tensor]:
     """:func:`torch_amore.masks.rule_masks` of ``rules``, in parts of a few rules (it compares in a float64 copy of
     their columns: about ``_CHUNK_BYTES`` at a time)."""
-    per = max(1, _CHUNK_BYTES // (8 * X.shape[0]))
+    per = max(1, _CHUNK_BYTES // (8 * X.shape[0] + 8))
     return [rule_masks(rules[i : i + per], X) for i in range(0, len(rules), per)]
 
 
