@@ -12,6 +12,11 @@ from prefix sums on fixed-size tensors (:func:`best_cuts`, cuts only between dis
 device, and one ``.tolist()`` per step brings the few numbers the host needs (the new cuts' observed neighbours, for
 :func:`torch_amore.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
 :func:`torch_amore.beam.exact_best_interval` on reduced counts (:func:`polish_one`): the single-process result.
+
+Memory follows the data: where N is large, rows (and kappas, columns and rule masks) are taken a few at a time so
+that each working table stays near ``_CHUNK_BYTES`` (8 MiB; at 1,000,000 rows a row at a time), the cache of a
+sorted column is an int32 order and three flags per row, and the values next to the cuts are read from ``X`` at the
+cuts only. Where N is small everything is one batch (the same operations as one chunk).
 """
 
 from __future__ import annotations
@@ -126,8 +131,8 @@ def best_cuts(
     Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K), and ``near``
     (S, 4K): the positions of the inside rows next to the cuts, in blocks of K: the last one before ``start``, before
     ``end``, the first one at or after ``start``, at or after ``end`` (clamped to ``[0, N)``: where there is none,
-    the bound is open or the interval empty). Working tables: (S, N + 1) int64 and four (S, K', N + 1) int64 with
-    K' kappas at a time (about ``_CHUNK_BYTES`` each).
+    the bound is open or the interval empty). Working memory: four (S, N + 1) int64 tables and three (S, K', N + 1)
+    int64 ones, K' kappas at a time (about ``_CHUNK_BYTES`` each).
 
     Example:
         >>> inside = torch.ones(1, 5, dtype=torch.bool); hit = torch.tensor([[False, True, True, False, False]])
@@ -143,7 +148,8 @@ def best_cuts(
     total = cb[:, N:]
     pos = _positions(cb)
     last = pos.gather(1, (cb - (min_support - 1)).clamp_(0, N + 1))  # the last start keeping min_support rows
-    # not: ends that leave some row out after them; starts of the interval to the end that leave some row out before
+    # cuts that cannot end an interval (fewer than min_support rows before them, or none after) and that cannot
+    # start the interval to the end (none before them, or fewer than min_support rows after)
     blocked = ~allowed
     no_end, no_tail = blocked | torch.stack([(last < 0) | (cb >= total), (cb <= 0) | (cb > total - min_support)])
     m = last.clamp_(min=0)
@@ -242,8 +248,8 @@ def _cuts(
 
 
 def _pick(b: dict[str, torch.Tensor], keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Of each row's kappas (``b`` of :func:`best_cuts`, ``keys`` (S, K + 1) their keys and then another one): the
-    best key among the valid ones, ties to the first kappa. Returns the key, whether any is valid, the cuts (S, 2),
+    """Of each row's kappas (``b`` of :func:`best_cuts`; ``keys`` (S, K + 1): theirs, then that of the other rules
+    alone): the best key among the valid ones, ties to the first kappa. Returns the key, whether any is valid, the cuts (S, 2),
     hits and support (S, 1) and the neighbouring values (S, 4) of that kappa."""
     width = b["start"].shape[1]
     if width == 1:  # one kappa (no min_confidence): nothing to pick
