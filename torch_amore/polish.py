@@ -249,8 +249,8 @@ def _cuts(
 
 def _pick(b: dict[str, torch.Tensor], keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Of each row's kappas (``b`` of :func:`best_cuts`; ``keys`` (S, K + 1): theirs, then that of the other rules
-    alone): the best key among the valid ones, ties to the first kappa. Returns the key, whether any is valid, the cuts (S, 2),
-    hits and support (S, 1) and the neighbouring values (S, 4) of that kappa."""
+    alone): the best key among the valid ones, ties to the first kappa. Returns the key, whether any is valid, the
+    cuts (S, 2), hits and support (S, 1) and the neighbouring values (S, 4) of that kappa."""
     width = b["start"].shape[1]
     if width == 1:  # one kappa (no min_confidence): nothing to pick
         return keys[:, 0], b["valid"][:, 0], torch.cat([b["start"], b["end"]], 1), b["hits"], b["support"], b["near"]
