@@ -11,6 +11,7 @@ import pytest
 import torch
 from sync_count import count_syncs
 
+from torch_amore import polish
 from torch_amore.beam import best_intervals
 from torch_amore.cuts import short_cut
 from torch_amore.polish import SortedColumns, best_cuts, polish_many, polish_one
@@ -151,7 +152,10 @@ def test_polish_many_equals_the_sequential_reference(seed, goal):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_best_cuts_selects_the_rows_best_intervals_selects_on_distinct_values(seed):
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_best_cuts_selects_the_rows_best_intervals_selects_on_distinct_values(seed, chunk, monkeypatch):
+    if chunk is not None:
+        monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one kappa at a time
     g = torch.Generator().manual_seed(seed)
     n = 200
     v = torch.randint(0, 25, (n,), generator=g).double().sort().values
@@ -175,6 +179,14 @@ def test_best_cuts_selects_the_rows_best_intervals_selects_on_distinct_values(se
             assert torch.equal(got, want)
             counts = (int(b["hits"][0, k]), int(b["support"][0, k]))
             assert counts == (int(ref.hits[rows][0]), int(ref.support[rows][0]))
+            # the inside rows next to the cuts: the last before each cut, the first at or after it
+            at = pos[inside].tolist()
+            for j, cut in enumerate([int(b["start"][0, k]), int(b["end"][0, k])]):
+                before, after = [p for p in at if p < cut], [p for p in at if p >= cut]
+                if before:
+                    assert int(b["near"][0, j * len(kappas) + k]) == before[-1]
+                if after:
+                    assert int(b["near"][0, (2 + j) * len(kappas) + k]) == after[0]
 
 
 def test_polish_syncs_once_per_rule_position():
@@ -187,3 +199,65 @@ def test_polish_syncs_once_per_rule_position():
     depth = max(len(rs.rules) for rs in starts)
     assert syncs.aten == 0  # no .item(), nonzero, boolean indexing or unique
     assert 1 <= syncs.tolist <= depth  # one fetch per rule position
+
+
+def _literal_tables(X: torch.Tensor, target: torch.Tensor, col: int) -> dict[str, torch.Tensor]:
+    """The sorted tables of one column, written out: values ascending with NaN last (as +inf: one run)."""
+    v = X[:, col].tolist()
+    key = [math.inf if math.isnan(x) else x for x in v]
+    order = sorted(range(len(v)), key=lambda i: key[i])
+    s = [key[i] for i in order]
+    allowed = [True] + [s[i] != s[i - 1] for i in range(1, len(s))] + [True]
+    observed = [not math.isnan(v[i]) for i in order]
+    return {"values": torch.tensor(s, dtype=X.dtype), "observed": torch.tensor(observed),
+            "allowed": torch.tensor(allowed)}  # fmt: skip
+
+
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_sorted_columns_equal_a_literal_sort(chunk, monkeypatch):
+    if chunk is not None:
+        monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one column sorted at a time
+    X, target = _data(3, n=120)
+    columns = SortedColumns(X, target)
+    columns.get([3, 0, 1], only_sort=True)
+    got = columns.get([1, 2, 0, 1])  # a new column joins the cached ones
+    one = columns.get([3])  # one column: views of the cache
+    for r, col in enumerate([1, 2, 0, 1, 3]):
+        t = {name: (got[name][r] if r < 4 else one[name][0]) for name in got}
+        want = _literal_tables(X, target, col)
+        key = X[:, col].nan_to_num(nan=math.inf)
+        assert torch.equal(key[t["order"].long()], want["values"])  # an order that sorts the column
+        assert sorted(t["order"].tolist()) == list(range(len(key)))
+        assert torch.equal(t["observed"], want["observed"]) and torch.equal(t["allowed"], want["allowed"])
+        assert torch.equal(t["hit"], target[t["order"].long()] & want["observed"])  # ties in any order
+        assert t["column"].tolist() == [col]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_polish_many_in_chunks_equals_the_literal_brute_force(seed, monkeypatch):
+    X, target = _data(seed)
+    starts = _starts(X, target, seed)
+    n_t = int(target.sum())
+    whole = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
+    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)  # rows, kappas, columns and rule masks one at a time
+    got = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
+    for rs, new, one in zip(starts, got, whole):
+        want = literal_polish(rs, X, target, 15)
+        assert [str(r) for r in new.rules] == [str(r) for r in want.rules]
+        assert torch.equal(new.mask(X), want.mask(X))
+        h, n = _counts(new.mask(X), target)
+        assert (new.support, new.confidence) == (n, h / n)
+        assert new == one
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch):
+    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)
+    X, target = _data(200 + seed)
+    starts = _starts(X, target, seed)
+    n_t = int(target.sum())
+    goals = [0.8, None, 0.7, 0.9]  # several kappas per row, taken one at a time
+    got = polish_many(starts, X, target, 12, n_t, goals=goals)
+    for rs, new, g in zip(starts, got, goals):
+        want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
+        assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
