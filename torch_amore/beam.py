@@ -678,6 +678,9 @@ def fetch_length(width: int, n_kappas: int) -> int:
     return (width + 2) * n_kappas
 
 
+#: Bytes of the (rule sets x samples) masks and codes that :meth:`BeamSearch._without_idle_conditions` makes at once.
+_MASK_BYTES = 1 << 25
+
 #: Elements of the (conditions x states x samples) tables of one refinement batch: a quarter of the binned data's
 #: values within these bounds (about 15 bytes of working memory each: about half of X's bytes, at least 60 MiB and
 #: at most 2 GiB).
@@ -1009,8 +1012,12 @@ class BeamSearch:
         }
         if todo:
             todo = sorted(todo)
-            masks = self._node_masks(todo)
-            both = D.all_reduce_sum(torch.stack([_count_true(masks & self.target), _count_true(masks)]))
+            per = max(1, _MASK_BYTES // (4 * max(1, self.fine.codes_t.shape[1])))  # rule sets masked at once
+            parts = []
+            for i in range(0, len(todo), per):
+                masks = self._node_masks(todo[i : i + per])
+                parts.append(torch.stack([_count_true(masks & self.target), _count_true(masks)]))
+            both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             for conds, h, n in zip(todo, *both.tolist()):
                 found[conds] = _State(conds, h, n)
         out: dict[tuple, _State] = {}
