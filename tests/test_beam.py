@@ -206,10 +206,15 @@ def test_refinement_in_batches_gives_the_same_rules(box_data, monkeypatch):
     assert ta.extract_rules(X, target, **kw) == whole
 
 
-@pytest.mark.parametrize("pure", [True, False])
-def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure):
+@pytest.mark.parametrize("pure,chunked", [(True, False), (False, False), (False, True)])
+def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure, chunked, monkeypatch):
     """A condition that neither raises fitness nor confidence is dropped: for every beam rule set (empty ratios),
-    removing any one condition lowers its fitness or its confidence (recomputed from masks)."""
+    removing any one condition lowers its fitness or its confidence (recomputed from masks). ``chunked``: the
+    sub-rule sets are masked one at a time."""
+    import torch_amore.beam as beam
+
+    if chunked:
+        monkeypatch.setattr(beam, "_MASK_BYTES", 1)
     X, target = box_data
     if pure:  # one pure condition: no second condition can help
         target = X[:, 1] > 0.8
