@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from sklearn.tree import DecisionTreeClassifier
 
 import torch_amore as ta
-from torch_amore.beam import best_intervals, fine_binning
+from torch_amore.beam import best_intervals
 from torch_amore.binning import bin_features
+from torch_amore.fine_grid import fine_binning
 
 
 def brute_force_best(a: list[int], b: list[int], kappa: float, min_support: int):
