@@ -132,13 +132,13 @@ class FineBinned(Binned):
     The thresholds of numeric features are computed only when asked for (:meth:`threshold`), since a search needs
     a handful of them; ``thresholds`` holds the categorical features' thresholds (``+inf`` for numeric rows).
     ``is_cat_host`` and ``n_bins_host`` are ``is_cat`` and ``n_bins`` as Python lists (fixed after binning), so that
-    rule construction reads them without a host sync.
+    rule construction reads them without a host sync. Both code layouts are stored: ``codes_t`` (F', N), column-major
+    as made, and ``codes``, its transpose (a view).
     """
 
     lo: torch.Tensor = None  # (F',) float64 column minima
     hi: torch.Tensor = None  # (F',) float64 column maxima
     scale: torch.Tensor = None  # (F',) cells per unit (0 for a constant column)
-    codes_t: torch.Tensor = None  # (F', N) the codes, one contiguous row per feature (``codes`` is its transpose)
     is_cat_host: list = None  # ``is_cat`` as a list of bools
     n_bins_host: list = None  # ``n_bins`` as a list of ints
     lo_host: list = None  # ``lo``, ``hi`` and ``scale`` as lists of floats (thresholds without a host sync)
