@@ -231,8 +231,9 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
         c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step
         torch.sub(chunk, lo0, out=c).mul_(scale).floor_().clamp_(0, n_fine - 1)
-        if any_cat:
-            c = torch.where(is_cat, base_codes.to(dt), c)
+        if any_cat:  # the base binning's categories; its missing code becomes NaN, then this grid's missing code
+            cat = base_codes.to(dt).masked_fill_(base_codes == base.nan_code, math.nan)
+            c = torch.where(is_cat, cat, c)
         dst.copy_(c.nan_to_num_(nan=nan_code))
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
