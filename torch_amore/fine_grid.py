@@ -4,8 +4,9 @@
 grids by arithmetic on the values (one pass over ``X``, no search; :func:`default_n_fine`: about 32 samples a grid,
 256 to 1024): the code of ``x`` is ``floor((x - lo) * scale)`` clamped to ``[0, n_fine - 1]``
 (:func:`uniform_code`), with ``lo`` the column's minimum and ``scale = n_fine / (max - min)``. Categorical features
-keep the categories of the base binning. The codes are stored column-major (``codes_t``, one contiguous row per
-feature, what the beam's counting passes read), ``codes`` being their transpose (a view).
+keep the categories of the base binning; missing values, numeric or categorical, get ``nan_code``. The codes are
+stored column-major (``codes_t``, one contiguous row per feature, what the beam's counting passes read), ``codes``
+being their transpose (a view).
 
 The lower edge of grid ``g`` is the smallest float64 whose grid index is ``g``, so ``x >= edge`` holds exactly for
 the values in grids ``>= g``. Edges are found by bisection on the floats' order (:meth:`FineBinned.threshold` on the
