@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from sklearn.tree import DecisionTreeClassifier
 
 import torch_amore as ta
-from torch_amore.beam import best_intervals, fine_binning
+from torch_amore.beam import best_intervals
 from torch_amore.binning import bin_features
+from torch_amore.fine_grid import fine_binning
 
 
 def brute_force_best(a: list[int], b: list[int], kappa: float, min_support: int):
@@ -71,10 +72,10 @@ def test_fine_grid_thresholds_agree_with_codes(dtype):
 
 @pytest.mark.parametrize("chunk", [None, 700])  # one chunk; several, the last one shorter
 def test_fine_codes_of_numeric_and_categorical_columns_with_missing_values(monkeypatch, chunk):
-    from torch_amore import beam
+    from torch_amore import fine_grid
 
     if chunk is not None:
-        monkeypatch.setattr(beam, "_FINE_CHUNK", chunk)
+        monkeypatch.setattr(fine_grid, "_FINE_CHUNK", chunk)
     g = torch.Generator().manual_seed(1)
     X = torch.randn(1000, 3, generator=g)
     X[:, 1] = torch.randint(0, 4, (1000,), generator=g).float() * 2.5  # a categorical column

@@ -136,8 +136,8 @@ def test_beam_states_hold_exact_counts(planted):
 
 def test_host_thresholds_equal_the_device_bisection():
     """Thresholds computed on the host (no sync) are the device bisection's, bit for bit, on awkward scales."""
-    from torch_amore.beam import fine_binning, host_grid_start
     from torch_amore.binning import bin_features
+    from torch_amore.fine_grid import fine_binning, host_grid_start
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(3000, 4, generator=g, dtype=torch.float64) * torch.tensor([1.0, 1e-3, 1e4, 1e-200])
@@ -156,8 +156,8 @@ def test_host_thresholds_equal_the_device_bisection():
 
 def test_fine_binning_host_lists_equal_its_tensors():
     """``is_cat_host``/``n_bins_host``/``lo_host``... are the tensors' values (with a categorical feature)."""
-    from torch_amore.beam import fine_binning
     from torch_amore.binning import bin_features
+    from torch_amore.fine_grid import fine_binning
 
     g = torch.Generator().manual_seed(1)
     X = torch.rand(500, 3, generator=g, dtype=torch.float64)

@@ -86,3 +86,27 @@ def test_categorical_codes():
     assert b.categories[0, :3].tolist() == [1.0, 3.0, 7.0]
     assert b.encode_sample(torch.tensor([7.0])) == [2]
     assert b.encode_sample(torch.tensor([5.0])) == [-1]  # unseen category
+
+
+def test_both_code_layouts_hold_each_values_grid(data):
+    """Row-major ``codes`` and column-major ``column_major()`` both give each value's grid, counted literally; a fine
+    binning stores the column-major codes (``codes`` a view of them) and hands them out without a copy."""
+    from torch_amore.fine_grid import fine_binning
+
+    b = bin_features(data, [0, 1, 2], ["float"] * 3, n_grids=6)
+    assert b.codes_t is None  # a plain binning stores one layout only
+    thr, x = b.thresholds.numpy(), data.numpy()
+    expected = np.array(
+        [[b.nan_code if np.isnan(v) else int((v >= thr[f]).sum()) for v in x[:, f]] for f in range(3)]
+    )
+    np.testing.assert_array_equal(b.codes.numpy().T, expected)
+    np.testing.assert_array_equal(b.column_major().numpy(), expected)
+    assert b.column_major().is_contiguous() and b.column_major() is b.codes_t  # made once, then kept
+
+    fine = fine_binning(data, b, 256)
+    stored = fine.codes_t
+    assert fine.column_major() is stored and fine.codes.data_ptr() == stored.data_ptr()
+    lo, hi = np.nanmin(x, 0), np.nanmax(x, 0)
+    grid = np.clip(np.floor((x - lo) * (256 / (hi - lo))), 0, 255)
+    np.testing.assert_array_equal(stored.numpy(), np.where(np.isnan(x), fine.nan_code, grid).T)
+    np.testing.assert_array_equal(fine.codes.numpy(), stored.numpy().T)

@@ -11,9 +11,9 @@ import torch
 from sync_count import count_syncs
 
 import torch_amore
-from torch_amore.beam import fine_binning
 from torch_amore.binning import bin_features
 from torch_amore.cuts import format_bound
+from torch_amore.fine_grid import fine_binning
 from torch_amore.masks import drop_same_mask, rule_masks
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import Rule, RuleSet

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from torch_amore import seeding
-from torch_amore.beam import fine_binning
 from torch_amore.binning import bin_features
+from torch_amore.fine_grid import fine_binning
 from torch_amore.seeding import pair_seeds
 
 

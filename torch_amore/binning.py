@@ -242,6 +242,11 @@ def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform", *,
 class Binned:
     """The bin code of every value of the searched features, with what is needed to turn grids into rules.
 
+    The codes have two layouts: row-major ``codes`` (N, F'), one row per sample, which every binning has (what the
+    paper tree reads), and column-major ``codes_t`` (F', N), one contiguous row per feature (what the beam reads),
+    which a binning stores when it makes its codes that way (:func:`torch_amore.fine_grid.fine_binning`: then
+    ``codes`` is its transpose, a view). :meth:`column_major` gives the column-major codes of any binning.
+
     Attributes:
         codes: (N, F') uint8/int16 bin codes on X's device; ``nan_code`` marks a missing value.
         thresholds: (F', B - 1) float64 lower edges of grids 1..B-1 (``+inf`` pads features with fewer grids).
@@ -253,6 +258,8 @@ class Binned:
         int_valued: per searched feature, whether all its values are integers (so bounds may be snapped).
         value_min: (F',) each searched feature's smallest non-missing value in the work dtype (NaN where none).
         value_max: (F',) its largest, likewise (with ``value_min``, what a finer equal-width binning needs).
+        codes_t: (F', N) the same codes column-major, when the binning stored them (``None`` otherwise; see
+            :meth:`column_major`).
     """
 
     codes: torch.Tensor
@@ -267,6 +274,7 @@ class Binned:
     bin_strategy: str
     value_min: torch.Tensor | None = None
     value_max: torch.Tensor | None = None
+    codes_t: torch.Tensor | None = None
 
     @property
     def n_bins_max(self) -> int:
@@ -275,6 +283,22 @@ class Binned:
     @property
     def nan_code(self) -> int:
         return self.n_bins_max
+
+    def column_major(self) -> torch.Tensor:
+        """The codes column-major, (F', N) with one contiguous row per feature: :attr:`codes_t` when the binning
+        stored them, else a transposed copy of :attr:`codes` made on first use and kept in :attr:`codes_t` (as much
+        memory again as the codes). Callers that only want the stored layout read :attr:`codes_t` (``None`` when
+        absent) instead.
+
+        Example:
+            >>> X = torch.tensor([[0.0, 1.0], [4.0, 0.0], [2.0, 1.0]])
+            >>> b = bin_features(X, [0, 1], ["float", "cat"], n_grids=2)
+            >>> b.codes_t is None, b.column_major().tolist(), b.column_major() is b.codes_t
+            (True, [[0, 1, 1], [1, 0, 1]], True)
+        """
+        if self.codes_t is None:
+            self.codes_t = self.codes.t().contiguous()
+        return self.codes_t
 
     def encode_sample(self, x: torch.Tensor) -> list[int]:
         """Bin code of one sample's value per searched feature (-1 where missing)."""

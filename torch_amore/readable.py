@@ -165,7 +165,7 @@ class ReadableRules:
             [nf, nf, len(edges), len(edges)]
         )
         offsets = torch.arange(0, nf * width, width, device=X.device)
-        codes_t = getattr(binned, "codes_t", None)
+        codes_t = binned.codes_t  # the stored column-major codes, if any (no transposed copy made here)
         if codes_t is not None:  # (k, N): rows of the transposed codes, columns of X as rows
             codes, values, offsets = codes_t.index_select(0, fidx), X.t().index_select(0, cidx), offsets[:, None]
         else:  # (N, k): a gather keeps the row-major layout (index_select along dim 1 is several times slower)

@@ -22,10 +22,11 @@ import torch
 from torch_amore import _validation as V
 from torch_amore import distributed as D
 from torch_amore._typing import ArrayLike, MaskLike
-from torch_amore.beam import BeamSearch, default_n_fine, fine_binning
+from torch_amore.beam import BeamSearch
 from torch_amore.binning import Binned, bin_features
 from torch_amore.column_stats import column_stats
 from torch_amore.exact import check_budget, estimate_cost, exact_search
+from torch_amore.fine_grid import default_n_fine, fine_binning
 from torch_amore.masks import drop_same_mask
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.options import SearchOptions
@@ -214,7 +215,7 @@ class _Extractor:
         seed: bool = True,
     ) -> list[RuleSet]:
         """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
-        :func:`torch_amore.beam.default_n_fine` of the number of samples; ``seed=False`` skips the pair seeding
+        :func:`torch_amore.fine_grid.default_n_fine` of the number of samples; ``seed=False`` skips the pair seeding
         (:mod:`torch_amore.seeding`; it runs only at ``max_length=2``), e.g. when the grid's optimum is a candidate
         already."""
         if n_fine is None:

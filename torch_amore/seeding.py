@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from torch_amore import distributed as D
-from torch_amore.beam import FineBinned
+from torch_amore.fine_grid import FineBinned
 from torch_amore.pair_counts import pair_histograms
 
 #: Equal-frequency cells per numeric feature of the seed search.
@@ -92,7 +92,7 @@ def pair_seeds(
 
     Example:
         >>> import torch
-        >>> from torch_amore.beam import fine_binning
+        >>> from torch_amore.fine_grid import fine_binning
         >>> from torch_amore.binning import bin_features
         >>> g = torch.Generator().manual_seed(0)
         >>> X = torch.rand(3000, 4, generator=g, dtype=torch.float64)
