@@ -451,6 +451,7 @@ class BeamSearch:
         self.beam_width = beam_width
         self.width = fine.n_bins_max
         self.n_rows = D.global_count(fine.codes.shape[0])  # a bound on every count (host-known: no sync)
+        self.codes_t = fine.column_major()  # (F, N): what the counting passes read (stored by the fine binning)
         n_values = self.n_rows * len(fine.columns)
         self.budget = table_budget(n_values)  # small data: small tables
         self.refine_budget = min(_REFINE_BUDGET, max(_REFINE_BUDGET_MIN, n_values // 4))
@@ -475,11 +476,10 @@ class BeamSearch:
 
     def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
         """(G, N) bool: the samples satisfying each node's conditions (all conditions checked at once per position)."""
-        fine = self.fine
-        device = fine.codes_t.device
-        n = fine.codes_t.shape[1]
+        device = self.codes_t.device
+        n = self.codes_t.shape[1]
         length = max(len(c) for c in nodes)
-        dtype = fine.codes_t.dtype
+        dtype = self.codes_t.dtype
         pad = [(0, 0, torch.iinfo(dtype).max)] * length  # a condition every code satisfies
         rows = [list(c) + pad[len(c) :] for c in nodes]
         feats = torch.tensor([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
@@ -487,15 +487,15 @@ class BeamSearch:
         bounds = torch.tensor([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
         mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
         for m in range(length):
-            c = fine.codes_t.index_select(0, feats[:, m])
+            c = self.codes_t.index_select(0, feats[:, m])
             mask &= (c >= bounds[:, 2 * m : 2 * m + 1]) & (c <= bounds[:, 2 * m + 1 : 2 * m + 2])
         return mask
 
     def _node_rows(self, nodes: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples of every node and each one's node (``rows``, ``groups``), from one ``nonzero``."""
         if all(not c for c in nodes):
-            n = self.fine.codes_t.shape[1]
-            rows = torch.arange(n, device=self.fine.codes_t.device).repeat(len(nodes))
+            n = self.codes_t.shape[1]
+            rows = torch.arange(n, device=self.codes_t.device).repeat(len(nodes))
             return rows, torch.arange(len(nodes), device=rows.device).repeat_interleave(n)
         groups, rows = torch.nonzero(self._node_masks(nodes), as_tuple=True)
         return rows, groups
@@ -556,7 +556,7 @@ class BeamSearch:
         fine = self.fine
         n_feat, g = len(fine.columns), len(beam)
         t = self.target[rows].to(groups.dtype)
-        both = group_grid_counts(fine.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
+        both = group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].view(g * n_feat, self.width)
         tot = both[:g].view(g * n_feat, self.width).add_(tgt)  # in place: no third table
         fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
@@ -615,7 +615,7 @@ class BeamSearch:
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
-        n_rows = self.fine.codes_t.shape[1]
+        n_rows = self.codes_t.shape[1]
         per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
         if len(states) > per_call:  # bounded working memory: states in batches
             return [
@@ -624,19 +624,19 @@ class BeamSearch:
                 for s in self._refine(states[i : i + per_call], min_support, obj)
             ]
         fine = self.fine
-        device = fine.codes_t.device
+        device = self.codes_t.device
         n_states, length = len(states), len(states[0].conds)
         table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
         feats = table[:, :length, 0]
         st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
         cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
-        n = fine.codes_t.shape[1]
+        n = self.codes_t.shape[1]
         # exact integer counts from float weights: float32 below 2**24 samples
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
         # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
-        codes = fine.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
+        codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
         codes = (codes + offsets.to(torch.int32)).unbind(0)
         # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
         bounds = (st[:, : 2 * length] + offsets).to(torch.int32).T[..., None].unbind(0)
@@ -750,7 +750,7 @@ class BeamSearch:
         }
         if todo:
             todo = sorted(todo)
-            per = max(1, _MASK_BYTES // (4 * max(1, self.fine.codes_t.shape[1])))  # rule sets masked at once
+            per = max(1, _MASK_BYTES // (4 * max(1, self.codes_t.shape[1])))  # rule sets masked at once
             parts = []
             for i in range(0, len(todo), per):
                 masks = self._node_masks(todo[i : i + per])
