@@ -351,12 +351,20 @@ def check_units(spread: Sequence[float], columns: Sequence[int], scale: Sequence
             )
 
 
-#: Peak bytes of working memory beyond X itself per searched value (row x feature) and per row, and per cell of a
-#: node's (feature, grid) count tables, fitted to peak RSS on CPU (N = 2e4 to 2e6, F = 2 to 200, n_grids = 10 to
-#: 32767, the level-by-level rule tree): the estimate was 1.1 to 2.1 times the measured peak.
-_BYTES_PER_VALUE = {"paper": 32, "beam": 40}
-_BYTES_PER_ROW = 160
-_BYTES_PER_GRID_CELL = 256
+#: Peak bytes of working memory beyond X itself, per strategy: per searched value (row x feature: the grid codes and
+#: the passes' buffers, which are sized to the data) and per row (the polished rule sets' sorted columns, masks and
+#: prefix tables), plus a floor (the buffers' minimum sizes). Fitted as an upper envelope of peak RSS on CPU
+#: (N = 2e4 to 2e6 rows, F = 4 to 1,024 features, max_length 2 and 3, the three binnings, 10 to 30,000 grids): the
+#: estimate was 1.2 to 3 times the measured peak where the data is above 10 MiB (see docs/performance.md).
+_BYTES_PER_VALUE = {"paper": 3.5, "beam": 6, "exact": 12}
+_BYTES_PER_ROW = {"paper": 100, "beam": 150, "exact": 100}
+_FLOOR_BYTES = {"paper": 64 << 20, "beam": 100 << 20, "exact": 120 << 20}
+#: The paper tree's count and candidate tables per (feature, grid), plus per node of its widest level and
+#: (feature, grid) (about 4 KiB per grid cell measured at 2,000 and 30,000 quantile grids).
+_BYTES_PER_GRID_CELL = 4096
+_BYTES_PER_NODE_CELL = 256
+#: The beam's (nodes x features x fine grids) int64 count tables, for about 16 nodes at a time, per (feature, grid).
+_BYTES_PER_FINE_CELL = 128
 _KMEANS_BYTES_PER_VALUE = 64  # sorted columns and fixed-point prefix sums, a chunk of at most 2**22 values at a time
 _FINE_GRIDS = 1024  # the beam's fine grids per feature (at most)
 
@@ -368,12 +376,14 @@ def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str = "bea
 
     Example:
         >>> round(search_memory(10**6, 10, 10) / 2**20)  # MiB
-        542
+        302
     """
-    per_value = _BYTES_PER_VALUE.get(strategy, max(_BYTES_PER_VALUE.values()))
-    width = max(n_grids, _FINE_GRIDS) if strategy == "beam" else n_grids
+    kind = strategy if strategy in _BYTES_PER_VALUE else "exact"
     nodes = top_k ** max(0, max_length - 1)  # the widest level of the rule tree is counted at once
-    need = n * n_features * per_value + n * _BYTES_PER_ROW + n_features * (width + 1) * _BYTES_PER_GRID_CELL * nodes
+    need = int(n * n_features * _BYTES_PER_VALUE[kind]) + n * _BYTES_PER_ROW[kind] + _FLOOR_BYTES[kind]
+    need += n_features * (n_grids + 1) * (_BYTES_PER_GRID_CELL + _BYTES_PER_NODE_CELL * nodes)
+    if kind == "beam":  # the default strategy runs the beam after the paper tree
+        need += n_features * (max(n_grids, _FINE_GRIDS) + 1) * _BYTES_PER_FINE_CELL
     if bin_strategy == "kmeans":
         need += _KMEANS_BYTES_PER_VALUE * min(n * n_features, max(n, 1 << 22))
     return need
