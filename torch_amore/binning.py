@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from torch_amore import distributed as D
 from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids
-from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, pass_len, work_dtype
+from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, work_dtype
 from torch_amore.sorting import sort_values
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64
+
+#: Values per chunk of :func:`codes_from_thresholds`: the chunk and its float32 scratch stay in cache.
+_CODE_CHUNK = 1 << 19
 
 
 def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,11 +90,21 @@ def _comparable(thresholds: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Ten
     return torch.where(t32.double() < thresholds, up, t32), torch.float32
 
 
+def _count_reached(chunk: torch.Tensor, thresholds: Sequence[torch.Tensor], acc: torch.Tensor,
+                   hit: torch.Tensor) -> None:
+    """``acc`` (float32) = how many of ``thresholds`` (each (F,)) each value of ``chunk`` reaches; ``hit`` is
+    scratch. A comparison written as float32 is about four times faster on CPU than one written as bool, and the
+    sums are exact small integers."""
+    torch.ge(chunk, thresholds[0], out=acc)
+    for t in thresholds[1:]:
+        acc.add_(torch.ge(chunk, t, out=hit))
+
+
 def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.Tensor, nan_code: int) -> None:
     """Write into ``out`` (N, F) the number of thresholds (F, T) each value reaches; NaN gets ``nan_code``.
 
-    One pass per threshold for few thresholds, a binary search (``searchsorted``) for many; in at most
-    :data:`~torch_amore.column_stats.PASS_CHUNKS` chunks of rows.
+    One comparison per threshold for few thresholds, a binary search (``searchsorted``) for many; in chunks of
+    rows that stay in cache.
 
     Example:
         >>> import torch
@@ -100,26 +114,27 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
         [0, 2, 9]
     """
     thr, dt = _comparable(thresholds, X.dtype)
+    n, n_cols = X.shape
+    if n == 0 or thresholds.shape[1] == 0:
+        out.fill_(0)
+        out.masked_fill_(torch.isnan(X), nan_code)
+        return
     search = thresholds.shape[1] > _SEARCH_ABOVE
     # a count of thresholds <= x does not depend on their order; thresholds are never NaN
     thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
-    # few large chunks; a conversion (e.g. float16 to float64) costs more memory per value: smaller ones then
-    step = (pass_len if X.dtype == dt else chunk_len)(X.shape[0], X.shape[1])
-    reached = None  # scratch for one comparison, viewed as uint8 to add it without a conversion
-    for r0 in range(0, X.shape[0], step):
+    step = chunk_len(n, n_cols, _CODE_CHUNK)
+    acc = hit = None  # float32 scratch, reused
+    for r0 in range(0, n, step):
         chunk = X[r0 : r0 + step]
         chunk = chunk if chunk.dtype == dt else chunk.to(dt)
         if search:
-            acc = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
+            codes = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
         else:
-            shape = chunk.shape
-            reached = torch.empty(shape, dtype=torch.bool, device=X.device) if reached is None else reached[: shape[0]]
-            as_int = reached.view(torch.uint8)  # the same memory
-            acc = torch.zeros(shape, dtype=out.dtype, device=X.device)
-            for t in thr:
-                torch.ge(chunk, t, out=reached)
-                acc += as_int
-        out[r0 : r0 + step] = acc.masked_fill_(torch.isnan(chunk), nan_code)
+            if acc is None:
+                acc, hit = (torch.empty(chunk.shape, dtype=torch.float32, device=X.device) for _ in range(2))
+            codes, scratch = acc[: len(chunk)], hit[: len(chunk)]
+            _count_reached(chunk, thr, codes, scratch)
+        out[r0 : r0 + step] = codes.masked_fill_(torch.isnan(chunk), nan_code)
 
 
 def _kmeans_update(
