@@ -13,7 +13,7 @@ units, ``raw = x * scale + offset``. Two rules keep what users read equal to wha
   ``c * scale + offset`` prints with as many digits as it takes to tell it from its neighbours (and never as a text
   that another bound would print).
 
-Both work in exact rational arithmetic (:class:`fractions.Fraction`), so no finite input overflows.
+Both work in exact rational arithmetic (integer ratios), so no finite input overflows.
 """
 
 from __future__ import annotations
@@ -100,15 +100,16 @@ def _round_half_even(num: int, den: int) -> int:
     return q + 1 if 2 * r > den or (2 * r == den and q % 2) else q
 
 
-def _shortest_in(lo: Fraction, hi: Fraction, min_digits: int = 1) -> tuple[int, int]:
+def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) -> tuple[int, int]:
     """The decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``: then its last digit is
-    not 0) strictly inside ``(lo, hi)``, the one nearest the middle among those; returned as ``(m, k)``."""
-    if lo < 0 < hi and min_digits <= 1:
+    not 0) strictly inside ``(lo, hi)``, the one nearest the middle among those; returned as ``(m, k)``. ``lo`` and
+    ``hi`` are exact rationals as ``(numerator, denominator)`` pairs with positive denominators."""
+    (ln, ld), (hn, hd) = lo, hi
+    if ln < 0 < hn and min_digits <= 1:
         return 0, 0
-    if hi <= 0:
-        m, k = _shortest_in(-hi, -lo, min_digits)
+    if hn <= 0:
+        m, k = _shortest_in((-hn, hd), (-ln, ld), min_digits)
         return -m, k
-    (ln, ld), (hn, hd) = lo.as_integer_ratio(), hi.as_integer_ratio()
     e = _floor_log10(hn, hd)
     digits = min_digits
     while True:  # in integers: lo = ln / ld, hi = hn / hd, step = 10**k = up / down
@@ -161,11 +162,24 @@ def _preimage(c: float, scale: float, offset: float) -> tuple[float, float] | No
     return first, last
 
 
-def _neighbourhood(first: float, last: float) -> tuple[Fraction, Fraction]:
-    """The reals that round to a float64 in ``[first, last]`` (open at the midpoints, where rounding ties)."""
-    lo = (Fraction(_prev(first)) + Fraction(first)) / 2 if math.isfinite(_prev(first)) else Fraction(first) * 2
-    hi = (Fraction(last) + Fraction(_next(last))) / 2 if math.isfinite(_next(last)) else Fraction(last) * 2
-    return (lo, hi) if lo < hi else (hi, lo)
+def _half_sum(x: float, y: float) -> tuple[int, int]:
+    """``(x + y) / 2`` exactly, as ``(numerator, denominator)``."""
+    (a, b), (c, d) = x.as_integer_ratio(), y.as_integer_ratio()
+    return a * d + c * b, 2 * b * d
+
+
+def _neighbourhood(first: float, last: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The reals that round to a float64 in ``[first, last]`` (open at the midpoints, where rounding ties), as exact
+    ``(numerator, denominator)`` pairs ``(lo, hi)``."""
+    below, above = _prev(first), _next(last)
+    lo = _half_sum(below, first) if math.isfinite(below) else _twice(first)
+    hi = _half_sum(last, above) if math.isfinite(above) else _twice(last)
+    return (lo, hi) if lo[0] * hi[1] < hi[0] * lo[1] else (hi, lo)
+
+
+def _twice(x: float) -> tuple[int, int]:
+    n, d = x.as_integer_ratio()
+    return 2 * n, d
 
 
 def _primary(c: float, scale: float, offset: float) -> str | None:
@@ -205,9 +219,9 @@ def format_bound(c: float, scale: float = 1.0, offset: float = 0.0) -> str:
     if text is not None:
         return text
     # no float64 maps back: the exact value, told apart from the neighbouring bounds' exact values
-    exact = lambda v: v * Fraction(scale) + Fraction(offset)  # noqa: E731
+    exact = lambda v: (Fraction(*v) * Fraction(scale) + Fraction(offset)).as_integer_ratio()  # noqa: E731
     lo, hi = _neighbourhood(c, c)
-    lo, hi = sorted((exact(lo), exact(hi)))
+    lo, hi = sorted((exact(lo), exact(hi)), key=lambda v: Fraction(*v))
     digits = 1
     while True:
         m, k = _shortest_in(lo, hi, digits)
@@ -269,7 +283,7 @@ def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> fl
     best, best_len = b, _n_digits(format_bound(b, scale, offset))
     c = _printed_cut(a, b, scale, offset)
     if c is None:  # no float64 in printed units maps inside: a short one in stored units
-        c = float(_text(*_shortest_in(Fraction(a), Fraction(b))))
+        c = float(_text(*_shortest_in(a.as_integer_ratio(), b.as_integer_ratio())))
     if a < c <= b and _n_digits(format_bound(c, scale, offset)) <= best_len:
         best = c
     return best
@@ -281,7 +295,9 @@ def _printed_cut(a: float, b: float, scale: float, offset: float) -> float | Non
     sign = 1.0 if scale > 0 else -1.0
     up = lambda p: sign * _to_stored(p, scale, offset)  # noqa: E731 - non-decreasing in p
     near_a, near_b = a * scale + offset, b * scale + offset  # guesses: the first p is near them
-    if sign > 0:  # c in (a, b] <=> up(p) in (a, b]
+    if (scale, offset) == (1.0, 0.0):  # up(p) = p: the floats in (a, b]
+        first, after = _next(a), _next(b)
+    elif sign > 0:  # c in (a, b] <=> up(p) in (a, b]
         first, after = _first(lambda p: up(p) > a, near_a), _first(lambda p: up(p) > b, near_b)
     else:  # c in (a, b] <=> up(p) = -c in [-b, -a)
         first, after = _first(lambda p: up(p) >= -b, near_b), _first(lambda p: up(p) >= -a, near_a)
