@@ -38,3 +38,35 @@ def test_pair_counts_equal_counting_each_pair(n_feat: int, n_grids: int, chunk: 
             cells = torch.zeros(grid.n_max, grid.n_max, dtype=torch.long)
             cells.index_put_((a[rows], b[rows]), torch.ones(int(rows.sum()), dtype=torch.long), accumulate=True)
             assert torch.equal(cum[1:, 1:].long(), cells.cumsum(0).cumsum(1)), (p, int(j[p]), int(k[p]))
+
+
+@pytest.mark.parametrize("chunk", [None, 300])
+@pytest.mark.parametrize("exact32", [True, False])
+def test_pair_histograms_equal_a_literal_count(chunk: int | None, exact32: bool, monkeypatch) -> None:
+    """Coarse cells from a non-decreasing lookup table (as the seeds use them): cells of several codes, an empty
+    cell, a categorical feature and missing codes left out, all rows and a subset, against counting each pair of
+    samples' cells directly."""
+    if chunk is not None:
+        monkeypatch.setattr(pair_counts, "_CHUNK", chunk)  # a few rows per chunk, the last one short
+    g = torch.Generator().manual_seed(5)
+    n_feat, n_codes, width, n = 5, 9, 3, 700
+    codes_t = torch.randint(0, n_codes + 1, (n_feat, n), generator=g, dtype=torch.int16)  # code 9: missing
+    cuts = torch.sort(torch.randint(0, n_codes + 1, (n_feat, width - 1), generator=g), 1).values
+    lut = (torch.arange(n_codes)[None, :, None] >= cuts[:, None, :]).sum(2)  # (F, 9) non-decreasing cells
+    lut[1] = torch.tensor([0, 0, 0, 2, 2, 2, 2, 2, 2])  # cell 1 empty
+    lut[3] = width  # categorical: left out
+    lut = torch.cat([lut, torch.full((n_feat, 1), width)], 1)  # the missing code
+    cols = torch.nonzero(torch.rand(n, generator=g) < 0.4, as_tuple=True)[0]
+    for pick in (None, cols):
+        got = pair_counts.pair_histograms(codes_t, lut, width, pick, exact32=exact32)
+        rows = torch.arange(n) if pick is None else pick
+        cell = lut.gather(1, codes_t.long())[:, rows]  # (F, rows)
+        expect = torch.zeros(n_feat, width, n_feat, width, dtype=torch.long)
+        for r in range(rows.numel()):
+            c = cell[:, r]
+            for f in range(n_feat):
+                for h in range(n_feat):
+                    if c[f] < width and c[h] < width:
+                        expect[f, c[f], h, c[h]] += 1
+        assert int(expect.sum()) > 0 and bool((expect[3] == 0).all())
+        assert torch.equal(got, expect)

@@ -174,16 +174,24 @@ class PairCounts:
         return j, k, cumulate(tot, small), cumulate(tgt, small)
 
 
+def _cell_starts(lut: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """(F, width + 1) first code of each cell of a non-decreasing ``lut`` (cell ``c`` holds the codes ``i`` with
+    ``starts[c] <= i < starts[c + 1]``), in ``dtype``."""
+    cells = torch.arange(width + 1, device=lut.device)
+    return (lut[:, None, :] < cells[None, :, None]).sum(2).to(dtype)
+
+
 def pair_histograms(
     codes_t: torch.Tensor, lut: torch.Tensor, width: int, cols: torch.Tensor | None = None, *, exact32: bool = True
 ) -> torch.Tensor:
     """(F, width, F, width) 2-D counts of the cells of every pair of features, from one-hot matrix products.
 
-    Sample ``i`` lies in cell ``lut[f, codes_t[f, i]]`` of feature ``f``; cell ``width`` (missing values, or left
-    out) is counted nowhere. One one-hot column per (feature, cell) plus one shared column for the cells left out;
-    the gram is symmetric, so only its blocks on and above the diagonal are multiplied. Rows are taken in chunks
-    (bounded memory); ``cols`` picks the samples (all when ``None``). Counts of this process only (no DDP sum);
-    ``exact32``: float32 products, exact while every count is below 2**24 (else float64).
+    Sample ``i`` lies in cell ``lut[f, codes_t[f, i]]`` of feature ``f``; ``lut`` is non-decreasing along each row,
+    and a cell of ``width`` or more (missing values, or left out) is counted nowhere. Each chunk of rows becomes a
+    one-hot matrix with one column per (feature, cell), built by two comparisons with the cells' first codes; the
+    gram is symmetric, so only its blocks on and above the diagonal are multiplied. ``cols`` picks the samples (all
+    when ``None``). Counts of this process only (no DDP sum); ``exact32``: float32 products, exact while every count
+    is below 2**24 (else float64).
 
     Example:
         >>> codes_t = torch.tensor([[0, 1, 1, 2], [1, 1, 0, 0]])  # feature 0: code 2 is missing
@@ -194,23 +202,30 @@ def pair_histograms(
     device = codes_t.device
     dt = torch.float32 if exact32 else torch.float64
     n_cols = n_feat * width
-    column = lut + torch.arange(n_feat, device=device)[:, None] * width
-    column = column.masked_fill(lut >= width, n_cols)  # (feature, code) -> column; left out: the shared one
-    out = torch.zeros(n_cols + 1, n_cols + 1, dtype=dt, device=device)
-    edges = _blocks(n_cols + 1)
+    starts = _cell_starts(lut, width, codes_t.dtype)
+    first, after = starts[:, :-1, None], starts[:, 1:, None]  # (F, width, 1)
+    out = torch.zeros(n_cols, n_cols, dtype=dt, device=device)
+    edges = _blocks(n_cols)
     rows = n if cols is None else cols.numel()
-    step = max(1, _CHUNK // (n_cols + 1))
+    step = max(1, _CHUNK // max(1, 2 * n_cols))
+    hot = torch.empty(n_feat, width, min(step, rows), dtype=dt, device=device)  # (feature, cell) x rows
+    above = torch.empty_like(hot)
     for r0 in range(0, rows, step):
-        part = codes_t[:, r0 : r0 + step] if cols is None else codes_t[:, cols[r0 : r0 + step]]
-        hot = torch.zeros(part.shape[1], n_cols + 1, dtype=dt, device=device)
-        hot.scatter_(1, column.gather(1, part.long()).T, 1.0)
+        r1 = min(rows, r0 + step)
+        if cols is None:
+            part = codes_t[:, None, r0:r1]
+        else:
+            part = torch.gather(codes_t, 1, cols[r0:r1].expand(n_feat, -1))[:, None, :]
+        h = hot[:, :, : r1 - r0]
+        torch.ge(part, first, out=h).sub_(torch.ge(part, after, out=above[:, :, : r1 - r0]))  # float outputs: fast
+        h = h.reshape(n_cols, r1 - r0)
         for i, (a0, a1) in enumerate(edges):
             for b0, b1 in edges[i:]:
-                out[a0:a1, b0:b1] += hot[:, a0:a1].T @ hot[:, b0:b1]
+                out[a0:a1, b0:b1] += h[a0:a1] @ h[b0:b1].T
     for i, (a0, a1) in enumerate(edges):  # the blocks below the diagonal, by symmetry
         for b0, b1 in edges[i + 1 :]:
             out[b0:b1, a0:a1] = out[a0:a1, b0:b1].T
-    return out[:n_cols, :n_cols].reshape(n_feat, width, n_feat, width).round().long()
+    return out.reshape(n_feat, width, n_feat, width).round().long()
 
 
 def _blocks(n: int, size: int = 256) -> list[tuple[int, int]]:
