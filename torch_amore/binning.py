@@ -19,7 +19,7 @@ import torch
 
 from torch_amore import distributed as D
 from torch_amore._validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids
-from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, work_dtype
+from torch_amore.column_stats import CHUNK_ELEMENTS, ColumnStats, chunk_len, column_stats, pass_rows, work_dtype
 from torch_amore.sorting import sort_values
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
@@ -122,19 +122,18 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
     search = thresholds.shape[1] > _SEARCH_ABOVE
     # a count of thresholds <= x does not depend on their order; thresholds are never NaN
     thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
-    step = chunk_len(n, n_cols, _CODE_CHUNK)
+    step = pass_rows(n, n_cols, _CODE_CHUNK)
     acc = hit = None  # float32 scratch, reused
-    for r0 in range(0, n, step):
-        chunk = X[r0 : r0 + step]
+    for chunk, dst in zip(X.split(step), out.split(step)):  # views made by one operation each
         chunk = chunk if chunk.dtype == dt else chunk.to(dt)
         if search:
             codes = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
         else:
             if acc is None:
                 acc, hit = (torch.empty(chunk.shape, dtype=torch.float32, device=X.device) for _ in range(2))
-            codes, scratch = acc[: len(chunk)], hit[: len(chunk)]
+            codes, scratch = (acc, hit) if len(chunk) == len(acc) else (acc[: len(chunk)], hit[: len(chunk)])
             _count_reached(chunk, thr, codes, scratch)
-        out[r0 : r0 + step] = codes.masked_fill_(torch.isnan(chunk), nan_code)
+        dst.copy_(codes.masked_fill_(torch.isnan(chunk), nan_code))
 
 
 def _kmeans_update(

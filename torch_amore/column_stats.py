@@ -24,6 +24,10 @@ CHUNK_ELEMENTS = 1 << 22
 #: Elements per chunk of the facts pass: its scratch stays in cache.
 _FACTS_CHUNK = 1 << 20
 
+#: A pass over X in cache-sized chunks takes at most this many chunks: each chunk costs a dozen or more tensor
+#: operations, and on big data fewer, larger chunks keep the operation count (and per-call overhead) bounded.
+MAX_PASS_CHUNKS = 12
+
 #: Column reductions run over at least this many columns at once: torch reduces a narrow (N, F) matrix over its rows
 #: about ten times slower than the same values viewed as (N / k, k F).
 _WIDE = 64
@@ -55,6 +59,18 @@ def chunk_len(n_rows: int, n_cols: int, elements: int | None = None) -> int:
         4096
     """
     return max(1, (CHUNK_ELEMENTS if elements is None else elements) // max(1, n_cols))
+
+
+def pass_rows(n_rows: int, n_cols: int, elements: int, max_chunks: int | None = None) -> int:
+    """Rows per chunk of a pass over an (``n_rows``, ``n_cols``) matrix: about ``elements`` values (sized to stay in
+    cache), but at most ``max_chunks`` (default :data:`MAX_PASS_CHUNKS`) chunks.
+
+    Example:
+        >>> pass_rows(10_000, 16, 1 << 20), pass_rows(1_000_000, 128, 1 << 20)
+        (65536, 83334)
+    """
+    n_chunks = MAX_PASS_CHUNKS if max_chunks is None else max_chunks
+    return max(chunk_len(n_rows, n_cols, elements), -(-n_rows // n_chunks))
 
 
 def original_units(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
@@ -226,7 +242,7 @@ def column_stats(
     n, n_cols = X.shape
     dt = work_dtype(X.device)
     # in original units: several float64 temporaries per value, so chunks of CHUNK_ELEMENTS
-    step = chunk_len(n, n_cols, _FACTS_CHUNK) if units is None else chunk_len(n, n_cols)
+    step = pass_rows(n, n_cols, _FACTS_CHUNK) if units is None else chunk_len(n, n_cols)
     if units is not None:
         scale, offset = (torch.tensor(list(v), dtype=torch.float64, device=X.device) for v in units)
     acc = raw_acc = buf = raw_buf = None
