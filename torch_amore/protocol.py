@@ -25,8 +25,7 @@ from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.options import SearchOptions
 from torch_amore.rules import RuleSet, load_rule_sets
-from torch_amore.search import prepare
-from torch_amore.threads import search_threads
+from torch_amore.search import prepare, search_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -214,7 +213,7 @@ def search_hyperparameters(
 
     bar = progress_bar(progress, total=len(strategies) * len(grids) * len(supports), desc="hyperparameter settings")
     rows = []
-    with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
+    with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
         for strategy, n_g in itertools.product(strategies, grids):
             setting_options = options.replace(bin_strategy=strategy, n_grids=n_g)
             extractor = prepare(X_t, target, setting_options, features=features, feature_names=names,

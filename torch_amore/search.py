@@ -12,7 +12,8 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from itertools import groupby
 from typing import Any
@@ -275,6 +276,22 @@ class _Extractor:
                            columns=self._columns, target_name=self.target_name)  # fmt: skip
 
 
+@contextmanager
+def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
+    """The scope every search runs in: small operations on one CPU thread (:func:`torch_amore.threads.search_threads`)
+    under :func:`torch.inference_mode` (no autograd bookkeeping: about a tenth less time per call on small data).
+    Tensors made inside are inference tensors; nothing the search returns holds one.
+
+    Example:
+        >>> import torch
+        >>> with search_scope("cpu"):
+        ...     torch.is_inference_mode_enabled()
+        True
+    """
+    with search_threads(device), torch.inference_mode():
+        yield
+
+
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -394,7 +411,7 @@ def extract_rules(
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
     names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
-    with search_threads(X_t.device):  # small operations on one thread (see torch_amore.threads)
+    with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
         extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name)
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         min_s = options.support_count(n_all, extractor.n_total_target)
