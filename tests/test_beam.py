@@ -255,10 +255,10 @@ def test_masked_counts_without_weights_agree(monkeypatch):
     )
     inside = torch.rand(3, 200, generator=g) < 0.6
     target = torch.rand(200, generator=g) < 0.3
-    weighted = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.float32)
+    weighted = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.empty(600))
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    spare = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.float32)
+    spare = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.empty(600))
     expect_tot = torch.stack([torch.bincount(idx[s][inside[s]] - 30 * s, minlength=30) for s in range(3)]).view(-1)
     expect_tgt = torch.stack(
         [torch.bincount(idx[s][inside[s] & target] - 30 * s, minlength=30) for s in range(3)]

@@ -387,10 +387,11 @@ def _descending_order(keys: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _masked_counts(
-    idx: torch.Tensor, inside: torch.Tensor, target: torch.Tensor, size: int, weight_dtype: torch.dtype
+    idx: torch.Tensor, inside: torch.Tensor, target: torch.Tensor, size: int, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``bincount`` of ``idx`` where ``inside``, and where ``inside`` and the target (``idx`` is ``(S, N)`` flattened,
-    ``target`` is ``(N,)``): exact counts from 0/1 weights, or, where weighted ``bincount`` is not allowed (CUDA under
+    ``target`` is ``(N,)``): exact counts from 0/1 weights written into ``weights`` (a float buffer as long as ``idx``,
+    reused: fresh memory of this size is slow to touch), or, where weighted ``bincount`` is not allowed (CUDA under
     ``torch.use_deterministic_algorithms``), from indices moved to a spare bin."""
     flags = inside.view(-1, target.numel())
     if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
@@ -398,9 +399,10 @@ def _masked_counts(
         tot = torch.bincount(torch.where(flags.reshape(-1), idx, spare), minlength=size + 1)[:size]
         tgt = torch.bincount(torch.where((flags & target).reshape(-1), idx, spare), minlength=size + 1)[:size]
         return tot, tgt
-    w = flags.to(weight_dtype)
-    tot = torch.bincount(idx, weights=w.view(-1), minlength=size).round_().long()
-    tgt = torch.bincount(idx, weights=(w * target).view(-1), minlength=size).round_().long()
+    weights.view(flags.shape).copy_(flags)
+    tot = torch.bincount(idx, weights=weights, minlength=size).round_().long()
+    weights.view(flags.shape).mul_(target)
+    tgt = torch.bincount(idx, weights=weights, minlength=size).round_().long()
     return tot, tgt
 
 
@@ -633,6 +635,7 @@ class BeamSearch:
         n = self.codes_t.shape[1]
         # exact integer counts from float weights: float32 below 2**24 samples
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
+        weights = torch.empty(n_states * n, dtype=wdt, device=device)  # reused by every count below
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
         # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
@@ -651,7 +654,7 @@ class BeamSearch:
             changed = torch.zeros(n_states, dtype=torch.bool, device=device)
             for k in range(length):
                 inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
-                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), self.target, n_states * wide, wdt)
+                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), self.target, n_states * wide, weights)
                 tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
                 tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
                 b = best_intervals_dense(
