@@ -640,7 +640,7 @@ class BeamSearch:
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
         # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
-        codes = (codes + offsets.to(torch.int32)).unbind(0)
+        codes = codes.add_(offsets.to(torch.int32)).unbind(0)  # in place: no second (L, S, N) table
         # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
         bounds = (st[:, : 2 * length] + offsets).to(torch.int32).T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]

@@ -128,12 +128,14 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
         chunk = chunk if chunk.dtype == dt else chunk.to(dt)
         if search:
             codes = torch.searchsorted(thr, chunk.t().contiguous(), right=True, out_int32=True).t()
+            codes.masked_fill_(torch.isnan(chunk), nan_code)
         else:
             if acc is None:
                 acc, hit = (torch.empty(chunk.shape, dtype=torch.float32, device=X.device) for _ in range(2))
             codes, scratch = (acc, hit) if len(chunk) == len(acc) else (acc[: len(chunk)], hit[: len(chunk)])
-            _count_reached(chunk, thr, codes, scratch)
-        dst.copy_(codes.masked_fill_(torch.isnan(chunk), nan_code))
+            _count_reached(chunk, thr, codes, scratch)  # NaN reaches no threshold: 0, then 0 + nan_code
+            codes.add_(torch.ne(chunk, chunk, out=scratch), alpha=nan_code)  # no bool mask: no fresh memory
+        dst.copy_(codes)
 
 
 def _kmeans_update(
