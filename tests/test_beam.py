@@ -245,7 +245,8 @@ def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure, chunked
 
 
 def test_masked_counts_without_weights_agree(monkeypatch):
-    """The spare-bin path (for CUDA under deterministic algorithms) counts exactly what the weighted path counts."""
+    """Both counts from one bincount over ``2 * bin + is_target``: the weighted path and the spare-bin path (for CUDA
+    under deterministic algorithms) count exactly what a literal count of each state's samples does."""
     from torch_amore import beam
 
     g = torch.Generator().manual_seed(1)
@@ -255,14 +256,16 @@ def test_masked_counts_without_weights_agree(monkeypatch):
     )
     inside = torch.rand(3, 200, generator=g) < 0.6
     target = torch.rand(200, generator=g) < 0.3
-    weighted = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.empty(600))
+    coded = (2 * idx + target.to(torch.int32)).view(-1)
+    weighted = beam._masked_counts(coded, inside.view(-1), 90, torch.empty(600))
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    spare = beam._masked_counts(idx.view(-1), inside.view(-1), target, 90, torch.empty(600))
+    spare = beam._masked_counts(coded, inside.view(-1), 90, torch.empty(600))
     expect_tot = torch.stack([torch.bincount(idx[s][inside[s]] - 30 * s, minlength=30) for s in range(3)]).view(-1)
     expect_tgt = torch.stack(
         [torch.bincount(idx[s][inside[s] & target] - 30 * s, minlength=30) for s in range(3)]
     ).view(-1)
+    assert int(expect_tgt.sum()) > 0
     for tot, tgt in (weighted, spare):
         assert torch.equal(tot, expect_tot) and torch.equal(tgt, expect_tgt)
 

@@ -387,23 +387,20 @@ def _descending_order(keys: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _masked_counts(
-    idx: torch.Tensor, inside: torch.Tensor, target: torch.Tensor, size: int, weights: torch.Tensor
+    idx: torch.Tensor, inside: torch.Tensor, size: int, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``bincount`` of ``idx`` where ``inside``, and where ``inside`` and the target (``idx`` is ``(S, N)`` flattened,
-    ``target`` is ``(N,)``): exact counts from 0/1 weights written into ``weights`` (a float buffer as long as ``idx``,
-    reused: fresh memory of this size is slow to touch), or, where weighted ``bincount`` is not allowed (CUDA under
-    ``torch.use_deterministic_algorithms``), from indices moved to a spare bin."""
-    flags = inside.view(-1, target.numel())
+    """Counts of all and of the target samples per bin where ``inside``, from one ``bincount``: ``idx`` (flattened)
+    is ``2 * bin + is_target`` with bins in ``[0, size)``. Exact counts from 0/1 weights written into ``weights`` (a
+    float buffer as long as ``idx``, reused: fresh memory of this size is slow to touch), or, where weighted
+    ``bincount`` is not allowed (CUDA under ``torch.use_deterministic_algorithms``), from indices moved to a spare
+    bin."""
     if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
-        spare = torch.full_like(idx, size)
-        tot = torch.bincount(torch.where(flags.reshape(-1), idx, spare), minlength=size + 1)[:size]
-        tgt = torch.bincount(torch.where((flags & target).reshape(-1), idx, spare), minlength=size + 1)[:size]
-        return tot, tgt
-    weights.view(flags.shape).copy_(flags)
-    tot = torch.bincount(idx, weights=weights, minlength=size).round_().long()
-    weights.view(flags.shape).mul_(target)
-    tgt = torch.bincount(idx, weights=weights, minlength=size).round_().long()
-    return tot, tgt
+        spare = torch.full_like(idx, 2 * size)
+        both = torch.bincount(torch.where(inside, idx, spare), minlength=2 * size + 1)[: 2 * size]
+    else:
+        both = torch.bincount(idx, weights=weights.copy_(inside), minlength=2 * size).round_().long()
+    both = both.view(size, 2)
+    return both.sum(1), both[:, 1]
 
 
 def fetch_length(width: int, n_kappas: int) -> int:
@@ -638,11 +635,13 @@ class BeamSearch:
         weights = torch.empty(n_states * n, dtype=wdt, device=device)  # reused by every count below
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
-        # per position (S, N) codes shifted to their state's bins: bincount indices, and conditions on shifted bounds
+        # per position (S, N): 2 x (code shifted to its state's bins) + is_target, the bincount index of both counts
+        # (code >= low <=> index >= 2 low, code <= high <=> index <= 2 high + 1: conditions on doubled bounds)
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
-        codes = codes.add_(offsets.to(torch.int32)).unbind(0)  # in place: no second (L, S, N) table
+        codes = codes.add_(offsets.to(torch.int32)).mul_(2).add_(self.target.to(torch.int32)).unbind(0)  # in place
         # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
-        bounds = (st[:, : 2 * length] + offsets).to(torch.int32).T[..., None].unbind(0)
+        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(torch.int32) for h in (0, 1))
+        bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         kappas = obj.kappas(False)
@@ -654,7 +653,7 @@ class BeamSearch:
             changed = torch.zeros(n_states, dtype=torch.bool, device=device)
             for k in range(length):
                 inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
-                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), self.target, n_states * wide, weights)
+                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), n_states * wide, weights)
                 tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
                 tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
                 b = best_intervals_dense(
@@ -670,8 +669,8 @@ class BeamSearch:
                 score = torch.where(better, found[:, 0], score)
                 new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
                 st.index_copy_(1, cols[k], new)
-                lo_hi = (new[:, :2] + offsets).to(torch.int32)
-                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:])
+                lo_hi = (2 * (new[:, :2] + offsets)).to(torch.int32)
+                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:] + 1)
                 changed |= better
             if r >= 1:  # after the second round and each one after it: the result, and whether it changed
                 out_rows = torch.cat([st, changed[:, None].long()], 1).tolist()
