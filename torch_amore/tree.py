@@ -105,11 +105,15 @@ def _children(
     rank by rank, then node by node (the valid ones)."""
     rows, nodes = level.rows, level.nodes
     codes = binned.codes
-    feature = chosen[..., 0].index_select(0, nodes)  # (E, k)
+
+    def per_row(t: torch.Tensor) -> torch.Tensor:  # (E, ...): each entry's node's values; one node: broadcast
+        return t.expand(len(nodes), *t.shape[1:]) if t.shape[0] == 1 else t.index_select(0, nodes)
+
+    feature = per_row(chosen[..., 0])  # (E, k)
     # the bounds in the codes' dtype: comparisons of mixed dtypes are several times slower
-    low, high = chosen[..., 1:3].to(codes.dtype).index_select(0, nodes).unbind(-1)
+    low, high = per_row(chosen[..., 1:3].to(codes.dtype)).unbind(-1)
     code = codes.reshape(-1).take(rows.unsqueeze(1) * codes.shape[1] + feature)  # (E, k): 2x advanced indexing
-    inside = (code >= low) & (code <= high) & valid.index_select(0, nodes)
+    inside = (code >= low) & (code <= high) & per_row(valid)
     rank, entry = torch.nonzero(inside.T, as_tuple=True)
     number = valid.T.reshape(-1).cumsum(0) - 1  # children's numbers, rank by rank
     return rows[entry], number[rank * valid.shape[0] + nodes[entry]]
