@@ -134,7 +134,9 @@ class PairCounts:
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
             a, b = torch.triu_indices(n_feat, n_feat, 1, device=codes.device)[:, p0:p1]
             off = torch.arange(p1 - p0, device=codes.device, dtype=torch.int32)[:, None] * cells
-            idx = (codes.index_select(0, b) + scaled.index_select(0, a)).add_(off)
+            idx = codes.index_select(0, b)
+            idx += scaled.index_select(0, a)  # in place: no third table of (pairs x samples) indices
+            idx += off
             out = torch.bincount(idx.view(-1), minlength=(p1 - p0) * cells)
             return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
