@@ -9,6 +9,7 @@ across DDP ranks, so a sharded run sees the counts of one process on all the row
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -132,20 +133,16 @@ class PairCounts:
         wd = self.grid.n_max + 1
         cells = wd * wd
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
-            a, b = torch.triu_indices(n_feat, n_feat, 1, device=codes.device)[:, p0:p1]
-            off = torch.arange(p1 - p0, device=codes.device, dtype=torch.int32)[:, None] * cells
-            idx = codes.index_select(0, b)
-            idx += scaled.index_select(0, a)  # in place: no third table of (pairs x samples) indices
-            idx += off
+            idx = torch.empty(p1 - p0, n, dtype=codes.dtype, device=codes.device)
+            for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # (a, b > a): slices of the codes, no gathered copies
+                torch.add(codes[b0 : b0 + hi - lo], scaled[a], out=idx[lo - p0 : hi - p0])
+            idx += torch.arange(p1 - p0, device=codes.device, dtype=idx.dtype)[:, None] * cells
             out = torch.bincount(idx.view(-1), minlength=(p1 - p0) * cells)
             return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
             off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
-            a = triu_row(p0, n_feat)
-            while a < n_feat - 1 and triu_start(a, n_feat) < p1:  # the pairs (a, b > a) of this chunk: b contiguous
-                lo, hi = max(p0, triu_start(a, n_feat)), min(p1, triu_start(a + 1, n_feat))
-                b0 = a + 1 + lo - triu_start(a, n_feat)
+            for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # the pairs (a, b > a) of this chunk: b contiguous
                 step = max(1, _CHUNK // n)
                 for q in range(lo, hi, step):  # bounded memory
                     q1 = min(hi, q + step)
@@ -154,7 +151,6 @@ class PairCounts:
                     out[(q - p0) * cells : (q1 - p0) * cells] += torch.bincount(
                         idx.view(-1), minlength=(q1 - q) * cells
                     )
-                a += 1
         return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])  # a view: cumulate copies it once
 
     def prefix(
@@ -235,6 +231,21 @@ def _blocks(n: int, size: int = 256) -> list[tuple[int, int]]:
     count = -(-n // size)
     edges = [n * i // count for i in range(count + 1)]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def _anchors(p0: int, p1: int, n: int) -> Iterator[tuple[int, int, int, int]]:
+    """The pairs ``p0..p1-1`` of ``triu_indices(n, n, 1)`` grouped by their first feature ``a``: ``(a, lo, hi,
+    b0)``, pairs ``lo..hi-1`` being ``(a, b0), (a, b0 + 1), ...``.
+
+    Example:
+        >>> list(_anchors(2, 5, 4))  # pairs (0, 3), (1, 2), (1, 3)
+        [(0, 2, 3, 3), (1, 3, 5, 2)]
+    """
+    a = triu_row(p0, n)
+    while a < n - 1 and triu_start(a, n) < p1:
+        lo, hi = max(p0, triu_start(a, n)), min(p1, triu_start(a + 1, n))
+        yield a, lo, hi, a + 1 + lo - triu_start(a, n)
+        a += 1
 
 
 def triu_start(a: int, n: int) -> int:
