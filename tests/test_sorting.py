@@ -50,3 +50,29 @@ def test_argsort_values_sorts(dtype: torch.dtype, dim: int) -> None:
     assert torch.equal(order.sort(dim=dim).values, every)
     got, want = x.gather(dim, order), torch.sort(x, dim=dim).values
     assert torch.equal(torch.nan_to_num(got.double(), nan=7e7), torch.nan_to_num(want.double(), nan=7e7))
+
+
+@pytest.mark.parametrize("shape", [(1000,), (4, 257), (3, 1)])
+def test_float32_argsort_orders_like_a_literal_sort(shape: tuple[int, ...]) -> None:
+    """The packed-key float32 path: every value (signed zeros, subnormals, infinities, NaN of either sign, huge and
+    tiny magnitudes, many ties) lands where a float64 sort puts it, NaN last, and ties keep their positions."""
+    g = torch.Generator().manual_seed(11)
+    x = (torch.randn(shape, generator=g) * 3).round() * torch.tensor(10.0) ** torch.randint(-40, 38, shape, generator=g)
+    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, float("inf"), -float("inf"), float("nan"), -float("nan")])
+    flat = x.view(-1)
+    flat[: min(8, flat.numel())] = specials[: min(8, flat.numel())]
+    x = x.float()
+    order = argsort_values(x, -1)
+    assert order.dtype == torch.int64
+    got = x.gather(-1, order).double()
+    key = torch.where(x.isnan(), torch.tensor(float("inf")), x.double())  # a literal order: NaN after +inf
+    rank = torch.stack([x.isnan().double(), key], -1)
+    want = sorted(range(x.shape[-1]), key=lambda i: tuple(rank.view(-1, x.shape[-1], 2)[0, i].tolist()))
+    first = x.view(-1, x.shape[-1])[0].double()[want]
+    assert torch.equal(got.view(-1, x.shape[-1])[0].nan_to_num(7e300), first.nan_to_num(7e300))
+    assert torch.equal(got.isnan(), torch.sort(x, -1).values.isnan())
+    ties = order.view(-1, x.shape[-1])[0]
+    same = got.view(-1, x.shape[-1])[0]
+    for i in range(len(ties) - 1):  # equal values (and -0.0 == 0.0) in their original order
+        if same[i] == same[i + 1]:
+            assert ties[i] < ties[i + 1]

@@ -4,12 +4,14 @@ The binning sorts every column once per call (k-means, quantile grids, distinct 
 values costs 5-10 times numpy's SIMD sort of the same array (8,000 x 128 float64: 50 ms against 6 ms on one thread);
 the sorted values are the same either way (NaN last), so CPU tensors are sorted by numpy, in a copy, and other
 devices (CUDA, MPS) or dtypes numpy lacks (bfloat16) keep ``torch.sort``. An order that sorts the values, ties in
-any order (:func:`argsort_values`), comes from numpy's unstable SIMD argsort (3 times torch's); a *stable* argsort
-gains nothing from numpy and stays with torch.
+any order (:func:`argsort_values`), comes from numpy's unstable argsort (3 times torch's; float32 values: numpy's SIMD
+sort of integer keys that pack each value's order above its position, twice as fast again); a *stable* argsort gains
+nothing from numpy and stays with torch.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["argsort_values", "sort_values"]
@@ -46,5 +48,24 @@ def argsort_values(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if values.device.type != "cpu" or values.dtype not in _NUMPY_DTYPES or values.numel() == 0:
         return torch.argsort(values, dim=dim, stable=True)
     moved = values.detach().movedim(dim, -1)
-    order = torch.from_numpy(moved.numpy().argsort(axis=-1)).to(torch.int64)
+    if moved.dtype == torch.float32 and moved.shape[-1] < 2**32:
+        order = torch.from_numpy(_argsort_float32(moved.contiguous().numpy()))
+    else:
+        order = torch.from_numpy(moved.numpy().argsort(axis=-1)).to(torch.int64)
     return order.movedim(-1, dim)
+
+
+def _argsort_float32(a: np.ndarray) -> np.ndarray:
+    """``argsort`` along the last axis of a C-contiguous float32 array (NaN last; ties by position), by sorting
+    int64 keys that hold an order-preserving integer of each value above its position: numpy sorts integers with
+    SIMD, twice as fast in all as its float argsort."""
+    key = a.view(np.int32).astype(np.int64)  # the float's bits; negative floats: sign and magnitude
+    negative = key < 0
+    np.bitwise_and(key, 0x7FFFFFFF, out=key, where=negative)  # in place: no temporary of the keys' size
+    np.negative(key, out=key, where=negative)  # -magnitude: order-preserving, -0.0 == 0.0
+    key[np.isnan(a)] = 0x7FFFFFFF  # above every other key (+inf is 0x7F800000); shifted, it still fits int64
+    key <<= 32
+    key |= np.arange(a.shape[-1], dtype=np.int64)
+    key.sort(axis=-1)
+    key &= 0xFFFFFFFF
+    return key
