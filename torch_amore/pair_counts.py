@@ -73,8 +73,10 @@ def compress(
     codes_t = torch.empty(n_feat, n, dtype=torch.int32, device=device)
     step = max(1, _CHUNK // max(1, n))
     for f0 in range(0, n_feat, step):
-        part = torch.add(codes[:, f0 : f0 + step].t(), offsets[f0 : f0 + step])  # int32 (f, n)
-        codes_t[f0 : f0 + step] = flat.index_select(0, part.reshape(-1)).view(part.shape)
+        # int32 (f, n), contiguous: its flat view indexes the table, the result lands in place
+        part = codes[:, f0 : f0 + step].t().to(torch.int32, memory_format=torch.contiguous_format)
+        part += offsets[f0 : f0 + step]
+        torch.index_select(flat, 0, part.view(-1), out=codes_t[f0 : f0 + step].view(-1))
     grids = torch.arange(width, device=device).expand(n_feat, width)
     orig = torch.full((n_feat, n_max + 1), -1, dtype=torch.long, device=device)
     orig.scatter_(1, index, torch.where(nonempty, grids, torch.full_like(grids, -1)))
