@@ -70,3 +70,15 @@ def test_pair_histograms_equal_a_literal_count(chunk: int | None, exact32: bool,
                         expect[f, c[f], h, c[h]] += 1
         assert int(expect.sum()) > 0 and bool((expect[3] == 0).all())
         assert torch.equal(got, expect)
+
+
+def test_pair_histograms_of_uint8_codes_with_256_codes() -> None:
+    """Cell starts up to 256 do not fit the codes' uint8: the comparison is made wider, not wrapped around."""
+    g = torch.Generator().manual_seed(8)
+    codes_t = torch.randint(0, 256, (2, 500), generator=g, dtype=torch.uint8)
+    lut = torch.arange(256)[None].expand(2, -1) // 128  # cells 0 and 1: the end of cell 1 is code 256
+    got = pair_counts.pair_histograms(codes_t, lut, 2)
+    cell = lut.gather(1, codes_t.long())
+    expect = torch.zeros(2, 2, dtype=torch.long)
+    expect.index_put_((cell[0], cell[1]), torch.ones(500, dtype=torch.long), accumulate=True)
+    assert int(expect[:, 1].sum()) > 0 and torch.equal(got[0, :, 1, :], expect)

@@ -177,9 +177,11 @@ class PairCounts:
 
 def _cell_starts(lut: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
     """(F, width + 1) first code of each cell of a non-decreasing ``lut`` (cell ``c`` holds the codes ``i`` with
-    ``starts[c] <= i < starts[c + 1]``), in ``dtype``."""
+    ``starts[c] <= i < starts[c + 1]``), in ``dtype`` (the codes' dtype) where every start fits it, else int64."""
     cells = torch.arange(width + 1, device=lut.device)
-    return (lut[:, None, :] < cells[None, :, None]).sum(2).to(dtype)
+    starts = (lut[:, None, :] < cells[None, :, None]).sum(2)  # at most lut.shape[1]
+    fits = dtype.is_floating_point or lut.shape[1] <= torch.iinfo(dtype).max
+    return starts.to(dtype) if fits else starts  # (a mixed-dtype comparison is slower, but an overflow is wrong)
 
 
 def pair_histograms(
