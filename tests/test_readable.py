@@ -11,6 +11,7 @@ import torch
 from sync_count import count_syncs
 
 import torch_amore
+from torch_amore import readable
 from torch_amore.binning import bin_features
 from torch_amore.cuts import format_bound
 from torch_amore.fine_grid import fine_binning
@@ -31,8 +32,11 @@ def _data(n: int = 500) -> torch.Tensor:
 KINDS = ["float", "int", "cat", "float"]
 
 
+@pytest.mark.parametrize("one_at_a_time", [False, True])
 @pytest.mark.parametrize("fine", [False, True])
-def test_rules_select_the_rows_of_their_grids(fine):
+def test_rules_select_the_rows_of_their_grids(fine, one_at_a_time, monkeypatch):
+    if one_at_a_time:  # the observed neighbours of the cuts gathered one feature at a time
+        monkeypatch.setattr(readable, "_SCATTER_VALUES", 1)
     X = _data()
     binned = bin_features(X, [0, 1, 2, 3], KINDS, n_grids=6)
     if fine:

@@ -23,6 +23,10 @@ from torch_amore.rules import Rule
 
 __all__ = ["ReadableRules", "between"]
 
+#: Values whose cells :func:`_cell_extremes` scatters at once: its index and value buffers (12 bytes a value) are
+#: reused from chunk to chunk, since fresh memory of that size is slow to touch.
+_SCATTER_VALUES = 1 << 21
+
 Cond = tuple[int, int, int]  # (searched feature, first grid, last grid)
 
 
@@ -164,24 +168,40 @@ class ReadableRules:
         fidx, cidx, r, g = torch.tensor([v for part in host for v in part], device=X.device).split(
             [nf, nf, len(edges), len(edges)]
         )
-        offsets = torch.arange(0, nf * width, width, device=X.device)
-        codes_t = binned.codes_t  # the stored column-major codes, if any (no transposed copy made here)
-        if codes_t is not None:  # (k, N): rows of the transposed codes, columns of X as rows
-            codes, values, offsets = codes_t.index_select(0, fidx), X.t().index_select(0, cidx), offsets[:, None]
-        else:  # (N, k): a gather keeps the row-major layout (index_select along dim 1 is several times slower)
-            n = X.shape[0]
-            codes, values = binned.codes.gather(1, fidx.expand(n, nf)), X.gather(1, cidx.expand(n, nf))
-        flat = codes.long().add_(offsets).reshape(-1)
         # minima and maxima in X's own floating dtype (exact: they are values of X), converted once at the end
         vdt = X.dtype if X.is_floating_point() else dt
-        values = values.to(vdt).reshape(-1)
-        lows = torch.full((nf, width), math.inf, dtype=vdt, device=X.device)
-        highs = torch.full((nf, width), -math.inf, dtype=vdt, device=X.device)
-        lows.view(-1).scatter_reduce_(0, flat, values, "amin")
-        highs.view(-1).scatter_reduce_(0, flat, values, "amax")
-        lows, highs = lows[:, :-1].to(dt), highs[:, :-1].to(dt)
+        lows, highs = _cell_extremes(binned, X, fidx, cidx, width, vdt)
+        lows, highs = lows.view(nf, width)[:, :-1].to(dt), highs.view(nf, width)[:, :-1].to(dt)
         if D.is_sharded():  # reduced over the shards of a DDP run
             lows, highs = D.all_reduce_min(lows.contiguous()), D.all_reduce_max(highs.contiguous())
         above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
         below = highs.cummax(1).values  # the largest value in grids <= g
         return torch.stack([below[r, g - 1], above[r, g]])
+
+
+def _cell_extremes(binned: Binned, X: torch.Tensor, fidx: torch.Tensor, cidx: torch.Tensor, width: int,
+                   vdt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(F' x width,) minima and maxima of the values of X's columns ``cidx`` per grid cell of the searched features
+    ``fidx`` (``+inf``/``-inf`` for empty cells), in ``vdt``; features a few at a time (about
+    :data:`_SCATTER_VALUES` values), into reused buffers."""
+    n, nf = X.shape[0], len(fidx)
+    lows = torch.full((nf * width,), math.inf, dtype=vdt, device=X.device)
+    highs = torch.full((nf * width,), -math.inf, dtype=vdt, device=X.device)
+    per = max(1, _SCATTER_VALUES // max(1, n))
+    offsets = torch.arange(0, nf * width, width, device=X.device)
+    idx = torch.empty(min(per, nf) * n, dtype=torch.long, device=X.device)
+    vals = torch.empty(min(per, nf) * n, dtype=vdt, device=X.device)
+    codes_t = binned.codes_t  # the stored column-major codes, if any (no transposed copy made here)
+    for f0 in range(0, nf, per):
+        f, c, m = fidx[f0 : f0 + per], cidx[f0 : f0 + per], min(per, nf - f0)
+        if codes_t is not None:  # (m, N): rows of the transposed codes, columns of X as rows
+            codes, values, off = codes_t.index_select(0, f), X.t().index_select(0, c), offsets[f0 : f0 + m, None]
+        else:  # (N, m): a gather keeps the row-major layout (index_select along dim 1 is several times slower)
+            codes, values = binned.codes.gather(1, f.expand(n, m)), X.gather(1, c.expand(n, m))
+            off = offsets[f0 : f0 + m]
+        at, v = idx[: m * n], vals[: m * n]
+        torch.add(codes, off, out=at.view(codes.shape))
+        v.view(values.shape).copy_(values)
+        lows.scatter_reduce_(0, at, v, "amin")
+        highs.scatter_reduce_(0, at, v, "amax")
+    return lows, highs
