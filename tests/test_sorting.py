@@ -73,6 +73,6 @@ def test_float32_argsort_orders_like_a_literal_sort(shape: tuple[int, ...]) -> N
     assert torch.equal(got.isnan(), torch.sort(x, -1).values.isnan())
     ties = order.view(-1, x.shape[-1])[0]
     same = got.view(-1, x.shape[-1])[0]
-    for i in range(len(ties) - 1):  # equal values (and -0.0 == 0.0) in their original order
-        if same[i] == same[i + 1]:
-            assert ties[i] < ties[i + 1]
+    tied = [i for i in range(len(ties) - 1) if same[i] == same[i + 1]]  # equal values (and -0.0 == 0.0)
+    assert tied or x.shape[-1] < 100  # the long rows hold ties (rounded values): the check below is not vacuous
+    assert all(ties[i] < ties[i + 1] for i in tied)  # in their original order
