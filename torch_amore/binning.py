@@ -123,6 +123,8 @@ def codes_from_thresholds(X: torch.Tensor, thresholds: torch.Tensor, out: torch.
     # a count of thresholds <= x does not depend on their order; thresholds are never NaN
     thr = torch.sort(thr, dim=1).values if search else thr.t().contiguous().unbind(0)
     step = pass_rows(n, n_cols, _CODE_CHUNK)
+    if X.dtype != dt:  # each chunk converted (e.g. float16 to float64): more memory per value, smaller chunks
+        step = min(step, chunk_len(n, n_cols))
     acc = hit = None  # float32 scratch, reused
     for chunk, dst in zip(X.split(step), out.split(step)):  # views made by one operation each
         chunk = chunk if chunk.dtype == dt else chunk.to(dt)
