@@ -57,14 +57,16 @@ def latent_task(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
 
 
 def op_counts(fn) -> tuple[int, int]:
-    """(top-level aten operations, host synchronisations) of one call of ``fn``: the profiler's sync operations plus
-    the ``Tensor.tolist`` calls (a copy to the host that the CPU profiler does not record)."""
+    """(top-level aten operations, host synchronisations) of one call of ``fn``, on every thread (on small data the
+    search runs the rule tree on a second thread): the profiler's sync operations plus the ``Tensor.tolist`` calls
+    (a copy to the host that the CPU profiler does not record)."""
     from torch.profiler import ProfilerActivity, profile
 
     original, calls = torch.Tensor.tolist, []
     torch.Tensor.tolist = lambda t: calls.append(1) or original(t)
+    all_threads = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], experimental_config=all_threads) as prof:
             fn()
     finally:
         torch.Tensor.tolist = original

@@ -12,6 +12,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -36,7 +37,7 @@ from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
 from torch_amore.seeding import pair_seeds, seed_affordable
-from torch_amore.threads import parallel_pass, search_threads
+from torch_amore.threads import beside, parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
 
 
@@ -141,16 +142,26 @@ class _Extractor:
                 raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
             return self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
                                   budget=o.exact_budget)  # fmt: skip
-        rule_sets = self.run(
-            max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
-            progress=o.progress,
-        )  # fmt: skip
-        optimal = self.grid_optimum(o, min_support) if local_codes is None else []
+        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
+            found = self.run(
+                max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
+                progress=o.progress,
+            )  # fmt: skip
+            return found, self.grid_optimum(o, min_support) if local_codes is None else []
+
         if o.strategy == "beam" and local_codes is None:  # with the grid's optimum a candidate, no pair seeds
-            found = self.run_beam(
-                max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-                min_confidence=o.min_confidence, progress=o.progress, seed=not optimal,
-            ) + optimal  # fmt: skip
+            beam = functools.partial(
+                self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
+                min_confidence=o.min_confidence, progress=o.progress,
+            )  # fmt: skip
+            seed = not self.optimum_affordable(o)
+            # independent: on small data the tree runs beside the beam (no progress bars side by side)
+            tree = beside(paper, 0 if o.progress else self.binned.codes.numel())
+            found = beam(seed=seed)
+            rule_sets, optimal = tree()
+            if not seed and not optimal:  # the grid's optimum found nothing: the beam as it runs without one
+                found = beam(seed=True)
+            found += optimal
             ranked = sort_rule_sets(found)
             chosen = _two_feature_sets(ranked)
             goals = [None] * len(chosen)
@@ -159,6 +170,8 @@ class _Extractor:
                 chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
             polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
             rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+        else:
+            rule_sets, optimal = paper()
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
@@ -168,11 +181,18 @@ class _Extractor:
         affordable: ``max_length <= 2`` and an estimated work (:func:`torch_amore.exact.estimate_cost`) of at most
         ``options.optimum_budget``; else (or when no rule set has ``min_support`` samples) ``[]``."""
         o = options
-        n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
-        if o.max_length > 2 or estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length) > o.optimum_budget:
+        if not self.optimum_affordable(o):
             return []
         found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget)
         return [rs for rs in found if rs.optimum is not None]
+
+    def optimum_affordable(self, options: SearchOptions) -> bool:
+        """Whether :meth:`grid_optimum` searches: ``max_length <= 2`` and an estimated work of at most
+        ``options.optimum_budget``."""
+        o = options
+        n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
+        cost = estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length)
+        return o.max_length <= 2 and cost <= o.optimum_budget
 
     def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
