@@ -261,3 +261,45 @@ def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch
     for rs, new, g in zip(starts, got, goals):
         want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
         assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_polish_many_on_each_rule_sets_own_rows_equals_the_literal_brute_force(seed, monkeypatch):
+    """From ``_COMPACT_ROWS`` samples on, each step sorts the values of its rule set's own rows (no whole columns)."""
+    monkeypatch.setattr(polish, "_COMPACT_ROWS", 0)
+    X, target = _data(300 + seed)
+    starts = _starts(X, target, seed)
+    n_t = int(target.sum())
+    got = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
+    changed = 0
+    for rs, new in zip(starts, got):
+        want = literal_polish(rs, X, target, 15)
+        assert [str(r) for r in new.rules] == [str(r) for r in want.rules]
+        assert torch.equal(new.mask(X), want.mask(X))
+        h, n = _counts(new.mask(X), target)
+        assert (new.support, new.confidence) == (n, h / n)
+        changed += new.rules != rs.rules
+    assert changed  # the polish moved some rule: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("goal", [None, 0.8])
+def test_polish_many_on_each_rule_sets_own_rows_equals_the_sequential_reference(seed, goal, monkeypatch):
+    X, target = _data(400 + seed)
+    starts = _starts(X, target, seed)
+    n_t = int(target.sum())
+    goals = [goal, None, 0.7, goal]
+    whole = polish_many(starts, X, target, 12, n_t, goals=goals)
+    monkeypatch.setattr(polish, "_COMPACT_ROWS", 0)
+    got = polish_many(starts, X, target, 12, n_t, goals=goals)
+    for rs, new, one, g in zip(starts, got, whole, goals):
+        want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
+        assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
+        assert new == one  # the same as with whole sorted columns
+
+
+def test_compact_cuts_with_no_row_is_not_valid():
+    X, target = _data(0)
+    b = polish._compact_cuts(torch.zeros(len(X), dtype=torch.bool), SortedColumns(X, target), 1, 1,
+                             torch.tensor([[500, 700]]))  # fmt: skip
+    assert b["valid"].tolist() == [[False, False]] and b["support"].tolist() == [[0, 0]]

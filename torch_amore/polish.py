@@ -13,6 +13,11 @@ device, and one ``.tolist()`` per step brings the few numbers the host needs (th
 :func:`torch_amore.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
 :func:`torch_amore.beam.exact_best_interval` on reduced counts (:func:`polish_one`): the single-process result.
 
+From ``_COMPACT_ROWS`` (2**18) samples on, each rule set's step instead sorts the values of its own samples (those
+satisfying its other rules; one host sync each for their count) and runs :func:`best_cuts` on them alone: the same
+cuts, with work and memory in proportion to those samples rather than to N (1,000,000 x 16, ``max_length`` 3: the
+polish from 0.62 s to 0.37 s), and no sorted column is kept.
+
 Memory follows the data: where N is large, rows (and kappas, columns and rule masks) are taken a few at a time so
 that each working table stays near ``_CHUNK_BYTES`` (8 MiB; at 1,000,000 rows a row at a time), the cache of a
 sorted column is an int32 order and three flags per row, and the values next to the cuts are read from ``X`` at the
@@ -41,6 +46,9 @@ __all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
 _BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
 _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
 _CHUNK_BYTES = 8 << 20  # about the size of one working table: rows, kappas and columns are taken this many at a time
+#: From this many samples on, each rule set's step sorts the values of its own samples (those satisfying its other
+#: rules) instead of taking whole sorted columns: less work where the other rules hold a part of the samples.
+_COMPACT_ROWS = 1 << 18
 
 
 class SortedColumns:
@@ -233,6 +241,9 @@ def _cuts(
     """:func:`best_cuts` of each row of ``others`` (S, N) on its column ``cols`` (:class:`SortedColumns`), a few rows
     at a time (each working table about ``_CHUNK_BYTES``); ``near`` becomes the values of ``X`` there (X's dtype)."""
     S, n = others.shape
+    if n >= _COMPACT_ROWS:  # each row on its own rows only (one host sync each): no whole-column sorts or tables
+        parts = [_compact_cuts(others[i], columns, cols[i], min_support, kappas[i : i + 1]) for i in range(S)]
+        return {name: torch.cat([p[name] for p in parts]) for name in parts[0]} if S > 1 else parts[0]
     per = max(1, _CHUNK_BYTES // (8 * (n + 1)))  # rows at a time
     parts = []
     for i in range(0, S, per):
@@ -245,6 +256,44 @@ def _cuts(
     if len(parts) == 1:
         return parts[0]
     return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+
+
+def _compact_cuts(
+    others: torch.Tensor, columns: SortedColumns, col: int, min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """:func:`best_cuts` of one row on the samples it holds (``others`` (N,)) alone, sorted by their values on
+    column ``col``; ``near`` the values of ``X`` there and an open upper bound at ``N``, as :func:`_cuts` gives them.
+    The same result: a cut between two of these samples is allowed where their values differ, which is where some
+    cut between them is allowed among all samples; other samples only separate allowed cuts.
+
+    Example:
+        >>> X = torch.tensor([[3.0], [1.0], [2.0], [float("nan")], [5.0]])
+        >>> columns = SortedColumns(X, torch.tensor([True, False, True, True, False]))
+        >>> b = _compact_cuts(torch.tensor([True, True, True, True, False]), columns, 0, 1, torch.tensor([[500]]))
+        >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["near"][:, :3].tolist()  # upper bound open
+        ([[1]], [[5]], [[2]], [[1.0, 3.0, 2.0]])
+    """
+    X, n = columns.X, others.shape[0]
+    rows = torch.nonzero(others).squeeze(1)  # the one host sync
+    m = rows.numel()
+    K = kappas.shape[1]
+    if m == 0:  # no sample: no interval
+        zero = torch.zeros(1, K, dtype=torch.long, device=X.device)
+        return {"start": zero, "end": zero + n, "hits": zero, "support": zero, "valid": zero.bool(),
+                "near": X.new_zeros(1, 4 * K)}  # fmt: skip
+    vals = X[:, col].index_select(0, rows)
+    vals = vals if vals.is_floating_point() else vals.to(columns.dtype)
+    order = argsort_values(vals)  # NaN last: not observed, one run with no cut inside it, as in SortedColumns
+    vals = vals.index_select(0, order)
+    observed = ~torch.isnan(vals)
+    hit = columns.target.index_select(0, rows.index_select(0, order)) & observed
+    edge = torch.ones(1, dtype=torch.bool, device=X.device)
+    steps = vals.masked_fill(~observed, math.inf)
+    allowed = torch.cat([edge, steps[1:] != steps[:-1], edge])
+    b = best_cuts(observed[None], hit[None], allowed[None], min_support, kappas)
+    b["end"] = torch.where(b["end"] == m, n, b["end"])  # the open upper bound, at N as among all samples
+    b["near"] = vals.index_select(0, b["near"].view(-1)).view(1, -1)  # X's values (exact in the cut dtype)
+    return b
 
 
 def _pick(b: dict[str, torch.Tensor], keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -328,7 +377,8 @@ def polish_many(
     several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
     live = list(range(len(todo)))  # rows of ``masks`` still being polished
-    columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
+    if X.shape[0] < _COMPACT_ROWS:  # (larger: each step sorts its rows' values only)
+        columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
     for k in range(depth):
         rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
         if not rows:
