@@ -608,9 +608,11 @@ class BeamSearch:
         The codes of the states' features and whether each sample satisfies each condition are gathered once,
         (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state, the samples
         satisfying its other conditions per grid of condition ``k``'s feature; a state takes the best interval
-        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). After the
-        second round and each one after it, one ``tolist`` reads the result and whether that round changed anything
-        (a round that changes nothing is a fixed point, so this equals stopping after it; at most 8 rounds).
+        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). After each
+        round one ``tolist`` reads the result and which positions moved: a round that moves nothing is a fixed
+        point (at most 8 rounds). The next round cuts again only the positions whose other intervals moved since
+        they were last cut (by a later position of this round, or an earlier one of the next): the others would
+        find the interval they hold, which never loses to itself. The same result as every position every round.
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
@@ -649,9 +651,12 @@ class BeamSearch:
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
         score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
         out_rows: list = []
-        for r in range(8):
-            changed = torch.zeros(n_states, dtype=torch.bool, device=device)
+        stale = [True] * length  # positions whose best interval may have changed (for some state of the batch)
+        for _ in range(8):
+            moved = torch.zeros(n_states, length, dtype=torch.long, device=device)
             for k in range(length):
+                if not stale[k]:
+                    continue
                 inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
                 tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), n_states * wide, weights)
                 tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
@@ -671,11 +676,16 @@ class BeamSearch:
                 st.index_copy_(1, cols[k], new)
                 lo_hi = (2 * (new[:, :2] + offsets)).to(torch.int32)
                 sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:] + 1)
-                changed |= better
-            if r >= 1:  # after the second round and each one after it: the result, and whether it changed
-                out_rows = torch.cat([st, changed[:, None].long()], 1).tolist()
-                if not any(row[-1] for row in out_rows):
-                    break
+                moved[:, k] = better
+            out_rows = torch.cat([st, moved], 1).tolist()  # the result, and which positions moved
+            moved_any = [any(row[2 * length + 2 + k] for row in out_rows) for k in range(length)]
+            if not any(moved_any):
+                break
+            # next round: a position whose state's other intervals moved after it was last cut (later in this round,
+            # or earlier in the next one); the others would find their interval again (strict improvement only)
+            stale = []
+            for k in range(length):
+                stale.append(any(moved_any[k + 1 :]) or any(stale))
         out = []
         for state, row in zip(states, out_rows):
             score = (row[2 * length], row[2 * length + 1])
