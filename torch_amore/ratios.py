@@ -150,25 +150,19 @@ def group_grid_counts(
     dtype = _index_dtype(step * block)
     base = groups.to(dtype) * width
     offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
-    every = rows.expand(step, -1)
-    buffer = torch.empty(step * n, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
-    idx = buffer.view(step, n)
-    gathered = torch.empty(step, n, dtype=codes_t.dtype, device=codes_t.device)
-    flat_out = None if step == n_features else torch.empty(n_features * block, dtype=torch.long, device=codes_t.device)
+    buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
+    # filled chunk by chunk in its final (group, feature, grid) layout: no concatenation and no permuted copy
+    out = torch.empty(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device)
     with parallel_pass(n * n_features):
-        for f0 in range(0, n_features, step):  # a whole chunk takes the buffers as they are: few operations each
-            k = min(step, n_features - f0)
-            whole = k == step
-            src = codes_t if k == n_features else codes_t[f0 : f0 + k]
-            got, flat, at = (gathered, buffer, idx) if whole else (gathered[:k], buffer[: k * n], idx[:k])
-            torch.gather(src, 1, every if whole else every[:k], out=got)  # 2x faster than index_select
-            at.copy_(got).add_(base).add_(offsets if whole else offsets[:k])
-            counts = torch.bincount(flat, minlength=k * block)
-            if flat_out is None:  # one chunk: its counts are the (feature, group, grid) table
-                flat_out = counts
-            else:
-                flat_out[f0 * block : (f0 + k) * block] = counts
-    out = flat_out.view(n_features, n_groups, width)[:, :, :n_bins_max].transpose(0, 1).contiguous()
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(f1 - f0, n)
+            torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=got)  # 2x faster than index_select
+            idx = flat.view(f1 - f0, n).copy_(got).add_(base)
+            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
+            counts = torch.bincount(flat, minlength=(f1 - f0) * block).view(f1 - f0, n_groups, width)
+            out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
     return D.all_reduce_sum(out)
 
 
