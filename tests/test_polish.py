@@ -250,17 +250,22 @@ def test_polish_many_in_chunks_equals_the_literal_brute_force(seed, monkeypatch)
         assert new == one
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch):
-    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)
-    X, target = _data(200 + seed)
+def _equals_the_sequential_reference(seed: int, goals: list) -> list[RuleSet]:
+    """polish_many on ``_data(seed)`` checked rule set by rule set against polish_one; returns its result."""
+    X, target = _data(seed)
     starts = _starts(X, target, seed)
     n_t = int(target.sum())
-    goals = [0.8, None, 0.7, 0.9]  # several kappas per row, taken one at a time
     got = polish_many(starts, X, target, 12, n_t, goals=goals)
     for rs, new, g in zip(starts, got, goals):
         want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
         assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
+    return got
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch):
+    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)
+    _equals_the_sequential_reference(200 + seed, [0.8, None, 0.7, 0.9])  # several kappas per row, one at a time
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -285,17 +290,10 @@ def test_polish_many_on_each_rule_sets_own_rows_equals_the_literal_brute_force(s
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("goal", [None, 0.8])
 def test_polish_many_on_each_rule_sets_own_rows_equals_the_sequential_reference(seed, goal, monkeypatch):
-    X, target = _data(400 + seed)
-    starts = _starts(X, target, seed)
-    n_t = int(target.sum())
     goals = [goal, None, 0.7, goal]
-    whole = polish_many(starts, X, target, 12, n_t, goals=goals)
+    whole = _equals_the_sequential_reference(400 + seed, goals)
     monkeypatch.setattr(polish, "_COMPACT_ROWS", 0)
-    got = polish_many(starts, X, target, 12, n_t, goals=goals)
-    for rs, new, one, g in zip(starts, got, whole, goals):
-        want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
-        assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
-        assert new == one  # the same as with whole sorted columns
+    assert _equals_the_sequential_reference(400 + seed, goals) == whole  # the same as with whole sorted columns
 
 
 def test_compact_cuts_with_no_row_is_not_valid():
