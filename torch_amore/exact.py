@@ -256,7 +256,8 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
     per = max(1, min(_CHUNK // (w * w), _CHUNK // max(1, grid.n_rows)))  # same on every DDP rank
     kept = []
     alive = ctx.valid & (ctx.sup1 >= ctx.min_support)
-    first = per if keep else max(1, min(per, 64))  # a small first chunk of promising pairs lifts kth early
+    # a small first chunk of promising pairs lifts kth early; when every pair fits one chunk, one pass counts them all
+    first = per if keep or n_pairs <= per else max(1, min(per, 64))
     starts = [0] + list(range(first, n_pairs, per))
     for p0, p1 in zip(starts, starts[1:] + [n_pairs]):
         j_c, k_c, ctot, ctgt = counts.prefix(order, p0, p1)
