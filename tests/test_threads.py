@@ -3,6 +3,8 @@ data the rule tree beside the beam, with the one-thread result."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 
 import pytest
@@ -151,3 +153,24 @@ def test_without_the_grid_optimum_the_beam_is_seeded_as_when_run_alone(monkeypat
         torch.set_num_threads(before)
     assert len(seeded) == 2
     assert [(rs.rules, rs.fitness) for rs in side_by_side] == [(rs.rules, rs.fitness) for rs in alone]
+
+
+def _beside_in_a_child(queue) -> None:
+    torch.set_num_threads(2)
+    with search_threads("cpu"):
+        queue.put(int(beside(lambda: torch.arange(5).sum(), 10)()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_beside_works_in_a_process_forked_after_it_was_used(two_threads):
+    with search_threads("cpu"):
+        assert int(beside(lambda: torch.arange(4).sum(), 10)()) == 6  # the pool thread exists now
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_beside_in_a_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():  # the parent's pool thread is not in the child: a task given to it would never run
+        child.kill()
+        pytest.fail("beside hung in a forked child")
+    assert child.exitcode == 0 and queue.get(timeout=5) == 10

@@ -22,6 +22,7 @@ thread, and at 1,000,000 x 16 that raised the peak memory by a third.
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +95,18 @@ def parallel_pass(n_elements: int) -> Iterator[None]:
 BESIDE_MAX_ELEMENTS = 1 << 21
 _POOL: list[ThreadPoolExecutor] = []  # one thread, made on first use
 _POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool thread does not exist there, so a new pool is made on first use (else a
+    task given to it would wait forever)."""
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _in_modes(fn: Callable[[], R], inference: bool, grad: bool) -> R:
