@@ -124,6 +124,17 @@ def test_huge_values_scales_and_offsets_do_not_overflow():
             ta.extract_rules(U, target, min_support=40, strategy=strategy, feature_offset=[1e300, 0.0])
 
 
+@pytest.mark.parametrize("units", [(1.0, 0.0), (1.0, 3.5), (0.5, -1.0), (-1.0, 2.0)])
+def test_the_largest_float64_prints_as_a_text_that_maps_back(units):
+    """At +-max float64 the rounding neighbourhood ends half a step past it (reals beyond round to infinity); it was
+    taken as twice the value, where the middle decimal reads back as inf: a wrong text, or (with an offset) a search
+    lengthening it without end."""
+    for c in (math.nextafter(math.inf, 0.0), -math.nextafter(math.inf, 0.0)):
+        text = format_bound(c, *units)
+        assert (float(text) - units[1]) / units[0] == c
+        assert len(text) <= 24  # the shortest: 17 significant digits at most, and an exponent
+
+
 def test_int64_beyond_2_53_compared_exactly():
     base = 2**62
     values = [base + k for k in range(-700, 700, 3)]

@@ -172,14 +172,16 @@ def _neighbourhood(first: float, last: float) -> tuple[tuple[int, int], tuple[in
     """The reals that round to a float64 in ``[first, last]`` (open at the midpoints, where rounding ties), as exact
     ``(numerator, denominator)`` pairs ``(lo, hi)``."""
     below, above = _prev(first), _next(last)
-    lo = _half_sum(below, first) if math.isfinite(below) else _twice(first)
-    hi = _half_sum(last, above) if math.isfinite(above) else _twice(last)
+    lo = _half_sum(below, first) if math.isfinite(below) else _past(first, _next(first))
+    hi = _half_sum(last, above) if math.isfinite(above) else _past(last, _prev(last))
     return (lo, hi) if lo[0] * hi[1] < hi[0] * lo[1] else (hi, lo)
 
 
-def _twice(x: float) -> tuple[int, int]:
-    n, d = x.as_integer_ratio()
-    return 2 * n, d
+def _past(x: float, inner: float) -> tuple[int, int]:
+    """``x + (x - inner) / 2`` exactly: for the largest float64 ``x`` (or the most negative), the midpoint to the next
+    value the float64 grid would hold, beyond which reals round to infinity."""
+    (a, b), (c, d) = x.as_integer_ratio(), inner.as_integer_ratio()
+    return 3 * a * d - c * b, 2 * b * d
 
 
 def _primary(c: float, scale: float, offset: float) -> str | None:
