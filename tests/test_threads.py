@@ -174,3 +174,22 @@ def test_beside_works_in_a_process_forked_after_it_was_used(two_threads):
         child.kill()
         pytest.fail("beside hung in a forked child")
     assert child.exitcode == 0 and queue.get(timeout=5) == 10
+
+
+def test_with_progress_bars_the_tree_runs_on_the_calling_thread(monkeypatch):
+    X, target = _mixed_task()
+    runs = []
+    original = tree_module.grow_tree
+
+    def spy(*args, **kw):
+        runs.append(threading.get_ident())
+        return original(*args, **kw)
+
+    monkeypatch.setattr(search_module, "grow_tree", spy)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        ta.extract_rules(X, target, max_length=2, min_support=60, progress=True)
+    finally:
+        torch.set_num_threads(before)
+    assert runs == [threading.get_ident()]  # bars one after the other, not side by side

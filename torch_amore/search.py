@@ -13,7 +13,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import groupby
@@ -62,6 +62,11 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
         if frozenset(rs.features) != frozenset(out[0].features):
             return out + [rs]
     return out
+
+
+def _done(result: Any) -> Callable[[], Any]:
+    """A result already computed, in the form :func:`torch_amore.threads.beside` returns."""
+    return lambda: result
 
 
 class _Extractor:
@@ -155,8 +160,8 @@ class _Extractor:
                 min_confidence=o.min_confidence, progress=o.progress,
             )  # fmt: skip
             seed = not self.optimum_affordable(o)
-            # independent: on small data the tree runs beside the beam (no progress bars side by side)
-            tree = beside(paper, 0 if o.progress else self.binned.codes.numel())
+            # independent: on small data the tree runs beside the beam (progress bars: one after the other)
+            tree = beside(paper, self.binned.codes.numel()) if not o.progress else _done(paper())
             found = beam(seed=seed)
             rule_sets, optimal = tree()
             if not seed and not optimal:  # the grid's optimum found nothing: the beam as it runs without one
