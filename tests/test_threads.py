@@ -24,6 +24,19 @@ def two_threads():
     torch.set_num_threads(before)
 
 
+def _record(monkeypatch, module, name: str, what) -> list:
+    """Replace ``module.name`` by a wrapper that appends ``what()`` to the returned list at each call."""
+    seen: list = []
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(what())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
 def _mixed_task(n: int = 6_000):
     g = torch.Generator().manual_seed(1)
     X = torch.randn(n, 8, generator=g)
@@ -41,14 +54,7 @@ def _task():
 
 
 def test_search_runs_small_work_on_one_thread_and_restores(two_threads, monkeypatch):
-    seen = []
-    original = tree_module.candidate_table
-
-    def spy(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(tree_module, "candidate_table", spy)
+    seen = _record(monkeypatch, tree_module, "candidate_table", torch.get_num_threads)
     X, target = _task()
     assert ta.extract_rules(X, target, max_length=2, min_support=20)
     assert seen and set(seen) == {1}
@@ -109,14 +115,7 @@ def test_the_tree_beside_the_beam_gives_the_one_thread_result(monkeypatch, max_l
     X, target = _mixed_task()
     kwargs = dict(max_length=max_length, min_support=60, feature_types=["float", "cat"] + ["float"] * 6, **extra)
     before = torch.get_num_threads()
-    runs = []
-    original = tree_module.grow_tree
-
-    def spy(*args, **kw):
-        runs.append(threading.get_ident())
-        return original(*args, **kw)
-
-    monkeypatch.setattr(search_module, "grow_tree", spy)
+    runs = _record(monkeypatch, search_module, "grow_tree", threading.get_ident)
     try:
         torch.set_num_threads(1)
         alone = ta.extract_rules(X, target, **kwargs)
@@ -134,14 +133,7 @@ def test_without_the_grid_optimum_the_beam_is_seeded_as_when_run_alone(monkeypat
     starts before knowing whether the optimum found anything, and reruns seeded when it did not."""
     X, target = _mixed_task()
     monkeypatch.setattr(search_module._Extractor, "grid_optimum", lambda self, options, min_support: [])
-    seeded = []
-    original = search_module.pair_seeds
-
-    def spy(*args, **kw):
-        seeded.append(True)
-        return original(*args, **kw)
-
-    monkeypatch.setattr(search_module, "pair_seeds", spy)
+    seeded = _record(monkeypatch, search_module, "pair_seeds", lambda: True)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -178,14 +170,7 @@ def test_beside_works_in_a_process_forked_after_it_was_used(two_threads):
 
 def test_with_progress_bars_the_tree_runs_on_the_calling_thread(monkeypatch):
     X, target = _mixed_task()
-    runs = []
-    original = tree_module.grow_tree
-
-    def spy(*args, **kw):
-        runs.append(threading.get_ident())
-        return original(*args, **kw)
-
-    monkeypatch.setattr(search_module, "grow_tree", spy)
+    runs = _record(monkeypatch, search_module, "grow_tree", threading.get_ident)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
