@@ -101,9 +101,7 @@ class PairCounts:
 
     def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
         self.grid = grid
-        self.t_cols = torch.nonzero(target, as_tuple=True)[0]
         self.target = target
-        self.o_cols = None  # the other samples, for the bincount path: target and others are counted apart
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
         # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
@@ -114,34 +112,34 @@ class PairCounts:
             exact32 = grid.n_rows < (1 << 24)
             self._gram = tuple(
                 D.all_reduce_sum(pair_histograms(grid.codes_t, lut, width, cols, exact32=exact32))
-                for cols in (None, self.t_cols)
+                for cols in (None, torch.nonzero(target, as_tuple=True)[0])
             )
 
-    def _ordered(self, order: torch.Tensor, cols: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The codes with features in ``order`` (of the samples ``cols``), and times ``n_max + 1`` (cached)."""
-        cache = self.__dict__.setdefault("_ordered_codes", {})
-        key = None if cols is None else id(cols)
-        if key not in cache or cache[key][0] is not order:
-            codes = self.grid.codes_t.index_select(0, order)
-            if cols is not None:  # a gather with an expanded index: the fastest way to take these columns
-                codes = torch.gather(codes, 1, cols.expand(codes.shape[0], -1))
-            cache[key] = (order, codes, codes * (self.grid.n_max + 1))
-        return cache[key][1], cache[key][2]
+    def _ordered(self, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The codes with features in ``order``, doubled, and ``2 (n_max + 1) code + is_target`` (cached per
+        ``order``): their sum over two features is the doubled pair cell plus the target bit."""
+        cache = self.__dict__.setdefault("_ordered_codes", None)
+        if cache is None or cache[0] is not order:
+            codes = self.grid.codes_t.index_select(0, order)  # a fresh copy: doubled in place
+            scaled = torch.add(self.target.to(codes.dtype), codes, alpha=2 * (self.grid.n_max + 1))
+            self._ordered_codes = cache = (order, codes.mul_(2), scaled)
+        return cache[1], cache[2]
 
-    def _bincount(self, order: torch.Tensor, p0: int, p1: int, cols: torch.Tensor | None) -> torch.Tensor:
-        """Counts of the pairs ``p0..p1-1`` of ``triu_indices(F, F, 1)`` over the features in ``order``: pair
-        ``(a, b)`` is ``(order[a], order[b])``, counted with rows of ``order[a]``'s grids."""
-        codes, scaled = self._ordered(order, cols)
+    def _bincount(self, order: torch.Tensor, p0: int, p1: int) -> torch.Tensor:
+        """(P, n_max, n_max, 2) counts of the other and of the target samples of the pairs ``p0..p1-1`` of
+        ``triu_indices(F, F, 1)`` over the features in ``order``: pair ``(a, b)`` is ``(order[a], order[b])``,
+        counted with rows of ``order[a]``'s grids. One count of every sample: the target bit is the index's last."""
+        codes, scaled = self._ordered(order)
         n_feat, n = codes.shape
         wd = self.grid.n_max + 1
-        cells = wd * wd
+        cells = 2 * wd * wd
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
             idx = torch.empty(p1 - p0, n, dtype=codes.dtype, device=codes.device)
             for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # (a, b > a): slices of the codes, no gathered copies
                 torch.add(codes[b0 : b0 + hi - lo], scaled[a], out=idx[lo - p0 : hi - p0])
             idx += torch.arange(p1 - p0, device=codes.device, dtype=idx.dtype)[:, None] * cells
             out = torch.bincount(idx.view(-1), minlength=(p1 - p0) * cells)
-            return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])
+            return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
             off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
@@ -154,7 +152,7 @@ class PairCounts:
                     out[(q - p0) * cells : (q1 - p0) * cells] += torch.bincount(
                         idx.view(-1), minlength=(q1 - q) * cells
                     )
-        return D.all_reduce_sum(out.view(-1, wd, wd)[:, :-1, :-1])  # a view: cumulate copies it once
+        return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])  # a view: cumulate copies it once
 
     def prefix(
         self, order: torch.Tensor, p0: int, p1: int
@@ -167,10 +165,8 @@ class PairCounts:
         if self._gram is not None:
             tot, tgt = (g[j, :, k, :] for g in self._gram)
         else:
-            if self.o_cols is None:
-                self.o_cols = torch.nonzero(~self.target, as_tuple=True)[0]
-            tgt = self._bincount(order, p0, p1, self.t_cols)
-            tot = tgt + self._bincount(order, p0, p1, self.o_cols)  # each sample counted once
+            both = self._bincount(order, p0, p1)
+            tgt, tot = both[..., 1], both.sum(3)  # each sample counted once
         small = self.grid.n_rows < (1 << 29)  # 2 * hits - support fits int32: half the memory traffic
         return j, k, cumulate(tot, small), cumulate(tgt, small)
 
