@@ -17,6 +17,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.binning import Binned
 from torch_amore.ratios import grid_counts
+from torch_amore.threads import parallel_pass
 
 #: Elements of the temporary tables handled at once.
 _CHUNK = 1 << 22
@@ -209,18 +210,19 @@ def pair_histograms(
     step = max(1, _CHUNK // max(1, 2 * n_cols))
     hot = torch.empty(n_feat, width, min(step, rows), dtype=dt, device=device)  # (feature, cell) x rows
     above = torch.empty_like(hot)
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        if cols is None:
-            part = codes_t[:, None, r0:r1]
-        else:
-            part = torch.gather(codes_t, 1, cols[r0:r1].expand(n_feat, -1))[:, None, :]
-        h = hot[:, :, : r1 - r0]
-        torch.ge(part, first, out=h).sub_(torch.ge(part, after, out=above[:, :, : r1 - r0]))  # float outputs: fast
-        h = h.reshape(n_cols, r1 - r0)
-        for i, (a0, a1) in enumerate(edges):
-            for b0, b1 in edges[i:]:
-                out[a0:a1, b0:b1] += h[a0:a1] @ h[b0:b1].T
+    with parallel_pass(n_feat * rows):  # large data: comparisons and products on the caller's threads
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            if cols is None:
+                part = codes_t[:, None, r0:r1]
+            else:
+                part = torch.gather(codes_t, 1, cols[r0:r1].expand(n_feat, -1))[:, None, :]
+            h = hot[:, :, : r1 - r0]
+            torch.ge(part, first, out=h).sub_(torch.ge(part, after, out=above[:, :, : r1 - r0]))  # float outputs: fast
+            h = h.reshape(n_cols, r1 - r0)
+            for i, (a0, a1) in enumerate(edges):
+                for b0, b1 in edges[i:]:
+                    out[a0:a1, b0:b1] += h[a0:a1] @ h[b0:b1].T
     for i, (a0, a1) in enumerate(edges):  # the blocks below the diagonal, by symmetry
         for b0, b1 in edges[i + 1 :]:
             out[b0:b1, a0:a1] = out[a0:a1, b0:b1].T
