@@ -608,11 +608,12 @@ class BeamSearch:
         The codes of the states' features and whether each sample satisfies each condition are gathered once,
         (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state, the samples
         satisfying its other conditions per grid of condition ``k``'s feature; a state takes the best interval
-        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). After each
-        round one ``tolist`` reads the result and which positions moved: a round that moves nothing is a fixed
-        point (at most 8 rounds). The next round cuts again only the positions whose other intervals moved since
-        they were last cut (by a later position of this round, or an earlier one of the next): the others would
-        find the interval they hold, which never loses to itself. The same result as every position every round.
+        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). A round
+        that moves nothing is a fixed point (at most 8 rounds). After the first round only the positions whose other
+        intervals moved since they were last cut are cut again: the others would find the interval they hold, which
+        never loses to itself, so the result is that of every position every round. One ``tolist`` reads the result
+        and which positions moved after the first round, then one after each later cut (a later round often cuts
+        one position, finds it in place, and stops early).
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
@@ -651,12 +652,15 @@ class BeamSearch:
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
         score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
         out_rows: list = []
-        stale = [True] * length  # positions whose best interval may have changed (for some state of the batch)
-        for _ in range(8):
+        # when each position was last cut and last moved (for some state of the batch), counted in steps
+        cut, move = [-1] * length, [-1] * length
+        steps = 0
+        for rnd in range(8):
             moved = torch.zeros(n_states, length, dtype=torch.long, device=device)
+            any_move = False
             for k in range(length):
-                if not stale[k]:
-                    continue
+                if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
+                    continue  # its other intervals are where they were when it was last cut: it holds its best
                 inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
                 tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), n_states * wide, weights)
                 tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
@@ -677,15 +681,18 @@ class BeamSearch:
                 lo_hi = (2 * (new[:, :2] + offsets)).to(torch.int32)
                 sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:] + 1)
                 moved[:, k] = better
-            out_rows = torch.cat([st, moved], 1).tolist()  # the result, and which positions moved
-            moved_any = [any(row[2 * length + 2 + k] for row in out_rows) for k in range(length)]
-            if not any(moved_any):
+                cut[k], steps = steps, steps + 1
+                if rnd:  # after the first round, a read after each step tells the next position whether it is stale
+                    out_rows = torch.cat([st, moved], 1).tolist()  # the result, and which positions moved
+                    if any(row[2 * length + 2 + k] for row in out_rows):
+                        move[k], any_move = cut[k], True
+            if not rnd:  # every position was cut once: one read
+                out_rows = torch.cat([st, moved], 1).tolist()
+                for k in range(length):
+                    if any(row[2 * length + 2 + k] for row in out_rows):
+                        move[k], any_move = cut[k], True
+            if not any_move:
                 break
-            # next round: a position whose state's other intervals moved after it was last cut (later in this round,
-            # or earlier in the next one); the others would find their interval again (strict improvement only)
-            stale = []
-            for k in range(length):
-                stale.append(any(moved_any[k + 1 :]) or any(stale))
         out = []
         for state, row in zip(states, out_rows):
             score = (row[2 * length], row[2 * length + 1])
