@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 
 import torch_amore as ta
+import torch_amore.cuts as cuts
 from torch_amore import Rule
 from torch_amore.cuts import admitted_integers, format_bound, short_cut
 
@@ -175,6 +176,23 @@ def test_different_bounds_never_print_alike_and_text_maps_back(c1, c2, units):
             up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
             assert (up - offset) / scale != c1 and (down - offset) / scale != c1
         assert (q - offset) / scale != c1
+
+
+_TIES = [2.0**51 + q / 4 for q in range(1, 40, 2)] + [(2 * j + 1) * 125 * 2.0**-4 for j in range(40)]
+_EXTREMES = [5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 2.0**53, 2.0**54, 1e16, 1e23, 9.99e22]
+_EXTREMES += [9.999999999999999e22, 3 * 2.0**-1022, 123456789012345678.0]
+
+
+@pytest.mark.parametrize("c", _TIES + _EXTREMES + [-c for c in _EXTREMES] + [0.0, -0.0, 0.1, 1 / 3, 1e-5, 1e-4])
+def test_shortest_decimal_from_repr_equals_the_exact_search_at_ties_and_extremes(c):
+    # the fast path (one step of the search, found from Python's repr) against the search over every step
+    assert cuts._shortest_of(c) == cuts._shortest_in(*cuts._neighbourhood(c, c))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_shortest_decimal_from_repr_equals_the_exact_search(c):
+    assert cuts._shortest_of(c) == cuts._shortest_in(*cuts._neighbourhood(c, c))
 
 
 @settings(max_examples=200, deadline=None)

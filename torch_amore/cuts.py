@@ -112,17 +112,53 @@ def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) 
         return -m, k
     e = _floor_log10(hn, hd)
     digits = min_digits
-    while True:  # in integers: lo = ln / ld, hi = hn / hd, step = 10**k = up / down
-        k = e - digits + 1
-        up, down = (10**k, 1) if k >= 0 else (1, 10**-k)
-        top = -((-hn * down) // (hd * up)) - 1  # the largest multiple of step below hi
-        bottom = (ln * down) // (ld * up) + 1  # the smallest one above lo
-        if bottom <= top:
-            middle = min(max(_round_half_even((ln * hd + hn * ld) * down, 2 * ld * hd * up), bottom), top)
-            for m in (middle, middle - 1, middle + 1):
-                if bottom <= m <= top and (min_digits <= 1 or m % 10 != 0):
-                    return m, k
+    while True:
+        found = _at_step(lo, hi, e - digits + 1, min_digits)
+        if found is not None:
+            return found
         digits += 1
+
+
+def _at_step(lo: tuple[int, int], hi: tuple[int, int], k: int, min_digits: int = 1) -> tuple[int, int] | None:
+    """The multiple ``m * 10**k`` strictly inside ``(lo, hi)`` (positive rationals) nearest their middle (ties: ``m``
+    even; with ``min_digits > 1``, ``m`` not a multiple of 10), as ``(m, k)``; ``None`` when there is none."""
+    (ln, ld), (hn, hd) = lo, hi
+    up, down = (10**k, 1) if k >= 0 else (1, 10**-k)  # in integers: lo = ln / ld, hi = hn / hd, step = up / down
+    top = -((-hn * down) // (hd * up)) - 1  # the largest multiple of step below hi
+    bottom = (ln * down) // (ld * up) + 1  # the smallest one above lo
+    if bottom <= top:
+        middle = min(max(_round_half_even((ln * hd + hn * ld) * down, 2 * ld * hd * up), bottom), top)
+        for m in (middle, middle - 1, middle + 1):
+            if bottom <= m <= top and (min_digits <= 1 or m % 10 != 0):
+                return m, k
+    return None
+
+
+def _shortest_of(c: float) -> tuple[int, int]:
+    """``_shortest_in(*_neighbourhood(c, c))``: the shortest decimal that rounds to the float64 ``c`` (not at a
+    rounding midpoint), nearest ``c``'s neighbourhood's middle, as ``(m, k)``.
+
+    Python's ``repr`` gives the shortest decimal in the closed neighbourhood; when its step holds a decimal strictly
+    inside and the next coarser step none, the exact search would stop at that step too, so one step of it is
+    computed instead of every step from the first digit on."""
+    x = abs(c)
+    lo, hi = _neighbourhood(x, x)
+    if math.isfinite(x) and 0.0 < x < _MAX_FLOAT:
+        mantissa, _, exponent = repr(x).partition("e")
+        whole, _, fraction = mantissa.partition(".")
+        fraction = fraction.rstrip("0")
+        k = (int(exponent) if exponent else 0) - len(fraction)
+        m = int(whole + fraction)
+        while m % 10 == 0:
+            m, k = m // 10, k + 1
+        found = _at_step(lo, hi, k) if _at_step(lo, hi, k + 1) is None else None
+        if found is not None:
+            return (found[0] if c > 0 else -found[0]), k
+    m, k = _shortest_in(lo, hi)
+    return (m if c >= 0 else -m), k
+
+
+_MAX_FLOAT = 1.7976931348623157e308
 
 
 def _text(m: int, k: int) -> str:
@@ -187,7 +223,7 @@ def _past(x: float, inner: float) -> tuple[int, int]:
 def _primary(c: float, scale: float, offset: float) -> str | None:
     """The shortest decimal whose float64 maps back to ``c`` in float64, or ``None`` when no float64 does."""
     if (scale, offset) == (1.0, 0.0):
-        return _text(*_shortest_in(*_neighbourhood(c, c)))
+        return _text(*_shortest_of(c))
     pre = _preimage(c, scale, offset)
     if pre is None:
         return None
