@@ -9,11 +9,11 @@ max_length in {2, 3}, min_support = N / 100. Per cell, in the same process:
 - ``lgbm``: LightGBM, one tree (``num_leaves=2**l, max_depth=l, min_data_in_leaf=s_min``, 255 bins; a
   benchmark-only dependency: ``pip install lightgbm``; skipped when missing).
 
-Columns: seconds (median of ``--repeat``), best fitness (the tree learners: the best node / leaf with at least
-s_min rows), peak extra resident memory as a multiple of X's size, passes over X (seconds / one read pass over X
-timed in the same run), and for torch_amore the aten ops and host syncs of one call (torch.profiler, counted on a
-separate call). ``--busy`` runs every cell a second time beside one busy process and reports the default-threads
-time over the one-thread time (the issue's "contention" mode).
+Columns: seconds (median of ``--repeat``; the methods take turns, one call each per repeat), best fitness (the tree
+learners: the best node / leaf with at least s_min rows), peak extra resident memory as a multiple of X's size,
+passes over X (seconds / one read pass over X timed in the same run), and for torch_amore the aten ops and host syncs
+of one call (torch.profiler, counted on a separate call). ``--busy`` runs every cell a second time beside one busy
+process and reports the default-threads time over the one-thread time (the issue's "contention" mode).
 
 Usage:
     python benchmarks/bench_scaling.py --n 10000 100000 --f 16 128 --lengths 2      # a few cells
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gc
+import importlib.util
 import multiprocessing as mp
 import statistics
 import sys
@@ -90,37 +90,49 @@ def lgbm_fitness(X: np.ndarray, target: np.ndarray, depth: int, leaf: int) -> fl
     return float(fit[support >= leaf].max()) if (support >= leaf).any() else None
 
 
-def _median_run(fn, repeat: int):
-    runs = [measure(fn) for _ in range(repeat)]
-    return runs[0][0], statistics.median(r[1] for r in runs), max(r[2] for r in runs)
+def _calls(X: torch.Tensor, target: torch.Tensor, length: int, s_min: int, methods: list[str]) -> dict:
+    """Per method, the call to time; each returns its best fitness (``None`` when it has no rule)."""
+    X_np, t_np = X.numpy(), target.numpy()
+
+    def search(strategy: str):
+        def call() -> float | None:
+            found = ta.extract_rules(X, target, max_length=length, min_support=s_min, strategy=strategy)
+            return found[0].fitness if found else None
+
+        return call
+
+    known = {
+        "paper": search("paper"),
+        "beam": search("beam"),
+        "tree": lambda: tree_fit(X_np, t_np, length, s_min),
+        "lgbm": lambda: lgbm_fitness(X_np, t_np, length, s_min),
+    }
+    return {m: known[m] for m in methods}
 
 
 def run_cell(n: int, f: int, length: int, repeat: int, methods: list[str]) -> list[dict]:
+    """One row per method: the methods take turns, one call each per repeat, the first one rotating (the machine's
+    speed drifts by several percent within a run; one method after the other would carry that drift into their
+    ratios)."""
     X, target = latent_task(n, f)
-    X_np, t_np = X.numpy(), target.numpy()
     s_min = n // 100
     x_mib = X.numel() * X.element_size() / 2**20
     bandwidth = statistics.median(measure(lambda: float(X.sum()))[1] for _ in range(3))
+    calls = _calls(X, target, length, s_min, methods)
+    if "lgbm" in calls and importlib.util.find_spec("lightgbm") is None:  # a benchmark-only dependency
+        del calls["lgbm"]
+    names = list(calls)
+    runs: dict[str, list] = {m: [] for m in names}
+    for r in range(repeat):
+        for m in names[r % len(names) :] + names[: r % len(names)]:
+            runs[m].append(measure(calls[m]))  # (fitness, seconds, peak MiB)
     rows = []
-    for method in methods:
-        gc.collect()
-        if method in ("paper", "beam"):
-            def call(method=method):
-                return ta.extract_rules(X, target, max_length=length, min_support=s_min, strategy=method)
-
-            found, seconds, mem = _median_run(call, repeat)
-            fitness = found[0].fitness if found else None
-            ops, syncs = op_counts(call)
-        elif method == "tree":
-            fitness, seconds, mem = _median_run(lambda: tree_fit(X_np, t_np, length, s_min), repeat)
-            ops = syncs = None
-        else:
-            fitness, seconds, mem = _median_run(lambda: lgbm_fitness(X_np, t_np, length, s_min), repeat)
-            ops = syncs = None
-            if fitness is None:
-                continue
-        rows.append(dict(N=n, F=f, l=length, method=method, seconds=seconds, fitness=fitness, mem_x=mem / x_mib,
-                         passes=seconds / bandwidth, ops=ops, syncs=syncs))  # fmt: skip
+    for m in names:
+        seconds = statistics.median(run[1] for run in runs[m])
+        ops, syncs = op_counts(calls[m]) if m in ("paper", "beam") else (None, None)
+        rows.append(dict(N=n, F=f, l=length, method=m, seconds=seconds, fitness=runs[m][0][0],
+                         mem_x=max(run[2] for run in runs[m]) / x_mib, passes=seconds / bandwidth, ops=ops,
+                         syncs=syncs))  # fmt: skip
     return rows
 
 
