@@ -189,6 +189,15 @@ def test_shortest_decimal_from_repr_equals_the_exact_search_at_ties_and_extremes
     assert cuts._shortest_of(c) == cuts._shortest_in(*cuts._neighbourhood(c, c))
 
 
+@pytest.mark.parametrize("kind", [np.float64, np.float32, float])
+def test_bounds_given_as_numpy_scalars_print_as_python_floats(kind):
+    for c in (0.1, -2.5e-7, 1234.5678, 3e30):
+        value = kind(c)
+        assert format_bound(value) == format_bound(float(value))
+        assert float(format_bound(value)) == float(value)
+    assert short_cut(kind(0.4998), kind(0.5018)) == 0.5
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_shortest_decimal_from_repr_equals_the_exact_search(c):

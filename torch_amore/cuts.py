@@ -141,7 +141,7 @@ def _shortest_of(c: float) -> tuple[int, int]:
     Python's ``repr`` gives the shortest decimal in the closed neighbourhood; when its step holds a decimal strictly
     inside and the next coarser step none, the exact search would stop at that step too, so one step of it is
     computed instead of every step from the first digit on."""
-    x = abs(c)
+    x = abs(float(c))  # a Python float: numpy's scalars have a repr of their own ('np.float64(0.5)')
     lo, hi = _neighbourhood(x, x)
     if math.isfinite(x) and 0.0 < x < _MAX_FLOAT:
         mantissa, _, exponent = repr(x).partition("e")
