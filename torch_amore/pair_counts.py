@@ -134,8 +134,10 @@ class PairCounts:
         n_feat, n = codes.shape
         wd = self.grid.n_max + 1
         cells = 2 * wd * wd
+        # int32 indices unless the chunk's bins overflow them (tens of thousands of grids)
+        dtype = codes.dtype if (p1 - p0) * cells < 2**31 else torch.long
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
-            idx = torch.empty(p1 - p0, n, dtype=codes.dtype, device=codes.device)
+            idx = torch.empty(p1 - p0, n, dtype=dtype, device=codes.device)
             for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # (a, b > a): slices of the codes, no gathered copies
                 torch.add(codes[b0 : b0 + hi - lo], scaled[a], out=idx[lo - p0 : hi - p0])
             idx += torch.arange(p1 - p0, device=codes.device, dtype=idx.dtype)[:, None] * cells
@@ -143,7 +145,7 @@ class PairCounts:
             return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
-            off = torch.arange(n_feat, device=codes.device, dtype=torch.int32)[:, None] * cells
+            off = torch.arange(n_feat, device=codes.device, dtype=dtype)[:, None] * cells
             for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # the pairs (a, b > a) of this chunk: b contiguous
                 step = max(1, _CHUNK // n)
                 for q in range(lo, hi, step):  # bounded memory
