@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -143,7 +144,7 @@ def _shortest_of(c: float) -> tuple[int, int]:
     computed instead of every step from the first digit on."""
     x = abs(float(c))  # a Python float: numpy's scalars have a repr of their own ('np.float64(0.5)')
     lo, hi = _neighbourhood(x, x)
-    if math.isfinite(x) and 0.0 < x < _MAX_FLOAT:
+    if 0.0 < x < sys.float_info.max:  # the largest float's neighbourhood ends past it: the whole search
         mantissa, _, exponent = repr(x).partition("e")
         whole, _, fraction = mantissa.partition(".")
         fraction = fraction.rstrip("0")
@@ -157,8 +158,6 @@ def _shortest_of(c: float) -> tuple[int, int]:
     m, k = _shortest_in(lo, hi)
     return (m if c >= 0 else -m), k
 
-
-_MAX_FLOAT = 1.7976931348623157e308
 
 
 def _text(m: int, k: int) -> str:
