@@ -131,6 +131,8 @@ def main() -> None:
     if trainer.is_global_zero:
         torch.save(model.state_dict(), root / "model.pt")
         (root / "log_dir.txt").write_text(str(log_dir))
+    if torch.distributed.is_initialized():  # else gloo's threads may outlive the interpreter: SIGABRT at exit
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
