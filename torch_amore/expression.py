@@ -1,7 +1,8 @@
 """A small expression language for subgroups of a table (the command line's ``--target``), which cannot run code.
 
 The text is parsed with :mod:`ast` and checked against a short list of allowed constructs before anything is
-evaluated; the evaluation is written here, on numpy arrays of the columns (never ``eval`` or ``DataFrame.eval``).
+evaluated; the evaluation is written here, on numpy arrays of the columns (neither Python's built-in evaluator nor
+pandas' expression evaluator is ever called).
 
 Grammar (Python syntax, a small subset of it)::
 
