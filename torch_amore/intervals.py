@@ -178,7 +178,7 @@ def _joining_order(ratio: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tens
     p = start.unsqueeze(-1)
     left = m1 <= p  # the first `start` places are the left neighbours, nearest first, then the right ones
     seg = torch.where(left, p - m1, m1)
-    r = torch.take_along_dim(ratio.unsqueeze(1), seg, dim=2)
+    r = ratio.unsqueeze(1).expand(-1, seg.shape[1], -1).gather(2, seg)  # (a gather: no per-call remainder)
     on_left = torch.where(left, r, torch.inf).cummin(-1).values
     run_min = torch.where(left, on_left, torch.where(left, torch.inf, r).cummin(-1).values)
     order = torch.sort(run_min, dim=-1, descending=True, stable=True).indices
@@ -197,7 +197,8 @@ def _expand_chunk(
     """:func:`expand_intervals` on a chunk of rows (the segments' sums and ratios, sliced alike)."""
     seg, went_left, r_next = _joining_order(ratio, start)
     sums = sums.unsqueeze(2)  # (2, R, 1, B)
-    joined = torch.take_along_dim(sums, torch.cat([start.unsqueeze(-1), seg], -1).unsqueeze(0), dim=3)
+    at = torch.cat([start.unsqueeze(-1), seg], -1)  # per row and start: the start, then the segments as they join
+    joined = sums.expand(-1, -1, at.shape[1], -1).gather(3, at.expand(sums.shape[0], -1, -1, -1))
     states = joined.cumsum(-1)  # (2, R, P, B): target count and count after 0, 1, ... joins
     n_left = torch.nn.functional.pad(went_left, (1, 0)).cumsum(-1)
     m_r = torch.nn.functional.pad(r_next, (0, 1), value=-1.0)  # the next neighbour's ratio (-1: none)
