@@ -214,6 +214,11 @@ def _infinity(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(math.inf, dtype=dtype, device=device)
 
 
+def _over_kappas(t: torch.Tensor, n_k: int) -> torch.Tensor:
+    """An (R, 1, X) table as (R, n_k, X) for a gather: a view (no copy), or the table itself when ``n_k`` is 1."""
+    return t if t.shape[1] == n_k else t.expand(-1, n_k, -1)
+
+
 def _best_block(
     tot: torch.Tensor,
     tgt: torch.Tensor,
@@ -239,7 +244,7 @@ def _best_block(
     ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
     cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
     # the last start with support >= s_min, per end; (R, 1, G+1) like every table that does not depend on kappa
-    # (the comparisons broadcast them over the kappas; gathers take them expanded: no copy)
+    # (the comparisons broadcast them over the kappas)
     last = (torch.searchsorted(cb, cb - min_support, right=True) - 1).unsqueeze(1)
     ct3, cb3 = ct.unsqueeze(1), cb.unsqueeze(1)
     nb3 = n_bins.view(-1, 1, 1)
@@ -252,19 +257,19 @@ def _best_block(
     # ends that leave out some sample after them: the best start is a prefix minimum
     no_end = (last < 0) | (cb3 >= total)
     n_k = pw.shape[1]
-    value = run_min.gather(2, m.expand(-1, n_k, -1))  # gather: take_along_dim adds a remainder per call
+    mk, cbk = _over_kappas(m, n_k), _over_kappas(cb3, n_k)  # gathers take them expanded (take_along_dim would
+    value = run_min.gather(2, mk)  # broadcast too, but adds a remainder operation per call)
     value = torch.sub(pw, value, out=value).masked_fill_(no_end, -math.inf)
     best_val, best_end = value.max(dim=2, keepdim=True)  # (R, K, 1)
-    best_start = arg_min.gather(2, m.expand(-1, n_k, -1).gather(2, best_end))
+    best_start = arg_min.gather(2, mk.gather(2, best_end))
     # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
     no_start = (cb3 <= 0) | (_positions(width + 1, device) > last.gather(2, nb3))
     tail_min, tail_start = torch.where(no_start, _infinity(device, fdt), pw, out=run_min).min(dim=2, keepdim=True)
-    tail_val = pw.gather(2, nb3.expand(-1, n_k, -1)) - tail_min
+    tail_val = pw.gather(2, _over_kappas(nb3, n_k)) - tail_min
     use_tail = tail_val > best_val
     best_val = torch.where(use_tail, tail_val, best_val)
     best_start = torch.where(use_tail, tail_start, best_start)
     # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
-    cbk = cb3.expand(-1, n_k, -1)
     g_low = best_start.masked_fill(cbk.gather(2, best_start) == 0, 0)
     g_high = torch.where(use_tail | (cbk.gather(2, best_end) == total), nb3, best_end) - 1
     if any_cat:  # categorical features: single categories only
@@ -278,7 +283,7 @@ def _best_block(
     valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
     g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
     edges = torch.cat([g_low, g_high + 1], 2)
-    hits, support = (c.expand(-1, n_k, -1).gather(2, edges).diff(dim=2) for c in (ct3, cb3))
+    hits, support = (c.gather(2, edges).diff(dim=2) for c in (_over_kappas(ct3, n_k), cbk))
     return DenseBest(*torch.cat([g_low, g_high, hits, support], 2).unbind(2), valid.squeeze(2))
 
 
