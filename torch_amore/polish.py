@@ -36,7 +36,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.beam import Objective, exact_best_interval
 from torch_amore.cuts import short_cut
-from torch_amore.masks import rule_masks
+from torch_amore.masks import all_along, count_true, rule_masks
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.sorting import argsort_values
@@ -319,7 +319,7 @@ def _step(
     (S, L, N) the rules' masks, ``cols`` the column of each row's rule ``k`` (:class:`SortedColumns`). Returns the
     outcome of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and
     the new keys."""
-    others = torch.cat([masks[:, :k], masks[:, k + 1 :]], 1).all(1)  # (S, N)
+    others = all_along(torch.cat([masks[:, :k], masks[:, k + 1 :]], 1), 1)  # (S, N)
     b = _cuts(others, columns, cols, min_support, kappas)
     n_o, t_o = others.sum(1, keepdim=True), (others & target).sum(1, keepdim=True)
     keys = _keys(
@@ -370,8 +370,8 @@ def polish_many(
     if any(goals[s] is not None for s in todo):
         conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
                             device=X.device)  # fmt: skip
-    full = masks.all(1)
-    best = _keys((full & target).sum(1), full.sum(1), conf)
+    full = all_along(masks, 1)
+    best = _keys(count_true(full & target), count_true(full), conf)
     del full, pad
     kappas = _kappa_table([goals[s] for s in todo], X.device)
     several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
@@ -470,11 +470,11 @@ def polish_one(
         both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
         return int(both[1]), int(both[0])
 
-    best = key(*counts(torch.stack(masks).all(0)))
+    best = key(*counts(all_along(torch.stack(masks), 0)))
     for k in range(len(rules)):
         if rules[k].value is not None:
             continue
-        others = torch.stack(masks[:k] + masks[k + 1 :]).all(0) if len(rules) > 1 else torch.ones_like(masks[0])
+        others = all_along(torch.stack(masks[:k] + masks[k + 1 :]), 0) if len(rules) > 1 else torch.ones_like(masks[0])
         t_o, n_o = counts(others)
         if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
             del rules[k], masks[k]
@@ -486,10 +486,10 @@ def polish_one(
             continue
         rules[k] = replace(rules[k], low=found[0], high=found[1])
         masks[k] = rules[k].mask(X)
-        best = key(*counts(torch.stack(masks).all(0)))
+        best = key(*counts(all_along(torch.stack(masks), 0)))
     if rules == list(rule_set.rules):
         return rule_set
-    hits, support = counts(torch.stack(masks).all(0))
+    hits, support = counts(all_along(torch.stack(masks), 0))
     return RuleSet(
         rules=tuple(rules),
         support=support,
