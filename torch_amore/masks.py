@@ -8,6 +8,7 @@ pairs in one batched operation and one host sync.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -32,12 +33,8 @@ def all_along(masks: torch.Tensor, dim: int) -> torch.Tensor:
     size = masks.shape[dim]
     if size == 0:
         return torch.ones(masks.shape[:dim] + masks.shape[dim + 1 :], dtype=torch.bool, device=masks.device)
-    if size <= 8:
-        first, *rest = masks.unbind(dim)
-        out = first.clone()
-        for part in rest:
-            out &= part
-        return out
+    if size <= 8:  # (a view of ``masks`` when ``dim`` has length 1)
+        return functools.reduce(torch.logical_and, masks.unbind(dim))
     return masks.view(torch.uint8).amin(dim).bool()
 
 

@@ -321,7 +321,7 @@ def _step(
     the new keys."""
     others = all_along(torch.cat([masks[:, :k], masks[:, k + 1 :]], 1), 1)  # (S, N)
     b = _cuts(others, columns, cols, min_support, kappas)
-    n_o, t_o = others.sum(1, keepdim=True), (others & target).sum(1, keepdim=True)
+    n_o, t_o = count_true(others)[:, None], count_true(others & target)[:, None]
     keys = _keys(
         torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), None if conf is None else conf[:, None]
     )
