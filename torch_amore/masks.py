@@ -17,7 +17,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.rules import Rule, RuleSet
 
-__all__ = ["all_along", "count_true", "drop_same_mask", "rule_masks", "rule_set_masks"]
+__all__ = ["all_along", "all_of", "count_true", "drop_same_mask", "rule_masks", "rule_set_masks"]
 
 
 def all_along(masks: torch.Tensor, dim: int) -> torch.Tensor:
@@ -33,9 +33,20 @@ def all_along(masks: torch.Tensor, dim: int) -> torch.Tensor:
     size = masks.shape[dim]
     if size == 0:
         return torch.ones(masks.shape[:dim] + masks.shape[dim + 1 :], dtype=torch.bool, device=masks.device)
-    if size <= 8:  # (a view of ``masks`` when ``dim`` has length 1)
-        return functools.reduce(torch.logical_and, masks.unbind(dim))
+    if size <= 8:
+        return all_of(masks.unbind(dim))
     return masks.view(torch.uint8).amin(dim).bool()
+
+
+def all_of(masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Where every one of ``masks`` (a non-empty sequence of same-shape bool tensors) holds, by elementwise ands (the
+    first mask itself when there is one: not to be written to).
+
+    Example:
+        >>> all_of([torch.tensor([True, True, False]), torch.tensor([True, False, False])]).tolist()
+        [True, False, False]
+    """
+    return functools.reduce(torch.logical_and, masks)
 
 
 def count_true(masks: torch.Tensor) -> torch.Tensor:

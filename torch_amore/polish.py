@@ -36,7 +36,7 @@ import torch
 from torch_amore import distributed as D
 from torch_amore.beam import Objective, exact_best_interval
 from torch_amore.cuts import short_cut
-from torch_amore.masks import all_along, count_true, rule_masks
+from torch_amore.masks import all_along, all_of, count_true, rule_masks
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.sorting import argsort_values
@@ -470,11 +470,11 @@ def polish_one(
         both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
         return int(both[1]), int(both[0])
 
-    best = key(*counts(all_along(torch.stack(masks), 0)))
+    best = key(*counts(all_of(masks)))
     for k in range(len(rules)):
         if rules[k].value is not None:
             continue
-        others = all_along(torch.stack(masks[:k] + masks[k + 1 :]), 0) if len(rules) > 1 else torch.ones_like(masks[0])
+        others = all_of(masks[:k] + masks[k + 1 :]) if len(rules) > 1 else torch.ones_like(masks[0])
         t_o, n_o = counts(others)
         if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
             del rules[k], masks[k]
@@ -486,10 +486,10 @@ def polish_one(
             continue
         rules[k] = replace(rules[k], low=found[0], high=found[1])
         masks[k] = rules[k].mask(X)
-        best = key(*counts(all_along(torch.stack(masks), 0)))
+        best = key(*counts(all_of(masks)))
     if rules == list(rule_set.rules):
         return rule_set
-    hits, support = counts(all_along(torch.stack(masks), 0))
+    hits, support = counts(all_of(masks))
     return RuleSet(
         rules=tuple(rules),
         support=support,

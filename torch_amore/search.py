@@ -13,7 +13,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import groupby
@@ -37,7 +37,7 @@ from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
 from torch_amore.seeding import pair_seeds, seed_affordable
-from torch_amore.threads import beside, parallel_pass, search_threads
+from torch_amore.threads import beside, done, parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
 
 
@@ -62,11 +62,6 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
         if frozenset(rs.features) != frozenset(out[0].features):
             return out + [rs]
     return out
-
-
-def _done(result: Any) -> Callable[[], Any]:
-    """A result already computed, in the form :func:`torch_amore.threads.beside` returns."""
-    return lambda: result
 
 
 class _Extractor:
@@ -161,7 +156,7 @@ class _Extractor:
             )  # fmt: skip
             seed = not self.optimum_affordable(o)
             # independent: on small data the tree runs beside the beam (progress bars: one after the other)
-            tree = beside(paper, self.binned.codes.numel()) if not o.progress else _done(paper())
+            tree = beside(paper, self.binned.codes.numel()) if not o.progress else done(paper())
             found = beam(seed=seed)
             rule_sets, optimal = tree()
             if not seed and not optimal:  # the grid's optimum found nothing: the beam as it runs without one

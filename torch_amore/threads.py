@@ -136,10 +136,19 @@ def beside(fn: Callable[[], R], n_elements: int) -> Callable[[], R]:
     """
     caller = _CALLER_THREADS.get()
     if caller is None or caller < 2 or n_elements > BESIDE_MAX_ELEMENTS or D.is_sharded():
-        result = fn()
-        return lambda: result
+        return done(fn())
     with _POOL_LOCK:
         if not _POOL:  # made inside the search: a new thread takes its torch setting (1 thread) at its first operation
             _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="torch_amore"))
     future = _POOL[0].submit(_in_modes, fn, torch.is_inference_mode_enabled(), torch.is_grad_enabled())
     return future.result
+
+
+def done(result: R) -> Callable[[], R]:
+    """A result already computed, in the form :func:`beside` returns.
+
+    Example:
+        >>> done(3)()
+        3
+    """
+    return lambda: result
