@@ -103,6 +103,7 @@ class PairCounts:
     def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
         self.grid = grid
         self.target = target
+        self._ordered_codes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # see _ordered
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
         # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
@@ -119,7 +120,7 @@ class PairCounts:
     def _ordered(self, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The codes with features in ``order``, doubled, and ``2 (n_max + 1) code + is_target`` (cached per
         ``order``): their sum over two features is the doubled pair cell plus the target bit."""
-        cache = self.__dict__.setdefault("_ordered_codes", None)
+        cache = self._ordered_codes
         if cache is None or cache[0] is not order:
             codes = self.grid.codes_t.index_select(0, order)  # a fresh copy: doubled in place
             scaled = torch.add(self.target.to(codes.dtype), codes, alpha=2 * (self.grid.n_max + 1))
