@@ -8,8 +8,8 @@ What is compared with the CPU result of the same call:
 
 * ``extract_rules``: rule for rule (the counts are exact integer arithmetic on any device; grid bounds are float
   arithmetic on the data, so they are compared to the suite's relative tolerance, :mod:`rule_compare`), and each rule
-  set selects the same rows;
-* models: activations to a float tolerance (TF32 is switched off for the module), the subgroup exactly, the rules with
+  set selects the same rows; TF32 is allowed there, as the counts must not depend on it;
+* models: activations to a float tolerance (TF32 off for these tests), the subgroup exactly, the rules with
   the suite's tolerances; the device's explanation also equals ``extract_rules`` on its own features (the engine,
   exactly as above);
 * the Lightning callback in mixed precision against a 32-bit CPU run: inputs exactly, activations and subgroup to the
@@ -56,19 +56,37 @@ def chosen_device(config: pytest.Config) -> torch.device | None:
 
 
 @pytest.fixture(scope="module")
-def device(request: pytest.FixtureRequest) -> Iterator[torch.device]:
-    """The device under test, with TF32 off (float32 matmuls and convolutions as on the CPU, to float rounding)."""
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """The device under test."""
     dev = chosen_device(request.config)
     if dev is None:
         pytest.skip(f"no CUDA device: run with --device cpu (or {ENV}=cpu) to run these tests on the CPU")
     if dev.type == "cuda" and not torch.cuda.is_available():
         pytest.skip(f"--device {dev} asked for, but torch sees no CUDA device")
-    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    return dev
+
+
+def _tf32(allowed: bool) -> Iterator[None]:
+    """TF32 matmuls and convolutions allowed or not while the test runs (CUDA only; the setting is restored)."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
     try:
-        yield dev
+        yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.fixture
+def tf32_on() -> Iterator[None]:
+    """TF32 allowed (as after ``torch.set_float32_matmul_precision("high")``, which Lightning suggests): the search's
+    counts from one-hot products must stay exact under it."""
+    yield from _tf32(True)
+
+
+@pytest.fixture
+def tf32_off() -> Iterator[None]:
+    """TF32 off: float32 models compute as on the CPU, to float rounding."""
+    yield from _tf32(False)
 
 
 def on(device: torch.device, *tensors: torch.Tensor | None) -> bool:
@@ -133,6 +151,7 @@ def check_extract(device: torch.device, X: torch.Tensor, target: torch.Tensor, *
 
 @pytest.mark.parametrize("bin_strategy", ["uniform", "quantile", "kmeans"])
 @pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
+@pytest.mark.usefixtures("tf32_on")
 def test_extract_rules_gives_the_cpu_rules(device, strategy, bin_strategy):
     X, target, types = mixed_table()
     got = check_extract(device, X, target, strategy=strategy, bin_strategy=bin_strategy, feature_types=types,
@@ -140,7 +159,17 @@ def test_extract_rules_gives_the_cpu_rules(device, strategy, bin_strategy):
     assert {r.kind for rs in got for r in rs.rules} >= {"float"}
 
 
+@pytest.mark.parametrize("n_grids", [8, 12])
+@pytest.mark.usefixtures("tf32_on")
+def test_exact_on_grids_wider_than_eight(device, n_grids):
+    """Beyond 8 grids the CPU counts pairs by bincount and CUDA by one-hot products: the same rules."""
+    X, target, types = mixed_table()
+    check_extract(device, X, target, strategy="exact", n_grids=n_grids, feature_types=types, max_length=2,
+                  min_support=30, top_k=10)  # fmt: skip
+
+
 @pytest.mark.parametrize("strategy", ["beam", "exact"])
+@pytest.mark.usefixtures("tf32_on")
 def test_three_conditions_float64_and_min_confidence(device, strategy):
     X, target, types = mixed_table()
     kw = dict(min_confidence=0.6) if strategy == "beam" else {}
@@ -150,6 +179,7 @@ def test_three_conditions_float64_and_min_confidence(device, strategy):
 
 
 @pytest.mark.parametrize("strategy", ["paper", "beam"])
+@pytest.mark.usefixtures("tf32_on")
 def test_local_rules_and_inferred_types(device, strategy):
     X, target, _ = mixed_table()
     row = int(torch.nonzero(target & (X[:, 0] > 0.6))[0])
@@ -195,6 +225,7 @@ def check_explanation(device: torch.device, got: Any, expected: Any, *, atol: fl
     assert_rule_sets_close(got.rule_sets, engine)
 
 
+@pytest.mark.usefixtures("tf32_off")
 def test_explainer_on_a_cnn_layer(device):
     model, X = small_cnn(), images()
     cls = majority_class(model, X)
@@ -207,6 +238,7 @@ def test_explainer_on_a_cnn_layer(device):
     same_rows(got.rule_sets, expected.rule_sets, expected.features_matrix, device)
 
 
+@pytest.mark.usefixtures("tf32_off")
 def test_explain_local_on_the_cnn(device):
     model, X = small_cnn(), images()
     cls = majority_class(model, X)
@@ -239,6 +271,7 @@ class GCN(nn.Module):
         return self.out(torch.relu(self.head(global_mean_pool(h, data.batch))))
 
 
+@pytest.mark.usefixtures("tf32_off")
 def test_explainer_on_a_gnn(device):
     pytest.importorskip("torch_geometric")
     from torch_geometric.data import Batch, Data
@@ -260,6 +293,7 @@ def test_explainer_on_a_gnn(device):
     check_explanation(device, got, expected)
 
 
+@pytest.mark.usefixtures("tf32_off")
 def test_select_features_and_explain_on_the_selection(device):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(800, 6, generator=g)
@@ -327,9 +361,10 @@ def _fitness_on(rule_set: RuleSet, X: torch.Tensor, subgroup: torch.Tensor) -> f
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+@pytest.mark.usefixtures("tf32_off")
 def test_lightning_callback_in_mixed_precision(device, tmp_path, precision):
     if device.type == "cpu" and precision == "16-mixed":
-        pytest.skip("16-mixed needs a GPU (Lightning's CPU autocast supports bf16-mixed only)")
+        pytest.skip("16-mixed needs a GPU (Lightning runs bf16-mixed instead on CPU, the other case)")
     accelerator, devices = ("gpu", [device.index or 0]) if device.type == "cuda" else ("cpu", 1)
     ref = _fit(tmp_path / "fp32", "32-true", "cpu", 1)
     got = _fit(tmp_path / precision, precision, accelerator, devices)
