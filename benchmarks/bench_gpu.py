@@ -19,7 +19,8 @@ Columns:
 - ``syncs``: host synchronisations of one call. On CUDA, from torch.profiler's CUDA runtime events: the
   ``cuda*Synchronize`` calls plus the blocking ``cudaMemcpy`` calls; ``DtoH``: its device-to-host copies. On the CPU,
   the suite's proxy (``tests/sync_count.py``: the aten ops that would wait for a device, plus ``Tensor.tolist``
-  calls);
+  calls); ``bincounts``: on the CPU, the calls of ``torch.bincount``, which on CUDA read their input's minimum and
+  maximum on the host (two syncs each, not in the proxy);
 - ``prepare`` ... ``other``: seconds per stage of one more call, the stages run one after the other (on the CPU the
   default strategy otherwise runs the rule tree beside the beam on small data), each timed with a device sync at its
   ends: ``prepare`` (checks, column facts, binning), ``tree`` (the paper's rule tree), ``exact`` (the grid's optimum,
@@ -89,13 +90,14 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, floa
     return out, seconds, (torch.cuda.max_memory_allocated(device) - base) / 2**20
 
 
-def host_syncs(fn: Callable[[], Any], device: torch.device) -> tuple[int, int | None]:
-    """(host syncs, device-to-host copies) of one call of ``fn`` (see the module's docstring); on the CPU the
-    suite's proxy and no copy count."""
+def host_syncs(fn: Callable[[], Any], device: torch.device) -> tuple[int, int | None, int | None]:
+    """(host syncs, device-to-host copies, ``bincount`` calls) of one call of ``fn`` (see the module's docstring): on
+    the CPU the suite's proxy, no copy count, and the calls of ``torch.bincount`` (each two syncs on CUDA, which the
+    proxy does not see); on CUDA the profiler's counts and no ``bincount`` count (its syncs are among them)."""
     if device.type != "cuda":
         with count_syncs() as counted:
             fn()
-        return counted.aten + counted.tolist, None
+        return counted.aten + counted.tolist, None, counted.bincount
     from torch.profiler import ProfilerActivity, profile
 
     synchronize(device)
@@ -104,7 +106,7 @@ def host_syncs(fn: Callable[[], Any], device: torch.device) -> tuple[int, int | 
     names = [e.name for e in prof.events()]
     syncs = sum(n in CUDA_SYNC_CALLS for n in names)
     dtoh = sum("DtoH" in n or "Device -> Pageable" in n or "Device -> Pinned" in n for n in names)
-    return syncs, dtoh
+    return syncs, dtoh, None
 
 
 @contextlib.contextmanager
@@ -187,16 +189,16 @@ def run_cell(n: int, f: int, length: int, args: argparse.Namespace, device: torc
                 found = call()  # warm-up: CUDA kernels load, caches fill
                 runs = [timed(call, dev) for _ in range(args.repeat)]
                 if dev.type != "cpu" or cpu_syncs is None:  # the CPU proxy does not depend on the threads
-                    syncs, dtoh = host_syncs(call, dev)
-                    cpu_syncs = (syncs, dtoh) if dev.type == "cpu" else cpu_syncs
+                    syncs, dtoh, bincounts = host_syncs(call, dev)
+                    cpu_syncs = (syncs, dtoh, bincounts) if dev.type == "cpu" else cpu_syncs
                 else:
-                    syncs, dtoh = cpu_syncs
+                    syncs, dtoh, bincounts = cpu_syncs
                 per_stage = stages(call, dev)
             if where == "cpu-all":
                 reference = _signature(found)
             rows.append(dict(N=n, F=f, l=length, method=strategy, where=where, found=found, dtoh=dtoh, syncs=syncs,
-                             seconds=statistics.median(r[1] for r in runs), mem=max(r[2] for r in runs),
-                             **per_stage))  # fmt: skip
+                             bincounts=bincounts, seconds=statistics.median(r[1] for r in runs),
+                             mem=max(r[2] for r in runs), **per_stage))  # fmt: skip
             del Xd, td
         for row in rows[-len(places) :]:
             row["same"] = None if reference is None else _signature(row["found"]) == reference
@@ -216,16 +218,17 @@ def _fmt(v: Any, spec: str) -> str:
     return format(v, spec)
 
 
-COLUMNS = ["N", "F", "l", "method", "where", "seconds", "peak MiB", "syncs", "DtoH", *STAGES, "other", "fitness",
-           "= cpu"]  # fmt: skip
+COLUMNS = ["N", "F", "l", "method", "where", "seconds", "peak MiB", "syncs", "DtoH", "bincounts", *STAGES, "other",
+           "fitness", "= cpu"]  # fmt: skip
 
 
 def format_row(r: dict[str, Any]) -> str:
     found = r.get("found")
     fitness = r.get("fitness", found[0].fitness if found else None)
     cells = [f"{r['N']:,}", r["F"], r["l"], r["method"], r["where"], f"{r['seconds']:.3f}", f"{r['mem']:.1f}",
-             _fmt(r.get("syncs"), "d"), _fmt(r.get("dtoh"), "d"), *(_fmt(r.get(s), ".3f") for s in (*STAGES, "other")),
-             _fmt(fitness, ".3f"), _fmt(r.get("same"), "")]  # fmt: skip
+             _fmt(r.get("syncs"), "d"), _fmt(r.get("dtoh"), "d"), _fmt(r.get("bincounts"), "d"),
+             *(_fmt(r.get(s), ".3f") for s in (*STAGES, "other")), _fmt(fitness, ".3f"),
+             _fmt(r.get("same"), "")]  # fmt: skip
     return "| " + " | ".join(map(str, cells)) + " |"
 
 

@@ -181,6 +181,20 @@ def test_three_conditions_float64_and_min_confidence(device, strategy):
     assert max(len(rs.rules) for rs in got) == 3
 
 
+@pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
+def test_deterministic_algorithms_mode(device, strategy):
+    """Under ``torch.use_deterministic_algorithms(True)`` (what ``Trainer(deterministic=True)`` sets) CUDA refuses
+    the operations it has only nondeterministic kernels for: the search must avoid them and give the CPU's rules."""
+    X, target, types = mixed_table()
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        check_extract(device, X, target, strategy=strategy, bin_strategy="kmeans", feature_types=types, max_length=2,
+                      min_support=40)  # fmt: skip
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 @pytest.mark.parametrize("strategy", ["paper", "beam"])
 @pytest.mark.usefixtures("tf32_on")
 def test_local_rules_and_inferred_types(device, strategy):
