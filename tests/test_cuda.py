@@ -182,9 +182,11 @@ def test_three_conditions_float64_and_min_confidence(device, strategy):
 
 
 @pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
-def test_deterministic_algorithms_mode(device, strategy):
+def test_deterministic_algorithms_mode(device, monkeypatch, strategy):
     """Under ``torch.use_deterministic_algorithms(True)`` (what ``Trainer(deterministic=True)`` sets) CUDA refuses
-    the operations it has only nondeterministic kernels for: the search must avoid them and give the CPU's rules."""
+    the operations it has only nondeterministic kernels for: the search must avoid them and give the CPU's rules.
+    cuBLAS products need ``CUBLAS_WORKSPACE_CONFIG`` in that mode (PyTorch's requirement for any matmul)."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))
     X, target, types = mixed_table()
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
