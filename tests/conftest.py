@@ -16,6 +16,17 @@ settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--device``: where tests/test_cuda.py runs (default: ``TORCH_AMORE_TEST_DEVICE``, else ``cuda`` when
+    available, else its tests are skipped); ``--device cpu`` runs them on the CPU."""
+    parser.addoption(
+        "--device",
+        default=None,
+        help="device for tests/test_cuda.py (cuda, cuda:1, cpu); default: $TORCH_AMORE_TEST_DEVICE, else cuda",
+    )
+
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

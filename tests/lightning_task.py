@@ -4,7 +4,7 @@ Run as a script it trains one epoch with :class:`torch_amore.RegionalRuleExtract
 weights, so that a test can launch it under ``Trainer(devices=2, strategy="ddp")`` (Lightning re-runs the script for
 rank 1) and compare the rules with a single process on the same weights::
 
-    python tests/lightning_task.py --root OUT --devices 2 --strategy ddp
+    python tests/lightning_task.py --root OUT --devices 2 --strategy ddp [--accelerator gpu]
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--root", required=True)
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--accelerator", default="cpu", help="cpu, or gpu (tests/test_cuda.py's DDP run)")
     args = parser.parse_args()
 
     from torch_amore import RegionalRuleExtractor
@@ -120,7 +121,7 @@ def main() -> None:
     root = Path(args.root)
     callbacks = [RegionalRuleExtractor(**opts, filename=name) for name, opts in EXTRACTORS.items()]
     trainer = pl.Trainer(
-        accelerator="cpu", devices=args.devices, strategy=args.strategy, max_epochs=1, default_root_dir=root,
+        accelerator=args.accelerator, devices=args.devices, strategy=args.strategy, max_epochs=1, default_root_dir=root,
         callbacks=callbacks, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         logger=pl.loggers.CSVLogger(root), num_sanity_val_steps=0,
     )  # fmt: skip

@@ -22,6 +22,7 @@ class Syncs:
     tolist: int = 0  # Tensor.tolist calls
     ops: int = 0  # top-level aten ops
     tolist_by_module: Counter = field(default_factory=Counter)  # Tensor.tolist calls by the calling module
+    bincount: int = 0  # torch.bincount calls: no sync on CPU, two on CUDA (it reads its input's min and max)
 
 
 @contextlib.contextmanager
@@ -45,4 +46,5 @@ def count_syncs() -> Iterator[Syncs]:
         torch.Tensor.tolist = original
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     out.aten = sum(e.name in SYNC_OPS for e in events)
+    out.bincount = sum(e.name == "aten::bincount" for e in events)
     out.ops = sum(e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::") for e in events)

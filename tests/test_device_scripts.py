@@ -1,0 +1,57 @@
+"""The device tests (tests/test_cuda.py) and the GPU benchmark (benchmarks/bench_gpu.py) run end to end on the CPU.
+
+Without a GPU, tests/test_cuda.py is skipped in the normal suite; these tests run a subset of it with ``--device cpu``
+and the benchmark's ``--device cpu --quick`` grid, each in a subprocess, so that CI knows their code runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: one test of each kind: three strategy x binning cells, local rules, the CNN explainer, explain_local, feature
+#: selection and the Lightning callback in bf16-mixed (the GNN and length-3 cases are left to full runs)
+SUBSET = "paper-quantile or beam-kmeans or exact-uniform or local_rules or cnn or select_features or lightning"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_AMORE_TEST_DEVICE"}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), "PYTHONWARNINGS": "ignore"}
+
+
+def test_the_cuda_module_runs_on_the_cpu():
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_cuda.py", "--device", "cpu", "-q", "-x", "-rs",
+         "-p", "no:cacheprovider", "-k", SUBSET],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    passed = re.search(r"(\d+) passed", out)
+    assert passed and int(passed[1]) >= 8, out[-3000:]
+    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    assert all("16-mixed needs a GPU" in line for line in skipped), skipped  # only the case that needs a GPU
+
+
+def test_the_gpu_benchmark_runs_on_the_cpu():
+    run = subprocess.run(
+        [sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--quick"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    engine = re.compile(r"\| 2,000 \| 8 \| 2 \| (paper|beam) ")  # the rows of the search (LightGBM's: if installed)
+    rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if engine.match(line)]
+    assert [(r[3].strip(), r[4].strip()) for r in rows] == [
+        (s, w) for s in ("paper", "beam") for w in ("cpu", "cpu-1", "cpu-all")
+    ], run.stdout
+    for r in rows:
+        cells = [c.strip() for c in r]
+        assert float(cells[5]) > 0 and int(cells[7]) > 0 and int(cells[9]) > 0, r  # seconds, syncs (proxy), bincounts
+        stage_sum = sum(float(c) for c in cells[10:16])
+        assert stage_sum > 0, r
+        assert cells[-1] == "yes", r  # every place found the rules of the all-threads CPU call
