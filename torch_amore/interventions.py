@@ -1,0 +1,252 @@
+"""Interventions on a layer's units (or a model's input features): the replacement values and the patched passes.
+
+Private helpers of :func:`torch_amore.verification.verify`. A unit is a column of the flattened (N, D) matrix the
+rules were built on: the layer's output (or first input, ``layer_input=True``) reshaped to (N, -1), or the flattened
+model inputs when no layer was given. A patched pass runs the model on some samples with the chosen units of each
+sample replaced by given values, through a forward hook (or pre-hook) on the layer, or on the inputs themselves.
+
+Replacement methods (``into``: for sufficiency, towards the rule set; ``out``: for necessity, away from it):
+
+* ``"resample"``: each unit takes its value in a donor sample (a donor satisfying the rule set for ``into``, one
+  violating it for ``out``; one donor per sample, all of its units copied, so the values are realistic together);
+* ``"clamp"``: each unit moves to the nearest value observed (on the verified samples) inside its interval (``into``;
+  a value already inside stays) or outside it (``out``: every condition is moved out, to the nearer side);
+* ``"mean"``: each unit takes the mean of the donors (those satisfying, respectively violating, the rule set).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
+
+from torch_amore._forward import (
+    ModelArgs,
+    _batch_args,
+    _batches,
+    _model_device,
+    _output_tensor,
+    _to_device,
+    eval_mode,
+    model_dtype,
+)
+from torch_amore._typing import BatchKey
+from torch_amore.rules import Rule
+
+#: The replacement methods :func:`torch_amore.verification.verify` accepts.
+METHODS = ("resample", "clamp", "mean")
+
+
+def check_method(method: Any) -> str:
+    """``method`` if it names a replacement method, else a ValueError suggesting the closest.
+
+    Example:
+        >>> check_method("resample")
+        'resample'
+        >>> check_method("clmap")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `method` to be one of ['resample', 'clamp', 'mean'], but got 'clmap' (did you mean ...
+    """
+    if isinstance(method, str) and method in METHODS:
+        return method
+    close = difflib.get_close_matches(str(method), METHODS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"Expected `method` to be one of {list(METHODS)}, but got {method!r}{hint}.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# replacement values
+
+
+def _nearest(candidates: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """For each of ``values``, the nearest of the sorted, non-empty ``candidates`` (ties: the lower)."""
+    pos = torch.searchsorted(candidates, values).clamp(1, candidates.numel() - 1) if candidates.numel() > 1 else None
+    if pos is None:
+        return candidates.expand(values.shape[0])
+    below, above = candidates[pos - 1], candidates[pos]
+    return torch.where((values - below).abs() <= (above - values).abs(), below, above)
+
+
+def _inside(rule: Rule, values: torch.Tensor) -> torch.Tensor:
+    """Which of the float64 ``values`` satisfy ``rule``."""
+    if rule.value is not None:
+        return values == rule.value
+    return (values >= rule.low) & (values < rule.high)
+
+
+def clamp_unit(column: torch.Tensor, rows: torch.Tensor, rule: Rule, into: bool) -> torch.Tensor:
+    """The values of one unit (``column``, float64 over the verified samples) for ``rows`` after clamping into
+    (``into``) or out of ``rule``'s interval: the nearest observed value inside / outside it (NaN when there is none).
+
+    Example:
+        >>> import torch
+        >>> col = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+        >>> clamp_unit(col, torch.tensor([0, 4]), Rule(0, "z", low=1.5, high=3.5), into=True).tolist()
+        [2.0, 3.0]
+        >>> clamp_unit(col, torch.tensor([2, 3]), Rule(0, "z", low=1.5, high=3.5), into=False).tolist()
+        [1.0, 4.0]
+    """
+    observed = torch.unique(column[~torch.isnan(column)])  # sorted
+    values = column[rows]
+    keep = _inside(rule, observed)
+    candidates = observed[keep] if into else observed[~keep]
+    if candidates.numel() == 0:
+        return torch.full_like(values, math.nan)
+    moved = _nearest(candidates, values)
+    return torch.where(_inside(rule, values), values, moved) if into else moved
+
+
+def transplant(column_from: torch.Tensor, column_to: torch.Tensor, rule: Rule, unit: int) -> Rule:
+    """``rule`` carried from its unit to another one at the same quantiles: on ``column_to`` the new interval holds
+    (up to ties) the samples whose rank is that of the samples ``rule`` holds on ``column_from``.
+
+    Example:
+        >>> import torch
+        >>> a = torch.arange(10, dtype=torch.float64)
+        >>> transplant(a, 100 + a, Rule(0, "z_0", low=2.0, high=5.0), 3)
+        Rule(feature=3, name='z_3', low=102.0, high=105.0, value=None, kind='float', scale=1.0, offset=0.0)
+    """
+    n = column_from.numel()
+    below = int(_count_below(column_from, rule, upper=False))
+    upto = int(_count_below(column_from, rule, upper=True))
+    ranked = torch.sort(column_to).values
+    low = -math.inf if below == 0 else float(ranked[min(below, n - 1)])
+    high = math.inf if upto >= n else float(ranked[upto])
+    return Rule(unit, f"z_{unit}", low=low, high=high) if low < high else Rule(unit, f"z_{unit}", low=low)
+
+
+def _count_below(column: torch.Tensor, rule: Rule, *, upper: bool) -> torch.Tensor:
+    if rule.value is not None:
+        return (column <= rule.value).sum() if upper else (column < rule.value).sum()
+    return (column < rule.high).sum() if upper else (column < rule.low).sum()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# samples
+
+
+def subset_inputs(inputs: Any, index: torch.Tensor, batch_size: int) -> Any:
+    """The samples ``index`` (in that order) of ``inputs`` as :func:`torch_amore._forward._batches` takes them."""
+    idx = index.tolist()
+    if isinstance(inputs, torch.Tensor):
+        return inputs[index.to(inputs.device)]
+    if isinstance(inputs, tuple):
+        return tuple(t[index.to(t.device)] for t in inputs)
+    if isinstance(inputs, list):
+        return [inputs[i] for i in idx]
+    if isinstance(inputs, DataLoader):
+        if isinstance(inputs.dataset, IterableDataset):
+            raise TypeError("Expected a DataLoader over a map-style Dataset to verify rules, not an IterableDataset.")
+        return DataLoader(
+            Subset(inputs.dataset, idx), batch_size=inputs.batch_size or batch_size, shuffle=False,
+            collate_fn=inputs.collate_fn, num_workers=inputs.num_workers,
+        )  # fmt: skip
+    if isinstance(inputs, Dataset):
+        return Subset(inputs, idx)
+    raise TypeError(f"Expected `inputs` that can be indexed by sample, but got {type(inputs).__name__}.")
+
+
+def subset_args(model_args: ModelArgs, index: torch.Tensor, n: int) -> ModelArgs:
+    """``model_args`` with the per-sample entries (one row per sample of ``n``) cut to the rows ``index``."""
+    pick = lambda v: v[index.to(v.device)] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n else v  # noqa: E731
+    return ModelArgs(tuple(pick(a) for a in model_args.args), {k: pick(v) for k, v in model_args.kwargs.items()})
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# patched passes
+
+
+class _Patch:
+    """Forward hook (or pre-hook for the layer's input) replacing the flattened ``units`` of the current batch by
+    ``values``; counts its calls so that a layer running more than once per pass is refused."""
+
+    def __init__(self, units: torch.Tensor) -> None:
+        self.units = units
+        self.values: torch.Tensor | None = None
+        self.calls = 0
+
+    def apply(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.values is None:
+            return tensor
+        patched = tensor.clone(memory_format=torch.contiguous_format)
+        flat = patched.reshape(patched.shape[0], -1)  # a view of the contiguous clone
+        flat[:, self.units] = self.values.to(flat.dtype)
+        return patched
+
+    def output_hook(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (self.apply(output[0]), *output[1:])
+        return self.apply(output)
+
+    def input_hook(self, module: nn.Module, args: tuple) -> Any:
+        return (self.apply(args[0]), *args[1:])
+
+
+@contextmanager
+def _patched(layer: nn.Module | None, layer_input: bool, patch: _Patch) -> Iterator[None]:
+    if layer is None:
+        yield
+        return
+    if layer_input:
+        handle = layer.register_forward_pre_hook(patch.input_hook)
+    else:
+        handle = layer.register_forward_hook(patch.output_hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def patched_outputs(
+    model: nn.Module,
+    inputs: Any,
+    units: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    layer: nn.Module | None,
+    layer_input: bool,
+    batch_size: int,
+    input_key: BatchKey = None,
+    model_args: ModelArgs | None = None,
+) -> torch.Tensor:
+    """The model's outputs on ``inputs`` (M samples, already cut to the verified ones) with the flattened ``units`` of
+    sample ``i`` set to ``values[i]`` (M, U): on the layer through a hook, or on the inputs when ``layer`` is None.
+    Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
+    model_args = ModelArgs() if model_args is None else model_args
+    device, dtype = _model_device(model), model_dtype(model)
+    values = values.to(device)
+    patch = _Patch(units.to(device))
+    it, _ = _batches(inputs, batch_size, input_key, None)
+    outputs, start = [], 0
+    with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
+        for inp, _ in it:
+            inp = _to_device(inp, device)
+            args, kwargs = _to_device(_batch_args(model_args, inp, start, values.shape[0]), device, dtype)
+            fed = _to_device(inp, device, dtype)
+            rows = _rows(fed)
+            patch.values, patch.calls = values[start : start + rows], 0
+            if layer is None:
+                fed = patch.apply(fed)
+            out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
+            out = _output_tensor(out)
+            if layer is not None and patch.calls != 1:
+                raise ValueError(f"Expected the layer to run once per forward pass, but it ran {patch.calls} times.")
+            outputs.append(out)
+            start += out.shape[0]
+    return torch.cat(outputs)
+
+
+def _rows(fed: Any) -> int:
+    if isinstance(fed, torch.Tensor):
+        return int(fed.shape[0])
+    if isinstance(fed, tuple) and fed and isinstance(fed[0], torch.Tensor):
+        return int(fed[0].shape[0])
+    return int(getattr(fed, "num_graphs", 0)) or int(fed.shape[0])

@@ -1,0 +1,267 @@
+"""Verification of rule sets by intervention: does the model *use* the units a rule set names?
+
+A rule on a hidden layer says that the samples in its region are mostly the target; it does not say that the model
+reads that region (two units can carry the same signal while the head reads one). :func:`verify` (reached through
+:meth:`RegionalExplanation.verify`) replaces the rule set's units and counts how often the model's decision follows:
+
+* **sufficiency**: of the verified samples *outside* the rule set that the model does *not* assign to the target,
+  the share it assigns to the target once the rule set's units are put inside the rule set's intervals;
+* **necessity**: of the samples *inside* the rule set that the model assigns to the target, the share that leave the
+  target once the units are moved out of the intervals (see :mod:`torch_amore.interventions` for how each method
+  moves a multi-condition rule set out);
+* the same two shares for a **control**: ``n_controls`` draws of as many units of the same layer, drawn uniformly
+  among the units the rule set does not name, replaced the same way (``"resample"``/``"mean"``: from the same donors;
+  ``"clamp"``: into / out of the rule set's intervals carried to the control units at the same quantiles).
+
+Intervals (``level``, default 95 %): the Wilson score interval of each share; for the control, the mean over draws
+(``mean ± z * sqrt(s² / d + p (1 - p) / n)``, with ``s²`` the variance of the ``d`` draws' shares, ``p`` their mean,
+``n`` the number of samples, clipped to [0, 1]: the spread between unit draws plus the binomial noise of the samples).
+The shares describe this model on these samples; they are not claims about the world the samples came from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+#: Version of the dict layout of :meth:`Verification.to_dict`.
+VERIFICATION_VERSION = 1
+
+
+def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0).
+
+    Example:
+        >>> low, high = wilson_interval(45, 50)
+        >>> round(low, 4), round(high, 4)
+        (0.7864, 0.9565)
+    """
+    if n == 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def control_interval(shares: list[float], n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of the control's shares over unit draws, each on the same ``n`` samples: the mean
+    ``± z * sqrt(s² / d + p (1 - p) / n)`` clipped to [0, 1] (NaN without draws or samples).
+
+    Example:
+        >>> [round(v, 4) for v in control_interval([0.0, 0.1, 0.0, 0.1], 100)]
+        [0.05, 0.0, 0.1209]
+    """
+    d = len(shares)
+    if d == 0 or n == 0:
+        return math.nan, math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    mean = sum(shares) / d
+    between = sum((s - mean) ** 2 for s in shares) / (d - 1) / d if d > 1 else 0.0
+    half = z * math.sqrt(between + mean * (1 - mean) / n)
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A share ``hits / n`` with its interval (``value`` is NaN when ``n`` is 0)."""
+
+    hits: int
+    n: int
+    low: float
+    high: float
+
+    @property
+    def value(self) -> float:
+        return self.hits / self.n if self.n else math.nan
+
+    @classmethod
+    def of(cls, hits: int, n: int, level: float) -> Share:
+        return cls(int(hits), int(n), *wilson_interval(int(hits), int(n), level))
+
+
+@dataclass(frozen=True)
+class ControlShare:
+    """The control's share: the per-draw shares (each on the same ``n`` samples), their mean and its interval."""
+
+    shares: tuple[float, ...]
+    n: int
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, hits: list[int], n: int, level: float) -> ControlShare:
+        shares = tuple(h / n for h in hits) if n else tuple(math.nan for _ in hits)
+        return cls(shares, int(n), *control_interval(list(shares) if n else [], n, level))
+
+
+@dataclass(frozen=True)
+class RuleVerification:
+    """The verification of one rule set.
+
+    Attributes:
+        position: the rule set's 1-based position in the explanation (the ``#`` of its tables).
+        rule_set: the rule set's conditions as text.
+        units: the units (columns of the layer, flattened) it names.
+        sufficiency, necessity: the shares (:class:`Share`) for the rule set's units.
+        control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`).
+        control_units: the units of each control draw.
+        details: per-sample facts for audits (not serialized): ``sufficiency_samples``/``necessity_samples`` (row
+            indices of the verified samples), ``donors`` (the donor row of each, for ``"resample"``), ``flipped``
+            (bool per sample, sufficiency samples first) and ``control_flipped`` (one such tensor per draw).
+    """
+
+    position: int
+    rule_set: str
+    units: tuple[int, ...]
+    sufficiency: Share
+    necessity: Share
+    control_sufficiency: ControlShare
+    control_necessity: ControlShare
+    control_units: tuple[tuple[int, ...], ...] = ()
+    details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("details")
+        for key in ("control_sufficiency", "control_necessity"):
+            out[key]["shares"] = list(out[key]["shares"])
+        out["units"] = list(self.units)
+        out["control_units"] = [list(u) for u in self.control_units]
+        return _nan_to_none(out)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuleVerification:
+        f = lambda v: math.nan if v is None else float(v)  # noqa: E731
+        share = lambda d: Share(int(d["hits"]), int(d["n"]), f(d["low"]), f(d["high"]))  # noqa: E731
+        control = lambda d: ControlShare(  # noqa: E731
+            tuple(f(s) for s in d["shares"]), int(d["n"]), f(d["value"]), f(d["low"]), f(d["high"])
+        )
+        return cls(
+            position=int(data["position"]), rule_set=str(data["rule_set"]), units=tuple(int(u) for u in data["units"]),
+            sufficiency=share(data["sufficiency"]), necessity=share(data["necessity"]),
+            control_sufficiency=control(data["control_sufficiency"]),
+            control_necessity=control(data["control_necessity"]),
+            control_units=tuple(tuple(int(u) for u in d) for d in data.get("control_units", [])),
+        )  # fmt: skip
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _fmt(value: float, low: float, high: float, precision: int) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.{precision}f} [{low:.{precision}f}, {high:.{precision}f}]"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What :meth:`RegionalExplanation.verify` found: one :class:`RuleVerification` per verified rule set.
+
+    Attributes:
+        rows: the rule sets' verifications, in the order asked for.
+        method: the replacement method (``"resample"``, ``"clamp"`` or ``"mean"``).
+        n_controls: the number of control draws per rule set.
+        level: the confidence level of the intervals.
+        seed: the seed of the donors and control draws.
+        n_samples: the number of verified samples.
+        target_name: what the target is (e.g. ``"predicted 7"``).
+
+    Example:
+        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(20, 20, 0.95),
+        ...                        ControlShare.of([0, 1], 20, 0.95), ControlShare.of([0, 0], 20, 0.95), ((3,), (5,)))
+        >>> result = Verification([row], "resample", 2, 0.95, 0, 40, "predicted 1")
+        >>> result
+        Verification(method='resample', rule_sets=1, n_controls=2, n_samples=40)
+        >>> print(result)
+        Verification by intervention (method 'resample', 2 control draws, 95% intervals, 40 samples)
+           #  sufficiency            necessity              control suff.          control nec.           rule set
+           1  0.950 [0.764, 0.991]   1.000 [0.839, 1.000]   0.025 [0.000, 0.109]   0.000 [0.000, 0.000]   z_0 >= 1
+        >>> Verification.from_dict(result.to_dict()) == result
+        True
+        >>> float(result.to_frame().loc[1, "sufficiency"])
+        0.95
+    """
+
+    rows: list[RuleVerification]
+    method: str
+    n_controls: int
+    level: float
+    seed: int
+    n_samples: int
+    target_name: str = "target"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(method={self.method!r}, rule_sets={len(self.rows)}, n_controls={self.n_controls}, "
+            f"n_samples={self.n_samples})"
+        )
+
+    def row(self, position: int) -> RuleVerification | None:
+        """The verification of the rule set at 1-based ``position`` (``None`` when it was not verified)."""
+        return next((r for r in self.rows if r.position == position), None)
+
+    def format(self, precision: int = 3) -> str:
+        """A readable table: each share with its interval, the rule set's ``#`` and conditions."""
+        w = 3 * (precision + 2) + 8
+        head = (
+            f"Verification by intervention (method {self.method!r}, {self.n_controls} control draws, "
+            f"{self.level:.0%} intervals, {self.n_samples} samples)"
+        )
+        cols = ["sufficiency", "necessity", "control suff.", "control nec."]
+        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + "rule set"]
+        for r in self.rows:
+            cells = [_fmt(s.value, s.low, s.high, precision) for s in
+                     (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)]  # fmt: skip
+            lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + r.rule_set)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (NaN as ``None``); :meth:`from_dict` reads it back (without the per-sample details)."""
+        return {
+            "version": VERIFICATION_VERSION, "method": self.method, "n_controls": self.n_controls,
+            "level": self.level, "seed": self.seed, "n_samples": self.n_samples, "target_name": self.target_name,
+            "rows": [r.to_dict() for r in self.rows],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verification:
+        """The verification written by :meth:`to_dict`."""
+        if not isinstance(data, dict) or data.get("version") != VERIFICATION_VERSION:
+            got = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"Expected a verification dict of version {VERIFICATION_VERSION}, but got {got!r}.")
+        return cls(
+            rows=[RuleVerification.from_dict(r) for r in data["rows"]], method=str(data["method"]),
+            n_controls=int(data["n_controls"]), level=float(data["level"]), seed=int(data["seed"]),
+            n_samples=int(data["n_samples"]), target_name=str(data.get("target_name", "target")),
+        )  # fmt: skip
+
+    def to_frame(self) -> Any:
+        """A pandas DataFrame, one row per rule set (index ``#``): each share, its interval bounds and its ``n``."""
+        import pandas as pd
+
+        records = []
+        for r in self.rows:
+            rec: dict[str, Any] = {"rule_set": r.rule_set, "units": r.units}
+            shares = {"sufficiency": r.sufficiency, "necessity": r.necessity, "control_sufficiency":
+                      r.control_sufficiency, "control_necessity": r.control_necessity}  # fmt: skip
+            for name, s in shares.items():
+                rec.update({name: s.value, f"{name}_low": s.low, f"{name}_high": s.high, f"{name}_n": s.n})
+            records.append(rec)
+        index = pd.Index([r.position for r in self.rows], name="#")
+        return pd.DataFrame(records, index=index)
