@@ -484,6 +484,20 @@ def test_shown_serialized_and_old_files_load(tmp_path) -> None:
         Verification.from_dict({"version": 99})
 
 
+def test_html_report_shows_the_verification(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    model = PlantedMLP()
+    X = torch.randn(300, 3, generator=torch.Generator().manual_seed(16))
+    explanation = RegionalRuleExplainer(model, "act").explain(X, 1, max_length=1, min_support=0.1)
+    assert "control sufficiency" not in explanation.to_html(tmp_path / "a.html", plot_rules=0).read_text()
+    row = explanation.verify(X, rule_sets=1, n_controls=2).rows[0]
+    text = explanation.to_html(tmp_path / "b.html", plot_rules=0).read_text()
+    assert '<th class="verified">control sufficiency</th>' in text
+    assert "test this model on these samples, not the world" in text
+    s = row.sufficiency
+    assert f'data-value="{s.value!r}">{s.value:.3f} [{s.low:.3f}, {s.high:.3f}]</td>' in text
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_verify_on_cuda() -> None:
     model = PlantedMLP().cuda()

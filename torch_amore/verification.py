@@ -265,3 +265,47 @@ class Verification:
             records.append(rec)
         index = pd.Index([r.position for r in self.rows], name="#")
         return pd.DataFrame(records, index=index)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the HTML report's column group (used by :mod:`torch_amore.report`)
+
+_HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control necessity")
+
+
+def verification_header() -> str:
+    """The header cells of the report's verification column group."""
+    return "".join(f'<th class="verified">{name}</th>' for name in _HTML_COLUMNS)
+
+
+def verification_cells(row: RuleVerification | None) -> str:
+    """The cells of one rule set (each share with its interval; empty cells when it was not verified).
+
+    Example:
+        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(0, 0, 0.95),
+        ...                        ControlShare.of([0], 20, 0.95), ControlShare.of([], 0, 0.95))
+        >>> verification_cells(row).count("<td"), "0.950 [0.764, 0.991]" in verification_cells(row)
+        (4, True)
+    """
+    if row is None:
+        return '<td class="verified"></td>' * len(_HTML_COLUMNS)
+    shares = (row.sufficiency, row.necessity, row.control_sufficiency, row.control_necessity)
+    return "".join(
+        f'<td class="verified" data-value="{s.value!r}">{_fmt(s.value, s.low, s.high, 3)}</td>' for s in shares
+    )
+
+
+def verification_note(verification: Verification | None) -> str:
+    """The report's short explanation of the verification columns ('' without a verification)."""
+    if verification is None:
+        return ""
+    v = verification
+    return (
+        f'<p class="note">Verification by intervention ({v.method!r}, {v.n_controls} control draws, '
+        f"{v.level:.0%} intervals, {v.n_samples} samples). Sufficiency: of the samples outside the rule set that the "
+        "model does not assign to the target, the share it assigns to the target once the rule set's units are put "
+        "inside its intervals. Necessity: of the samples inside the rule set that the model assigns to the target, "
+        "the share that leave it once the units are moved out. The control columns replace as many random units of "
+        "the same layer the same way: a rule set the model uses stands well above its control. These numbers test "
+        "this model on these samples, not the world the samples come from.</p>"
+    )
