@@ -498,6 +498,36 @@ def test_html_report_shows_the_verification(tmp_path) -> None:
     assert f'data-value="{s.value!r}">{s.value:.3f} [{s.low:.3f}, {s.high:.3f}]</td>' in text
 
 
+def test_lightning_callback_verifies_and_writes_it(tmp_path) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    from lightning_task import BreastCancerModule, loaders
+
+    from torch_amore import RegionalRuleExtractor
+
+    model = BreastCancerModule()
+    options = {"n_controls": 2, "rule_sets": 2}
+    callback = RegionalRuleExtractor(target=0, layer="net.1", n_grids=6, min_support=0.1, verify=options)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, default_root_dir=tmp_path, callbacks=[callback],
+                         logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         enable_checkpointing=False)  # fmt: skip
+    train_dl, val_dl = loaders()
+    trainer.fit(model, train_dl, val_dl)
+    result = callback.explanation.verification
+    assert result is not None and len(result.rows) == 2 and result.n_samples == len(val_dl.dataset)
+    assert RegionalExplanation.from_json(callback.last_path).verification == result
+    assert "Verification by intervention" in callback.last_path.with_suffix(".txt").read_text()
+    explanation = RegionalExplanation.from_json(callback.last_path)
+    again = explanation.verify(val_dl.dataset.tensors[0], model=model, target=0, n_controls=2, batch_size=64,
+                               rule_sets=[explanation.rule_sets[r.position - 1] for r in result.rows])  # fmt: skip
+    assert [(r.sufficiency.hits, r.necessity.hits) for r in again.rows] == [
+        (r.sufficiency.hits, r.necessity.hits) for r in result.rows
+    ]
+    with pytest.raises(TypeError, match="did you mean 'n_controls'"):
+        RegionalRuleExtractor(target=0, verify={"n_control": 2})
+    with pytest.raises(ValueError, match="did you mean 'clamp'"):
+        RegionalRuleExtractor(target=0, verify={"method": "clap"})
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_verify_on_cuda() -> None:
     model = PlantedMLP().cuda()

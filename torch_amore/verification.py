@@ -21,6 +21,7 @@ The shares describe this model on these samples; they are not claims about the w
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
@@ -309,3 +310,37 @@ def verification_note(verification: Verification | None) -> str:
         "the same layer the same way: a rule set the model uses stands well above its control. These numbers test "
         "this model on these samples, not the world the samples come from.</p>"
     )
+
+
+#: The options of :meth:`RegionalExplanation.verify` a caller such as the Lightning callback may pass on.
+VERIFY_OPTIONS = ("rule_sets", "method", "n_controls", "level", "seed", "batch_size", "progress")
+
+
+def check_verify_options(verify: Any, target: Any) -> dict[str, Any] | None:
+    """The options of ``verify=`` (``True``: the defaults, ``False``: ``None``), checked before any training.
+
+    Example:
+        >>> check_verify_options({"n_controls": 3}, 1)
+        {'n_controls': 3}
+        >>> check_verify_options({"n_control": 3}, 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: Unexpected option 'n_control' in `verify` (did you mean 'n_controls'?).
+    """
+    if verify is False or verify is None:
+        return None
+    if verify is not True and not isinstance(verify, dict):
+        raise TypeError(f"Expected `verify` to be a bool or a dict of verify options, but got {verify!r}.")
+    options = {} if verify is True else dict(verify)
+    for key in options:
+        if key not in VERIFY_OPTIONS:
+            close = difflib.get_close_matches(str(key), VERIFY_OPTIONS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"Unexpected option {key!r} in `verify`{hint}.")
+    if "method" in options:
+        from torch_amore.interventions import check_method
+
+        check_method(options["method"])
+    if hasattr(target, "__len__") and not isinstance(target, tuple) and not callable(target):
+        raise ValueError("Expected a `target` on the model outputs (class, callable, range) with `verify`, not a mask.")
+    return options
