@@ -20,7 +20,7 @@ from torch_amore._forward import ModelArgs, as_inputs, resolve_layer, run_model
 from torch_amore._progress import progress_bar
 from torch_amore._subgroups import check_target, subgroup_mask
 from torch_amore._validation import check_int
-from torch_amore.interventions import check_method, clamp_unit, patched_outputs, subset_args, subset_inputs, transplant
+from torch_amore.interventions import check_method, clamp_unit, patched_outputs, subset_args, transplant
 from torch_amore.rules import RuleSet
 from torch_amore.verification import ControlShare, RuleVerification, Share, Verification
 
@@ -66,7 +66,12 @@ def verify(
 ) -> Verification:
     """See :meth:`torch_amore.RegionalExplanation.verify`."""
     inputs, _ = as_inputs(inputs)
-    setup = _setup(explanation, inputs, locals())
+    given = dict(
+        rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target, model=model,
+        batch_size=batch_size, progress=progress, input_key=input_key,
+        additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+    )  # fmt: skip
+    setup = _setup(explanation, inputs, given)
     X, T = _clean_pass(setup, inputs)
     bar = progress_bar(setup.progress, total=len(setup.chosen) * (1 + setup.n_controls), desc="verify", unit="pass")
     try:
@@ -90,6 +95,8 @@ def _setup(explanation: Any, inputs: Any, given: dict[str, Any]) -> _Setup:
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"Expected `level` to be a probability in (0, 1), e.g. 0.95, but got {level!r}.")
     seed = check_int(given["seed"], "seed", 0)
+    if not isinstance(given["progress"], (bool, np.bool_)):
+        raise TypeError(f"Expected `progress` to be True or False, but got {given['progress']!r}.")
     chosen = _chosen(explanation, given["rule_sets"])
     longest = max(len(rs.rules) for _, rs in chosen)
     if n_controls and n_units - longest < longest:
@@ -245,7 +252,9 @@ def _verify_one(
     bar.update(1)
     control_flipped = []
     for draw in draws:
-        moved = [transplant(X[:, r.feature].double(), X[:, g].double(), r, g) for r, g in zip(rs.rules, draw)]
+        carried = setup.method == "clamp"  # only clamping reads the intervals of the control units
+        moved = [transplant(X[:, r.feature].double(), X[:, g].double(), r, g) if carried else r
+                 for r, g in zip(rs.rules, draw)]  # fmt: skip
         control_flipped.append(plan.run(draw, moved))
         bar.update(1)
     n_s, n_q = len(S), len(Q)
@@ -283,7 +292,7 @@ class _Plan:
         values = self.values(units, rules)
         n = self.X.shape[0]
         out = patched_outputs(
-            s.model, subset_inputs(self.inputs, rows, s.batch_size), torch.tensor(units), values, layer=s.layer,
+            s.model, self.inputs, rows, torch.tensor(units), values, layer=s.layer,
             layer_input=s.layer_input, batch_size=s.batch_size, input_key=s.input_key,
             model_args=subset_args(s.model_args, rows, n),
         )  # fmt: skip

@@ -132,14 +132,30 @@ def _count_below(column: torch.Tensor, rule: Rule, *, upper: bool) -> torch.Tens
 # samples
 
 
-def subset_inputs(inputs: Any, index: torch.Tensor, batch_size: int) -> Any:
-    """The samples ``index`` (in that order) of ``inputs`` as :func:`torch_amore._forward._batches` takes them."""
-    idx = index.tolist()
-    if isinstance(inputs, torch.Tensor):
-        return inputs[index.to(inputs.device)]
+def subset_batches(inputs: Any, index: torch.Tensor, batch_size: int, input_key: BatchKey = None) -> Iterator:
+    """Batches of (model input, None) of the samples ``index`` (in that order) of ``inputs``; tensors are indexed
+    one batch at a time (no copy of all the samples).
+
+    Example:
+        >>> import torch
+        >>> [b.tolist() for b, _ in subset_batches(torch.arange(5), torch.tensor([4, 0, 2]), 2)]
+        [[4, 0], [2]]
+    """
+    if isinstance(inputs, torch.Tensor) or (isinstance(inputs, tuple) and all(torch.is_tensor(t) for t in inputs)):
+        return ((_rows_of(inputs, index[i : i + batch_size]), None) for i in range(0, len(index), batch_size))
+    return _batches(subset_inputs(inputs, index, batch_size), batch_size, input_key, None)[0]
+
+
+def _rows_of(inputs: torch.Tensor | tuple, index: torch.Tensor) -> Any:
     if isinstance(inputs, tuple):
         return tuple(t[index.to(t.device)] for t in inputs)
-    if isinstance(inputs, list):
+    return inputs[index.to(inputs.device)]
+
+
+def subset_inputs(inputs: Any, index: torch.Tensor, batch_size: int) -> Any:
+    """The samples ``index`` (in that order) of a list of graphs, a Dataset or a DataLoader (lazily where it can)."""
+    idx = index.tolist()
+    if isinstance(inputs, (list, tuple)):  # graphs
         return [inputs[i] for i in idx]
     if isinstance(inputs, DataLoader):
         if isinstance(inputs.dataset, IterableDataset):
@@ -208,6 +224,7 @@ def _patched(layer: nn.Module | None, layer_input: bool, patch: _Patch) -> Itera
 def patched_outputs(
     model: nn.Module,
     inputs: Any,
+    index: torch.Tensor,
     units: torch.Tensor,
     values: torch.Tensor,
     *,
@@ -217,14 +234,14 @@ def patched_outputs(
     input_key: BatchKey = None,
     model_args: ModelArgs | None = None,
 ) -> torch.Tensor:
-    """The model's outputs on ``inputs`` (M samples, already cut to the verified ones) with the flattened ``units`` of
-    sample ``i`` set to ``values[i]`` (M, U): on the layer through a hook, or on the inputs when ``layer`` is None.
+    """The model's outputs on the samples ``index`` (M) of ``inputs`` with the flattened ``units`` of the i-th set to
+    ``values[i]`` (M, U): on the layer through a hook, or on the inputs when ``layer`` is None.
     Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
     model_args = ModelArgs() if model_args is None else model_args
     device, dtype = _model_device(model), model_dtype(model)
     values = values.to(device)
     patch = _Patch(units.to(device))
-    it, _ = _batches(inputs, batch_size, input_key, None)
+    it = subset_batches(inputs, index, batch_size, input_key)
     outputs, start = [], 0
     with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
         for inp, _ in it:
