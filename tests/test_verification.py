@@ -442,6 +442,20 @@ def test_hooks_and_modes_restored_on_errors(error) -> None:
     assert not failing.act._forward_hooks and not failing.act._forward_pre_hooks
 
 
+def test_every_forward_call_holds_at_most_a_batch() -> None:
+    model = Counting()
+    sizes = []
+    model.inner.act.register_forward_hook(lambda m, a, out: sizes.append(out.shape[0]))
+    X = torch.randn(500, 3, generator=torch.Generator().manual_seed(17))
+    explanation = RegionalRuleExplainer(model, "inner.act").explain(X, 1, max_length=1, min_support=0.1)
+    sizes.clear()
+    model.calls = 0
+    result = explanation.verify(X, rule_sets=2, n_controls=3, batch_size=64)
+    used = [r.sufficiency.n + r.necessity.n for r in result.rows]
+    assert max(sizes) == 64 and sum(sizes) == 500 + 4 * sum(used)  # the clean pass, then 1 + 3 passes per rule set
+    assert model.calls == sum(-(-n // 64) for n in [500] + [u for u in used for _ in range(4)])
+
+
 def test_deterministic_and_local_rules() -> None:
     model = PlantedMLP()
     X = torch.randn(400, 3, generator=torch.Generator().manual_seed(14))
