@@ -20,7 +20,15 @@ from torch_amore._forward import ModelArgs, as_inputs, resolve_layer, run_model
 from torch_amore._progress import progress_bar
 from torch_amore._subgroups import check_target, subgroup_mask
 from torch_amore._validation import check_int
-from torch_amore.interventions import check_method, clamp_unit, patched_outputs, subset_args, transplant
+from torch_amore.interventions import (
+    check_method,
+    clamp_by_rank,
+    clamp_unit,
+    patched_outputs,
+    random_units,
+    rank_bounds,
+    subset_args,
+)
 from torch_amore.rules import RuleSet
 from torch_amore.verification import ControlShare, RuleVerification, Share, Verification
 
@@ -239,34 +247,33 @@ def _verify_one(
     """One rule set: its patched pass and ``n_controls`` control passes over the samples it concerns."""
     gen = torch.Generator().manual_seed(setup.seed * 1_000_003 + position)
     units = [r.feature for r in rs.rules]
-    others = torch.tensor([u for u in range(setup.n_units) if u not in set(units)], dtype=torch.long)
-    draws = [others[torch.randperm(len(others), generator=gen)[: len(units)]].tolist() for _ in range(setup.n_controls)]
     inside = rs.mask(X).cpu()
     pool_in, pool_out = torch.nonzero(inside).flatten(), torch.nonzero(~inside).flatten()
     S = torch.nonzero(~inside & ~T).flatten() if len(pool_in) else torch.zeros(0, dtype=torch.long)
     Q = torch.nonzero(inside & T).flatten() if len(pool_out) else torch.zeros(0, dtype=torch.long)
     donors = (pool_in[torch.randint(len(pool_in), (len(S),), generator=gen)] if len(S) else S,
               pool_out[torch.randint(len(pool_out), (len(Q),), generator=gen)] if len(Q) else Q)  # fmt: skip
-    plan = _Plan(setup, inputs, X, S, Q, donors, pool_in, pool_out)
-    flipped = plan.run(units, list(rs.rules))
+    plan = _Plan(setup, inputs, X, S, Q, donors, pool_in, pool_out, list(rs.rules))
+    flipped = plan.run(torch.tensor(units))
     bar.update(1)
+    others = torch.tensor([u for u in range(setup.n_units) if u not in set(units)], dtype=torch.long)
+    draws = [random_units(others, len(S) + len(Q), len(units), gen) for _ in range(setup.n_controls)]
     control_flipped = []
     for draw in draws:
-        carried = setup.method == "clamp"  # only clamping reads the intervals of the control units
-        moved = [transplant(X[:, r.feature].double(), X[:, g].double(), r, g) if carried else r
-                 for r, g in zip(rs.rules, draw)]  # fmt: skip
-        control_flipped.append(plan.run(draw, moved))
+        control_flipped.append(plan.run(draw))
         bar.update(1)
-    n_s, n_q = len(S), len(Q)
+    n_s, level = len(S), setup.level
+    # outcomes that share a donor are correlated: clusters for the intervals (each sample its own without donors)
+    cl = (torch.cat(donors) if setup.method == "resample" else torch.cat([S, Q])).tolist()
     return RuleVerification(
         position=position, rule_set=" AND ".join(r.format() for r in rs.rules), units=tuple(units),
-        sufficiency=Share.of(int(flipped[:n_s].sum()), n_s, setup.level),
-        necessity=Share.of(int(flipped[n_s:].sum()), n_q, setup.level),
-        control_sufficiency=ControlShare.of([int(f[:n_s].sum()) for f in control_flipped], n_s, setup.level),
-        control_necessity=ControlShare.of([int(f[n_s:].sum()) for f in control_flipped], n_q, setup.level),
-        control_units=tuple(tuple(d) for d in draws),
+        sufficiency=Share.clustered(flipped[:n_s].tolist(), cl[:n_s], level),
+        necessity=Share.clustered(flipped[n_s:].tolist(), cl[n_s:], level),
+        control_sufficiency=ControlShare.of([f[:n_s].tolist() for f in control_flipped], level, cl[:n_s]),
+        control_necessity=ControlShare.of([f[n_s:].tolist() for f in control_flipped], level, cl[n_s:]),
         details={"sufficiency_samples": S, "necessity_samples": Q, "donors": torch.cat(donors) if
-                 setup.method == "resample" else None, "flipped": flipped, "control_flipped": control_flipped},
+                 setup.method == "resample" else None, "flipped": flipped, "control_units": draws,
+                 "control_flipped": control_flipped},
     )  # fmt: skip
 
 
@@ -282,36 +289,55 @@ class _Plan:
     donors: tuple[torch.Tensor, torch.Tensor]
     pool_in: torch.Tensor
     pool_out: torch.Tensor
+    rules: list
 
-    def run(self, units: list[int], rules: list) -> torch.Tensor:
-        """Whether each sample (``S`` then ``Q``) flipped: into the target (S) or out of it (Q)."""
+    def run(self, units: torch.Tensor) -> torch.Tensor:
+        """Whether each sample (``S`` then ``Q``) flipped (into the target, out of it) with ``units`` replaced: the
+        rule set's own (U,), or a control draw (M, U) of one row per sample."""
         rows = torch.cat([self.S, self.Q])
         if not len(rows):
             return torch.zeros(0, dtype=torch.bool)
         s = self.setup
-        values = self.values(units, rules)
-        n = self.X.shape[0]
+        values = self.values(units) if units.ndim == 1 else self.control_values(units)
         out = patched_outputs(
-            s.model, self.inputs, rows, torch.tensor(units), values, layer=s.layer,
-            layer_input=s.layer_input, batch_size=s.batch_size, input_key=s.input_key,
-            model_args=subset_args(s.model_args, rows, n),
+            s.model, self.inputs, rows, units, values, layer=s.layer, layer_input=s.layer_input,
+            batch_size=s.batch_size, input_key=s.input_key, model_args=subset_args(s.model_args, rows, self.X.shape[0]),
         )  # fmt: skip
         in_target = _target_mask(s, out)
         return torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])
 
-    def values(self, units: list[int], rules: list) -> torch.Tensor:
-        """The (|S| + |Q|, U) replacement values of ``units`` by the setup's method."""
-        X, cols = self.X, torch.tensor(units)
+    def values(self, units: torch.Tensor) -> torch.Tensor:
+        """The (|S| + |Q|, U) replacement values of the rule set's own ``units`` by the setup's method."""
+        X = self.X
         if self.setup.method == "resample":
-            return X[torch.cat(self.donors)][:, cols]
+            return X[torch.cat(self.donors)][:, units]
         if self.setup.method == "mean":
-            into = X[self.pool_in][:, cols].double().mean(0).expand(len(self.S), -1)
-            out = X[self.pool_out][:, cols].double().mean(0).expand(len(self.Q), -1)
+            into = X[self.pool_in][:, units].double().mean(0).expand(len(self.S), -1)
+            out = X[self.pool_out][:, units].double().mean(0).expand(len(self.Q), -1)
             return torch.cat([into, out])
         parts = []
         for rows, into in ((self.S, True), (self.Q, False)):
-            cols_v = [clamp_unit(X[:, u].double(), rows, r, into) for u, r in zip(units, rules)]
-            moved = torch.stack(cols_v, 1) if cols_v else torch.zeros(len(rows), 0, dtype=torch.float64)
-            original = X[rows][:, cols].double()
+            moved = torch.stack([clamp_unit(X[:, r.feature].double(), rows, r, into) for r in self.rules], 1)
+            original = X[rows][:, units].double()
             parts.append(torch.where(torch.isnan(moved), original, moved))  # no observed value there: unchanged
         return torch.cat(parts)
+
+    def control_values(self, units: torch.Tensor) -> torch.Tensor:
+        """The (M, U) replacement values of a control draw (one row of units per sample) by the setup's method."""
+        X, rows = self.X, torch.cat([self.S, self.Q])
+        if self.setup.method == "resample":
+            return X[torch.cat(self.donors)[:, None], units]
+        if self.setup.method == "mean":
+            into, out = X[self.pool_in].double().mean(0), X[self.pool_out].double().mean(0)
+            return torch.cat([into[units[: len(self.S)]], out[units[len(self.S) :]]])
+        values = X[rows[:, None], units].double()
+        into = torch.arange(len(rows)) < len(self.S)
+        for j, rule in enumerate(self.rules):  # by rank, one control unit at a time
+            a, b = rank_bounds(X[:, rule.feature].double(), rule)
+            for unit in torch.unique(units[:, j]).tolist():
+                for side in (True, False):
+                    pick = torch.nonzero((units[:, j] == unit) & (into == side)).flatten()
+                    if len(pick):
+                        moved = clamp_by_rank(X[:, unit].double(), rows[pick], a, b, side)
+                        values[pick, j] = torch.where(torch.isnan(moved), values[pick, j], moved)
+        return values

@@ -10,7 +10,9 @@ Replacement methods (``into``: for sufficiency, towards the rule set; ``out``: f
 * ``"resample"``: each unit takes its value in a donor sample (a donor satisfying the rule set for ``into``, one
   violating it for ``out``; one donor per sample, all of its units copied, so the values are realistic together);
 * ``"clamp"``: each unit moves to the nearest value observed (on the verified samples) inside its interval (``into``;
-  a value already inside stays) or outside it (``out``: every condition is moved out, to the nearer side);
+  a value already inside stays) or outside it (``out``: every condition is moved out, to the nearer side; a unit with
+  no observed value outside stays). A control unit is clamped by rank (:func:`clamp_by_rank`): into or out of the
+  ranks its paired rule holds on the rule's own unit;
 * ``"mean"``: each unit takes the mean of the donors (those satisfying, respectively violating, the rule set).
 """
 
@@ -103,29 +105,67 @@ def clamp_unit(column: torch.Tensor, rows: torch.Tensor, rule: Rule, into: bool)
     return torch.where(_inside(rule, values), values, moved) if into else moved
 
 
-def transplant(column_from: torch.Tensor, column_to: torch.Tensor, rule: Rule, unit: int) -> Rule:
-    """``rule`` carried from its unit to another one at the same quantiles: on ``column_to`` the new interval holds
-    (up to ties) the samples whose rank is that of the samples ``rule`` holds on ``column_from``.
+def rank_bounds(column: torch.Tensor, rule: Rule) -> tuple[int, int]:
+    """The ranks ``[a, b)`` (in ``column`` sorted ascending) of the values ``rule`` holds on its own unit.
 
     Example:
         >>> import torch
-        >>> a = torch.arange(10, dtype=torch.float64)
-        >>> transplant(a, 100 + a, Rule(0, "z_0", low=2.0, high=5.0), 3)
-        Rule(feature=3, name='z_3', low=102.0, high=105.0, value=None, kind='float', scale=1.0, offset=0.0)
+        >>> rank_bounds(torch.tensor([5.0, 1.0, 3.0, 2.0], dtype=torch.float64), Rule(0, "z", low=2.0, high=4.0))
+        (1, 3)
     """
-    n = column_from.numel()
-    below = int(_count_below(column_from, rule, upper=False))
-    upto = int(_count_below(column_from, rule, upper=True))
-    ranked = torch.sort(column_to).values
-    low = -math.inf if below == 0 else float(ranked[min(below, n - 1)])
-    high = math.inf if upto >= n else float(ranked[upto])
-    return Rule(unit, f"z_{unit}", low=low, high=high) if low < high else Rule(unit, f"z_{unit}", low=low)
-
-
-def _count_below(column: torch.Tensor, rule: Rule, *, upper: bool) -> torch.Tensor:
     if rule.value is not None:
-        return (column <= rule.value).sum() if upper else (column < rule.value).sum()
-    return (column < rule.high).sum() if upper else (column < rule.low).sum()
+        return int((column < rule.value).sum()), int((column <= rule.value).sum())
+    return int((column < rule.low).sum()), int((column < rule.high).sum())
+
+
+def clamp_by_rank(column: torch.Tensor, rows: torch.Tensor, a: int, b: int, into: bool) -> torch.Tensor:
+    """A control unit's values for ``rows`` after clamping by rank into (``into``) or out of the ranks ``[a, b)`` of
+    its sorted observed values (those a rule holds on its own unit): a value whose rank is inside stays (``into``),
+    else it moves to the value at the nearest rank inside; out, it moves to the nearer of the values at ranks
+    ``a - 1`` and ``b``. NaN where there is no such rank.
+
+    Example:
+        >>> import torch
+        >>> col = torch.tensor([40.0, 10.0, 30.0, 20.0, 50.0], dtype=torch.float64)
+        >>> clamp_by_rank(col, torch.tensor([1, 2, 4]), 1, 3, into=True).tolist()
+        [20.0, 30.0, 30.0]
+        >>> clamp_by_rank(col, torch.tensor([3, 2]), 1, 3, into=False).tolist()
+        [10.0, 40.0]
+    """
+    ranked = torch.sort(column).values
+    values = column[rows]
+    n = ranked.numel()
+    if into:
+        if a >= b:
+            return torch.full_like(values, math.nan)
+        rank = torch.searchsorted(ranked, values)  # the first rank of each value
+        moved = torch.where(rank < a, ranked[a], ranked[b - 1])
+        return torch.where((rank >= a) & (rank < b), values, moved)
+    below = ranked[a - 1] if a > 0 else torch.tensor(math.nan, dtype=ranked.dtype)
+    above = ranked[b] if b < n else torch.tensor(math.nan, dtype=ranked.dtype)
+    use_below = ~torch.isnan(below) & (torch.isnan(above) | ((values - below).abs() <= (above - values).abs()))
+    return torch.where(use_below, below.expand_as(values), above.expand_as(values))
+
+
+def random_units(others: torch.Tensor, rows: int, k: int, generator: torch.Generator) -> torch.Tensor:
+    """(rows, k) units: for each row, k distinct units drawn uniformly from ``others``.
+
+    Example:
+        >>> import torch
+        >>> units = random_units(torch.tensor([3, 5, 7]), 4, 2, torch.Generator().manual_seed(0))
+        >>> units.shape, bool((units[:, 0] != units[:, 1]).all())
+        (torch.Size([4, 2]), True)
+    """
+    if k > len(others):
+        raise ValueError(f"Expected at least {k} units to draw from, but got {len(others)}.")
+    idx = torch.randint(len(others), (rows, k), generator=generator)
+    while k > 1:
+        ordered = idx.sort(1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(1)
+        if not bool(repeated.any()):
+            break
+        idx[repeated] = torch.randint(len(others), (int(repeated.sum()), k), generator=generator)
+    return others[idx]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -180,21 +220,21 @@ def subset_args(model_args: ModelArgs, index: torch.Tensor, n: int) -> ModelArgs
 
 
 class _Patch:
-    """Forward hook (or pre-hook for the layer's input) replacing the flattened ``units`` of the current batch by
-    ``values``; counts its calls so that a layer running more than once per pass is refused."""
+    """Forward hook (or pre-hook for the layer's input) setting, in each row of the current batch, the flattened
+    ``units`` (B, U) to ``values`` (B, U); counts its calls so that a layer running twice per pass is refused."""
 
-    def __init__(self, units: torch.Tensor) -> None:
-        self.units = units
+    def __init__(self) -> None:
+        self.units: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.calls = 0
 
     def apply(self, tensor: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        if self.values is None:
+        if self.values is None or self.units is None:
             return tensor
         patched = tensor.clone(memory_format=torch.contiguous_format)
         flat = patched.reshape(patched.shape[0], -1)  # a view of the contiguous clone
-        flat[:, self.units] = self.values.to(flat.dtype)
+        flat.scatter_(1, self.units, self.values.to(flat.dtype))
         return patched
 
     def output_hook(self, module: nn.Module, args: tuple, output: Any) -> Any:
@@ -234,13 +274,15 @@ def patched_outputs(
     input_key: BatchKey = None,
     model_args: ModelArgs | None = None,
 ) -> torch.Tensor:
-    """The model's outputs on the samples ``index`` (M) of ``inputs`` with the flattened ``units`` of the i-th set to
-    ``values[i]`` (M, U): on the layer through a hook, or on the inputs when ``layer`` is None.
+    """The model's outputs on the samples ``index`` (M) of ``inputs`` with the flattened ``units`` of the i-th (the
+    same (U,) for all, or (M, U), one row each) set to ``values[i]`` (M, U): on the layer through a hook, or on the
+    inputs when ``layer`` is None.
     Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
     model_args = ModelArgs() if model_args is None else model_args
     device, dtype = _model_device(model), model_dtype(model)
     values = values.to(device)
-    patch = _Patch(units.to(device))
+    units = units.to(device).expand(values.shape[0], -1)
+    patch = _Patch()
     it = subset_batches(inputs, index, batch_size, input_key)
     outputs, start = [], 0
     with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
@@ -249,7 +291,7 @@ def patched_outputs(
             args, kwargs = _to_device(_batch_args(model_args, inp, start, values.shape[0]), device, dtype)
             fed = _to_device(inp, device, dtype)
             rows = _rows(fed)
-            patch.values, patch.calls = values[start : start + rows], 0
+            patch.units, patch.values, patch.calls = units[start : start + rows], values[start : start + rows], 0
             if layer is None:
                 fed = patch.apply(fed)
             out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)

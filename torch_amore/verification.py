@@ -1,21 +1,24 @@
 """Verification of rule sets by intervention: does the model *use* the units a rule set names?
 
 A rule on a hidden layer says that the samples in its region are mostly the target; it does not say that the model
-reads that region (two units can carry the same signal while the head reads one). :func:`verify` (reached through
-:meth:`RegionalExplanation.verify`) replaces the rule set's units and counts how often the model's decision follows:
+reads that region (two units can carry the same signal while the head reads one). :meth:`RegionalExplanation.verify`
+replaces the rule set's units and counts how often the model's decision follows:
 
 * **sufficiency**: of the verified samples *outside* the rule set that the model does *not* assign to the target,
   the share it assigns to the target once the rule set's units are put inside the rule set's intervals;
 * **necessity**: of the samples *inside* the rule set that the model assigns to the target, the share that leave the
   target once the units are moved out of the intervals (see :mod:`torch_amore.interventions` for how each method
   moves a multi-condition rule set out);
-* the same two shares for a **control**: ``n_controls`` draws of as many units of the same layer, drawn uniformly
-  among the units the rule set does not name, replaced the same way (``"resample"``/``"mean"``: from the same donors;
-  ``"clamp"``: into / out of the rule set's intervals carried to the control units at the same quantiles).
+* the same two shares for a **control**: ``n_controls`` draws in which each sample gets its own random units of the
+  layer, as many as the rule set names, drawn uniformly among the units the rule set does not name, replaced the
+  same way (``"resample"``/``"mean"``: from the same donors; ``"clamp"``: by rank, see
+  :mod:`torch_amore.interventions`).
 
-Intervals (``level``, default 95 %): the Wilson score interval of each share; for the control, the mean over draws
-(``mean ± z * sqrt(s² / d + p (1 - p) / n)``, with ``s²`` the variance of the ``d`` draws' shares, ``p`` their mean,
-``n`` the number of samples, clipped to [0, 1]: the spread between unit draws plus the binomial noise of the samples).
+Intervals (``level``, default 95 %): Wilson score intervals at an effective sample size (:func:`clustered_interval`):
+outcomes that share a source of chance are grouped in clusters, whose correlation the cluster-robust variance takes
+into account: with ``"resample"`` the samples that drew the same donor (for the rule set and the control); for the
+control, also the draws of one sample. Without such sharing (``"clamp"``, ``"mean"`` for the rule set) it is the plain
+Wilson interval. The intervals take the observed values (``"clamp"``) and the donors' means (``"mean"``) as given.
 The shares describe this model on these samples; they are not claims about the world the samples came from.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -31,15 +35,16 @@ from typing import Any
 VERIFICATION_VERSION = 1
 
 
-def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0).
+def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0);
+    ``n`` may be an effective sample size (and ``hits`` fractional).
 
     Example:
         >>> low, high = wilson_interval(45, 50)
         >>> round(low, 4), round(high, 4)
         (0.7864, 0.9565)
     """
-    if n == 0:
+    if n <= 0:
         return math.nan, math.nan
     z = NormalDist().inv_cdf(0.5 + level / 2)
     p = hits / n
@@ -48,22 +53,35 @@ def wilson_interval(hits: int, n: int, level: float = 0.95) -> tuple[float, floa
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def control_interval(shares: list[float], n: int, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of the control's shares over unit draws, each on the same ``n`` samples: the mean
-    ``± z * sqrt(s² / d + p (1 - p) / n)`` clipped to [0, 1] (NaN without draws or samples).
+def clustered_interval(
+    hits: Sequence[float], clusters: Sequence[int], level: float = 0.95
+) -> tuple[float, float, float]:
+    """(share, low, high) of 0/1 outcomes ``hits`` grouped in ``clusters`` (outcomes of one cluster may be correlated,
+    clusters are independent): the Wilson interval at the effective sample size ``p (1 - p) / v``, ``v`` the
+    cluster-robust variance of the share (at most the number of outcomes; the number of clusters when ``p`` is 0 or
+    1). With one outcome per cluster it is the Wilson interval.
 
     Example:
-        >>> [round(v, 4) for v in control_interval([0.0, 0.1, 0.0, 0.1], 100)]
-        [0.05, 0.0, 0.1209]
+        >>> [round(v, 4) for v in clustered_interval([1, 0, 1, 0], [0, 1, 2, 3])]
+        [0.5, 0.15, 0.85]
+        >>> [round(v, 4) for v in clustered_interval([1, 1, 0, 0], [0, 0, 1, 1])]  # two clusters of two
+        [0.5, 0.0945, 0.9055]
     """
-    d = len(shares)
-    if d == 0 or n == 0:
+    n = len(hits)
+    if n == 0:
         return math.nan, math.nan, math.nan
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    mean = sum(shares) / d
-    between = sum((s - mean) ** 2 for s in shares) / (d - 1) / d if d > 1 else 0.0
-    half = z * math.sqrt(between + mean * (1 - mean) / n)
-    return mean, max(0.0, mean - half), min(1.0, mean + half)
+    p = sum(hits) / n
+    totals: dict[int, list[float]] = {}
+    for h, c in zip(hits, clusters):
+        t = totals.setdefault(c, [0.0, 0.0])
+        t[0], t[1] = t[0] + h, t[1] + 1
+    g = len(totals)
+    var = sum((h - p * m) ** 2 for h, m in totals.values()) / n**2
+    if p in (0.0, 1.0):
+        n_eff = float(g)
+    else:
+        n_eff = min(float(n), p * (1 - p) / var) if var > 0 else float(n)
+    return (p, *wilson_interval(p * n_eff, n_eff, level))
 
 
 @dataclass(frozen=True)
@@ -83,10 +101,17 @@ class Share:
     def of(cls, hits: int, n: int, level: float) -> Share:
         return cls(int(hits), int(n), *wilson_interval(int(hits), int(n), level))
 
+    @classmethod
+    def clustered(cls, flipped: Sequence[bool], clusters: Sequence[int], level: float) -> Share:
+        """From the outcome of each sample and its cluster (e.g. its donor): :func:`clustered_interval`."""
+        _, low, high = clustered_interval([float(f) for f in flipped], clusters, level)
+        return cls(int(sum(flipped)), len(flipped), low, high)
+
 
 @dataclass(frozen=True)
 class ControlShare:
-    """The control's share: the per-draw shares (each on the same ``n`` samples), their mean and its interval."""
+    """The control's share over its draws, each on the same ``n`` samples: the per-draw shares, the pooled share
+    (``value``) and its interval (:func:`clustered_interval`)."""
 
     shares: tuple[float, ...]
     n: int
@@ -95,9 +120,14 @@ class ControlShare:
     high: float
 
     @classmethod
-    def of(cls, hits: list[int], n: int, level: float) -> ControlShare:
-        shares = tuple(h / n for h in hits) if n else tuple(math.nan for _ in hits)
-        return cls(shares, int(n), *control_interval(list(shares) if n else [], n, level))
+    def of(cls, flipped: Sequence[Sequence[bool]], level: float, clusters: Sequence[int] | None = None) -> ControlShare:
+        """From ``flipped[k][i]``: whether draw k flipped sample i; ``clusters[i]``: the cluster of sample i (default:
+        each sample its own; e.g. its donor), the draws of a sample falling in its cluster."""
+        n = len(flipped[0]) if flipped else 0
+        clusters = list(range(n)) if clusters is None else list(clusters)
+        shares = tuple(sum(f) / n if n else math.nan for f in flipped)
+        hits = [float(f[i]) for f in flipped for i in range(n)]
+        return cls(shares, n, *clustered_interval(hits, clusters * len(flipped), level))
 
 
 @dataclass(frozen=True)
@@ -110,10 +140,10 @@ class RuleVerification:
         units: the units (columns of the layer, flattened) it names.
         sufficiency, necessity: the shares (:class:`Share`) for the rule set's units.
         control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`).
-        control_units: the units of each control draw.
         details: per-sample facts for audits (not serialized): ``sufficiency_samples``/``necessity_samples`` (row
             indices of the verified samples), ``donors`` (the donor row of each, for ``"resample"``), ``flipped``
-            (bool per sample, sufficiency samples first) and ``control_flipped`` (one such tensor per draw).
+            (bool per sample, sufficiency samples first), ``control_units`` (per draw, the (samples, units) tensor of
+            the units each sample had replaced) and ``control_flipped`` (per draw, like ``flipped``).
     """
 
     position: int
@@ -123,7 +153,6 @@ class RuleVerification:
     necessity: Share
     control_sufficiency: ControlShare
     control_necessity: ControlShare
-    control_units: tuple[tuple[int, ...], ...] = ()
     details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,7 +161,6 @@ class RuleVerification:
         for key in ("control_sufficiency", "control_necessity"):
             out[key]["shares"] = list(out[key]["shares"])
         out["units"] = list(self.units)
-        out["control_units"] = [list(u) for u in self.control_units]
         return _nan_to_none(out)
 
     @classmethod
@@ -147,7 +175,6 @@ class RuleVerification:
             sufficiency=share(data["sufficiency"]), necessity=share(data["necessity"]),
             control_sufficiency=control(data["control_sufficiency"]),
             control_necessity=control(data["control_necessity"]),
-            control_units=tuple(tuple(int(u) for u in d) for d in data.get("control_units", [])),
         )  # fmt: skip
 
 
@@ -181,15 +208,16 @@ class Verification:
         target_name: what the target is (e.g. ``"predicted 7"``).
 
     Example:
-        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(20, 20, 0.95),
-        ...                        ControlShare.of([0, 1], 20, 0.95), ControlShare.of([0, 0], 20, 0.95), ((3,), (5,)))
+        >>> control = ControlShare.of([[False] * 20, [True] + [False] * 19], 0.95)  # 2 draws on 20 samples
+        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(20, 20, 0.95), control,
+        ...                        ControlShare.of([[False] * 20] * 2, 0.95))
         >>> result = Verification([row], "resample", 2, 0.95, 0, 40, "predicted 1")
         >>> result
         Verification(method='resample', rule_sets=1, n_controls=2, n_samples=40)
         >>> print(result)
         Verification by intervention (method 'resample', 2 control draws, 95% intervals, 40 samples)
            #  sufficiency            necessity              control suff.          control nec.           rule set
-           1  0.950 [0.764, 0.991]   1.000 [0.839, 1.000]   0.025 [0.000, 0.109]   0.000 [0.000, 0.000]   z_0 >= 1
+           1  0.950 [0.764, 0.991]   1.000 [0.839, 1.000]   0.025 [0.004, 0.129]   0.000 [0.000, 0.161]   z_0 >= 1
         >>> Verification.from_dict(result.to_dict()) == result
         True
         >>> float(result.to_frame().loc[1, "sufficiency"])
@@ -284,7 +312,7 @@ def verification_cells(row: RuleVerification | None) -> str:
 
     Example:
         >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(0, 0, 0.95),
-        ...                        ControlShare.of([0], 20, 0.95), ControlShare.of([], 0, 0.95))
+        ...                        ControlShare.of([[False] * 20], 0.95), ControlShare.of([], 0.95))
         >>> verification_cells(row).count("<td"), "0.950 [0.764, 0.991]" in verification_cells(row)
         (4, True)
     """
