@@ -9,8 +9,8 @@ alternating). The ratio reported is ``verify time / (sum over rule sets of (1 + 
 ratio of 2.2. With ``--device cuda`` the peak GPU memory of ``verify`` above the model and data is reported for two
 batch sizes (it should follow the batch size, not the number of samples).
 
-Measured (2-core CPU shared with other jobs, one thread, batch 256, medians of 3): the quickstart's CNN 1.09 s for 5
-rule sets (ratio 1.35), the MNIST CNN 40.2 s (ratio 1.20); both within the budget of 2.2.
+Measured (2-core CPU shared with other jobs, one thread, batch 256, medians of 3): the quickstart's CNN 1.57 s for 5
+rule sets (ratio 1.50), the MNIST CNN 30.9 s (ratio 1.25); both within the budget of 2.2.
 
 Usage::
 

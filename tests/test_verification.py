@@ -404,6 +404,8 @@ def test_bad_input_is_refused_before_any_forward_pass(counted) -> None:
             explanation.verify(X, **kwargs)
     with pytest.raises(TypeError, match="n_control"):
         explanation.verify(X, n_control=3)
+    with pytest.raises(ValueError, match=r"shape \(N, 3\) like the explained samples, but got shape \(300, 4\)"):
+        explanation.verify(torch.randn(300, 4))  # a layer explainer: the inputs' shape is checked against explain's
     assert model.calls == 0
 
 
@@ -412,6 +414,9 @@ def test_wrong_width_and_features_rules_are_refused() -> None:
     X = torch.randn(200, 3, generator=torch.Generator().manual_seed(11))
     explanation = RegionalRuleExplainer(model).explain(X, 1, max_length=1, min_support=0.1)
     model.calls = 0
+    with pytest.raises(ValueError, match=r"shape \(N, 3\) like the explained samples, but got shape \(50, 4\)"):
+        explanation.verify(torch.rand(50, 4))
+    explanation.params["input_shape"] = None  # e.g. an explanation from the callback: the width is still checked
     with pytest.raises(ValueError, match=r"3 features per sample .* \(4 features\)"):
         explanation.verify(torch.rand(50, 4))
     on_features = RegionalRuleExplainer(model).explain(X, 1, features=X[:, :2], max_length=1, min_support=0.1)

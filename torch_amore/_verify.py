@@ -112,8 +112,7 @@ def _setup(explanation: Any, inputs: Any, given: dict[str, Any]) -> _Setup:
             f"Expected at least {2 * longest} units for control draws of {longest} units besides the rule set's, but "
             f"the explanation has {n_units}; pass n_controls=0."
         )
-    if layer is None:
-        _check_width(inputs, n_units)
+    _check_shape(inputs, explanation.params.get("input_shape"), n_units if layer is None else None)
     batch_size = given["batch_size"] or explanation.data_options.get("batch_size", 256)
     return _Setup(
         model=model, layer=layer, layer_input=layer_input, n_units=n_units, target=target,
@@ -198,15 +197,22 @@ def _position(every: list[RuleSet], rs: Any) -> int:
     raise ValueError(f"Expected rule sets of this explanation, but {rs.format()!r} is not one of its rule sets.")
 
 
-def _check_width(inputs: Any, n_units: int) -> None:
-    """Rules on raw inputs: tensor inputs must have as many features (flattened) as the explanation."""
-    if isinstance(inputs, torch.Tensor) and inputs.ndim >= 1:
-        width = math.prod(inputs.shape[1:])
-        if width != n_units:
-            raise ValueError(
-                f"Expected `inputs` with {n_units} features per sample (those the rules were built on), but got "
-                f"shape {tuple(inputs.shape)} ({width} features)."
-            )
+def _check_shape(inputs: Any, input_shape: Any, n_units: int | None) -> None:
+    """Tensor inputs must have the shape of one explained sample (``input_shape``, recorded by ``explain``) and, for
+    rules on raw inputs, as many features (flattened) as the explanation (``n_units``)."""
+    if not isinstance(inputs, torch.Tensor) or inputs.ndim < 1:
+        return
+    shape = tuple(inputs.shape[1:])
+    if input_shape is not None and shape != tuple(input_shape):
+        raise ValueError(
+            f"Expected `inputs` of shape (N, {', '.join(map(str, input_shape))}) like the explained samples, but got "
+            f"shape {tuple(inputs.shape)}."
+        )
+    if n_units is not None and math.prod(shape) != n_units:
+        raise ValueError(
+            f"Expected `inputs` with {n_units} features per sample (those the rules were built on), but got "
+            f"shape {tuple(inputs.shape)} ({math.prod(shape)} features)."
+        )
 
 
 def _model_args(explanation: Any, args: Any, kwargs: dict | None) -> ModelArgs:
