@@ -480,6 +480,34 @@ def test_every_forward_call_holds_at_most_a_batch() -> None:
     assert model.calls == sum(-(-n // 64) for n in [500] + [u for u in used for _ in range(4)])
 
 
+def test_layer_input_and_per_sample_model_arguments() -> None:
+    model = PlantedMLP()
+    X = torch.randn(400, 3, generator=torch.Generator().manual_seed(19))
+    on_output = RegionalRuleExplainer(model, "act").explain(X, 1, max_length=2, min_support=0.1)
+    on_input = RegionalRuleExplainer(model, "head", layer_input=True).explain(X, 1, max_length=2, min_support=0.1)
+    assert [rs.rules for rs in on_output.rule_sets] == [rs.rules for rs in on_input.rule_sets]
+    a = on_output.verify(X, rule_sets=3, n_controls=2, method="clamp")
+    b = on_input.verify(X, rule_sets=3, n_controls=2, method="clamp")  # the same units, patched by a pre-hook
+    assert [(r.sufficiency, r.necessity, r.control_sufficiency) for r in a.rows] == [
+        (r.sufficiency, r.necessity, r.control_sufficiency) for r in b.rows
+    ]
+
+    class Shifted(nn.Module):  # the planted model with a per-sample shift of the input
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = PlantedMLP()
+
+        def forward(self, x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+            return self.inner(x - shift)
+
+    shift = torch.randn(400, 3, generator=torch.Generator().manual_seed(20))
+    shifted = RegionalRuleExplainer(Shifted(), "inner.act").explain(X + shift, 1, additional_forward_args=shift,
+                                                                    max_length=2, min_support=0.1)  # fmt: skip
+    assert [rs.rules for rs in shifted.rule_sets] == [rs.rules for rs in on_output.rule_sets]
+    c = shifted.verify(X + shift, rule_sets=3, n_controls=2, method="clamp", batch_size=64)  # rows cut per batch
+    assert [(r.sufficiency, r.necessity) for r in c.rows] == [(r.sufficiency, r.necessity) for r in a.rows]
+
+
 def test_deterministic_and_local_rules() -> None:
     model = PlantedMLP()
     X = torch.randn(400, 3, generator=torch.Generator().manual_seed(14))
