@@ -51,9 +51,11 @@ def test_quickstart_prints_rules_next_to_a_tree_and_saves_a_pixel_map(tmp_path):
     tree = re.search(r"decision tree: IF .* THEN predicted 7 .*fitness=(-?[\d.]+)\)", out)
     assert amore and tree, out
     assert out.count("held out:") == 2
+    assert re.search(r"Verification by intervention .*\n.*sufficiency.*\n\s+1  \d\.\d{3} \[", out)
     _png(tmp_path / "pixels.png")
     report = tmp_path / "quickstart_report.html"  # beside the pixel map; the demo says where
     assert f"wrote the HTML report to {report}" in out and report.read_text().count("<img ") >= 3
+    assert '<th class="verified">sufficiency</th>' in report.read_text()
 
 
 @pytest.mark.slow

@@ -223,7 +223,7 @@ def test_lift_recall_and_base_rate_beside_the_metrics(rare, tmp_path):
     path = tmp_path / "e.json"
     got.to_json(path)
     data = json.loads(path.read_text())
-    assert data["format_version"] == 2 and data["library_version"] == torch_amore.__version__
+    assert data["format_version"] == 3 and data["library_version"] == torch_amore.__version__
     assert [r["recall"] for r in data["rule_sets"]] == pytest.approx(df["recall"].tolist())
     assert [r["lift"] for r in data["rule_sets"]] == pytest.approx(df["lift"].tolist())
     back = RegionalExplanation.from_json(path)

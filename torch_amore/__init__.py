@@ -13,6 +13,7 @@ from torch_amore.protocol import DecisionList, SearchResult, search_hyperparamet
 from torch_amore.rules import Rule, RuleSet
 from torch_amore.search import extract_rules
 from torch_amore.selection import FeatureSelection, select_features
+from torch_amore.verification import Verification
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,7 @@ __all__ = [
     "RuleSupport",
     "SearchOptions",
     "SearchResult",
+    "Verification",
     "__version__",
     "confidence",
     "decision_tree_rules",

@@ -48,6 +48,7 @@ from torch_amore.lightning_batches import BatchKey, ModuleOutputs, eval_mode, li
 from torch_amore.metrics import RuleMetrics
 from torch_amore.options import SearchOptions
 from torch_amore.search import extract_rules
+from torch_amore.verification import check_verify_options
 
 _SPLITS = ("train", "val", "test")
 _LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
@@ -150,6 +151,10 @@ class RegionalRuleExtractor(Callback):
             to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g. Weights
             & Biases), when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
+        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`, on the module and the
+            explained data, before the files are written, so they show it); a dict passes options to it
+            (``rule_sets``, ``method``, ``n_controls``, ``level``, ``seed``, ``batch_size``). Under DDP each rank
+            verifies its own rows and rank 0's numbers are written.
         **search_options: any field of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``,
             ``n_grids``, ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``,
             ``feature_types``, ``feature_scale``, ``feature_offset``, ``progress``); a fractional ``min_support`` is
@@ -193,6 +198,7 @@ class RegionalRuleExtractor(Callback):
         forward_kwargs: Mapping[str, Any] | None = None,
         log_figures: bool = True,
         html: bool = False,
+        verify: bool | Mapping[str, Any] = False,
         **search_options: Any,
     ) -> None:
         self.options = SearchOptions.resolve(options, **search_options)
@@ -228,6 +234,7 @@ class RegionalRuleExtractor(Callback):
         self.forward_kwargs = dict(forward_kwargs or {})
         self.log_figures = bool(log_figures)
         self.html = bool(html)
+        self.verify = check_verify_options(verify, target)
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -383,6 +390,10 @@ class RegionalRuleExtractor(Callback):
         )  # fmt: skip
         explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
+        if self.verify is not None and explanation.rule_sets:
+            explanation.verify(loader, model=pl_module, target=self.target, input_key=self.input_key,
+                               forward_kwargs=self.forward_kwargs or None, **{"batch_size": self.batch_size,
+                                                                               **self.verify})  # fmt: skip
         self.explanation, self.last_epoch, self.last_step = explanation, epoch, int(trainer.global_step)
         self._write(trainer, explanation)
         self._log(trainer, pl_module, explanation, in_loop)

@@ -270,7 +270,8 @@ class RegionalRuleExplainer:
             warnings.warn(message, UserWarning, stacklevel=3)
         facts = {"min_support_count": min_count, "source": source, "target_name": target_name,
                  "n_samples": X.shape[0], "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
-                 "target": _target_param(request.target, desc)}  # fmt: skip
+                 "target": _target_param(request.target, desc),
+                 "input_shape": None if fwd.input_shape is None else list(fwd.input_shape)}  # fmt: skip
         return RegionalExplanation(
             rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=V.resolve_features(features, X.shape[1]),
             feature_names=names, params=self._params(request, options, facts), features_matrix=X,

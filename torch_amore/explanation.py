@@ -19,8 +19,9 @@ from torch_amore.rules import RuleSet
 
 _FORMAT = "torch_amore.RegionalExplanation"
 #: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
-#: rate; the library version; the options and the feature selection). Version 1 files are read too.
-FORMAT_VERSION = 2
+#: rate; the library version; the options and the feature selection; 3: the optional verification by intervention).
+#: Version 1 and 2 files are read too.
+FORMAT_VERSION = 3
 #: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
 _DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
 
@@ -53,6 +54,7 @@ class RegionalExplanation:
         sample: for local rules, the sample's feature vector (D,).
         message: why the result is empty, when it is.
         selection: the ``FeatureSelection`` when ``select_features=True`` was used.
+        verification: the last :meth:`verify` result (a :class:`~torch_amore.verification.Verification`), if any.
 
     Example:
         >>> import torch
@@ -83,6 +85,7 @@ class RegionalExplanation:
     selection: Any = field(default=None, repr=False)
     explainer: Any = field(default=None, repr=False, compare=False)
     data_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    verification: Any = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------------------------
     @property
@@ -218,6 +221,8 @@ class RegionalExplanation:
             why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
             lines.append(f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
                          f"include_negative=True) lists all {len(self.rule_sets)})")  # fmt: skip
+        if self.verification is not None:
+            lines.append(self.verification.format(precision))
         return "\n".join(lines)
 
     def _row(self, i: int, rs: RuleSet, precision: int) -> str:
@@ -263,18 +268,19 @@ class RegionalExplanation:
             "sample": None if self.sample is None else [float(v) for v in self.sample.tolist()],
             "message": self.message,
             "selection": _json_safe(selection()) if callable(selection) else None,
+            "verification": None if self.verification is None else self.verification.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, explainer: Any = None) -> RegionalExplanation:
-        """The explanation written by :meth:`to_dict` (format versions 1 and 2)."""
+        """The explanation written by :meth:`to_dict` (format versions 1 to 3)."""
         if data.get("format") != _FORMAT:
             raise ValueError(
                 f"Expected a dict written by RegionalExplanation.to_dict, but got format {data.get('format')!r}."
             )
         version = data.get("format_version", data.get("version"))
-        if version not in (1, FORMAT_VERSION):
-            raise ValueError(f"Expected format_version 1 or {FORMAT_VERSION}, but got {version!r}.")
+        if version not in (1, 2, FORMAT_VERSION):
+            raise ValueError(f"Expected format_version 1, 2 or {FORMAT_VERSION}, but got {version!r}.")
         sample = data.get("sample")
         rule_sets = [{k: v for k, v in r.items() if k not in _DERIVED} for r in data["rule_sets"]]
         return cls(
@@ -288,6 +294,7 @@ class RegionalExplanation:
             message=str(data.get("message", "")),
             selection=data.get("selection"),
             explainer=explainer,
+            verification=_verification(data.get("verification")),
         )
 
     def to_json(self, path: str | Path) -> None:
@@ -394,6 +401,61 @@ class RegionalExplanation:
             label_key=label_key if label_key is not None else opts.get("label_key"),
             model_args=(additional_forward_args, forward_kwargs),
         )
+
+    def verify(
+        self,
+        inputs: Any,
+        *,
+        rule_sets: int | RuleSet | Sequence[RuleSet] = 5,
+        method: str = "resample",
+        n_controls: int = 10,
+        level: float = 0.95,
+        seed: int = 0,
+        target: Any = None,
+        model: Any = None,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: Any = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Check by intervention whether the model uses the rule sets' units: sufficiency and necessity of each rule
+        set and of a random-unit control, with intervals (see :mod:`torch_amore.verification`). The result is kept
+        on :attr:`verification` (shown by ``print``, the HTML report and the JSON) and returned.
+
+        Args:
+            inputs: the samples, as accepted by ``explain`` (the explained data or new data).
+            rule_sets: the number k of rule sets to verify (the first k the table shows), or rule sets of this
+                explanation.
+            method: how the units are replaced: ``"resample"`` (from a donor sample satisfying / violating the rule
+                set), ``"clamp"`` (nearest observed value inside / outside each interval) or ``"mean"`` (donors' mean).
+            n_controls: control draws, each replacing in every sample as many random units of the same layer (its
+                own draw) the same way (0: no control).
+            level: confidence level of the intervals.
+            seed: seed of the donors and the control draws.
+            target: the target on the model outputs (default: that of ``explain``).
+            model: the explained model, needed when the explanation has no explainer (read from JSON, callback).
+            batch_size, progress, input_key, additional_forward_args, forward_kwargs: as in ``explain``.
+
+        Returns:
+            A :class:`~torch_amore.verification.Verification` (``to_frame()`` gives a DataFrame).
+        """
+        from torch_amore._verify import verify
+
+        self.verification = verify(
+            self, inputs, rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
+            target=target, model=model, batch_size=batch_size, progress=progress, input_key=input_key,
+            additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+        )  # fmt: skip
+        return self.verification
+
+
+def _verification(data: Any) -> Any:
+    if data is None:
+        return None
+    from torch_amore.verification import Verification
+
+    return Verification.from_dict(data)
 
 
 def _mask(target: Any, n: int) -> torch.Tensor:

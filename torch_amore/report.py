@@ -19,6 +19,7 @@ from typing import Any
 from torch_amore.distinct import MAX_JACCARD, duplicate_of
 from torch_amore.metrics import RuleMetrics
 from torch_amore.rules import RuleSet
+from torch_amore.verification import verification_cells, verification_header, verification_note
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; padding: 0 1em; }
@@ -28,6 +29,7 @@ th { background: #f3f3f3; cursor: pointer; user-select: none; }
 td.rule, th.rule, td.key { text-align: left; font-family: ui-monospace, monospace; }
 tr.negative td { color: #a00; }
 tr.duplicate td { color: #888; }
+th.verified, td.verified { background: #f2f6fb; }
 figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }
@@ -87,11 +89,18 @@ def _metric_cells(m: RuleMetrics | RuleSet) -> str:
     )
 
 
-def _rule_table(rows: Sequence[tuple[int, RuleSet, str]], held: Mapping[int, RuleMetrics] | None, table_id: str) -> str:
-    """rows: (index in explanation.rule_sets, rule set, note)."""
+def _rule_table(
+    rows: Sequence[tuple[int, RuleSet, str]],
+    held: Mapping[int, RuleMetrics] | None,
+    table_id: str,
+    verified: Any = None,
+) -> str:
+    """rows: (index in explanation.rule_sets, rule set, note); ``verified``: the explanation's verification."""
     head = '<th>#</th><th class="rule">rule set</th><th>length</th><th>support</th><th>confidence</th><th>fitness</th>'
     if held is not None:
         head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"
+    if verified is not None:
+        head += verification_header()
     head += '<th class="rule">note</th>'
     body = []
     for rank, (i, rs, note) in enumerate(rows, 1):
@@ -100,6 +109,8 @@ def _rule_table(rows: Sequence[tuple[int, RuleSet, str]], held: Mapping[int, Rul
         cells += _metric_cells(rs)
         if held is not None:
             cells += _metric_cells(held[i])
+        if verified is not None:
+            cells += verification_cells(verified.row(i + 1))
         cells += f'<td class="rule">{html.escape(note)}</td>'
         body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
     return (
@@ -215,6 +226,7 @@ def explanation_html(
                 f"set), but got {len(held_out)} items."
             )
     held = None if held_out is None else dict(enumerate(held_out))
+    verified = getattr(explanation, "verification", None)
     figs = _figure_list(figures)  # checked before any plotting
     shown_idx, notes = _notes(explanation, max_jaccard)
     own = _default_figures(explanation, shown_idx, plot_rules)
@@ -232,7 +244,8 @@ def explanation_html(
         "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."
         + (" Held-out columns: the same rule sets measured on new data." if held is not None else "")
         + "</p>",
-        _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules")
+        verification_note(verified),
+        _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules", verified)
         if shown_idx
         else '<p class="note">No rule set with non-negative fitness.</p>',
         _optimum_note(explanation),
@@ -251,7 +264,7 @@ def explanation_html(
     parts += [
         f"<h2>All {n_sets} rule sets</h2>",
         "<details><summary>show the full list (near-duplicates and negative fitness marked)</summary>",
-        _rule_table([(i, rs, notes[i]) for i, rs in enumerate(explanation.rule_sets)], held, "all-rules"),
+        _rule_table([(i, rs, notes[i]) for i, rs in enumerate(explanation.rule_sets)], held, "all-rules", verified),
         "</details>",
         "<h2>Options</h2>",
         _options_table(explanation),
