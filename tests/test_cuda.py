@@ -307,6 +307,29 @@ def test_explain_local_on_the_cnn(device):
     check_explanation(device, got, expected)
 
 
+@pytest.mark.usefixtures("tf32_off")
+def test_verify_on_the_cnn(device):
+    """Rule verification (interventions on the layer) on the device counts what the CPU counts: the same samples,
+    donors and control units (seeded on the host), outcomes equal but for samples whose logits tie within float
+    noise."""
+    model, X = small_cnn(), images()
+    cls = majority_class(model, X)
+    opts = dict(max_length=2, min_support=30, n_grids=5, progress=False)
+    expected = RegionalRuleExplainer(model, layer=model[1]).explain(X, cls, **opts)
+    moved = copy.deepcopy(model).to(device)
+    got = RegionalRuleExplainer(moved, layer=moved[1]).explain(X.to(device), cls, **opts)
+    check_explanation(device, got, expected)
+    for method in ("resample", "clamp"):
+        ref = expected.verify(X, rule_sets=3, method=method, n_controls=3, batch_size=128)
+        dev = got.verify(X.to(device), rule_sets=3, method=method, n_controls=3, batch_size=128)
+        assert len(dev.rows) == len(ref.rows) == 3
+        for a, b in zip(dev.rows, ref.rows):
+            for share in ("sufficiency", "necessity"):
+                sa, sb = getattr(a, share), getattr(b, share)
+                assert sa.n == sb.n, (method, share)
+                assert abs(sa.hits - sb.hits) <= max(1, 0.02 * sb.n), (method, share, sa, sb)
+
+
 class GCN(nn.Module):
     """A seeded graph classifier: one GCN layer, mean pooling, a hidden head (the explained layer), two classes."""
 
