@@ -35,6 +35,9 @@ CASES = [  # (N, F, strategy, max_length, extra options)
     (200_000, 128, "paper", 3, {}),
     (1_000_000, 64, "beam", 2, {}),
     (100_000, 512, "beam", 2, {"n_grids": 100}),
+    (300_000, 8, "paper", 2, {"n_grids": 500, "bin_strategy": "quantile"}),
+    (300_000, 8, "beam", 2, {"n_grids": 2000, "bin_strategy": "quantile"}),
+    (30_000, 8, "paper", 2, {"n_grids": 2000, "bin_strategy": "quantile"}),
 ]
 
 _CHILD = r"""

@@ -69,7 +69,9 @@ def search_memory(
     kind = strategy if strategy in _BYTES_PER_VALUE else "exact"
     length = max(1, min(max_length, n_features))
     nodes = top_k ** (length - 1)  # the widest level of the rule tree is counted at once
-    need = int(n * n_features * _BYTES_PER_VALUE[kind]) + n * _BYTES_PER_ROW[kind] + _FLOOR_BYTES[kind]
+    # at max_length <= 2 the paper strategy also computes the grid's optimum (an exact search) where it is cheap
+    kinds = [kind, "exact"] if kind == "paper" and length <= 2 else [kind]
+    need = max(int(n * n_features * _BYTES_PER_VALUE[k]) + n * _BYTES_PER_ROW[k] + _FLOOR_BYTES[k] for k in kinds)
     need += n_features * (n_grids + 1) * (_BYTES_PER_GRID_CELL + _BYTES_PER_NODE_CELL * nodes)
     need += int(_BYTES_PER_VALUE_GRID * n * n_features * max(0, n_grids - _MANY_GRIDS))
     if kind == "beam":  # the default strategy runs the beam after the paper tree, then the polish
