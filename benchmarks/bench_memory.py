@@ -7,9 +7,10 @@ extra resident memory (``VmHWM`` over ``VmRSS`` before, the peak reset first) an
 The estimate should be at least the larger peak (data that fits is never refused) and not far above it.
 
 ``--sweep`` runs N from 10**5 to 10**8 rows x 8 features under ``RLIMIT_AS`` set to ``--limit-mib`` above the
-address space after ``import torch`` (the default 1.3 GB limit less torch's own ~600 MB), with the data made as a
-zero-stride view (no memory of its own) so that only the search's memory counts: each case either finishes or ends
-in the library's ``MemoryError`` before any heavy work (seconds to the refusal are printed).
+address space once torch is imported and the data made (the default: a 1.3 GB limit less torch's own ~600 MB), the
+data as overlapping windows of one vector (4 bytes a row) up to 10**7 rows and a zero-stride view beyond, so that
+mostly the search's memory counts: each case either finishes or ends in the library's ``MemoryError`` before any
+heavy work (seconds to the refusal are printed).
 
 Usage:
     python benchmarks/bench_memory.py             # the estimate-versus-peak table
@@ -48,18 +49,18 @@ def status(field):
             return int(line.split()[1]) * 1024
 n, F, strategy, ml, extra, limit, view = json.loads(sys.argv[1])
 import torch
-if limit:
-    resource.setrlimit(resource.RLIMIT_AS, (status("VmSize") + limit, resource.RLIM_INFINITY))
 import torch_amore
 from torch_amore.memory import estimate_memory
 g = torch.Generator().manual_seed(0)
-if view:  # no memory of its own: a zero-stride X and a target of 0/1 runs
-    X = torch.rand(1, F, generator=g).expand(n, F)
-    target = torch.arange(n) % 7 == 0
+if view:  # little memory of its own: overlapping windows of one vector up to 10**7 rows, beyond a zero-stride view
+    X = torch.rand(n + F, generator=g).as_strided((n, F), (1, 1)) if n <= 10**7 else torch.rand(1, F).expand(n, F)
+    target = torch.arange(n) % 7 == 0 if n <= 10**7 else torch.zeros(1, dtype=torch.bool).expand(n)
 else:
     X = torch.rand(n, F, generator=g)
     target = ((X[:, 0] > 0.7) & (X[:, 1] < 0.5)) | (torch.rand(n, generator=g) < 0.05)
 gc.collect()
+if limit:  # above what the process maps once torch is imported and the data made
+    resource.setrlimit(resource.RLIMIT_AS, (status("VmSize") + limit, resource.RLIM_INFINITY))
 with open("/proc/self/clear_refs", "w") as fh:
     fh.write("5")
 vm, rss = status("VmSize"), status("VmRSS")
@@ -103,10 +104,10 @@ def table() -> None:
 
 
 def sweep(limit_mib: int) -> None:
-    print(f"RLIMIT_AS: {limit_mib} MiB above the address space after `import torch`; X a zero-stride (N, 8) view")
+    print(f"RLIMIT_AS: {limit_mib} MiB above the address space with torch imported and X, a (N, 8) view, made")
     print("| N | outcome | seconds | estimate |")
     print("|---|---|---|---|")
-    for n in (10**5, 3 * 10**5, 10**6, 3 * 10**6, 10**7, 3 * 10**7, 10**8):
+    for n in (10**5, 3 * 10**5, 10**6, 2 * 10**6, 3 * 10**6, 5 * 10**6, 10**7, 3 * 10**7, 10**8):
         r = run_case((n, 8, "beam", 2, {}), limit=limit_mib << 20, view=True)
         if "crash" in r:
             print(f"| {n:,} | CRASH: {r['crash']} | | |")

@@ -73,13 +73,15 @@ def test_prepare_checks_too(monkeypatch, no_binning):
 
 
 def test_grows_with_each_knob():
-    ref = M.search_memory(1000, 10, 10, strategy="paper")
-    assert M.search_memory(2000, 10, 10, strategy="paper") > ref
-    assert M.search_memory(1000, 20, 10, strategy="paper") > ref
-    assert M.search_memory(1000, 10, 1000, strategy="paper") > ref
-    assert M.search_memory(1000, 10, 10, strategy="paper", max_length=3) > ref
-    assert M.search_memory(1000, 10, 10, strategy="paper", bin_strategy="kmeans") > ref
-    assert M.search_memory(1000, 10, 10, strategy="beam") > ref
+    ref = M.search_memory(1000, 10, 10, strategy="paper", max_length=3)
+    assert M.search_memory(2000, 10, 10, strategy="paper", max_length=3) > ref
+    assert M.search_memory(1000, 20, 10, strategy="paper", max_length=3) > ref
+    assert M.search_memory(1000, 10, 1000, strategy="paper", max_length=3) > ref
+    assert M.search_memory(1000, 10, 10, strategy="paper", max_length=4) > ref
+    assert M.search_memory(1000, 10, 10, strategy="paper", max_length=3, bin_strategy="kmeans") > ref
+    assert M.search_memory(1000, 10, 10, strategy="beam", max_length=3) > ref
+    # at max_length 2 the paper strategy also computes the grid's optimum: at least the exact search's memory
+    assert M.search_memory(10**6, 10, 10, strategy="paper") >= M.search_memory(10**6, 10, 10, strategy="exact")
 
 
 def test_max_length_counts_up_to_the_number_of_features():
@@ -134,6 +136,21 @@ def test_cpu_takes_the_smallest_limit_and_names_it(monkeypatch):
     assert M.available_memory("cpu") == (8 << 30, "the available RAM (MemAvailable)")
     monkeypatch.setattr(M, "_ram_available", lambda: None)
     assert M.available_memory("cpu") == (None, "unknown on 'cpu'")
+
+
+def test_address_space_left_for_threads_yet_to_start(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    real = M._proc_field
+    monkeypatch.setattr(M, "_proc_field", lambda path, field, unit=1024: 1 if field == "Threads" else real(path, field))
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = soft if 0 < soft < (1 << 30) else 8 << 20
+    assert M._thread_reserve() == 4 * (stack + (64 << 20))  # three more intra-op threads and one beside them
+    monkeypatch.setattr(M, "_ram_available", lambda: None)
+    monkeypatch.setattr(M, "_cgroup_available", lambda: None)
+    monkeypatch.setattr(M, "_rlimit_left", lambda limit, field: 1 << 30 if limit == "RLIMIT_AS" else None)
+    assert M.available_memory("cpu")[0] == (1 << 30) - 4 * (stack + (64 << 20))
 
 
 @pytest.mark.parametrize("version", ["v2", "v1"])

@@ -4,9 +4,10 @@
 the caller already holds: turning the input into a float tensor (a DataFrame, an integer array or a strided numpy
 array is copied; a tensor view, zero-stride included, is not), then the search itself (:func:`search_memory`).
 :func:`available_memory` is what can still be allocated where the search runs: on CPU the smallest of the available
-RAM, the cgroup (container) limit and the process's address-space and data limits (``RLIMIT_AS``,
-``RLIMIT_DATA``) minus what it already maps; on CUDA the device's free memory. :func:`check_memory` compares the two
-before any heavy work and raises a ``MemoryError`` naming the size, the limit and the knobs that shrink the search.
+RAM, the cgroup (container) limit and the process's address-space and data limits (``RLIMIT_AS``, ``RLIMIT_DATA``)
+minus what it already maps (and, for the address space, what threads yet to start reserve); on CUDA the device's
+free memory. :func:`check_memory` compares the two before any heavy work and raises a ``MemoryError`` naming the
+size, the limit and the knobs that shrink the search.
 """
 
 from __future__ import annotations
@@ -142,8 +143,9 @@ def available_memory(device: torch.device | str = "cpu") -> tuple[int | None, st
 
     CPU: the smallest of the available RAM (``MemAvailable`` in ``/proc/meminfo``; elsewhere ``os.sysconf`` free
     pages), the cgroup (container) limit minus its usage (v2 ``memory.max`` minus ``memory.current``, v1
-    ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), and ``RLIMIT_AS`` (``ulimit -v``) or ``RLIMIT_DATA``
-    minus the address space or data the process already maps. CUDA: the device's free memory
+    ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), ``RLIMIT_AS`` (``ulimit -v``) minus the address space
+    the process maps and what the threads the search may still start reserve (a stack and a malloc arena each), and
+    ``RLIMIT_DATA`` minus the data it maps. CUDA: the device's free memory
     (``torch.cuda.mem_get_info``) plus what torch's caching allocator holds unused. Every other device: unknown.
 
     Example:
@@ -176,7 +178,10 @@ def _cpu_limits() -> list[tuple[int | None, str]]:
     return [
         (_ram_available(), "the available RAM (MemAvailable)"),
         (_cgroup_available(), "the cgroup (container) memory limit"),
-        (_rlimit_left("RLIMIT_AS", "VmSize"), "the address-space limit RLIMIT_AS (ulimit -v)"),
+        (
+            _less(_rlimit_left("RLIMIT_AS", "VmSize"), _thread_reserve()),
+            "the address-space limit RLIMIT_AS (ulimit -v)",
+        ),
         (_rlimit_left("RLIMIT_DATA", "VmData"), "the data-segment limit RLIMIT_DATA (ulimit -d)"),
     ]
 
@@ -189,13 +194,13 @@ def _ram_available() -> int | None:
     return value
 
 
-def _proc_field(path: str, field: str) -> int | None:
-    """A ``Field:   123 kB`` line of a ``/proc`` file, in bytes."""
+def _proc_field(path: str, field: str, unit: int = 1024) -> int | None:
+    """A ``Field:   123 kB`` line of a ``/proc`` file, in bytes (``unit``: 1 for a count)."""
     try:
         with open(path) as f:
             for line in f:
                 if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * unit
     except (OSError, ValueError, IndexError):
         return None
     return None
@@ -213,6 +218,32 @@ def _rlimit_left(limit: str, field: str) -> int | None:
         return None
     used = _proc_field("/proc/self/status", field)
     return None if used is None else max(0, soft - used)
+
+
+def _less(value: int | None, minus: int) -> int | None:
+    return None if value is None else max(0, value - minus)
+
+
+#: Address space a glibc thread's own malloc arena reserves (64 MiB on 64-bit), beside its stack.
+_ARENA_BYTES = 64 << 20
+
+
+def _thread_reserve() -> int:
+    """Address space that the threads a search may still start reserve (a stack and a malloc arena each):
+    ``RLIMIT_AS`` counts it though little of it is ever touched. The search runs on torch's intra-op threads and, with
+    two or more, one more beside them (:func:`torch_amore.threads.beside`); those already running are in the
+    process's size."""
+    wanted = torch.get_num_threads() + (1 if torch.get_num_threads() >= 2 else 0)
+    running = _proc_field("/proc/self/status", "Threads", unit=1) or 1
+    stack = 8 << 20
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+        stack = soft if 0 < soft < (1 << 30) else stack
+    except (ImportError, ValueError, OSError):
+        pass
+    return max(0, wanted - running) * (stack + _ARENA_BYTES)
 
 
 def _read_int(path: str) -> int | None:
