@@ -85,9 +85,10 @@ def search_memory(
 
 
 def conversion_memory(X: Any) -> int:
-    """Bytes that turning ``X`` into the float tensor the search reads allocates: a pandas DataFrame, a numpy array of
-    integers or bools, or a non-contiguous numpy array is copied (float64 for all but float32/float16 arrays); an
-    integer tensor becomes float64; a float tensor, view or zero-stride ``expand`` alike, is used as it is.
+    """Bytes that turning ``X`` into the float tensor the search reads allocates: a pandas DataFrame (measured: twice
+    its float64 values where its columns mix dtypes), a numpy array of integers or bools, or a non-contiguous numpy
+    array is copied (float64 for all but float32/float16 arrays); an integer tensor becomes float64; a float tensor,
+    view or zero-stride ``expand`` alike, is used as it is.
 
     Example:
         >>> conversion_memory(np.zeros((1000, 4), dtype=np.int32))  # a float64 copy
@@ -99,15 +100,15 @@ def conversion_memory(X: Any) -> int:
     if shape is None or len(shape) != 2:
         return 0
     n_values = int(shape[0]) * int(shape[1])
-    if isinstance(X, torch.Tensor):
-        return 0 if X.is_floating_point() else 8 * n_values
+    if isinstance(X, torch.Tensor):  # int64: a mask of the values beyond 2**53 too
+        return 0 if X.is_floating_point() else 8 * n_values + (n_values if X.dtype == torch.int64 else 0)
     if isinstance(X, np.ndarray):
         if X.dtype.kind == "f" and X.dtype.itemsize <= 8:
             return 0 if X.flags.c_contiguous else X.dtype.itemsize * n_values
         wide = X.dtype.kind in "iu" and X.dtype.itemsize == 8  # 64-bit integers: a mask of those beyond 2**53
         return 8 * n_values + (n_values if wide else 0)
-    if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # a DataFrame: float64 values, an integer column checked
-        return 8 * n_values + 16 * int(shape[0])
+    if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # a DataFrame: pandas gathers mixed columns, then float64
+        return 16 * n_values + 16 * int(shape[0])
     return 0
 
 
