@@ -39,6 +39,8 @@ CASES = [  # (N, F, strategy, max_length, extra options)
     (300_000, 8, "paper", 2, {"n_grids": 500, "bin_strategy": "quantile"}),
     (300_000, 8, "beam", 2, {"n_grids": 2000, "bin_strategy": "quantile"}),
     (30_000, 8, "paper", 2, {"n_grids": 2000, "bin_strategy": "quantile"}),
+    (100_000, 128, "paper", 2, {"n_grids": 300}),
+    (100_000, 128, "beam", 2, {"n_grids": 200}),
 ]
 
 _CHILD = r"""

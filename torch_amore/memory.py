@@ -40,9 +40,10 @@ _BYTES_PER_FINE_CELL = 128
 _KMEANS_BYTES_PER_VALUE = 64  # sorted columns and fixed-point prefix sums, a chunk of at most 2**22 values at a time
 _FINE_GRIDS = 1024  # the beam's fine grids per feature (at most)
 #: Beyond ``_MANY_GRIDS`` grids per feature the rule tree's per-node counts and candidate intervals grow with rows x
-#: features x grids: this many bytes per (row, feature, grid beyond ``_MANY_GRIDS``) (measured at 500 and 2,000
-#: quantile and uniform grids, 30,000 and 300,000 rows).
-_BYTES_PER_VALUE_GRID = 0.22
+#: features x grids (grids up to the number of rows: no more can hold a sample): this many bytes per (row, feature,
+#: grid beyond ``_MANY_GRIDS``). Measured at 200 to 30,000 quantile and uniform grids, 20,000 to 300,000 rows; the
+#: peak of identical calls varies (100,000 x 128 at 300 grids: 351 to 1,076 MiB), this covers the largest seen.
+_BYTES_PER_VALUE_GRID = 0.3
 _MANY_GRIDS = 100
 #: Below this many rows the polish keeps each polished column sorted (an int32 order and three flags per row).
 _SORTED_ROWS = 1 << 18
@@ -74,7 +75,7 @@ def search_memory(
     kinds = [kind, "exact"] if kind == "paper" and length <= 2 else [kind]
     need = max(int(n * n_features * _BYTES_PER_VALUE[k]) + n * _BYTES_PER_ROW[k] + _FLOOR_BYTES[k] for k in kinds)
     need += n_features * (n_grids + 1) * (_BYTES_PER_GRID_CELL + _BYTES_PER_NODE_CELL * nodes)
-    need += int(_BYTES_PER_VALUE_GRID * n * n_features * max(0, n_grids - _MANY_GRIDS))
+    need += int(_BYTES_PER_VALUE_GRID * n * n_features * max(0, min(n_grids, n) - _MANY_GRIDS))
     if kind == "beam":  # the default strategy runs the beam after the paper tree, then the polish
         need += n_features * (max(n_grids, _FINE_GRIDS) + 1) * _BYTES_PER_FINE_CELL
         if n < _SORTED_ROWS:  # the sorted columns of up to four polished rule sets
