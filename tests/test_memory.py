@@ -279,3 +279,31 @@ def test_sweep_under_rlimit_finishes_or_refuses_up_front():
             _assert_refused_up_front(r)
     assert results[0]["error"] is None  # small data fits and is never refused
     assert results[-1]["error"] is not None
+
+
+_AT_ESTIMATE = textwrap.dedent(
+    r"""
+    import json, resource, sys
+    import torch
+    import torch_amore as ta
+    from torch_amore import memory as M
+    n, strategy, max_length = json.loads(sys.argv[1])
+    X = torch.rand(n + 7, generator=torch.Generator().manual_seed(0)).as_strided((n, 8), (1, 1))
+    target = (X[:, 0] > 0.6) & (X[:, 3] < 0.5) | (torch.arange(n) % 11 == 0)
+    vm = M._proc_field("/proc/self/status", "VmSize")
+    room = M.estimate_memory(X, strategy=strategy, max_length=max_length) + M._thread_reserve() + (16 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + room, resource.RLIM_INFINITY))
+    found = ta.extract_rules(X, target, strategy=strategy, max_length=max_length)
+    print(json.dumps(len(found)))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status are Linux's")
+@pytest.mark.parametrize("strategy, max_length", [("beam", 2), ("paper", 3), ("exact", 2)])
+def test_finishes_with_just_the_estimated_address_space(strategy, max_length):
+    # the estimate is at least the real peak: a limit of exactly the estimate above the process's size is enough
+    args = json.dumps([1_000_000, strategy, max_length])
+    proc = subprocess.run([sys.executable, "-c", _AT_ESTIMATE, args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) > 0
