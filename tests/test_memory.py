@@ -307,3 +307,22 @@ def test_finishes_with_just_the_estimated_address_space(strategy, max_length):
     proc = subprocess.run([sys.executable, "-c", _AT_ESTIMATE, args], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status are Linux's")
+def test_target_counted_without_a_copy():
+    # a bool sum would copy 10**8 rows to int64 (800 MB); the limit leaves 300 MB
+    code = textwrap.dedent(
+        """
+        import resource, torch
+        from torch_amore import _validation as V, memory as M
+        target = torch.zeros(10**8, dtype=torch.bool)
+        target[::3] = True
+        vm = M._proc_field("/proc/self/status", "VmSize")
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (300 << 20), resource.RLIM_INFINITY))
+        print(int(V.to_target(target, 10**8, torch.device("cpu")).count_nonzero()))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) == len(range(0, 10**8, 3))
