@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import torch_amore as ta
-import torch_amore._validation as V
 import torch_amore.search as search_module
 from torch_amore.binning import bin_features
 from torch_amore.options import SearchOptions
@@ -206,45 +205,6 @@ def test_too_many_categories_names_the_feature():
     X = torch.arange(5000, dtype=torch.float64)[:, None]
     with pytest.raises(ValueError, match=r"at most 4096 distinct values in a 'cat' feature, but feature 0 has 5000"):
         ta.extract_rules(X, X[:, 0] < 100, feature_types=["cat"])
-
-
-def test_memory_estimate_refuses_before_binning(monkeypatch, no_binning):
-    monkeypatch.setattr(V, "available_memory", lambda device: 10_000)  # 10 kB left
-    X, target = _data()
-    with pytest.raises(MemoryError) as info:
-        ta.extract_rules(X, target)
-    message = str(info.value)
-    need = V.search_memory(N, 3, 10, strategy="beam", max_length=2, top_k=3)
-    assert 2**20 < need < 2**30 and f"{need / 2**20:.1f} MiB" in message and "9.8 KiB" in message
-    for knob in ("`features=`", "fewer rows", "`n_grids`"):
-        assert knob in message
-
-
-def test_memory_estimate_counts_only_searched_features(monkeypatch):
-    X, target = _data()
-    need_one = V.search_memory(N, 1, 10, strategy="beam", max_length=2)
-    monkeypatch.setattr(V, "available_memory", lambda device: need_one)  # enough for one feature, not three
-    with pytest.raises(MemoryError):
-        ta.extract_rules(X, target)
-    rule_sets = ta.extract_rules(X, target, features=[0])
-    assert_correct(rule_sets, X, target)
-    assert rule_sets[0].fitness == 1.0
-
-
-def test_memory_estimate_grows_with_each_knob():
-    ref = V.search_memory(1000, 10, 10, strategy="paper")
-    assert V.search_memory(2000, 10, 10, strategy="paper") > ref
-    assert V.search_memory(1000, 20, 10, strategy="paper") > ref
-    assert V.search_memory(1000, 10, 1000, strategy="paper") > ref
-    assert V.search_memory(1000, 10, 10, strategy="paper", max_length=3) > ref
-    assert V.search_memory(1000, 10, 10, strategy="paper", bin_strategy="kmeans") > ref
-    assert V.search_memory(1000, 10, 10, strategy="beam") > ref
-
-
-def test_available_memory_is_a_positive_count_or_unknown():
-    free = V.available_memory(torch.device("cpu"))
-    assert free is None or (isinstance(free, int) and free > 0)
-    assert V.available_memory(torch.device("meta")) is None
 
 
 # ------------------------------------------------------------------------------------------- accepted edge input

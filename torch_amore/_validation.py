@@ -7,7 +7,6 @@ before any heavy work.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -238,7 +237,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
-    counts = torch.stack([target.sum(), torch.tensor(n, device=target.device)])
+    counts = torch.stack([target.count_nonzero(), torch.tensor(n, device=target.device)])  # a bool sum copies to int64
     n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
     if n_t == 0:
         raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
@@ -349,123 +348,6 @@ def check_units(spread: Sequence[float], columns: Sequence[int], scale: Sequence
                 f"(spread {width:g} in original units) to stay apart in float64, but it is more than 2**50 times "
                 "the spread: bounds in those units could not be told apart; pass a smaller offset."
             )
-
-
-#: Peak bytes of working memory beyond X itself, per strategy: per searched value (row x feature: the grid codes and
-#: the passes' buffers, which are sized to the data) and per row (the polished rule sets' sorted columns, masks and
-#: prefix tables), plus a floor (the buffers' minimum sizes). Fitted as an upper envelope of peak RSS on CPU
-#: (N = 2e4 to 2e6 rows, F = 4 to 1,024 features, max_length 2 and 3, the three binnings, 10 to 30,000 grids): the
-#: estimate was 1.2 to 3 times the measured peak where the data is above 10 MiB (see docs/performance.md).
-_BYTES_PER_VALUE = {"paper": 3.5, "beam": 6, "exact": 12}
-_BYTES_PER_ROW = {"paper": 100, "beam": 150, "exact": 100}
-_FLOOR_BYTES = {"paper": 64 << 20, "beam": 100 << 20, "exact": 120 << 20}
-#: The paper tree's count and candidate tables per (feature, grid), plus per node of its widest level and
-#: (feature, grid) (about 4 KiB per grid cell measured at 2,000 and 30,000 quantile grids).
-_BYTES_PER_GRID_CELL = 4096
-_BYTES_PER_NODE_CELL = 256
-#: The beam's (nodes x features x fine grids) int64 count tables, for about 16 nodes at a time, per (feature, grid).
-_BYTES_PER_FINE_CELL = 128
-_KMEANS_BYTES_PER_VALUE = 64  # sorted columns and fixed-point prefix sums, a chunk of at most 2**22 values at a time
-_FINE_GRIDS = 1024  # the beam's fine grids per feature (at most)
-
-
-def search_memory(n: int, n_features: int, n_grids: int, *, strategy: str = "beam", max_length: int = 2,
-                  top_k: int = 3, bin_strategy: str = "uniform") -> int:
-    """Estimated peak bytes of working memory of the rule search on ``n`` rows and ``n_features`` searched features
-    (beyond X itself).
-
-    Example:
-        >>> round(search_memory(10**6, 10, 10) / 2**20)  # MiB
-        302
-    """
-    kind = strategy if strategy in _BYTES_PER_VALUE else "exact"
-    nodes = top_k ** max(0, max_length - 1)  # the widest level of the rule tree is counted at once
-    need = int(n * n_features * _BYTES_PER_VALUE[kind]) + n * _BYTES_PER_ROW[kind] + _FLOOR_BYTES[kind]
-    need += n_features * (n_grids + 1) * (_BYTES_PER_GRID_CELL + _BYTES_PER_NODE_CELL * nodes)
-    if kind == "beam":  # the default strategy runs the beam after the paper tree
-        need += n_features * (max(n_grids, _FINE_GRIDS) + 1) * _BYTES_PER_FINE_CELL
-    if bin_strategy == "kmeans":
-        need += _KMEANS_BYTES_PER_VALUE * min(n * n_features, max(n, 1 << 22))
-    return need
-
-
-def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on ``device`` (``None`` where unknown).
-
-    CPU: the smallest of Linux's ``MemAvailable`` and the cgroup (container) limit minus its usage; elsewhere
-    ``os.sysconf`` free pages. CUDA: ``torch.cuda.mem_get_info`` plus the caching allocator's unused reserve.
-    """
-    try:
-        if device.type == "cuda":  # free on the device, plus what torch's caching allocator holds unused
-            cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-            return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
-        if device.type != "cpu":
-            return None
-        found = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
-        if not found and hasattr(os, "sysconf") and "SC_AVPHYS_PAGES" in os.sysconf_names:
-            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        return min(found) if found else None
-    except (OSError, ValueError, RuntimeError):
-        return None
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
-        return None
-
-
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _cgroup_available() -> int | None:
-    for limit, usage in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2 ("max": no limit)
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),  # v1
-    ):
-        cap, used = _read_int(limit), _read_int(usage)
-        if cap is not None and used is not None and cap < 2**60:
-            return max(0, cap - used)
-    return None
-
-
-def check_memory(n: int, n_features: int, device: torch.device, *, n_grids: int, strategy: str, max_length: int,
-                 top_k: int = 3, bin_strategy: str = "uniform") -> None:
-    """Raise ``MemoryError`` naming the size and the knobs when the search would not fit in ``device``'s memory
-    (:func:`search_memory` against :func:`available_memory`)."""
-    need = search_memory(n, n_features, n_grids, strategy=strategy, max_length=max_length, top_k=top_k,
-                         bin_strategy=bin_strategy)  # fmt: skip
-    free = available_memory(device)
-    short = free is not None and need > free
-    if not D.any_rank(short):  # every shard of a DDP run raises together
-        return
-    if not short:
-        raise MemoryError("The rule search does not fit in the memory of another rank of this distributed run.")
-    raise MemoryError(
-        f"The rule search needs about {_gib(need)} of working memory for {n} rows x {n_features} searched features "
-        f"(n_grids={n_grids}, strategy={strategy!r}, max_length={max_length}), but only {_gib(free)} are available "
-        f"on {device}; search fewer features (`features=`, e.g. from select_features), fewer rows (a random sample), "
-        "or a smaller `n_grids`."
-    )
-
-
-def _gib(n_bytes: int) -> str:
-    """``n_bytes`` in KiB, MiB or GiB."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.{2 if unit == 'GiB' else 1}f} {unit}"
-    return f"{n_bytes / 2**10:.1f} KiB"
 
 
 def check_min_support(min_support: Any) -> int | float:

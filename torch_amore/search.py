@@ -23,6 +23,7 @@ import torch
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
+from torch_amore import memory as M
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.beam import BeamSearch
 from torch_amore.binning import Binned, bin_features
@@ -320,12 +321,14 @@ def prepare(
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
     target_name: str = "target",
+    memory_checked: bool = False,
 ) -> _Extractor:
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
 
     The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
-    ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`)."""
+    ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`). The memory the search needs
+    is checked first (:func:`torch_amore.memory.check_memory`; ``memory_checked``: the caller did so)."""
     options = SearchOptions() if options is None else options
     n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
@@ -333,6 +336,10 @@ def prepare(
     n, n_features = X.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
+    o = options
+    if not memory_checked:  # before the target's checks and the pass over X
+        M.check_memory(X, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
+                       bin_strategy=o.bin_strategy, features=columns)  # fmt: skip
     scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
@@ -343,9 +350,6 @@ def prepare(
         stats = column_stats(X, units=(scale, offset) if in_units else None)
     facts = stats.fetch()
     V.check_finite(X, any_inf=any(facts.has_inf))
-    o = options
-    V.check_memory(n, len(columns), X.device, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length,
-                   top_k=o.top_k, bin_strategy=o.bin_strategy)  # fmt: skip
     lo, hi = [facts.lo[c] for c in columns], [facts.hi[c] for c in columns]
     V.check_observed(lo, columns, n_features)
     V.check_range(lo, hi, [facts.overflow[c] for c in columns], columns)
@@ -355,6 +359,11 @@ def prepare(
     with parallel_pass(X.numel()):
         binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy, stats=stats)
     return _Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
+
+
+def _is_2d(X: Any) -> bool:
+    """Whether ``X`` has a two-dimensional ``shape`` (anything else is left to :func:`V.to_tensor_2d`'s checks)."""
+    return len(getattr(X, "shape", ())) == 2
 
 
 def extract_rules(
@@ -419,6 +428,10 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
+    o = options
+    searched = V.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
+    M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
+                   bin_strategy=o.bin_strategy, features=searched)  # before the conversion copies X  # fmt: skip
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
     n_all = D.global_count(X_t.shape[0])
@@ -432,7 +445,8 @@ def extract_rules(
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
     names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
     with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
-        extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name)
+        extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name,
+                            memory_checked=True)
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         min_s = options.support_count(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
