@@ -45,6 +45,7 @@ from torch_amore.serialization import (
     expect_mapping,
     expect_str,
     load_items,
+    parse_json,
     version_fields,
 )
 
@@ -488,7 +489,7 @@ class RuleSet:
     @classmethod
     def from_json(cls, text: str, *, n_features: int | None = None) -> RuleSet:
         """The rule set in a JSON string written by :meth:`to_json` (checked as by :meth:`from_dict`)."""
-        return cls.from_dict(json.loads(text), n_features=n_features)
+        return cls.from_dict(parse_json(text), n_features=n_features)
 
 
 _CORE_FIELDS = ("rules", "support", "confidence", "fitness", "ratios", "target_name")
