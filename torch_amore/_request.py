@@ -64,6 +64,9 @@ class ExplainRequest:
         local: Any = None,
     ) -> ExplainRequest:
         opts = SearchOptions.resolve(options, **search_options)  # an unknown keyword is a TypeError here
+        V.check_not_meta(target, "target")
+        V.check_not_meta(labels, "labels")
+        V.check_not_meta(local, "x")
         target = _class_index(target)
         check_target(target, threshold)
         if isinstance(feature_names, str):

@@ -93,6 +93,38 @@ def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
     return X.detach()
 
 
+def check_not_meta(value: Any, name: str) -> None:
+    """A tensor in ``value`` (itself, or inside tuples, lists and dicts) on the 'meta' device, which holds shapes but
+    no values, is a ``ValueError`` naming ``name`` (torch would fail later, inside an operation, e.g. "Tensor.item()
+    cannot be called on meta tensors")."""
+    stack, seen = [(value, 0)], 0
+    while stack and seen < 10_000:  # a bounded walk: batches are small containers
+        item, depth = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but it holds a tensor on 'meta' (shapes only, no "
+                    "values); create it on 'cpu' or 'cuda'."
+                )
+        elif depth < 4 and isinstance(item, tuple | list):
+            stack.extend((v, depth + 1) for v in item)
+        elif depth < 4 and isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+
+
+def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
+    """A model with a parameter or buffer on the 'meta' device (shapes only, e.g. built under
+    ``torch.device('meta')`` and not yet materialised) is a ``ValueError`` naming the tensor, before any forward."""
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for key, tensor in named:
+            if tensor.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but its {kind} `{key}` is on 'meta' (shapes only, "
+                    "no values); materialise it first, e.g. `model.to_empty(device='cpu')` and load its weights."
+                )
+
+
 def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
     """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
     kind = X.dtype.kind

@@ -226,6 +226,7 @@ class RegionalRuleExplainer:
     ) -> torch.Tensor:
         """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
         inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        V.check_model_device(self.model)
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
             inputs, batch_size=batch_size, progress=progress, input_key=input_key, collect_inputs=self.layer is None,
@@ -248,6 +249,7 @@ class RegionalRuleExplainer:
     # the steps of one explanation
 
     def _explain(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+        V.check_model_device(self.model)
         inputs, column_names = as_inputs(inputs)
         _, labels = request.check_data(inputs)
         fwd = self._run(inputs, request)

@@ -63,6 +63,10 @@ def _column(X: ArrayLike, feature: int) -> tuple[torch.Tensor, torch.Tensor | No
     """One column of X and its missing-value mask (``None``: none missing), for exact comparisons: floating columns
     as float64 (so that float32 and float64 data compare alike), integer and bool columns as int64 (no rounding
     through float64)."""
+    if isinstance(X, torch.Tensor) and X.device.type == "meta":
+        raise ValueError(
+            "Expected `X` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or 'cuda'."
+        )
     n_cols = _n_columns(X)
     if not 0 <= feature < n_cols:
         raise ValueError(f"The rule uses feature {feature}, but `X` has only {n_cols} columns.")
@@ -397,6 +401,11 @@ class RuleSet:
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split)."""
         mask = self.mask(X)
+        if isinstance(target, torch.Tensor) and target.device.type == "meta":
+            raise ValueError(
+                "Expected `target` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' "
+                "or 'cuda'."
+            )
         if hasattr(target, "to_numpy"):
             target = target.to_numpy()
         target = torch.as_tensor(np.asarray(target) if not isinstance(target, torch.Tensor) else target)
