@@ -25,7 +25,7 @@ from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.options import SearchOptions
 from torch_amore.rules import RuleSet, load_rule_sets
-from torch_amore.search import prepare, search_scope
+from torch_amore.search import capped_max_length, prepare, search_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -205,6 +205,7 @@ def search_hyperparameters(
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
+    options = capped_max_length(options, len(V.resolve_features(features, n_features)))  # said once, not per setting
     names = V.resolve_names(feature_names, frame_names, n_features)
     supports = [V.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
     local = V.to_local_x(local_x, n_features)
@@ -425,6 +426,8 @@ def sequential_covering(
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
+    n_searched = len(V.resolve_features(features, n_features))
+    max_length = capped_max_length(SearchOptions(max_length=max_length), n_searched).max_length  # said once
     names = V.resolve_names(feature_names, frame_names, n_features)
     supports = [V.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)

@@ -13,6 +13,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -136,7 +137,7 @@ class _Extractor:
         ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
         result.
         """
-        o = options
+        o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
         if o.strategy == "exact":
             if local_codes is not None:
                 raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
@@ -312,6 +313,33 @@ def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
         yield
 
 
+def capped_max_length(options: SearchOptions, n_searched: int, *, warn: bool = True) -> SearchOptions:
+    """``options`` with ``max_length`` at most ``n_searched``, the number of features searched: a rule set has at most
+    one condition per feature, so a longer ``max_length`` finds nothing more. A larger one is capped, with a
+    ``UserWarning`` (unless ``warn=False``).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     capped_max_length(SearchOptions(max_length=100), 4).max_length
+        4
+        >>> print(caught[0].message)
+        max_length=100 is more than the 4 searched features, and a rule set has at most one condition per feature: \
+max_length=4 is used.
+    """
+    if options.max_length <= n_searched or n_searched < 1:
+        return options
+    if warn:
+        warnings.warn(
+            f"max_length={options.max_length} is more than the {n_searched} searched features, and a rule set has at "
+            f"most one condition per feature: max_length={n_searched} is used.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return options.replace(max_length=n_searched)
+
+
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -336,6 +364,7 @@ def prepare(
     scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
+    options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
     # types are inferred in the user's units when feature_scale/feature_offset are given
     in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
@@ -421,6 +450,7 @@ def extract_rules(
     options = SearchOptions.resolve(options, **search_options)
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
+    options = capped_max_length(options, len(V.resolve_features(features, X_t.shape[1])))
     n_all = D.global_count(X_t.shape[0])
     if options.min_support is not None:  # a bad count fails before the binning
         V.resolve_min_support(options.min_support, n_all)
