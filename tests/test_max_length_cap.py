@@ -87,3 +87,12 @@ def test_strategy_exact_refuses_a_capped_length_it_cannot_search(data):
     X6 = torch.cat([X, X], 1)  # six features: capped at 6, above what the exact search takes
     with pytest.raises(ValueError, match="max_length"):
         _run(lambda: ta.extract_rules(X6, target, max_length=100, strategy="exact", **OPTS))
+
+
+def test_the_default_max_length_on_a_single_feature_is_capped_silently(data):
+    X, target = data
+    one, said = _run(lambda: ta.extract_rules(X[:, :1], target, **OPTS))  # default max_length=2
+    assert said == [] and one
+    _check_metrics(one, X[:, :1], target, 1)
+    _, said = _run(lambda: ta.extract_rules(X[:, :1], target, max_length=3, **OPTS))
+    assert len(said) == 1 and "1 searched features" in str(said[0].message)

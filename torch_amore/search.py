@@ -316,7 +316,7 @@ def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
 def capped_max_length(options: SearchOptions, n_searched: int, *, warn: bool = True) -> SearchOptions:
     """``options`` with ``max_length`` at most ``n_searched``, the number of features searched: a rule set has at most
     one condition per feature, so a longer ``max_length`` finds nothing more. A larger one is capped, with a
-    ``UserWarning`` (unless ``warn=False``).
+    ``UserWarning`` (unless ``warn=False``, or it is the default 2 on a single feature).
 
     Example:
         >>> import warnings
@@ -330,7 +330,7 @@ max_length=4 is used.
     """
     if options.max_length <= n_searched or n_searched < 1:
         return options
-    if warn:
+    if warn and options.max_length > max(n_searched, SearchOptions.max_length):  # not the default on one feature
         warnings.warn(
             f"max_length={options.max_length} is more than the {n_searched} searched features, and a rule set has at "
             f"most one condition per feature: max_length={n_searched} is used.",
