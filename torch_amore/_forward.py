@@ -365,7 +365,8 @@ def as_labels(values: Any, n: int | None, name: str = "labels") -> torch.Tensor:
     if hasattr(values, "to_numpy"):
         values = values.to_numpy()
     if isinstance(values, (list, tuple, np.ndarray)):
-        values = torch.as_tensor(np.asarray(values))
+        values = np.asarray(values)
+        values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
     values = values.reshape(-1) if values.ndim == 2 and values.shape[1] == 1 else values

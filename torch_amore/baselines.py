@@ -95,6 +95,7 @@ class _TreeData:
         feature_scale: Sequence[float] | None,
         feature_offset: Sequence[float] | None,
     ) -> None:
+        target = V.align_rows(target, X, "target")
         X_t, frame_names = V.to_tensor_2d(X)
         n, n_features = X_t.shape
         if n == 0 or n_features == 0:

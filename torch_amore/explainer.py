@@ -250,6 +250,7 @@ class RegionalRuleExplainer:
 
     def _explain(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
         V.check_model_device(self.model)
+        request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
         _, labels = request.check_data(inputs)
         fwd = self._run(inputs, request)
@@ -396,6 +397,10 @@ class RegionalRuleExplainer:
     ) -> list:
         """Metrics of ``explanation``'s rule sets on new data, through the same model/layer path and threshold."""
         source = explanation.params.get("source")
+        frame = features if V.is_frame(features) else inputs
+        which = "features" if frame is features else "inputs"
+        target = V.align_rows(target, frame, "target", which)
+        labels = V.align_rows(labels, frame, "labels", which)
         matrix = None
         if source == "features":
             if features is None:

@@ -420,7 +420,9 @@ class RegionalExplanation:
                 "Expected `target` (a mask or the target definition) to evaluate on new data, but got None."
             )
         if self.explainer is None:
-            X, _ = V.to_tensor_2d(features if features is not None else inputs, "inputs")
+            matrix = features if features is not None else inputs
+            target = V.align_rows(target, matrix, "target", "features" if features is not None else "inputs")
+            X, _ = V.to_tensor_2d(matrix, "inputs")
             if callable(target) or not hasattr(target, "__len__"):
                 raise TypeError("Expected a boolean mask `target` when evaluating without an explainer (on a matrix).")
             mask = _mask(target, X.shape[0])

@@ -203,6 +203,7 @@ def search_hyperparameters(
     options = options.replace(progress=False)
     strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+    target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
     options = capped_max_length(options, len(V.resolve_features(features, n_features)))  # said once, not per setting
@@ -324,10 +325,11 @@ class DecisionList:
         """Support, confidence and fitness of the covered region (the union of the entries) on any data."""
         if not self.rule_sets:
             raise ValueError("The decision list is empty: it covers no sample.")
+        target = V.align_rows(target, X, "target")
         mask = self.mask(X)
         if hasattr(target, "to_numpy"):
             target = target.to_numpy()
-        t = torch.as_tensor(np.asarray(target) if not isinstance(target, torch.Tensor) else target)
+        t = torch.as_tensor(np.array(target) if not isinstance(target, torch.Tensor) else target)
         t = (t if t.dtype == torch.bool else t != 0).to(mask.device).reshape(-1)
         return rule_metrics(mask, t)
 
@@ -424,6 +426,7 @@ def sequential_covering(
     top_k = V.check_int(top_k, "top_k", 1)
     strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+    target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
     n_searched = len(V.resolve_features(features, n_features))

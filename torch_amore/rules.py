@@ -400,6 +400,9 @@ class RuleSet:
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split)."""
+        from torch_amore._validation import align_rows
+
+        target = align_rows(target, X, "target")
         mask = self.mask(X)
         if isinstance(target, torch.Tensor) and target.device.type == "meta":
             raise ValueError(
@@ -408,7 +411,7 @@ class RuleSet:
             )
         if hasattr(target, "to_numpy"):
             target = target.to_numpy()
-        target = torch.as_tensor(np.asarray(target) if not isinstance(target, torch.Tensor) else target)
+        target = torch.as_tensor(np.array(target) if not isinstance(target, torch.Tensor) else target)
         if target.dtype != torch.bool:
             target = target != 0
         return rule_metrics(mask, target.to(mask.device).reshape(-1))

@@ -356,6 +356,7 @@ def prepare(
     ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`)."""
     options = SearchOptions() if options is None else options
     n_grids = V.check_n_grids(options.n_grids)
+    target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
     n, n_features = X.shape
@@ -448,6 +449,7 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
+    target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
     options = capped_max_length(options, len(V.resolve_features(features, X_t.shape[1])))
