@@ -534,3 +534,25 @@ def test_resuming_keeps_counting_validation_epochs(tmp_path):
     resumed = run(4, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert resumed.state_dict()["val_epochs"] == 4
     assert resumed.last_epoch == 2  # the 3rd validation epoch overall, the 1st after resuming
+
+
+def test_a_malformed_saved_state_is_a_field_error_naming_the_entry():
+    from torch_amore.serialization import FieldError
+
+    callback = RegionalRuleExtractor(target=1)
+    rs = RuleSet((Rule(0, "x", low=0.5),), support=3, confidence=1.0, fitness=0.5)
+    good = {"explanation": RegionalExplanation([rs], None, None, [0], ["x"]).to_dict(), "last_epoch": 2,
+            "last_step": 40, "val_epochs": 3}  # fmt: skip
+    callback.load_state_dict(good)
+    assert (callback.explanation.rule_sets, callback.last_epoch, callback.last_step) == ([rs], 2, 40)
+    for key, value, path in (
+        ("explanation", {**good["explanation"], "rule_sets": None}, "state_dict.explanation.rule_sets"),
+        ("last_epoch", "2", "state_dict.last_epoch"),
+        ("last_step", -1, "state_dict.last_step"),
+        ("val_epochs", 1.5, "state_dict.val_epochs"),
+    ):
+        with pytest.raises(FieldError) as info:
+            callback.load_state_dict({**good, key: value})
+        assert info.value.path == path
+    with pytest.raises(FieldError, match="JSON object"):
+        callback.load_state_dict([1, 2])

@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
+from torch_amore import serialization as S
 from torch_amore._forward import resolve_layer
 from torch_amore._subgroups import check_target, subgroup_mask
 from torch_amore.explanation import RegionalExplanation
@@ -282,11 +283,16 @@ class RegionalRuleExtractor(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state saved by :meth:`state_dict`; a malformed entry (e.g. a corrupted checkpoint) raises
+        :class:`~torch_amore.serialization.FieldError` naming it."""
+        state_dict = S.expect_mapping(state_dict, "state_dict")
         data = state_dict.get("explanation")
-        self.explanation = None if data is None else RegionalExplanation.from_dict(data)
-        self.last_epoch = state_dict.get("last_epoch")
-        self.last_step = state_dict.get("last_step")
-        self._val_epochs = int(state_dict.get("val_epochs", 0))
+        with S.at_path("state_dict.explanation"):
+            self.explanation = None if data is None else RegionalExplanation.from_dict(data)
+        last_epoch, last_step = state_dict.get("last_epoch"), state_dict.get("last_step")
+        self.last_epoch = None if last_epoch is None else S.expect_int(last_epoch, "state_dict.last_epoch", low=0)
+        self.last_step = None if last_step is None else S.expect_int(last_step, "state_dict.last_step", low=0)
+        self._val_epochs = S.expect_int(state_dict.get("val_epochs", 0), "state_dict.val_epochs", low=0)
 
     # --- checks before any training step ------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
