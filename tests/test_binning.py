@@ -76,7 +76,15 @@ def slow_column():
     return torch.randn(4000, generator=g).double()[:, None]  # about 76 Lloyd updates at 10 grids
 
 
-def test_kmeans_edges_run_exactly_max_iter_lloyd_updates(slow_column):
+@pytest.fixture(params=["host", "torch"])
+def lloyd_path(request, monkeypatch):
+    """The Lloyd loop of few CPU columns (numpy, column by column) or of many (batched torch operations)."""
+    if request.param == "torch":
+        monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+    return request.param
+
+
+def test_kmeans_edges_run_exactly_max_iter_lloyd_updates(slow_column, lloyd_path):
     col = slow_column[:, 0].numpy()
     converged = lloyd_reference(col, 10)
     for max_iter in (1, 3, 5, 17, 33, 50):  # between and on the iterations where convergence is checked
@@ -86,13 +94,24 @@ def test_kmeans_edges_run_exactly_max_iter_lloyd_updates(slow_column):
     assert np.allclose(grid_edges(slow_column, 10, "kmeans")[0].numpy(), converged, rtol=0, atol=1e-9)
 
 
-def test_kmeans_checking_convergence_every_few_iterations_changes_nothing(slow_column, monkeypatch):
-    X = torch.cat([slow_column, slow_column.flip(0) ** 2, torch.zeros_like(slow_column)], 1)  # fast, slow, constant
+def test_kmeans_host_loop_and_sparse_convergence_checks_change_nothing(slow_column, monkeypatch):
+    """The numpy loop of few columns, and the torch loop asking whether it converged every few iterations, give the
+    centres of the torch loop asking after every iteration, bit for bit (the same float64 operations)."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.cat([slow_column, slow_column.flip(0) ** 2, torch.zeros_like(slow_column),
+                   torch.rand(len(slow_column), 2, generator=g, dtype=torch.float64) ** 4], 1)  # fmt: skip
     X[::7, 1] = float("nan")
-    sparse = {m: kmeans_edges(X, 10, m) for m in (1, 2, 3, 9, 16, 40, 300)}
+    X[:, 4] = float("nan")  # a column without values
+    iters = (1, 2, 3, 9, 16, 40, 300)
+    host = {m: kmeans_edges(X, 10, m) for m in iters}
+    monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+    sparse = {m: kmeans_edges(X, 10, m) for m in iters}
     monkeypatch.setattr(binning, "_check_convergence", lambda iteration: True)  # ask after every iteration
-    for m, edges in sparse.items():
-        assert torch.equal(edges, kmeans_edges(X, 10, m)), m  # the same ops on the same data: bit for bit
+    for m in iters:
+        every = kmeans_edges(X, 10, m)
+        assert torch.equal(every.nan_to_num(-7.0), sparse[m].nan_to_num(-7.0)), m
+        assert torch.equal(every.nan_to_num(-7.0), host[m].nan_to_num(-7.0)), m
+    assert not torch.equal(host[3], host[300])  # the iterations move the centres
 
 
 def test_codes_follow_the_interval_convention(data):

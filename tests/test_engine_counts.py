@@ -69,18 +69,12 @@ def test_default_strategy_on_a_wide_layer_stays_within_the_budget(max_length):
 KMEANS_CALL = dict(max_length=3, n_grids=10, bin_strategy="kmeans", min_support=1000, top_k=3)
 
 
-def test_kmeans_binning_on_diabetes_checks_convergence_every_few_iterations(diabetes):
-    """Issue 28: the Lloyd loop asks the device whether it has converged every few iterations, not after each (one
-    column of this task needs about 160 iterations)."""
+def test_kmeans_binning_on_diabetes_stays_within_the_budget(diabetes):
+    """Issue 28: one column of this task needs about 160 Lloyd iterations; on the CPU a few columns iterate in numpy
+    (no torch operation per iteration), elsewhere the loop asks whether it converged every few iterations only."""
     X, target = diabetes
     found = ta.extract_rules(X, target, **KMEANS_CALL)
     assert found and found[0].fitness > 0.15
-    _, syncs = counts(X, target, **KMEANS_CALL)
+    ops, syncs = counts(X, target, **KMEANS_CALL)
     assert syncs <= MAX_SYNCS, f"{syncs} host syncs"
-
-
-@pytest.mark.xfail(strict=True, reason="about 4,300 operations outside the binning, and each of the ~160 Lloyd "
-                   "iterations the slowest column needs costs ~28 operations (issue 28, item 5)")
-def test_kmeans_binning_on_diabetes_stays_within_the_operation_budget(diabetes):
-    ops, _ = counts(*diabetes, **KMEANS_CALL)
     assert ops <= MAX_OPS, f"{ops} aten ops"
