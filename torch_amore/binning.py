@@ -238,7 +238,8 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
     more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
     max. Cluster sums are exact integer (fixed-point) sums, so the result does not depend on how the rows are split
     (one process with sorted columns, or shards of a distributed run). ``value_range``: each column's (min, max)
-    when known.
+    when known. One process asks whether the columns converged every few iterations (:func:`_check_convergence`),
+    or, for a few columns on the CPU, iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
     """
     lo, hi = nan_min_max(X) if value_range is None else value_range
     span = (hi - lo).nan_to_num(0.0)
