@@ -160,13 +160,16 @@ def _setting(result: SearchResult) -> str:
     return ", ".join(f"{k}={v}" for k, v in result.setting.items())
 
 
-def sklearn_split_text(rs) -> str:
-    """A one-split decision-tree rule as scikit-learn states it (``x > threshold``), in raw units."""
+def sklearn_split_text(rs, X) -> str:
+    """A one-split decision-tree rule as scikit-learn states it (``x > threshold``), in raw units: its threshold is
+    the midpoint between the neighbouring values of ``X``, the data the tree was fitted on (the rule's own bound is
+    the shortest number between them, which selects the same rows)."""
     r = rs.rules[0]
     if r.is_categorical or len(rs.rules) != 1:
         return str(r)
     bound = r.low if np.isfinite(r.low) else r.high
-    raw = bound * r.scale + r.offset
+    col = np.asarray(X[:, r.feature], dtype=np.float64)
+    raw = (col[col < bound].max() + col[col >= bound].min()) / 2 * r.scale + r.offset
     op = ">" if np.isfinite(r.low) else "<="
     return f"{r.name} {op} {raw:.3f}"
 
@@ -326,12 +329,12 @@ def run_paper_task(args) -> None:
     print(f"  {amore}")
     print("DT classifier (max_depth=1; grid search over criterion x min_samples_leaf x class_weight):")
     print(f"  {dt.best}")
-    print(f"  as scikit-learn states the split: {sklearn_split_text(dt.best)}; chosen: {_setting(dt)}")
+    print(f"  as scikit-learn states the split: {sklearn_split_text(dt.best, X)}; chosen: {_setting(dt)}")
 
     print("\n| rule property | paper AMORE | torch_amore AMORE | paper DT | torch_amore DT |")
     print("|---|---|---|---|---|")
     pa, pd_ = PAPER_NUMBERS["AMORE"], PAPER_NUMBERS["DT"]
-    ours = [(" AND ".join(r.format() for r in amore.rules), amore), (sklearn_split_text(dt.best), dt.best)]
+    ours = [(" AND ".join(r.format() for r in amore.rules), amore), (sklearn_split_text(dt.best, X), dt.best)]
     print(f"| rule | `{pa[0]}` | `{ours[0][0]}` | `{pd_[0]}` | `{ours[1][0]}` |")
     print(f"| support | {pa[1]} | {amore.support} | {pd_[1]} | {dt.best.support} |")
     print(f"| confidence | {pa[2]:.3f} | {amore.confidence:.3f} | {pd_[2]:.3f} | {dt.best.confidence:.3f} |")

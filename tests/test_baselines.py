@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from torch_amore import RuleSet, decision_tree_rules, decision_tree_search
 from torch_amore.baselines import _split_boundary
+from torch_amore.cuts import format_bound
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -149,6 +153,51 @@ def test_features_subset_names_and_units():
     assert f"{bound * 10.0:.3f}".rstrip("0").rstrip(".") in r.format()  # printed in raw units
 
 
+def _fewest_digits(lo: Fraction, hi: Fraction) -> int:
+    """The fewest significant digits of a decimal in ``(lo, hi]``, by trying every length and exponent."""
+    if lo < 0 <= hi:
+        return 1  # 0
+    top = max(abs(lo), abs(hi))
+    for k in range(1, 25):
+        for e in range(math.floor(math.log10(top)) + 1, -330, -1):
+            step = Fraction(10) ** (e - k + 1)
+            m = math.floor(hi / step)
+            if abs(m) < 10**k and m * step > lo:
+                return k
+    raise AssertionError("no decimal found")
+
+
+def _digits(text: str) -> int:
+    return len(Decimal(text).normalize().as_tuple().digits)
+
+
+@pytest.mark.parametrize("units", [False, True])
+def test_bounds_print_as_the_shortest_decimal_selecting_the_same_rows(units):
+    """Issue 28: a split's bound prints as AMORE's do (``z >= 7.08``, not ``z >= 7.081634283065796``): the text maps
+    back to the stored bound exactly, and no shorter decimal (in printed units) lies between the split's neighbours."""
+    X, target = _toy(seed=7)
+    scale, offset = ([3.0, 0.1, 1.0, 1.0], [-2.0, 5.0, 0.0, 0.0]) if units else ([1.0] * 4, [0.0] * 4)
+    rule_sets = decision_tree_rules(X, target, max_depth=3, min_samples_leaf=20, feature_types=["float"] * 4,
+                                    feature_scale=scale, feature_offset=offset)  # fmt: skip
+    masks = {m.tobytes() for m in _node_masks(X, target, max_depth=3, min_samples_leaf=20)}
+    assert {rs.mask(X).numpy().tobytes() for rs in rule_sets} == masks  # the tree's nodes, row for row
+    n_bounds = 0
+    for rule in {r for rs in rule_sets for r in rs.rules}:
+        col = X[:, rule.feature]
+        for bound in (rule.low, rule.high):
+            if not math.isfinite(bound):
+                continue
+            n_bounds += 1
+            below, above = col[col < bound].max(), col[col >= bound].min()  # the split's neighbours in X
+            text = format_bound(bound, rule.scale, rule.offset)
+            assert text in rule.format()
+            assert (float(text) - rule.offset) / rule.scale == bound  # the printed bound is the stored one
+            s, o = Fraction(rule.scale), Fraction(rule.offset)  # positive scales: the order is kept
+            fewest = _fewest_digits(Fraction(below) * s + o, Fraction(above) * s + o)  # in printed units
+            assert _digits(text) == fewest, (text, below, above)
+    assert n_bounds >= 4
+
+
 def test_bad_arguments_raise_clear_errors():
     X, target = _toy(n=200)
     with pytest.raises(ValueError, match="criterion"):
@@ -217,5 +266,9 @@ def test_paper_diabetes_decision_tree_rule():
     assert best.support == 14501
     assert round(best.confidence, 3) == 0.515
     assert 0.03 <= best.fitness <= 0.034
-    raw_low = best.rules[0].low * best.rules[0].scale + best.rules[0].offset
-    assert 6.34 < raw_low < 6.36
+    rule = best.rules[0]
+    col = X[:, rule.feature]
+    cut = (6.349 - rule.offset) / rule.scale  # the paper's split, in the stored units
+    assert col[col < cut].max() < rule.low <= col[col >= cut].min()  # between the same neighbours: the same rows
+    printed = float(re.search(r"HbA1c_level >= ([-\d.e+]+)", str(best)).group(1))
+    assert 6.2 < printed <= 6.5 and len(str(printed).replace(".", "")) == 2  # neighbours 6.2 and 6.5: 2 digits

@@ -7,7 +7,8 @@ import pytest
 import torch
 from sklearn.preprocessing import KBinsDiscretizer
 
-from torch_amore.binning import bin_features, grid_edges
+from torch_amore import binning
+from torch_amore.binning import bin_features, grid_edges, kmeans_edges
 
 
 @pytest.fixture
@@ -39,12 +40,13 @@ def test_quantile_edges_match_numpy(data):
         assert np.allclose(e[f], np.nanquantile(col, np.linspace(0, 1, 5)), atol=1e-12)
 
 
-def lloyd_reference(col: np.ndarray, k: int) -> np.ndarray:
-    """Plain 1-D Lloyd iterations from the uniform-grid midpoints until the assignment stops changing."""
+def lloyd_reference(col: np.ndarray, k: int, max_iter: int = 1000) -> np.ndarray:
+    """Plain 1-D Lloyd iterations from the uniform-grid midpoints until the assignment stops changing (at most
+    ``max_iter`` centre updates)."""
     lo, hi = col.min(), col.max()
     centres = lo + (hi - lo) * (np.arange(k) + 0.5) / k
     assign = None
-    for _ in range(1000):
+    for _ in range(max_iter):
         new = np.abs(col[:, None] - centres[None, :]).argmin(1)
         if assign is not None and (new == assign).all():
             break
@@ -65,6 +67,51 @@ def test_kmeans_edges_match_lloyd_reference(data):
         ref = KBinsDiscretizer(n_bins=4, encode="ordinal", strategy="kmeans", subsample=None)
         ref = ref.fit(col.reshape(-1, 1)).bin_edges_[0]
         assert np.allclose(e[f], ref, atol=0.05 * (col.max() - col.min()))
+
+
+@pytest.fixture(scope="module")
+def slow_column():
+    """A skewed column on which Lloyd's centres creep for many iterations before they settle."""
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(4000, generator=g).double()[:, None]  # about 76 Lloyd updates at 10 grids
+
+
+@pytest.fixture(params=["host", "torch"])
+def lloyd_path(request, monkeypatch):
+    """The Lloyd loop of few CPU columns (numpy, column by column) or of many (batched torch operations)."""
+    if request.param == "torch":
+        monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+    return request.param
+
+
+def test_kmeans_edges_run_exactly_max_iter_lloyd_updates(slow_column, lloyd_path):
+    col = slow_column[:, 0].numpy()
+    converged = lloyd_reference(col, 10)
+    for max_iter in (1, 3, 5, 17, 33, 50):  # between and on the iterations where convergence is checked
+        e = kmeans_edges(slow_column, 10, max_iter)
+        assert np.allclose(e[0].numpy(), lloyd_reference(col, 10, max_iter), rtol=0, atol=1e-9)
+    assert not np.allclose(lloyd_reference(col, 10, 50), converged, rtol=0, atol=1e-6)  # still moving at 50
+    assert np.allclose(grid_edges(slow_column, 10, "kmeans")[0].numpy(), converged, rtol=0, atol=1e-9)
+
+
+def test_kmeans_host_loop_and_sparse_convergence_checks_change_nothing(slow_column, monkeypatch):
+    """The numpy loop of few columns, and the torch loop asking whether it converged every few iterations, give the
+    centres of the torch loop asking after every iteration, bit for bit (the same float64 operations)."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.cat([slow_column, slow_column.flip(0) ** 2, torch.zeros_like(slow_column),
+                   torch.rand(len(slow_column), 2, generator=g, dtype=torch.float64) ** 4], 1)  # fmt: skip
+    X[::7, 1] = float("nan")
+    X[:, 4] = float("nan")  # a column without values
+    iters = (1, 2, 3, 9, 16, 40, 300)
+    host = {m: kmeans_edges(X, 10, m) for m in iters}
+    monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+    sparse = {m: kmeans_edges(X, 10, m) for m in iters}
+    monkeypatch.setattr(binning, "_check_convergence", lambda iteration: True)  # ask after every iteration
+    for m in iters:
+        every = kmeans_edges(X, 10, m)
+        assert torch.equal(every.nan_to_num(-7.0), sparse[m].nan_to_num(-7.0)), m
+        assert torch.equal(every.nan_to_num(-7.0), host[m].nan_to_num(-7.0)), m
+    assert not torch.equal(host[3], host[300])  # the iterations move the centres
 
 
 def test_codes_follow_the_interval_convention(data):

@@ -245,6 +245,34 @@ def test_mistakes_fail_before_the_first_training_step(tmp_path, make, kwargs, fi
     assert model.steps == 0
 
 
+@pytest.mark.parametrize("second", [dict(), dict(min_support=30), dict(options=SearchOptions(n_grids=4))])
+def test_two_extractors_with_one_default_name_are_refused_when_the_trainer_is_made(tmp_path, second):
+    """Same target, layer and data: the same default file name and checkpoint key, whatever the search options."""
+    first, other = RegionalRuleExtractor(target=1), RegionalRuleExtractor(target=1, **second)
+    assert first.filename == other.filename  # the name both would write
+    with pytest.raises(ValueError, match="filename=") as info:
+        trainer(tmp_path, [first, other])
+    assert repr(first.filename) in str(info.value) and "RegionalRuleExtractor" in str(info.value)
+    renamed = RegionalRuleExtractor(target=1, filename="second", **second)
+    t = trainer(tmp_path, [first, renamed])  # told apart by a file name: accepted
+    assert [c for c in t.callbacks if isinstance(c, RegionalRuleExtractor)] == [first, renamed]
+
+
+def test_a_module_on_the_meta_device_is_refused_before_training(tmp_path):
+    model = ScaledModule().to("meta")  # shapes only: the single-device strategy cannot move it
+    assert next(model.parameters()).is_meta
+    train_dl, val_dl = raw_loaders()
+    with pytest.raises(Exception) as info:  # noqa: PT011 (Lightning's teardown then fails to move the module too)
+        trainer(tmp_path, [RegionalRuleExtractor(target=1)]).fit(model, train_dl, val_dl)
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(error)
+        error = error.__context__
+    ours = [e for e in chain if isinstance(e, ValueError) and "'meta'" in str(e)]
+    assert ours and "ScaledModule" in str(ours[0]) and "net.0.weight" in str(ours[0]), chain
+    assert model.steps == 0
+
+
 def test_two_extractors_keep_both_results_and_the_last_checkpoint_holds_them(tmp_path):
     model = BreastCancerModule()
     extractors = [RegionalRuleExtractor(target=c, n_grids=6) for c in (0, 1)]
@@ -506,3 +534,25 @@ def test_resuming_keeps_counting_validation_epochs(tmp_path):
     resumed = run(4, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert resumed.state_dict()["val_epochs"] == 4
     assert resumed.last_epoch == 2  # the 3rd validation epoch overall, the 1st after resuming
+
+
+def test_a_malformed_saved_state_is_a_field_error_naming_the_entry():
+    from torch_amore.serialization import FieldError
+
+    callback = RegionalRuleExtractor(target=1)
+    rs = RuleSet((Rule(0, "x", low=0.5),), support=3, confidence=1.0, fitness=0.5)
+    good = {"explanation": RegionalExplanation([rs], None, None, [0], ["x"]).to_dict(), "last_epoch": 2,
+            "last_step": 40, "val_epochs": 3}  # fmt: skip
+    callback.load_state_dict(good)
+    assert (callback.explanation.rule_sets, callback.last_epoch, callback.last_step) == ([rs], 2, 40)
+    for key, value, path in (
+        ("explanation", {**good["explanation"], "rule_sets": None}, "state_dict.explanation.rule_sets"),
+        ("last_epoch", "2", "state_dict.last_epoch"),
+        ("last_step", -1, "state_dict.last_step"),
+        ("val_epochs", 1.5, "state_dict.val_epochs"),
+    ):
+        with pytest.raises(FieldError) as info:
+            callback.load_state_dict({**good, key: value})
+        assert info.value.path == path
+    with pytest.raises(FieldError, match="JSON object"):
+        callback.load_state_dict([1, 2])

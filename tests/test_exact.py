@@ -126,8 +126,8 @@ def test_refused_up_front_with_its_cost_and_how_to_narrow_it():
     X = torch.randn(3000, 300, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"would take about .* `exact_budget`=1\.00e\+06\. Narrow it: fewer features"):
         ta.extract_rules(X, X[:, 0] > 1, strategy="exact", exact_budget=10**6)
-    with pytest.raises(ValueError, match="max_length"):
-        ta.extract_rules(X[:, :3], X[:, 0] > 1, strategy="exact", max_length=4)
+    with pytest.raises(ValueError, match="max_length"):  # five features: 4 is not capped (3 features would be)
+        ta.extract_rules(X[:, :5], X[:, 0] > 1, strategy="exact", max_length=4)
     with pytest.raises(ValueError, match="exact_budget"):
         ta.SearchOptions(exact_budget=0)
     with pytest.raises(ValueError, match="local_x"):

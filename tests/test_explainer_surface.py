@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from rule_compare import assert_rule_sets_close
+from rule_compare import assert_activations_close, assert_rule_sets_close
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
@@ -386,11 +386,11 @@ def test_graph_lists_batches_and_single_graphs():
     for inputs in (graphs, Batch.from_data_list(graphs)):
         run = explainer.explain(inputs, 1, batch_size=7, **opts)
         assert torch.equal(run.subgroup, ref.subgroup)
-        assert torch.allclose(run.features_matrix, ref.features_matrix, atol=1e-5)
+        assert_activations_close(run.features_matrix, ref.features_matrix)
         assert_rule_sets_close(run.rule_sets, ref.rule_sets)
     i = int(torch.nonzero(ref.subgroup)[0])
     local = explainer.explain_local(graphs[i], graphs, 1, **opts)
-    assert torch.allclose(local.sample, ref.features_matrix[i], atol=1e-5)
+    assert_activations_close(local.sample, ref.features_matrix[i])
     assert local.rule_sets and all(bool(rs.mask(local.sample[None])[0]) for rs in local.rule_sets)
     with pytest.raises(TypeError, match="tensor model inputs .*DataBatch") as err:  # a layer was given: no hint at it
         explainer.explain(graphs, 1, select_features=True, **opts)

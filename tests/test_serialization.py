@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 
 import hypothesis.strategies as st
 import pytest
@@ -245,3 +246,102 @@ def test_decision_list_names_the_rule_set_entry():
         with pytest.raises(ValueError) as info:
             ta.DecisionList.from_dict(bad)
         assert info.value.path == path
+
+
+# --------------------------------------------------------------------------------------------------- explanations
+
+
+def explanation_dict() -> dict:
+    rs = RuleSet.from_dict(good())
+    expl = ta.RegionalExplanation(
+        rule_sets=[rs, rs], subgroup=None, threshold=0.5, features=[0, 1, 3], feature_names=["age", "c", "x", "z_44"],
+        params={"n_samples": 40}, sample=torch.tensor([1.0, float("nan"), 2.0, 3.0], dtype=torch.float64),
+        message="",
+    )  # fmt: skip
+    return json.loads(json.dumps(expl.to_dict()))
+
+
+def test_explanation_dict_round_trips():
+    data = explanation_dict()
+    back = ta.RegionalExplanation.from_dict(data)
+    assert back.rule_sets == [RuleSet.from_dict(good())] * 2
+    assert (back.threshold, back.features, back.feature_names, back.params) == (0.5, [0, 1, 3],
+                                                                               ["age", "c", "x", "z_44"],
+                                                                               {"n_samples": 40})  # fmt: skip
+    assert back.sample[0] == 1.0 and math.isnan(back.sample[1])
+
+
+BAD_EXPLANATION = [
+    (["rule_sets"], ..., "rule_sets", "missing"),
+    (["format"], ..., "format", "RegionalExplanation.to_dict"),
+    (["format"], "other", "format", "'other'"),
+    (["format_version"], 99, "format_version", "99"),
+    (["format_version"], True, "format_version", "True"),
+    (["rule_sets"], {"a": 1}, "rule_sets", "expected a list"),
+    (["rule_sets", 1], [1], "rule_sets[1]", "JSON object"),
+    (["rule_sets", 1, "support"], -3, "rule_sets[1].support", "integer >= 0"),
+    (["rule_sets", 0, "rules", 1, "feature"], "b", "rule_sets[0].rules[1].feature", "integer"),
+    (["threshold"], "high", "threshold", "number"),
+    (["features"], 3, "features", "list"),
+    (["features", 2], -1, "features[2]", ">= 0"),
+    (["feature_names", 1], None, "feature_names[1]", "feature name"),
+    (["params"], [1, 2], "params", "JSON object"),
+    (["sample", 0], "one", "sample[0]", "number"),
+    (["message"], 7, "message", "string"),
+    (["selection"], "all", "selection", "JSON object"),
+]
+
+
+@pytest.mark.parametrize(("keys", "value", "path", "words"), BAD_EXPLANATION,
+                         ids=[f"{p}={v!r}" for _, v, p, _ in BAD_EXPLANATION])  # fmt: skip
+def test_explanation_field_missing_or_malformed_is_a_field_error_naming_it(keys, value, path, words, tmp_path):
+    data = explanation_dict()
+    parent = data
+    for key in keys[:-1]:
+        parent = parent[key]
+    if value is ...:
+        del parent[keys[-1]]
+    else:
+        parent[keys[-1]] = value
+    with pytest.raises(FieldError) as info:
+        ta.RegionalExplanation.from_dict(data)
+    assert info.value.path == path and f"`{path}`" in str(info.value) and words in str(info.value), str(info.value)
+    file = tmp_path / "e.json"
+    file.write_text(json.dumps(data))
+    with pytest.raises(FieldError) as info:
+        ta.RegionalExplanation.from_json(file)
+    assert info.value.path == path
+
+
+@pytest.mark.parametrize("data", [None, [], "torch_amore.RegionalExplanation", 3])
+def test_explanation_from_something_not_a_dict(data):
+    with pytest.raises(FieldError, match="JSON object"):
+        ta.RegionalExplanation.from_dict(data)
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * DEEP + "]" * DEEP, '{"a":' * DEEP + "1" + "}" * DEEP, '{"rule_sets": ' + "[" * DEEP + "]" * DEEP + "}"],
+    ids=["lists", "objects", "inside-a-field"],
+)
+def test_deeply_nested_json_is_a_field_error(text, tmp_path):
+    assert sys.getrecursionlimit() < DEEP  # deeper than Python's JSON reader can recurse
+    with pytest.raises(FieldError, match="nested too deeply"):
+        RuleSet.from_json(text)
+    file = tmp_path / "deep.json"
+    file.write_text(text)
+    with pytest.raises(FieldError, match="nested too deeply"):
+        ta.RegionalExplanation.from_json(file)
+
+
+def test_explanation_file_that_is_not_json_text(tmp_path):
+    file = tmp_path / "e.json"
+    file.write_text('{"format": "torch_amore.RegionalExplanation", ')
+    with pytest.raises(FieldError, match="does not parse"):
+        ta.RegionalExplanation.from_json(file)
+    file.write_bytes(b"\xff\xfe\x00\x81garbage")
+    with pytest.raises(FieldError, match="UTF-8"):
+        ta.RegionalExplanation.from_json(file)

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 from torch_amore._typing import BatchKey
-from torch_amore._validation import check_int
+from torch_amore._validation import check_int, check_model_device, check_not_meta
 
 # --------------------------------------------------------------------------------------------------------------------
 # layers, modes, hooks
@@ -365,7 +365,8 @@ def as_labels(values: Any, n: int | None, name: str = "labels") -> torch.Tensor:
     if hasattr(values, "to_numpy"):
         values = values.to_numpy()
     if isinstance(values, (list, tuple, np.ndarray)):
-        values = torch.as_tensor(np.asarray(values))
+        values = np.asarray(values)
+        values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
     values = values.reshape(-1) if values.ndim == 2 and values.shape[1] == 1 else values
@@ -402,6 +403,10 @@ def run_model(
     """
     batch_size = check_int(batch_size, "batch_size", 1)
     model_args = ModelArgs() if model_args is None else model_args
+    check_model_device(model)
+    check_not_meta(inputs if isinstance(inputs, torch.Tensor | tuple) else None, "inputs")
+    check_not_meta(model_args.args, "additional_forward_args")
+    check_not_meta(dict(model_args.kwargs), "forward_kwargs")
     n_known = n_rows(inputs)
     it, n_batches = _batches(inputs, batch_size, input_key, label_key)
     device, dtype = _model_device(model), model_dtype(model)
@@ -413,6 +418,7 @@ def run_model(
         it = tqdm(it, total=n_batches, desc="forward", unit="batch", leave=False)
     with eval_mode(model), _hooked(layer, layer_input) as capture, torch.no_grad():
         for inp, lab in it:
+            check_not_meta(inp, "inputs")  # a loader's batches: seen one by one
             inp = _to_device(inp, device)
             args, kwargs = _to_device(_batch_args(model_args, inp, start, n_known), device, dtype)
             fed = _to_device(inp, device, dtype)

@@ -6,7 +6,7 @@ Private helper of :class:`torch_amore.RegionalRuleExplainer`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,11 @@ class ExplainRequest:
         local: Any = None,
     ) -> ExplainRequest:
         opts = SearchOptions.resolve(options, **search_options)  # an unknown keyword is a TypeError here
+        V.check_not_meta(target, "target")
+        V.check_not_meta(labels, "labels")
+        V.check_not_meta(local, "x")
+        target = V.align_rows(target, features, "target", "features")  # pandas objects: by their index
+        labels = V.align_rows(labels, features, "labels", "features")
         target = _class_index(target)
         check_target(target, threshold)
         if isinstance(feature_names, str):
@@ -85,6 +90,15 @@ class ExplainRequest:
             batch_size=V.check_int(batch_size, "batch_size", 1), input_key=input_key, label_key=label_key,
             target_name=target_name, model_args=ModelArgs.make(additional_forward_args, forward_kwargs), local=local,
         )  # fmt: skip
+
+    def aligned_to(self, inputs: Any) -> ExplainRequest:
+        """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
+        (:func:`torch_amore._validation.align_rows`: aligned by index labels, or a ``ValueError``)."""
+        target = V.align_rows(self.target, inputs, "target", "inputs")
+        labels = V.align_rows(self.labels, inputs, "labels", "inputs")
+        if target is self.target and labels is self.labels:
+            return self
+        return replace(self, target=target, labels=labels)
 
     def check_data(self, inputs: Any) -> tuple[int | None, torch.Tensor | None]:
         """Checks that need the inputs but not the model: row counts, ``min_support``, the loader's order.

@@ -92,6 +92,84 @@ def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
     return X.detach()
 
 
+def check_not_meta(value: Any, name: str) -> None:
+    """A tensor in ``value`` (itself, or inside tuples, lists and dicts) on the 'meta' device, which holds shapes but
+    no values, is a ``ValueError`` naming ``name`` (torch would fail later, inside an operation, e.g. "Tensor.item()
+    cannot be called on meta tensors")."""
+    stack, seen = [(value, 0)], 0
+    while stack and seen < 10_000:  # a bounded walk: batches are small containers
+        item, depth = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but it holds a tensor on 'meta' (shapes only, no "
+                    "values); create it on 'cpu' or 'cuda'."
+                )
+        elif depth < 4 and isinstance(item, tuple | list):
+            stack.extend((v, depth + 1) for v in item)
+        elif depth < 4 and isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+
+
+def is_frame(value: Any) -> bool:
+    """A pandas DataFrame (duck-typed: no import of pandas)."""
+    return hasattr(value, "columns") and hasattr(value, "index") and hasattr(value, "to_numpy")
+
+
+def align_rows(values: Any, frame: Any, name: str, frame_name: str = "X") -> Any:
+    """``values`` (e.g. a target mask or labels) in the row order of ``frame``, when both are pandas objects.
+
+    A pandas Series (or one-column DataFrame) carries an index, as does a DataFrame ``X``. Used by position, a
+    Series whose index differs from ``X``'s would pair each row with another row's value without a word. So: equal
+    indexes pass; the same labels in another order are aligned by label (``values.reindex(frame.index)``); any other
+    index is a ``ValueError`` (``.to_numpy()`` uses a Series by position on purpose). Anything else passes unchanged.
+
+    Example:
+        >>> import pandas as pd
+        >>> X = pd.DataFrame({"a": [1.0, 2.0, 3.0]}, index=[10, 11, 12])
+        >>> align_rows(pd.Series([True, False, True], index=[12, 11, 10]), X, "target").tolist()
+        [True, False, True]
+    """
+    if not (is_frame(frame) and hasattr(values, "index") and hasattr(values, "to_numpy")):
+        return values
+    if is_frame(values) and values.shape[1] != 1:
+        return values  # not a column: the shape checks downstream say so
+    if values.index.equals(frame.index):
+        return values
+    same_labels = (
+        len(values.index) == len(frame.index)
+        and values.index.is_unique
+        and frame.index.is_unique
+        and bool(frame.index.isin(values.index).all())
+    )
+    if same_labels:
+        return values.reindex(frame.index)
+    raise ValueError(
+        f"Expected `{name}` (a pandas {type(values).__name__}) to be indexed like `{frame_name}`: its index labels "
+        f"differ from `{frame_name}`'s ({_show_index(values.index)} against {_show_index(frame.index)}), so its rows "
+        f"cannot be matched to `{frame_name}`'s; give it `{frame_name}`'s index, or pass `{name}.to_numpy()` to pair "
+        "the rows by position."
+    )
+
+
+def _show_index(index: Any) -> str:
+    head = ", ".join(repr(v) for v in index[:3].tolist())
+    return f"{len(index)} labels [{head}{', ...' if len(index) > 3 else ''}]"
+
+
+def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
+    """A model with a parameter or buffer on the 'meta' device (shapes only, e.g. built under
+    ``torch.device('meta')`` and not yet materialised) is a ``ValueError`` naming the tensor, before any forward."""
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for key, tensor in named:
+            if tensor.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but its {kind} `{key}` is on 'meta' (shapes only, "
+                    "no values); materialise it first, e.g. `model.to_empty(device='cpu')` and load its weights."
+                )
+
+
 def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
     """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
     kind = X.dtype.kind

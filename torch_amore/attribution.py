@@ -140,6 +140,9 @@ class RuleAttribution:
             raise ValueError(f"Expected `inputs` of shape (N, ...) with N >= 1, but got shape {tuple(inputs.shape)}.")
         if not inputs.is_floating_point():
             raise TypeError(f"Expected floating-point `inputs` (gradients flow to them), but got {inputs.dtype}.")
+        V.check_not_meta((inputs, baselines, additional_forward_args), "inputs")
+        if isinstance(self.model, torch.nn.Module):
+            V.check_model_device(self.model)
         units = rule_units(rules)
         n_steps = V.check_int(n_steps, "n_steps", 1)
         batch_size = V.check_int(batch_size, "batch_size", 1)

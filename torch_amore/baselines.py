@@ -12,9 +12,12 @@ Exact split conversion
 scikit-learn casts ``X`` to float32 and sends a sample left when ``float32(x) <= threshold``. Our rules select
 ``low <= x < high`` on the data as given (float64 here), so each split becomes ``x < b`` (left) / ``x >= b`` (right)
 with ``b`` the float64 boundary at which float32 rounding crosses the threshold (for float32 data this is the same as
-``x < nextafter(threshold, +inf)``). ``RuleSet.mask(X)`` therefore equals the tree's decision-path membership on
-every sample of ``X``. Splits on the same feature along one path merge into one interval rule; on a ``"cat"`` feature
-a region holding a single category of the training column becomes a categorical rule (``gender_Male == 1``).
+``x < nextafter(threshold, +inf)``). Any bound above the largest value of ``X`` below ``b`` and at most the smallest
+value from ``b`` on splits ``X``'s rows alike; as for AMORE's own rules the stored bound is the one that prints
+shortest (:func:`torch_amore.readable.between`: ``z_6 >= 7.08`` rather than ``z_6 >= 7.081634283065796``), so
+``RuleSet.mask(X)`` equals the tree's decision-path membership on every sample of ``X``, the data it was fitted on.
+Splits on the same feature along one path merge into one interval rule; on a ``"cat"`` feature a region holding a
+single category of the training column becomes a categorical rule (``gender_Male == 1``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch_amore import _validation as V
 from torch_amore._progress import progress_bar
 from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.protocol import SearchResult, as_grid, check_bound, result_from_rows, select_best
+from torch_amore.readable import between
 from torch_amore.rules import Rule, RuleSet
 
 #: Split criteria of :class:`sklearn.tree.DecisionTreeClassifier`.
@@ -91,6 +95,7 @@ class _TreeData:
         feature_scale: Sequence[float] | None,
         feature_offset: Sequence[float] | None,
     ) -> None:
+        target = V.align_rows(target, X, "target")
         X_t, frame_names = V.to_tensor_2d(X)
         n, n_features = X_t.shape
         if n == 0 or n_features == 0:
@@ -111,6 +116,18 @@ class _TreeData:
             )
         self.kinds = V.resolve_feature_types(feature_types, torch.from_numpy(self.X))
         self.n_target = int(self.target.sum())
+        self._distinct: dict[int, np.ndarray] = {}
+
+    def cut(self, col: int, boundary: float) -> float:
+        """The bound that prints shortest (in the column's printed units) among those that split the rows of column
+        ``col`` as ``x < boundary`` does."""
+        if col not in self._distinct:
+            self._distinct[col] = np.unique(self.X[:, col])
+        values = self._distinct[col]
+        i = int(np.searchsorted(values, boundary, side="left"))
+        below = float(values[i - 1]) if i > 0 else -math.inf
+        above = float(values[i]) if i < len(values) else math.inf
+        return between(below, above, boundary, (self.scale[col], self.offset[col]))
 
     def rule(self, col: int, low: float, high: float) -> Rule:
         name, scale, offset = self.names[col], self.scale[col], self.offset[col]
@@ -169,7 +186,7 @@ def _tree_rule_sets(
         if left == -1:
             continue
         j = int(tree.feature[node])
-        b = _split_boundary(float(tree.threshold[node]))
+        b = data.cut(data.columns[j], _split_boundary(float(tree.threshold[node])))
         lo, hi = bounds.get(j, (-math.inf, math.inf))
         stack.append((right, {**bounds, j: (max(lo, b), hi)}))
         stack.append((left, {**bounds, j: (lo, min(hi, b))}))
@@ -217,7 +234,7 @@ def decision_tree_rules(
         >>> target = X[:, 1] > 0.6
         >>> best = decision_tree_rules(X, target, max_depth=1, min_samples_leaf=10)[0]
         >>> print(best)
-        IF feature_1 >= 0.6002866327762605 THEN target  (support=384, confidence=1.000, fitness=1.000)
+        IF feature_1 >= 0.6 THEN target  (support=384, confidence=1.000, fitness=1.000)
     """
     max_depth = _check_max_depth(max_depth)
     V.check_choice(criterion, "criterion", CRITERIA)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,12 +36,14 @@ import numpy as np
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.callbacks import EarlyStopping
+from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore import _validation as V
 from torch_amore import distributed as D
+from torch_amore import serialization as S
 from torch_amore._forward import resolve_layer
 from torch_amore._subgroups import check_target, subgroup_mask
 from torch_amore.explanation import RegionalExplanation
@@ -88,6 +91,26 @@ def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+def _same_names(extractor: RegionalRuleExtractor) -> str:
+    return (
+        "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one trainer, but two "
+        f"write {extractor.filename!r} (prefix {extractor.log_prefix!r}; default names coincide for the same target, "
+        "layer and data); pass filename=... (and log_prefix=...) to one of them."
+    )
+
+
+def _refuse_a_seen_key(extractor: RegionalRuleExtractor, key: str, caller: Any) -> None:
+    """Two extractors with one ``state_key`` would write the same files and checkpoint state. Lightning refuses them
+    when the Trainer is created, in a message that names no option of this class: when Lightning's check of the
+    callback list (``_validate_callbacks_list``, the caller) asks for a key it has already seen, say what to pass
+    instead. Any other caller gets the key."""
+    if caller.f_code.co_name != "_validate_callbacks_list":
+        return
+    seen = caller.f_locals.get("seen_callbacks")
+    if isinstance(seen, set) and key in seen:
+        raise ValueError(_same_names(extractor))
 
 
 def _first_loader(loader: Any) -> Any:
@@ -252,9 +275,11 @@ class RegionalRuleExtractor(Callback):
     def state_key(self) -> str:
         layer = self.layer if isinstance(self.layer, str) or self.layer is None else type(self.layer).__name__
         data = self.data if isinstance(self.data, str) else "DataLoader"
-        return self._generate_state_key(
+        key = self._generate_state_key(
             target=_describe_target(self.target), layer=layer, data=data, filename=self.filename
         )
+        _refuse_a_seen_key(self, key, sys._getframe(1))
+        return key
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -265,13 +290,26 @@ class RegionalRuleExtractor(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state saved by :meth:`state_dict`; a malformed entry (e.g. a corrupted checkpoint) raises
+        :class:`~torch_amore.serialization.FieldError` naming it."""
+        state_dict = S.expect_mapping(state_dict, "state_dict")
         data = state_dict.get("explanation")
-        self.explanation = None if data is None else RegionalExplanation.from_dict(data)
-        self.last_epoch = state_dict.get("last_epoch")
-        self.last_step = state_dict.get("last_step")
-        self._val_epochs = int(state_dict.get("val_epochs", 0))
+        with S.at_path("state_dict.explanation"):
+            self.explanation = None if data is None else RegionalExplanation.from_dict(data)
+        last_epoch, last_step = state_dict.get("last_epoch"), state_dict.get("last_step")
+        self.last_epoch = None if last_epoch is None else S.expect_int(last_epoch, "state_dict.last_epoch", low=0)
+        self.last_step = None if last_step is None else S.expect_int(last_step, "state_dict.last_step", low=0)
+        self._val_epochs = S.expect_int(state_dict.get("val_epochs", 0), "state_dict.val_epochs", low=0)
 
     # --- checks before any training step ------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Before the strategy sets the module up (every stage): the extractors' names are distinct, and a module on
+        the 'meta' device is refused where the strategy would only move it (only FSDP-like strategies materialise
+        one)."""
+        self._check_distinct(trainer)
+        if type(trainer.strategy) in (SingleDeviceStrategy, DDPStrategy):
+            V.check_model_device(pl_module, type(pl_module).__name__)
+
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check_module(trainer, pl_module)
         if self.data == "val" and not trainer.enable_validation:
@@ -297,18 +335,18 @@ class RegionalRuleExtractor(Callback):
                 "each batch's model input."
             )
         resolve_layer(pl_module, self.layer)  # a ValueError naming the submodules when the name is wrong
+        V.check_model_device(pl_module, type(pl_module).__name__)  # set up by the strategy: materialised by now
         if trainer.world_size > 1:
             self._check_distributed()
+        self._check_distinct(trainer)
+
+    def _check_distinct(self, trainer: Trainer) -> None:
         mine = (self.dirpath, self.filename)
         for other in trainer.callbacks:
             if other is self or not isinstance(other, RegionalRuleExtractor):
                 continue
             if (other.dirpath, other.filename) == mine or other.log_prefix == self.log_prefix:
-                raise ValueError(
-                    "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one "
-                    f"trainer, but two write {self.filename!r} (prefix {self.log_prefix!r}); pass filename=... to one "
-                    "of them."
-                )
+                raise ValueError(_same_names(self))
 
     def _check_distributed(self) -> None:
         if self.threshold == "roc":
@@ -377,6 +415,7 @@ class RegionalRuleExtractor(Callback):
         """
         if D.is_sharded():
             self._check_distributed()
+        V.check_model_device(pl_module, type(pl_module).__name__)
         split = self.data if isinstance(self.data, str) else "loader"
         start = time.perf_counter()
         loader, rows, max_batches = self._loader(trainer, pl_module, split)

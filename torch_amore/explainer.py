@@ -226,6 +226,7 @@ class RegionalRuleExplainer:
     ) -> torch.Tensor:
         """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
         inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        V.check_model_device(self.model)
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
             inputs, batch_size=batch_size, progress=progress, input_key=input_key, collect_inputs=self.layer is None,
@@ -248,6 +249,8 @@ class RegionalRuleExplainer:
     # the steps of one explanation
 
     def _explain(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+        V.check_model_device(self.model)
+        request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
         _, labels = request.check_data(inputs)
         fwd = self._run(inputs, request)
@@ -395,6 +398,10 @@ class RegionalRuleExplainer:
     ) -> list:
         """Metrics of ``explanation``'s rule sets on new data, through the same model/layer path and threshold."""
         source = explanation.params.get("source")
+        frame = features if V.is_frame(features) else inputs
+        which = "features" if frame is features else "inputs"
+        target = V.align_rows(target, frame, "target", which)
+        labels = V.align_rows(labels, frame, "labels", which)
         matrix = None
         if source == "features":
             if features is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore import serialization as S
 from torch_amore.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.metrics import RuleMetrics
 from torch_amore.rules import RuleSet
@@ -24,6 +26,31 @@ _FORMAT = "torch_amore.RegionalExplanation"
 FORMAT_VERSION = 3
 #: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
 _DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
+
+
+def _load_rule_set(data: Any) -> RuleSet:
+    """One entry of a serialized ``rule_sets`` list (the derived columns of :meth:`RegionalExplanation.stats`
+    dropped)."""
+    data = S.expect_mapping(data)
+    return RuleSet.from_dict({k: v for k, v in data.items() if k not in _DERIVED})
+
+
+def _load_name(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise S.FieldError("", f"expected a feature name (a string), but got {type(value).__name__} {value!r:.80}.")
+    return str(value)
+
+
+def _load_value(value: Any) -> float:
+    """A sample's feature value: a number, NaN (missing) and infinities included."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise S.FieldError("", f"expected a number, but got {type(value).__name__} {value!r:.80}.")
+    return float(value)
+
+
+def _load_selection(value: Any) -> dict[str, Any] | None:
+    """The feature selection's dict (kept as read), or ``None``."""
+    return None if value is None else dict(S.expect_mapping(value, "selection"))
 
 
 def _json_safe(value: Any) -> Any:
@@ -272,27 +299,41 @@ class RegionalExplanation:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, explainer: Any = None) -> RegionalExplanation:
-        """The explanation written by :meth:`to_dict` (format versions 1 to 3)."""
+    def from_dict(cls, data: Any, *, explainer: Any = None) -> RegionalExplanation:
+        """The explanation written by :meth:`to_dict` (format versions 1 to 3), every field checked: a missing or
+        malformed one raises :class:`~torch_amore.serialization.FieldError` (a ``ValueError``) naming its path
+        (``rule_sets[2].rules[0].feature``).
+
+        Example:
+            >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
+            Traceback (most recent call last):
+            ...
+            torch_amore.serialization.FieldError: Invalid `rule_sets`: this required key is missing.
+        """
+        data = S.expect_mapping(data)
         if data.get("format") != _FORMAT:
-            raise ValueError(
-                f"Expected a dict written by RegionalExplanation.to_dict, but got format {data.get('format')!r}."
+            raise S.FieldError(
+                "format", f"expected {_FORMAT!r} (a dict written by RegionalExplanation.to_dict), but got "
+                f"{data.get('format')!r}."
             )
-        version = data.get("format_version", data.get("version"))
-        if version not in (1, 2, FORMAT_VERSION):
-            raise ValueError(f"Expected format_version 1, 2 or {FORMAT_VERSION}, but got {version!r}.")
-        sample = data.get("sample")
-        rule_sets = [{k: v for k, v in r.items() if k not in _DERIVED} for r in data["rule_sets"]]
+        key = "format_version" if "format_version" in data else "version"
+        version = data.get(key)
+        if isinstance(version, bool) or version not in (1, 2, FORMAT_VERSION):
+            raise S.FieldError(key, f"expected format_version 1, 2 or {FORMAT_VERSION}, but got {version!r}.")
+        if "rule_sets" not in data:
+            raise S.FieldError("rule_sets", "this required key is missing.")
+        threshold, sample = data.get("threshold"), data.get("sample")
         return cls(
-            rule_sets=[RuleSet.from_dict(r) for r in rule_sets],
+            rule_sets=S.load_items(data["rule_sets"], _load_rule_set, "rule_sets"),
             subgroup=None,
-            threshold=None if data.get("threshold") is None else float(data["threshold"]),
-            features=[int(f) for f in data.get("features", [])],
-            feature_names=[str(n) for n in data.get("feature_names", [])],
-            params=dict(data.get("params", {})),
-            sample=None if sample is None else torch.tensor(sample, dtype=torch.float64),
-            message=str(data.get("message", "")),
-            selection=data.get("selection"),
+            threshold=None if threshold is None else S.expect_float(threshold, "threshold", finite=False),
+            features=S.load_items(data.get("features", []), lambda f: S.expect_int(f, "", low=0), "features"),
+            feature_names=S.load_items(data.get("feature_names", []), _load_name, "feature_names"),
+            params=dict(S.expect_mapping(data.get("params", {}), "params")),
+            sample=None if sample is None else torch.tensor(S.load_items(sample, _load_value, "sample"),
+                                                              dtype=torch.float64),
+            message=S.expect_str(data.get("message", ""), "message"),
+            selection=_load_selection(data.get("selection")),
             explainer=explainer,
             verification=_verification(data.get("verification")),
         )
@@ -303,8 +344,10 @@ class RegionalExplanation:
 
     @classmethod
     def from_json(cls, path: str | Path, *, explainer: Any = None) -> RegionalExplanation:
-        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it."""
-        return cls.from_dict(json.loads(Path(path).read_text()), explainer=explainer)
+        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it.
+        Text that is not JSON, or is nested too deeply to read, raises
+        :class:`~torch_amore.serialization.FieldError`, as does a malformed field (see :meth:`from_dict`)."""
+        return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer)
 
     def to_html(self, path: str | Path, **kwargs: Any) -> Path:
         """Write a self-contained HTML report (rule table, figures, options, version); see
@@ -384,7 +427,9 @@ class RegionalExplanation:
                 "Expected `target` (a mask or the target definition) to evaluate on new data, but got None."
             )
         if self.explainer is None:
-            X, _ = V.to_tensor_2d(features if features is not None else inputs, "inputs")
+            matrix = features if features is not None else inputs
+            target = V.align_rows(target, matrix, "target", "features" if features is not None else "inputs")
+            X, _ = V.to_tensor_2d(matrix, "inputs")
             if callable(target) or not hasattr(target, "__len__"):
                 raise TypeError("Expected a boolean mask `target` when evaluating without an explainer (on a matrix).")
             mask = _mask(target, X.shape[0])

@@ -25,7 +25,7 @@ from torch_amore._typing import ArrayLike, MaskLike
 from torch_amore.metrics import RuleMetrics, rule_metrics
 from torch_amore.options import SearchOptions
 from torch_amore.rules import RuleSet, load_rule_sets
-from torch_amore.search import prepare, search_scope
+from torch_amore.search import capped_max_length, prepare, search_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -203,8 +203,10 @@ def search_hyperparameters(
     options = options.replace(progress=False)
     strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+    target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
+    options = capped_max_length(options, len(V.resolve_features(features, n_features)))  # said once, not per setting
     names = V.resolve_names(feature_names, frame_names, n_features)
     supports = [V.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
     local = V.to_local_x(local_x, n_features)
@@ -323,10 +325,11 @@ class DecisionList:
         """Support, confidence and fitness of the covered region (the union of the entries) on any data."""
         if not self.rule_sets:
             raise ValueError("The decision list is empty: it covers no sample.")
+        target = V.align_rows(target, X, "target")
         mask = self.mask(X)
         if hasattr(target, "to_numpy"):
             target = target.to_numpy()
-        t = torch.as_tensor(np.asarray(target) if not isinstance(target, torch.Tensor) else target)
+        t = torch.as_tensor(np.array(target) if not isinstance(target, torch.Tensor) else target)
         t = (t if t.dtype == torch.bool else t != 0).to(mask.device).reshape(-1)
         return rule_metrics(mask, t)
 
@@ -423,8 +426,11 @@ def sequential_covering(
     top_k = V.check_int(top_k, "top_k", 1)
     strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
     grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+    target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
+    n_searched = len(V.resolve_features(features, n_features))
+    max_length = capped_max_length(SearchOptions(max_length=max_length), n_searched).max_length  # said once
     names = V.resolve_names(feature_names, frame_names, n_features)
     supports = [V.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)

@@ -45,6 +45,7 @@ from torch_amore.serialization import (
     expect_mapping,
     expect_str,
     load_items,
+    parse_json,
     version_fields,
 )
 
@@ -62,6 +63,10 @@ def _column(X: ArrayLike, feature: int) -> tuple[torch.Tensor, torch.Tensor | No
     """One column of X and its missing-value mask (``None``: none missing), for exact comparisons: floating columns
     as float64 (so that float32 and float64 data compare alike), integer and bool columns as int64 (no rounding
     through float64)."""
+    if isinstance(X, torch.Tensor) and X.device.type == "meta":
+        raise ValueError(
+            "Expected `X` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or 'cuda'."
+        )
     n_cols = _n_columns(X)
     if not 0 <= feature < n_cols:
         raise ValueError(f"The rule uses feature {feature}, but `X` has only {n_cols} columns.")
@@ -395,10 +400,18 @@ class RuleSet:
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split)."""
+        from torch_amore._validation import align_rows
+
+        target = align_rows(target, X, "target")
         mask = self.mask(X)
+        if isinstance(target, torch.Tensor) and target.device.type == "meta":
+            raise ValueError(
+                "Expected `target` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' "
+                "or 'cuda'."
+            )
         if hasattr(target, "to_numpy"):
             target = target.to_numpy()
-        target = torch.as_tensor(np.asarray(target) if not isinstance(target, torch.Tensor) else target)
+        target = torch.as_tensor(np.array(target) if not isinstance(target, torch.Tensor) else target)
         if target.dtype != torch.bool:
             target = target != 0
         return rule_metrics(mask, target.to(mask.device).reshape(-1))
@@ -488,7 +501,7 @@ class RuleSet:
     @classmethod
     def from_json(cls, text: str, *, n_features: int | None = None) -> RuleSet:
         """The rule set in a JSON string written by :meth:`to_json` (checked as by :meth:`from_dict`)."""
-        return cls.from_dict(json.loads(text), n_features=n_features)
+        return cls.from_dict(parse_json(text), n_features=n_features)
 
 
 _CORE_FIELDS = ("rules", "support", "confidence", "fitness", "ratios", "target_name")

@@ -13,6 +13,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -137,7 +138,7 @@ class _Extractor:
         ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
         result.
         """
-        o = options
+        o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
         if o.strategy == "exact":
             if local_codes is not None:
                 raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
@@ -313,6 +314,33 @@ def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
         yield
 
 
+def capped_max_length(options: SearchOptions, n_searched: int, *, warn: bool = True) -> SearchOptions:
+    """``options`` with ``max_length`` at most ``n_searched``, the number of features searched: a rule set has at most
+    one condition per feature, so a longer ``max_length`` finds nothing more. A larger one is capped, with a
+    ``UserWarning`` (unless ``warn=False``, or it is the default 2 on a single feature).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     capped_max_length(SearchOptions(max_length=100), 4).max_length
+        4
+        >>> print(caught[0].message)
+        max_length=100 is more than the 4 searched features, and a rule set has at most one condition per feature: \
+max_length=4 is used.
+    """
+    if options.max_length <= n_searched or n_searched < 1:
+        return options
+    if warn and options.max_length > max(n_searched, SearchOptions.max_length):  # not the default on one feature
+        warnings.warn(
+            f"max_length={options.max_length} is more than the {n_searched} searched features, and a rule set has at "
+            f"most one condition per feature: max_length={n_searched} is used.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return options.replace(max_length=n_searched)
+
+
 def prepare(
     X: ArrayLike,
     target: MaskLike,
@@ -331,11 +359,13 @@ def prepare(
     is checked first (:func:`torch_amore.memory.check_memory`; ``memory_checked``: the caller did so)."""
     options = SearchOptions() if options is None else options
     n_grids = V.check_n_grids(options.n_grids)
+    target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
     n, n_features = X.shape
     names = V.resolve_names(feature_names, frame_names, n_features)
     columns = V.resolve_features(features, n_features)
+    options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
     if not memory_checked:  # before the target's checks and the pass over X
         M.check_memory(X, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
@@ -432,8 +462,10 @@ def extract_rules(
     searched = V.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
     M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
                    bin_strategy=o.bin_strategy, features=searched)  # before the conversion copies X  # fmt: skip
+    target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
+    options = capped_max_length(options, len(V.resolve_features(features, X_t.shape[1])))
     n_all = D.global_count(X_t.shape[0])
     if options.min_support is not None:  # a bad count fails before the binning
         V.resolve_min_support(options.min_support, n_all)

@@ -288,6 +288,10 @@ def select_features(
         target = V.check_int(target, "target", 0)
     if model is None or not callable(model):
         raise TypeError(f"Expected `model` to be a callable torch model (or pass `importance=`), but got {model!r}.")
+    if isinstance(model, nn.Module):
+        V.check_model_device(model)
+    V.check_not_meta(inputs, "inputs")
+    V.check_not_meta(labels, "labels")
     if layer is not None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Expected `model` to be a torch.nn.Module with `layer=`, but got {type(model).__name__}.")

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +34,31 @@ class FieldError(ValueError):
     def __init__(self, path: str, problem: str) -> None:
         self.path, self.problem = path, problem
         super().__init__(f"Invalid `{path}`: {problem}" if path else f"Invalid input: {problem}")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The value of a JSON document; malformed or too deeply nested text raises :class:`FieldError`.
+
+    Python's JSON reader recurses once per level of nesting, so a document nested deeper than the recursion limit
+    (e.g. 100,000 opening brackets) would escape as a ``RecursionError``.
+
+    Example:
+        >>> parse_json('{"a": [1, 2]}')
+        {'a': [1, 2]}
+        >>> parse_json("[" * 100_000 + "]" * 100_000)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.serialization.FieldError: Invalid input: the JSON is nested too deeply to read (more levels...
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FieldError("", "the JSON is nested too deeply to read (more levels than Python's recursion limit "
+                             "allows).") from None
+    except UnicodeDecodeError as err:
+        raise FieldError("", f"expected UTF-8 JSON text, but the bytes do not decode ({err.reason}).") from None
+    except json.JSONDecodeError as err:
+        raise FieldError("", f"expected JSON text, but it does not parse: {err}.") from None
 
 
 def join(prefix: str, path: str) -> str:
