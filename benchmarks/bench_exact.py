@@ -1,4 +1,4 @@
-"""Exact search: its time against the default strategy's, and what the default's seeding costs (issue 19).
+"""Exact search: its time against the default strategy's, and what the default's seeding costs.
 
 Same process, one thread, alternating calls, medians of ``--repeat``:
 

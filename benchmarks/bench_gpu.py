@@ -31,7 +31,7 @@ Columns:
 
 Usage:
     python benchmarks/bench_gpu.py --quick --device cpu                 # a tiny cell: does it run?
-    python benchmarks/bench_gpu.py --n 1000000 --f 128 --lengths 2      # the issue's 1,000,000 x 128 cell
+    python benchmarks/bench_gpu.py --n 1000000 --f 128 --lengths 2      # the 1,000,000 x 128 cell
     python benchmarks/bench_gpu.py                                      # the whole grid (the CPU rows take hours)
 """
 

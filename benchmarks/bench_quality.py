@@ -9,7 +9,7 @@ For every task row (``benchmarks/_tasks.py``) four methods look for the rule set
   over all root-to-node paths (:func:`torch_amore.decision_tree_rules`), the paper's baseline;
 - ``beam20``: the default strategy with ``beam_width=20`` (a wider beam: what more width buys, at what time);
 - ``exact``: ``strategy="exact"`` on a 32-cut equal-frequency grid (``n_grids=32, bin_strategy="quantile"``), the
-  provably best rule set on that grid (issue 19's reference; ``refused`` when its estimated work exceeds
+  provably best rule set on that grid (the reference; ``refused`` when its estimated work exceeds
   ``exact_budget``). Its own check: the default's fitness >= exact - 0.005 (its cuts off the grid may exceed it);
 - ``pysubgroup``: pysubgroup's ``BeamSearch`` (beam width 20) with selectors from
   ``create_selectors(data, nbins=n_grids, intervals_only=False)`` (equal-frequency one-sided cut points), a

@@ -13,7 +13,7 @@ Columns: seconds (median of ``--repeat``; the methods take turns, one call each 
 learners: the best node / leaf with at least s_min rows), peak extra resident memory as a multiple of X's size,
 passes over X (seconds / one read pass over X timed in the same run), and for torch_amore the aten ops and host syncs
 of one call (torch.profiler, counted on a separate call). ``--busy`` runs every cell a second time beside one busy
-process and reports the default-threads time over the one-thread time (the issue's "contention" mode).
+process and reports the default-threads time over the one-thread time (a busy machine).
 
 Usage:
     python benchmarks/bench_scaling.py --n 10000 100000 --f 16 128 --lengths 2      # a few cells

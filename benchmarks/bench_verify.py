@@ -1,4 +1,4 @@
-"""Verification by intervention: its time against plain forward passes over the same samples (issue 30).
+"""Verification by intervention: its time against plain forward passes over the same samples.
 
 On the quickstart's tiny CNN (scikit-learn digits, 1,350 training digits) and on the MNIST latent example's small CNN
 (one epoch on 4,000 images of ../shared/data), ``explanation.verify(X, rule_sets=5, n_controls=10)`` is timed against

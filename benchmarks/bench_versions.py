@@ -1,8 +1,8 @@
 """The default strategy of this checkout against another checkout of torch_amore (e.g. an older commit), same run.
 
-"Not slower than today at default settings" (issue 19, criterion 3) needs the time of today's default next to an
-earlier one on the same machine at the same moment. Each measurement runs in its own process (a checkout per
-process: two versions of a package cannot share one), one CPU thread, ``--repeat`` calls after a warm-up, their median
+"Not slower than before at default settings" needs the time of today's default next to an earlier one on the same
+machine at the same moment. Each measurement runs in its own process (a checkout per process: two versions of a
+package cannot share one), one CPU thread, ``--repeat`` calls after a warm-up, their median
 (or with ``--stat min`` the fastest, the least disturbed by other jobs);
 the two checkouts alternate A, B, A, B ... ``--rounds`` times per row and the ratio A/B is taken round by round, so
 that drifting machine load cancels. The rows are ``_tasks.py``'s at their own settings, with ``max_length`` 1, 2
@@ -10,7 +10,7 @@ and 3 for diabetes and the rows' own otherwise, plus the 10,000 x 128 latent-lik
 
 Usage::
 
-    git worktree add --detach ../base 36bd43d          # the checkout to compare with
+    git worktree add --detach ../base <commit>         # the checkout to compare with, e.g. the one before a change
     OMP_NUM_THREADS=1 python benchmarks/bench_versions.py --baseline ../base --rounds 3
 """
 
