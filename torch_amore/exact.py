@@ -37,7 +37,7 @@ The work of ``max_length <= 2`` is estimated up front (:func:`estimate_cost`, in
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -69,11 +69,14 @@ class ExactResult:
         complete: whether the search was exhaustive (False when ``exact_budget`` stopped it).
         bound: an upper bound on the value ``2 * hits - support`` of every rule set not examined (``None`` when
             complete).
+        shorter: for each shorter ``max_length`` (1, then 2), the ``boxes`` a search at that length returns: the
+            pool before the longer rule sets joined it (always complete).
     """
 
     boxes: list[tuple[int, int, tuple[tuple[int, int, int], ...]]]
     complete: bool = True
     bound: int | None = None
+    shorter: list[list[tuple[int, int, tuple[tuple[int, int, int], ...]]]] = field(default_factory=list)
 
 
 def _pair_count(n_features: int) -> int:
@@ -440,7 +443,7 @@ def exact_search(
     n_feat = binned.codes.shape[1]
     n_rows = D.global_count(binned.codes.shape[0])
     cost = check_budget(n_rows, n_feat, binned.n_bins_max, max_length, budget)
-    grid = compress(binned, target, grid_counts)
+    grid = compress(binned, target, grid_counts, recode=max_length >= 2)
     n_target = int(D.all_reduce_sum(target.sum()))
     device = grid.codes_t.device
     s, e = intervals(grid.n_max, device)
@@ -452,21 +455,29 @@ def exact_search(
     pool = _rows(val1[f_i, i_i], hits1[f_i, i_i], sup1[f_i, i_i], [f_i, s[i_i], e[i_i]], max_length)
     pool, kth = _merge(pool[:0], pool, top_k)
     complete, bound = True, None
+    pools = [pool]  # the pool after each length: what a search at that max_length returns
     if max_length >= 2 and n_feat >= 2:
         counts = PairCounts(grid, target)
         pool, kth, kept = _pairs(ctx, counts, pool, kth, keep=max_length >= 3)
+        pools.append(pool)
         if max_length >= 3 and n_feat >= 3:
             nodes = _nodes(ctx, kept[0], kept[1], kth)
             pool, kth, complete, bound = _triples(ctx, nodes, target, kept[0], pool, kth, budget - cost)
-    boxes = []
     orig = grid.orig.tolist()
-    for row in pool.tolist():
-        conds = []
-        for c in range(max_length):
-            f, a, b = row[3 + 3 * c : 6 + 3 * c]
-            if f >= 0:
-                conds.append((f, orig[f][a], orig[f][b - 1]))
-        boxes.append((row[1], row[2], tuple(conds)))
+
+    def boxes_of(rows: torch.Tensor) -> list[tuple[int, int, tuple[tuple[int, int, int], ...]]]:
+        out = []
+        for row in rows.tolist():
+            conds = []
+            for c in range(max_length):
+                f, a, b = row[3 + 3 * c : 6 + 3 * c]
+                if f >= 0:
+                    conds.append((f, orig[f][a], orig[f][b - 1]))
+            out.append((row[1], row[2], tuple(conds)))
+        return out
+
+    boxes = boxes_of(pool)
+    shorter = [boxes_of(p) for p in pools[: max_length - 1]]
     if not complete:
         warnings.warn(
             f"strategy='exact' stopped at `exact_budget`={budget:.2e}: rule sets with at most "
@@ -475,4 +486,4 @@ def exact_search(
             RuntimeWarning,
             stacklevel=3,
         )
-    return ExactResult(boxes, complete, bound)
+    return ExactResult(boxes, complete, bound, shorter)

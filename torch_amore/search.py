@@ -33,6 +33,7 @@ from torch_amore.masks import drop_same_mask
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.options import SearchOptions
 from torch_amore.polish import SortedColumns, polish_many, polish_one
+from torch_amore.pruning import prune_rule_sets
 from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
@@ -42,13 +43,13 @@ from torch_amore.tree import grow_tree, insertion_order
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
-    """Unique rule sets, best fitness first (ties: higher confidence, larger support, then text)."""
+    """Unique rule sets, best fitness first (ties: higher confidence, larger support, fewer rules, then text)."""
     unique: dict[frozenset, RuleSet] = {}
     for rs in rule_sets:
         unique.setdefault(frozenset(rs.rules), rs)
-    ranked = sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support))
+    ranked = sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, len(r.rules)))
     out: list[RuleSet] = []
-    for _, tied in groupby(ranked, key=lambda r: (r.fitness, r.confidence, r.support)):
+    for _, tied in groupby(ranked, key=lambda r: (r.fitness, r.confidence, r.support, len(r.rules))):
         tied = list(tied)
         out += sorted(tied, key=str) if len(tied) > 1 else tied  # the text only where needed: it is slow to make
     return out
@@ -134,14 +135,20 @@ class _Extractor:
         count meant by ``options.min_support`` on the data.
 
         ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
-        result.
+        result. Every strategy that searches is monotone in ``max_length``: its candidates include those of the same
+        search at every shorter length (the beam strategy runs the beam, the grid's optimum and the pair seeds of
+        each shorter length too and polishes their best; the exact strategy keeps the pool of each shorter length),
+        so the best fitness never drops when one more condition is allowed. Then every condition must earn
+        ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`).
         """
         o = options
         if o.strategy == "exact":
             if local_codes is not None:
                 raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
-            return self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
-                                  budget=o.exact_budget)  # fmt: skip
+            found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
+                                   budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
+            return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
+
         def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
             found = self.run(
                 max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
@@ -149,61 +156,92 @@ class _Extractor:
             )  # fmt: skip
             return found, self.grid_optimum(o, min_support) if local_codes is None else []
 
-        if o.strategy == "beam" and local_codes is None:  # with the grid's optimum a candidate, no pair seeds
-            beam = functools.partial(
-                self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-                min_confidence=o.min_confidence, progress=o.progress,
-            )  # fmt: skip
-            seed = not self.optimum_affordable(o)
+        if o.strategy == "beam" and local_codes is None:
             # independent: on small data the tree runs beside the beam (progress bars: one after the other)
             tree = beside(paper, self.binned.codes.numel()) if not o.progress else done(paper())
-            found = beam(seed=seed)
-            rule_sets, optimal = tree()
-            if not seed and not optimal:  # the grid's optimum found nothing: the beam as it runs without one
-                found = beam(seed=True)
-            found += optimal
-            ranked = sort_rule_sets(found)
-            chosen = _two_feature_sets(ranked)
-            goals = [None] * len(chosen)
-            if o.min_confidence is not None:
-                confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
-                chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
-            polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
-            rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+            found: list[RuleSet] = []
+            chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
+            for length in range(1, o.max_length + 1):  # each shorter search's candidates too: monotone
+                short = o.replace(max_length=length)
+                beam = functools.partial(
+                    self.run_beam, max_length=length, min_support=min_support, beam_width=o.beam_width,
+                    min_confidence=o.min_confidence, progress=o.progress,
+                )  # fmt: skip
+                seed = not self.optimum_affordable(short)  # with the grid's optimum a candidate, no pair seeds
+                part = beam(seed=seed)
+                if length == o.max_length:
+                    rule_sets, optimal = tree()
+                    optimal_here = optimal
+                else:  # a candidate; its optimum is that of a shorter search
+                    optimal_here = [replace(rs, optimum=None) for rs in self.grid_optimum(short, min_support)]
+                if not seed and not optimal_here and length == 2:  # the grid's optimum found nothing: the beam as
+                    part = beam(seed=True)  # it runs without one
+                part += optimal_here
+                found += part
+                ranked = sort_rule_sets(part)
+                picks = [(rs, None) for rs in _two_feature_sets(ranked)]
+                if o.min_confidence is not None:
+                    confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
+                    picks += [(rs, o.min_confidence) for rs in confident]
+                for rs, goal in picks:
+                    chosen.setdefault((rs.rules, goal), (rs, goal))
+            to_polish = list(chosen.values())
+            polished = self.polish([rs for rs, _ in to_polish], min_support,
+                                   min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
+            rule_sets = self.finish(rule_sets + found + polished, o)
         else:
             rule_sets, optimal = paper()
+            if o.min_gain > 0:
+                rule_sets = self.finish(rule_sets, o)
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
 
+    def finish(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
+        """Every condition earning ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`), rule sets
+        sorted (:func:`sort_rule_sets`) and those selecting the same samples kept once, the shortest
+        (:func:`torch_amore.masks.drop_same_mask`)."""
+        o = options
+        if o.min_gain > 0 and self.X is not None:
+            rule_sets = prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=o.min_gain,
+                                        min_confidence=o.min_confidence)  # fmt: skip
+        return drop_same_mask(sort_rule_sets(rule_sets), self.X)
+
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
         """The best rule set on the search's grid (:mod:`torch_amore.exact`), its fitness in ``optimum``, when that is
-        affordable: ``max_length <= 2`` and an estimated work (:func:`torch_amore.exact.estimate_cost`) of at most
-        ``options.optimum_budget``; else (or when no rule set has ``min_support`` samples) ``[]``."""
+        affordable (:meth:`optimum_affordable`); else (or when no rule set has ``min_support`` samples) ``[]``."""
         o = options
         if not self.optimum_affordable(o):
             return []
-        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget)
+        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget
+                               if o.max_length > 1 else 1 << 62)  # fmt: skip
         return [rs for rs in found if rs.optimum is not None]
 
     def optimum_affordable(self, options: SearchOptions) -> bool:
-        """Whether :meth:`grid_optimum` searches: ``max_length <= 2`` and an estimated work of at most
-        ``options.optimum_budget``."""
+        """Whether :meth:`grid_optimum` searches: ``options.optimum_budget > 0`` and either ``max_length == 1`` (one
+        pass over the per-grid counts) or ``max_length == 2`` and an estimated work of at most the budget."""
         o = options
+        if o.optimum_budget <= 0 or o.max_length > 2:
+            return False
+        if o.max_length == 1:
+            return True
         n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
-        cost = estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length)
-        return o.max_length <= 2 and cost <= o.optimum_budget
+        return estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length) <= o.optimum_budget
 
-    def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
+    def run_exact(
+        self, *, max_length: int, min_support: int, top_k: int, budget: int, shorter: bool = False
+    ) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
-        (the first one's fitness) when the search was complete."""
+        (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of each
+        shorter ``max_length`` (the pools a search at that length returns)."""
         found = exact_search(self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k,
                              budget=budget, grid_counts=self.root_counts())  # fmt: skip
         optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
-        conds = sorted({c for _, _, box in found.boxes for c in box})
+        boxes = found.boxes + ([b for pool in found.shorter for b in pool] if shorter else [])
+        conds = sorted({c for _, _, box in boxes for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
         out = []
-        for hits, support, box in found.boxes:
+        for hits, support, box in boxes:
             out.append(
                 RuleSet(
                     rules=tuple(rules[c] for c in box),
