@@ -711,43 +711,71 @@ class BeamSearch:
     def run(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
     ) -> list[_State]:
-        """The best rule sets of every length (``beam_width`` per objective), unsorted, without those that a rule set
-        with one condition fewer matches or beats in both fitness and confidence (a condition that adds nothing).
-        ``seeds``: pairs of conditions (fine grids) whose conditions join the beam after the first length, whatever
-        their rank, unless the beam already holds a node on one of their features (its expansion covers the pair)."""
+        """The rule sets of :meth:`run_by_length`, once each."""
+        out: dict[tuple, _State] = {}
+        for _, state in self.run_by_length(max_length=max_length, min_support=min_support, progress=progress,
+                                           seeds=seeds):  # fmt: skip
+            out.setdefault(state.conds, state)
+        return list(out.values())
+
+    def run_by_length(
+        self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
+    ) -> list[tuple[int, _State]]:
+        """The best rule sets of every length (``beam_width`` per objective), each with the length at which the beam
+        chose it, unsorted, without those that a rule set with one condition fewer matches or beats in both fitness
+        and confidence (a condition that adds nothing).
+
+        Every length is searched the same way whatever ``max_length``, so a search at a shorter ``max_length``
+        returns exactly this one's rule sets chosen at lengths up to its own (what makes the beam strategy monotone
+        in ``max_length``). ``seeds``: pairs of conditions (fine grids) expanded at the second length, unless the beam
+        already holds a node on one of their features (its expansion covers the pair); their children count among
+        that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         beam = [_State((), self.n_target, self.n_rows)]
         rows, groups = self._node_rows([()])
         found: dict[tuple, _State] = {}  # every rule set visited
-        best: dict[tuple, _State] = {}  # the best of each length and objective
+        best: dict[tuple, tuple[int, _State]] = {}  # the best of each length and objective, with that length
+        chooser = [
+            (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2)) for i, obj in enumerate(self.objectives)
+        ]
+        chooser.append((self.lift, max(1, self.beam_width // 2)))  # a few nodes of high lift too (see :class:`Lift`)
+        seed_beam: list[_State] = []
         for length in range(1, max_length + 1):
-            chooser = [
-                (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2))
-                for i, obj in enumerate(self.objectives)
-            ]
-            if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
-                chooser.append((self.lift, max(1, self.beam_width // 2)))
             children = self._expand(beam, rows, groups, min_support, set(found), chooser)
-            if not children:
+            seeded: dict[tuple, _State] = {}
+            if seed_beam:
+                s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
+                seeded = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
+                                      chooser[: len(self.objectives)])  # fmt: skip
+            if not children and not seeded:
                 break
-            for state in children.values():
+            for state in itertools.chain(children.values(), seeded.values()):
                 found.setdefault(state.conds, state)
             # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
             chosen: dict[tuple, _State] = {}
             for obj in self.objectives:
                 # children on the same features tend to climb to the same optimum: refine the best of each set
-                first: dict[tuple, _State] = {}
-                for st in sorted(children.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
-                    first.setdefault(tuple(c[0] for c in st.conds), st)
-                refined: dict[tuple, _State] = {st.conds: st for st in children.values()}
-                for state in self._refine(list(first.values()), min_support, obj):
-                    refined.setdefault(state.conds, state)
-                    found.setdefault(state.conds, state)
-                ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
-                ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
-                for state in ranked[: self.beam_width]:
-                    chosen.setdefault(state.conds, state)
-                    best.setdefault(state.conds, state)
+                firsts = []
+                for pool in (children, seeded):
+                    first: dict[tuple, _State] = {}
+                    for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
+                        first.setdefault(tuple(c[0] for c in st.conds), st)
+                    firsts.append(list(first.values()))
+                done = self._refine(firsts[0] + firsts[1], min_support, obj)
+                for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
+                                            ({**children, **seeded}, done, False)):  # fmt: skip
+                    refined: dict[tuple, _State] = dict(pool)
+                    for state in tops:
+                        refined.setdefault(state.conds, state)
+                        found.setdefault(state.conds, state)
+                    ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
+                    ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
+                    for state in ranked[: self.beam_width]:
+                        if goes_on:
+                            chosen.setdefault(state.conds, state)
+                        best.setdefault(state.conds, (length, state))
+                    if not seeded:
+                        break  # the same pool: ranked once
             bar.update(1)
             if length == max_length:
                 break
@@ -756,18 +784,26 @@ class BeamSearch:
             for state in level[: max(1, self.beam_width // 2)]:
                 chosen.setdefault(state.conds, state)
             beam = list(chosen.values())
+            if not beam:
+                break
+            rows, groups = self._node_rows([s.conds for s in beam])
+            seed_beam = []
             if length == 1:  # seed pairs none of whose features the beam expands already
                 held = {c[0] for conds in chosen for c in conds}
                 new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
-                beam += [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # no samples: no children
-            rows, groups = self._node_rows([s.conds for s in beam])
+                seed_beam = [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
         bar.close()
-        return self._without_idle_conditions(best, found)
+        lengths = {conds: length for conds, (length, _) in best.items()}
+        states = self._without_idle_conditions({conds: st for conds, (_, st) in best.items()}, found, lengths)
+        return states
 
-    def _without_idle_conditions(self, best: dict[tuple, _State], found: dict[tuple, _State]) -> list[_State]:
+    def _without_idle_conditions(
+        self, best: dict[tuple, _State], found: dict[tuple, _State], lengths: dict[tuple, int]
+    ) -> list[tuple[int, _State]]:
         """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
         fitness and confidence (exact integer comparisons; the sub-rule sets the search did not visit are counted
-        first, all in one batched pass)."""
+        first, all in one batched pass); each with the length of ``lengths`` at which its rule set was chosen (once
+        per length)."""
         todo = {
             sub
             for state in best.values()
@@ -785,8 +821,8 @@ class BeamSearch:
             both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             for conds, h, n in zip(todo, *both.tolist()):
                 found[conds] = _State(conds, h, n)
-        out: dict[tuple, _State] = {}
-        for state in best.values():
+        out: dict[tuple, tuple[int, _State]] = {}
+        for key, state in best.items():
             changed = True
             while changed and len(state.conds) > 1:
                 changed = False
@@ -798,7 +834,7 @@ class BeamSearch:
                     ):
                         state, changed = sub, True
                         break
-            out.setdefault(state.conds, state)
+            out.setdefault((lengths[key], state.conds), (lengths[key], state))
         return list(out.values())
 
 

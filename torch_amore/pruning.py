@@ -15,34 +15,69 @@ each) and summed over the shards of a DDP run, so a sharded run prunes as one pr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 
 from torch_amore import distributed as D
-from torch_amore.masks import count_true, rule_set_masks
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules import Rule, RuleSet
 
 __all__ = ["prune_rule_sets"]
 
-#: Bytes of rule-set masks built at once.
+#: Bytes of masks built at once.
 _MASK_BYTES = 1 << 26
 
 
-def _counts(
-    rule_sets: list[tuple[Rule, ...]], X: torch.Tensor, target: torch.Tensor
-) -> list[tuple[int, int]]:
-    """(hits, support) of each conjunction of rules on ``(X, target)``, summed over DDP shards."""
-    if not rule_sets:
-        return []
-    per = max(1, _MASK_BYTES // max(1, X.shape[0]))
-    parts = []
-    for i in range(0, len(rule_sets), per):
-        masks = rule_set_masks([RuleSet(r, 0, 0.0, 0.0) for r in rule_sets[i : i + per]], X)
-        parts.append(torch.stack([count_true(masks & target), count_true(masks)]))
-    both = D.all_reduce_sum(torch.cat(parts, 1)).tolist()
-    return list(zip(both[0], both[1]))
+_BITS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Set bits of every byte value.
+_POPCOUNT = tuple(bin(i).count("1") for i in range(256))
+
+
+def _packed(masks: torch.Tensor) -> torch.Tensor:
+    """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0)."""
+    m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64))
+    bits = torch.tensor(_BITS, dtype=torch.uint8, device=masks.device)
+    return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
+
+
+class _Counter:
+    """Counts of conjunctions of ``rules`` (index tuples) on ``(X, target)``: each rule masked once per chunk of rows
+    and packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed
+    over DDP shards (one host sync per call)."""
+
+    def __init__(self, rules: list[Rule], X: torch.Tensor, target: torch.Tensor) -> None:
+        self.rules, self.X, self.target = rules, X, target
+        self._words: list[torch.Tensor] | None = None  # per chunk of rows: the packed masks, made once
+
+    def words(self) -> list[torch.Tensor]:
+        """Per chunk of rows, (rules + 2, words): each rule's packed mask, then every row's and the target's."""
+        if self._words is None:
+            n, n_rules = self.X.shape[0], len(self.rules)
+            step = max(64, _MASK_BYTES // max(1, n_rules + 2) // 64 * 64)
+            self._words = []
+            for r0 in range(0, max(1, n), step):
+                X, target = self.X[r0 : r0 + step], self.target[r0 : r0 + step]
+                table = torch.stack([r.mask(X) for r in self.rules] + [torch.ones_like(target), target])
+                self._words.append(_packed(table))
+        return self._words
+
+    def __call__(self, conjunctions: list[tuple[int, ...]]) -> list[tuple[int, int]]:
+        if not conjunctions:
+            return []
+        n_rules = len(self.rules)
+        depth = max(len(c) for c in conjunctions)
+        device = self.X.device
+        index = torch.tensor([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
+        popcount = torch.tensor(_POPCOUNT, dtype=torch.int32, device=device)
+        total = torch.zeros(2, len(conjunctions), dtype=torch.long, device=device)
+        for words in self.words():  # the padding rule (every row) and the target: the last two rows
+            masks = functools.reduce(torch.bitwise_and, words[index].unbind(1))  # (C, words)
+            for k, m in enumerate((masks & words[-1], masks)):
+                total[k] += popcount[m.view(torch.uint8).int()].sum(1)
+        both = D.all_reduce_sum(total).tolist()
+        return list(zip(both[0], both[1]))
 
 
 def prune_rule_sets(
@@ -72,22 +107,26 @@ def prune_rule_sets(
     if min_gain <= 0:
         return out
     bar = min_gain * n_target  # gains compared in counts: fitness x n_target = 2 hits - support
-    current = {i: rs.rules for i, rs in enumerate(out) if len(rs.rules) >= 2}
-    measured: dict[int, tuple[int, int]] = {}
-    first = list(current)
-    for i, counts in zip(first, _counts([current[i] for i in first], X, target)):
-        measured[i] = counts
+    long = [i for i, rs in enumerate(out) if len(rs.rules) >= 2]
+    unique = list(dict.fromkeys(r for i in long for r in out[i].rules))
+    at = {r: k for k, r in enumerate(unique)}
+    count = _Counter(unique, X, target)
+    current = {i: tuple(at[r] for r in out[i].rules) for i in long}
+    known: dict[frozenset, tuple[int, int]] = {}  # (hits, support) of each conjunction counted (shared by many)
     while current:
         order = sorted(current)
-        subs = [current[i][:k] + current[i][k + 1 :] for i in order for k in range(len(current[i]))]
-        sub_counts = iter(_counts(subs, X, target))
-        nxt: dict[int, tuple[Rule, ...]] = {}
+        wanted = [current[i] for i in order] + [current[i][:k] + current[i][k + 1 :] for i in order
+                                                for k in range(len(current[i]))]  # fmt: skip
+        todo = list(dict.fromkeys(frozenset(c) for c in wanted if frozenset(c) not in known))
+        known.update(zip(todo, count([tuple(sorted(c)) for c in todo])))
+        nxt: dict[int, tuple[int, ...]] = {}
         for i in order:
-            rules, (hits, support) = current[i], measured[i]
+            rules = current[i]
+            hits, support = known[frozenset(rules)]
             value = 2 * hits - support
             worst: tuple[float, int, tuple[int, int]] | None = None
             for k in range(len(rules)):
-                sub_hits, sub_support = next(sub_counts)
+                sub_hits, sub_support = known[frozenset(rules[:k] + rules[k + 1 :])]
                 gain = value - (2 * sub_hits - sub_support)
                 if gain >= bar:
                     continue
@@ -98,13 +137,12 @@ def prune_rule_sets(
             if worst is None:
                 continue
             _, k, counts = worst
-            current_rules = rules[:k] + rules[k + 1 :]
-            measured[i] = counts
-            if len(current_rules) >= 2:
-                nxt[i] = current_rules
+            kept = rules[:k] + rules[k + 1 :]
+            if len(kept) >= 2:
+                nxt[i] = kept
             rs = out[i]
             out[i] = RuleSet(
-                rules=current_rules,
+                rules=tuple(unique[j] for j in kept),
                 support=counts[1],
                 confidence=confidence_of_counts(*counts),
                 fitness=fitness_of_counts(*counts, n_target),

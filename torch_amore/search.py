@@ -136,9 +136,10 @@ class _Extractor:
 
         ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
         result. Every strategy that searches is monotone in ``max_length``: its candidates include those of the same
-        search at every shorter length (the beam strategy runs the beam, the grid's optimum and the pair seeds of
-        each shorter length too and polishes their best; the exact strategy keeps the pool of each shorter length),
-        so the best fitness never drops when one more condition is allowed. Then every condition must earn
+        search at every shorter length (the beam searches each length alike whatever ``max_length``, the grid's
+        optima of lengths 1 and 2 and the pair seeds are candidates at every longer length, and the best of what
+        each shorter search found is polished too; the exact strategy keeps the pool of each shorter length), so the
+        best fitness never drops when one more condition is allowed. Then every condition must earn
         ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`).
         """
         o = options
@@ -149,35 +150,37 @@ class _Extractor:
                                    budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
             return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
 
-        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
-            found = self.run(
+        def tree_only() -> list[RuleSet]:  # the rule tree
+            return self.run(
                 max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
                 progress=o.progress,
             )  # fmt: skip
-            return found, self.grid_optimum(o, min_support) if local_codes is None else []
 
+        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
+            return tree_only(), self.grid_optimum(o, min_support) if local_codes is None else []
+
+        optimal: list[RuleSet] = []
         if o.strategy == "beam" and local_codes is None:
             # independent: on small data the tree runs beside the beam (progress bars: one after the other)
-            tree = beside(paper, self.binned.codes.numel()) if not o.progress else done(paper())
-            found: list[RuleSet] = []
+            tree = beside(tree_only, self.binned.codes.numel()) if not o.progress else done(tree_only())
+            # the grid's optimum of every length up to 2 is a candidate (at length 1 always: one pass over counts)
+            optima = {k: self.grid_optimum(o.replace(max_length=k), min_support) for k in (1, 2) if k <= o.max_length}
+            optimal = optima.get(o.max_length, [])
+            for k in optima:
+                if k < o.max_length:  # a candidate; its optimum is that of a shorter search
+                    optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
+            # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
+            seed = o.max_length >= 2 and not optima[2]
+            tagged = self.run_beam(
+                max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
+                min_confidence=o.min_confidence, progress=o.progress, seed=seed,
+            )  # fmt: skip
+            rule_sets = tree()
+            # what the search at each shorter max_length would have found and polished is a candidate here too
             chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
-            for length in range(1, o.max_length + 1):  # each shorter search's candidates too: monotone
-                short = o.replace(max_length=length)
-                beam = functools.partial(
-                    self.run_beam, max_length=length, min_support=min_support, beam_width=o.beam_width,
-                    min_confidence=o.min_confidence, progress=o.progress,
-                )  # fmt: skip
-                seed = not self.optimum_affordable(short)  # with the grid's optimum a candidate, no pair seeds
-                part = beam(seed=seed)
-                if length == o.max_length:
-                    rule_sets, optimal = tree()
-                    optimal_here = optimal
-                else:  # a candidate; its optimum is that of a shorter search
-                    optimal_here = [replace(rs, optimum=None) for rs in self.grid_optimum(short, min_support)]
-                if not seed and not optimal_here and length == 2:  # the grid's optimum found nothing: the beam as
-                    part = beam(seed=True)  # it runs without one
-                part += optimal_here
-                found += part
+            for length in range(1, o.max_length + 1):
+                part = [rs for at, rs in tagged if at <= length] + [rs for k, opt in optima.items() if k <= length
+                                                                     for rs in opt]  # fmt: skip
                 ranked = sort_rule_sets(part)
                 picks = [(rs, None) for rs in _two_feature_sets(ranked)]
                 if o.min_confidence is not None:
@@ -188,6 +191,7 @@ class _Extractor:
             to_polish = list(chosen.values())
             polished = self.polish([rs for rs, _ in to_polish], min_support,
                                    min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
+            found = [rs for _, rs in tagged] + [rs for opt in optima.values() for rs in opt]
             rule_sets = self.finish(rule_sets + found + polished, o)
         else:
             rule_sets, optimal = paper()
@@ -272,11 +276,12 @@ class _Extractor:
         min_confidence: float | None = None,
         progress: bool = False,
         seed: bool = True,
-    ) -> list[RuleSet]:
-        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
-        :func:`torch_amore.fine_grid.default_n_fine` of the number of samples; ``seed=False`` skips the pair seeding
-        (:mod:`torch_amore.seeding`; it runs only at ``max_length=2``), e.g. when the grid's optimum is a candidate
-        already."""
+    ) -> list[tuple[int, RuleSet]]:
+        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted, each with the length at which the beam
+        chose it (:meth:`torch_amore.beam.BeamSearch.run_by_length`: a search at a shorter ``max_length`` returns those
+        chosen up to its length). ``n_fine`` defaults to :func:`torch_amore.fine_grid.default_n_fine` of the number of
+        samples; ``seed=False`` skips the pair seeding (:mod:`torch_amore.seeding`, for ``max_length >= 2``), e.g. when
+        the grid's optimum is a candidate already."""
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
@@ -284,24 +289,21 @@ class _Extractor:
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
-        # pairs weak alone, strong together; at length 3 the seeded pairs crowd the beam (mnist7: 0.842 seeded against
-        # 0.870 without) and cost a third of the call (diabetes), so only for rule sets of two conditions
-        seeded = seed and max_length == 2 and seed_affordable(n, n_feat)
+        seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
         seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
-        states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
-        conds = sorted({c for st in states for c in st.conds})
+        states = search.run_by_length(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
+        conds = sorted({c for _, st in states for c in st.conds})
         made = dict(zip(conds, self.readable.rules(fine, conds)))
         out = []
-        for st in states:
-            out.append(
-                RuleSet(
-                    rules=tuple(made[c] for c in st.conds),
-                    support=st.support,
-                    confidence=confidence_of_counts(st.hits, st.support),
-                    fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
-                    target_name=self.target_name,
-                )
+        for length, st in states:
+            rs = RuleSet(
+                rules=tuple(made[c] for c in st.conds),
+                support=st.support,
+                confidence=confidence_of_counts(st.hits, st.support),
+                fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
+                target_name=self.target_name,
             )
+            out.append((length, rs))
         return out
 
     def polish(
