@@ -16,7 +16,8 @@ paper's own objective, fitness, directly:
    target's base rate (weighted relative accuracy), give broad regions of high lift.
 3. **Beam search.** All nodes of the beam are counted in one batched pass; each gets its ``beam_width`` best children
    by fitness (and by confidence-then-fitness with ``min_confidence``); before the last length a few children of high
-   lift (:class:`Lift`) join them, so that a condition weak alone can be sharpened by the next one.
+   lift (:class:`Lift`) join the next beam, so that a condition weak alone can be sharpened by the next one. Every
+   length is searched alike whatever ``max_length`` (a shorter search's rule sets are a longer one's too).
 4. **Refinement.** The children's conditions are re-optimised in turn given the others (coordinate ascent, all
    children at once: one weighted ``bincount`` per condition position and round) until nothing changes; fitness never
    decreases. The ``beam_width`` best rule sets go on to the next length.
@@ -551,9 +552,11 @@ class BeamSearch:
     def _expand(
         self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
         chooser: list,
-    ) -> dict[tuple, _State]:  # fmt: skip
+    ) -> tuple[dict[tuple, _State], dict[tuple, _State]]:  # fmt: skip
         """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
-        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found.
+        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found; the
+        children of the objectives, then those only :class:`Lift` chose (taken after every node's others: the
+        objectives' children do not depend on whether ``chooser`` holds the lift, nor does the candidate table).
 
         Each node's candidates are sorted per objective on the device by (key, hits, -feature, -g_low, then the
         candidates' order), and the first ``M`` of each cross to the host in one ``tolist``; ``M`` = (``width`` + 2)
@@ -566,7 +569,7 @@ class BeamSearch:
         both = group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].view(g * n_feat, self.width)
         tot = both[:g].view(g * n_feat, self.width).add_(tgt)  # in place: no third table
-        fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
+        fields = self._candidates(beam, tot, tgt, min_support, True)
         feature, g_low, _, hits, support, valid = fields.unbind(0)
         n_cols = fields.shape[2]
         n_k = len(self.kappas) + 1
@@ -580,15 +583,21 @@ class BeamSearch:
             fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
         lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
         children: dict[tuple, _State] = {}
-        for k, parent in enumerate(beam):
-            for o, (_, width) in enumerate(chooser):
-                f, lo, hi, h, n, ok = lists[o]
-                entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
-                taken = self._take(children, parent, entries, width, seen, o == 0)
-                if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
-                    whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
-                    self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
-        return children
+        phases = [[o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
+                  [o for o, (obj, _) in enumerate(chooser) if obj is self.lift]]  # fmt: skip
+        for n_phase, phase in enumerate(phases):
+            if n_phase:
+                objective_children = dict(children)
+            for k, parent in enumerate(beam):
+                for o in phase:
+                    width = chooser[o][1]
+                    f, lo, hi, h, n, ok = lists[o]
+                    entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
+                    taken = self._take(children, parent, entries, width, seen, o == 0)
+                    if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
+                        whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
+                        self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
+        return objective_children, {c: st for c, st in children.items() if c not in objective_children}
 
     @staticmethod
     def _take(
@@ -738,18 +747,19 @@ class BeamSearch:
         chooser = [
             (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2)) for i, obj in enumerate(self.objectives)
         ]
-        chooser.append((self.lift, max(1, self.beam_width // 2)))  # a few nodes of high lift too (see :class:`Lift`)
         seed_beam: list[_State] = []
         for length in range(1, max_length + 1):
-            children = self._expand(beam, rows, groups, min_support, set(found), chooser)
+            # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
+            lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
+            children, lifted = self._expand(beam, rows, groups, min_support, set(found), chooser + lift)
             seeded: dict[tuple, _State] = {}
             if seed_beam:
                 s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
-                seeded = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
-                                      chooser[: len(self.objectives)])  # fmt: skip
-            if not children and not seeded:
+                seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
+                                         chooser)  # fmt: skip
+            if not children and not seeded and not lifted:
                 break
-            for state in itertools.chain(children.values(), seeded.values()):
+            for state in itertools.chain(children.values(), seeded.values(), lifted.values()):
                 found.setdefault(state.conds, state)
             # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
             chosen: dict[tuple, _State] = {}

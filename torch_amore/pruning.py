@@ -16,6 +16,7 @@ each) and summed over the shards of a DDP run, so a sharded run prunes as one pr
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -42,6 +43,29 @@ def _packed(masks: torch.Tensor) -> torch.Tensor:
     return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
 
 
+def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
+    """(len(rules), N) :meth:`Rule.mask` of each rule: on a floating ``X`` one float64 column per feature, compared
+    with all of that feature's rules at once (NaN satisfies no rule); rule by rule otherwise."""
+    if not X.is_floating_point() or X.device.type == "mps":
+        return torch.stack([r.mask(X) for r in rules])
+    out = torch.empty(len(rules), X.shape[0], dtype=torch.bool, device=X.device)
+    by_feature: dict[int, list[int]] = {}
+    for k, rule in enumerate(rules):
+        by_feature.setdefault(rule.feature, []).append(k)
+    for feature, ks in by_feature.items():
+        col = X[:, feature].to(torch.float64)
+        bounds = torch.tensor([[rules[k].low, rules[k].high] if rules[k].value is None else [math.nan, math.nan]
+                               for k in ks], dtype=torch.float64, device=X.device)  # fmt: skip
+        values = [rules[k].value for k in ks]
+        inside = (col >= bounds[:, :1]) & ~(col >= bounds[:, 1:])  # NaN: never >= low (low may be -inf)
+        if any(v is not None for v in values):
+            value = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64,
+                                 device=X.device)[:, None]  # fmt: skip
+            inside = torch.where(torch.isnan(value), inside, col == value)
+        out[ks] = inside
+    return out
+
+
 class _Counter:
     """Counts of conjunctions of ``rules`` (index tuples) on ``(X, target)``: each rule masked once per chunk of rows
     and packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed
@@ -59,7 +83,8 @@ class _Counter:
             self._words = []
             for r0 in range(0, max(1, n), step):
                 X, target = self.X[r0 : r0 + step], self.target[r0 : r0 + step]
-                table = torch.stack([r.mask(X) for r in self.rules] + [torch.ones_like(target), target])
+                every = torch.ones_like(target)
+                table = torch.cat([_rule_table(self.rules, X), torch.stack([every, target])])
                 self._words.append(_packed(table))
         return self._words
 

@@ -164,7 +164,7 @@ class _Extractor:
             # independent: on small data the tree runs beside the beam (progress bars: one after the other)
             tree = beside(tree_only, self.binned.codes.numel()) if not o.progress else done(tree_only())
             # the grid's optimum of every length up to 2 is a candidate (at length 1 always: one pass over counts)
-            optima = {k: self.grid_optimum(o.replace(max_length=k), min_support) for k in (1, 2) if k <= o.max_length}
+            optima = self.grid_optima(o, min_support)
             optimal = optima.get(o.max_length, [])
             for k in optima:
                 if k < o.max_length:  # a candidate; its optimum is that of a shorter search
@@ -220,6 +220,23 @@ class _Extractor:
         found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget
                                if o.max_length > 1 else 1 << 62)  # fmt: skip
         return [rs for rs in found if rs.optimum is not None]
+
+    def grid_optima(self, options: SearchOptions, min_support: int) -> dict[int, list[RuleSet]]:
+        """:meth:`grid_optimum` at each ``max_length`` 1 and 2 up to ``options.max_length`` (keyed by it), from one
+        exact search where the longer one is affordable (its pool of single conditions is the shorter one's)."""
+        o = options
+        out = {k: [] for k in (1, 2) if k <= o.max_length}
+        two = o.replace(max_length=2)
+        if o.max_length >= 2 and self.optimum_affordable(two):
+            found = self.run_exact(max_length=2, min_support=min_support, top_k=1, budget=o.optimum_budget,
+                                   shorter=True)  # fmt: skip
+            complete = [rs for rs in found if rs.optimum is not None]
+            if complete:  # the best of the pairs' search, then of the singles' (with its own optimum)
+                out[2] = complete[:1]
+                out[1] = [replace(rs, optimum=rs.fitness) for rs in complete[1:2]]
+            return out
+        out[1] = self.grid_optimum(o.replace(max_length=1), min_support)
+        return out
 
     def optimum_affordable(self, options: SearchOptions) -> bool:
         """Whether :meth:`grid_optimum` searches: ``options.optimum_budget > 0`` and either ``max_length == 1`` (one
