@@ -12,7 +12,6 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
