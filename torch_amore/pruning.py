@@ -38,6 +38,8 @@ _POPCOUNT = tuple(bin(i).count("1") for i in range(256))
 
 def _packed(masks: torch.Tensor) -> torch.Tensor:
     """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0)."""
+    if masks.shape[1] == 0:  # an empty shard of a DDP run
+        return torch.zeros(masks.shape[0], 0, dtype=torch.int64, device=masks.device)
     m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64))
     bits = torch.tensor(_BITS, dtype=torch.uint8, device=masks.device)
     return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
