@@ -46,26 +46,19 @@ def _packed(masks: torch.Tensor) -> torch.Tensor:
 
 
 def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
-    """(len(rules), N) :meth:`Rule.mask` of each rule: on a floating ``X`` one float64 column per feature, compared
-    with all of that feature's rules at once (NaN satisfies no rule); rule by rule otherwise."""
+    """(len(rules), N) :meth:`Rule.mask` of each rule: on a floating ``X`` the rules' columns taken once (float64)
+    and compared with every bound at once (NaN satisfies no rule); rule by rule otherwise."""
     if not X.is_floating_point() or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
-    out = torch.empty(len(rules), X.shape[0], dtype=torch.bool, device=X.device)
-    by_feature: dict[int, list[int]] = {}
-    for k, rule in enumerate(rules):
-        by_feature.setdefault(rule.feature, []).append(k)
-    for feature, ks in by_feature.items():
-        col = X[:, feature].to(torch.float64)
-        bounds = torch.tensor([[rules[k].low, rules[k].high] if rules[k].value is None else [math.nan, math.nan]
-                               for k in ks], dtype=torch.float64, device=X.device)  # fmt: skip
-        values = [rules[k].value for k in ks]
-        inside = (col >= bounds[:, :1]) & ~(col >= bounds[:, 1:])  # NaN: never >= low (low may be -inf)
-        if any(v is not None for v in values):
-            value = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64,
-                                 device=X.device)[:, None]  # fmt: skip
-            inside = torch.where(torch.isnan(value), inside, col == value)
-        out[ks] = inside
-    return out
+    feats = sorted({r.feature for r in rules})
+    at = {f: i for i, f in enumerate(feats)}
+    cols = X.index_select(1, torch.tensor(feats, device=X.device)).to(torch.float64).t()  # (F', N)
+    nan = math.nan
+    table = torch.tensor([[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value,
+                           at[r.feature]] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
+    low, high, value, which = table.unsqueeze(2).unbind(1)
+    c = cols.index_select(0, which.view(-1).long())  # (R, N)
+    return torch.where(torch.isnan(value), (c >= low) & ~(c >= high), c == value)
 
 
 class _Counter:
