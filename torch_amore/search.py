@@ -12,6 +12,7 @@ select the same samples (:mod:`torch_amore.readable`); rule sets selecting the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -160,21 +161,27 @@ class _Extractor:
 
         optimal: list[RuleSet] = []
         if o.strategy == "beam" and local_codes is None:
-            # independent: on small data the tree runs beside the beam (progress bars: one after the other)
-            tree = beside(tree_only, self.binned.codes.numel()) if not o.progress else done(tree_only())
-            # the grid's optimum of every length up to 2 is a candidate (at length 1 always: one pass over counts)
-            optima = self.grid_optima(o, min_support)
+            def tree_and_optima() -> tuple[list[RuleSet], dict[int, list[RuleSet]]]:
+                # the grid's optimum of every length up to 2 is a candidate (length 1 always: one pass over counts)
+                return tree_only(), self.grid_optima(o, min_support)
+
+            # independent: on small data the tree and the grid's optima run beside the beam (progress bars: one
+            # after the other)
+            later = beside(tree_and_optima, self.binned.codes.numel()) if not o.progress else done(tree_and_optima())
+            # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
+            beam = functools.partial(
+                self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
+                min_confidence=o.min_confidence, progress=o.progress,
+            )  # fmt: skip
+            seed = o.max_length >= 2 and not self.optimum_affordable(o.replace(max_length=2))
+            tagged = beam(seed=seed)
+            rule_sets, optima = later()
+            if o.max_length >= 2 and not seed and not optima[2]:  # that optimum found nothing: the beam as it runs
+                tagged = beam(seed=True)  # without one
             optimal = optima.get(o.max_length, [])
             for k in optima:
                 if k < o.max_length:  # a candidate; its optimum is that of a shorter search
                     optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
-            # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
-            seed = o.max_length >= 2 and not optima[2]
-            tagged = self.run_beam(
-                max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-                min_confidence=o.min_confidence, progress=o.progress, seed=seed,
-            )  # fmt: skip
-            rule_sets = tree()
             # what the search at each shorter max_length would have found and polished is a candidate here too
             chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
             for length in range(1, o.max_length + 1):
