@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from conftest import shared_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_amore as ta
+from torch_amore.exact import estimate_cost
 
 
 def best_fitness(X, target, **options) -> float:
@@ -92,3 +94,17 @@ def test_mnist_latent_layer_is_monotone_in_max_length():
         common = dict(min_support=int(share * n_target), n_grids=6, bin_strategy="kmeans")
         best = [best_fitness(Z, target, max_length=length, **common) for length in (1, 2, 3)]
         assert best[0] <= best[1] + 1e-12 <= best[2] + 2e-12, (share, best)
+
+
+def test_exact_stopped_at_its_budget_keeps_the_best_pair():
+    g = np.random.default_rng(5)
+    X = g.random((3000, 6))
+    target = torch.from_numpy((X[:, 0] > 0.5) & (X[:, 3] < 0.6) ^ (g.random(3000) < 0.1))
+    X = torch.from_numpy(X)
+    common = dict(min_support=100, n_grids=8, bin_strategy="quantile", strategy="exact", top_k=2)
+    pair = ta.extract_rules(X, target, max_length=2, **common)[0]
+    budget = estimate_cost(3000, 6, 8, 3) + 1  # accepted up front, no work left for the triples
+    with pytest.warns(RuntimeWarning, match="exact_budget"):
+        stopped = ta.extract_rules(X, target, max_length=3, exact_budget=budget, **common)
+    assert stopped[0].fitness >= pair.fitness - 1e-12
+    assert stopped[0].optimum is None  # not proven optimal at length 3
