@@ -16,8 +16,9 @@ and paper strategies' seconds and their ratio, and the flags
 - ``LOSS``: the beam strategy's fitness < max(paper, tree, pysubgroup) - 0.005 (or it found nothing where another
   method found a rule set);
 - ``GAP``: the beam strategy's fitness < the exact optimum on a 32-cut equal-frequency grid - 0.005 (the
-  ``exact`` column, ``strategy="exact"``, run at ``max_length`` <= 2; ``beam20`` is the beam strategy with
-  ``beam_width=20``; ``--no-exact`` skips both);
+  ``exact`` column, ``strategy="exact"`` with ``min_gain=0`` at ``max_length`` min(l, 2): the best single condition
+  at l = 1, the exhaustive pair optimum at l = 2 and 3, which a search allowed more conditions must reach too;
+  ``beam20`` is the beam strategy with ``beam_width=20``; ``--no-exact`` skips both, ``--no-beam20`` the latter);
 - ``SLOW``: the beam strategy took more than 5 x the paper strategy's time (the raw ratio; small calls are noisy);
 - ``ERR``: a method raised (the message is printed; the sweep goes on).
 
@@ -179,7 +180,7 @@ def _safe(method: str, fn) -> Cell:
 
 
 def run_point(
-    task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, cache: Cache, exact: bool = True
+    task: _tasks.Task, *, repeat: int, use_pysubgroup: bool, cache: Cache, exact: bool = True, beam20: bool = True
 ) -> dict[str, Cell]:
     """All methods at one grid point: beam and paper always (alternating, best of ``repeat`` as in bench_quality),
     tree and pysubgroup from the cache when there."""
@@ -192,9 +193,11 @@ def run_point(
         beam.seconds = min(beam.seconds, _safe("beam", lambda: bench_quality.run_amore(task, "beam")).seconds)
     cells = {"beam": beam, "paper": paper}
     if exact:
-        cells["beam20"] = _safe("beam20", lambda: bench_quality.run_beam20(task))
-        if task.max_length <= 2:
-            cells["exact"] = _safe("exact", lambda: bench_quality.run_exact(task))
+        if beam20:
+            cells["beam20"] = _safe("beam20", lambda: bench_quality.run_beam20(task))
+        shorter = dataclasses.replace(task, max_length=min(task.max_length, 2))  # singles or pairs: exhaustive
+        cells["exact"] = _safe("exact", lambda: bench_quality.run_amore(
+            shorter, "exact", top_k=1, min_gain=0, **bench_quality.EXACT_GRID))  # fmt: skip
     runners = {"tree": lambda: bench_quality.run_tree(task, repeat)}
     if use_pysubgroup:
         runners["pysubgroup"] = lambda: bench_quality.run_pysubgroup(task, 1)  # slow: timed once
@@ -340,7 +343,7 @@ def summary(points: list[Point], methods, wall: float, n_worst: int) -> str:
                          f"{_fit(p.cells['beam'])} vs {rival} {_fit(p.cells[rival])} ({deficit})")  # fmt: skip
             lines.append(format_rules(p, ["beam", rival]))
     if gaps:
-        lines.append(f"\nGAP (beam below the exact optimum on a 32-cut quantile grid - {TOLERANCE}):")
+        lines.append(f"\nGAP (beam below the exact single/pair optimum on a 32-cut quantile grid - {TOLERANCE}):")
         for p in gaps:
             t = p.task
             lines.append(f"  {t.name} l={t.max_length} s_min={t.min_support} conf={_conf(t)}: beam "
@@ -379,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="best-of-n timing of beam and paper (calls under 10 s)")
     parser.add_argument("--no-pysubgroup", action="store_true", help="skip pysubgroup")
     parser.add_argument("--no-exact", action="store_true", help="skip the exact and beam_width=20 columns")
+    parser.add_argument("--no-beam20", action="store_true", help="skip the beam_width=20 column")
     parser.add_argument("--refresh", action="store_true", help="recompute the cached tree and pysubgroup results")
     parser.add_argument("--cache", type=Path, default=None, help=f"cache file (default: cache folder / {CACHE_FILE})")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this file")
@@ -396,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     if not use_psg and not args.no_pysubgroup:
         print("pysubgroup is not installed: its column is skipped (pip install --no-deps pysubgroup statsmodels)")
     skipped = ({"pysubgroup"} if not use_psg else set()) | ({"beam20", "exact"} if args.no_exact else set())
+    skipped |= {"beam20"} if args.no_beam20 else set()
     methods = [m for m in METHODS if m not in skipped]
     cache = Cache(args.cache or _tasks.cache_dir() / CACHE_FILE, args.refresh)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -408,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         base = _tasks.TASKS[name]()
         for task in grid(base, lengths, factors, confidences):
-            cells = run_point(task, repeat=args.repeat, use_pysubgroup=use_psg, cache=cache, exact=not args.no_exact)
+            cells = run_point(task, repeat=args.repeat, use_pysubgroup=use_psg, cache=cache, exact=not args.no_exact,
+                              beam20=not args.no_beam20)  # fmt: skip
             point = Point(task, cells)
             points.append(point)
             print(format_point(point, methods), flush=True)

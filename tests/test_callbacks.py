@@ -158,13 +158,13 @@ def test_batch_hooks_and_every_search_option_reach_the_rules(tmp_path):
     options = SearchOptions(n_grids=8, strategy="paper", min_support=20)
     callback = RegionalRuleExtractor(
         target=1, options=options, max_length=2, min_confidence=0.8, beam_width=3, feature_scale=[100.0] * 30,
-        feature_offset=[500.0] * 30,
+        feature_offset=[500.0] * 30, min_gain=0.02,
     )  # fmt: skip
     t = trainer(tmp_path, [callback])
     raw_train, raw_val = raw_loaders()
     t.fit(model, raw_train, raw_val)
     assert callback.options == options.replace(min_confidence=0.8, beam_width=3, feature_scale=[100.0] * 30,
-                                               feature_offset=[500.0] * 30)  # fmt: skip
+                                               feature_offset=[500.0] * 30, min_gain=0.02)  # fmt: skip
     Xraw, _ = split_data(raw_val)
     Xn = (Xraw - 500.0) / 100.0  # the hook's arithmetic, element by element
     explanation = callback.explanation

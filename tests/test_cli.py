@@ -151,9 +151,11 @@ def test_main_on_diabetes_with_features_and_limit(tmp_path, capsys):
         "rules", str(DIABETES), "--target", "diabetes == 1 and age >= 40", "--max-length", "2",
         "--min-support", "0.01", "--features", "bmi,HbA1c_level,blood_glucose_level,gender", "--limit", "4",
         "--strategy", "paper", "--min-confidence", "0.6", "--json", str(out),
+        "--min-gain", "0",  # the paper's rule tree as it is (with its ratios): four rule sets to keep
     ])
     stdout = capsys.readouterr().out
     assert code == 0
+    assert "min_gain=0.0" in stdout
     df = pd.read_csv(DIABETES)
     target = (df["diabetes"] == 1) & (df["age"] >= 40)
     rows, rule_sets = _check_against_pandas(stdout, out, df, target, ["gender", "smoking_history"])
@@ -447,6 +449,7 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
         "--strategy", "paper", "--min-confidence", "0.3", "--beam-width", "3",
         "--feature-types", "count=float,city=cat", "--feature-scale", "size=2.5,count=10",
         "--feature-offset", "size=-1", "--exact-budget", "123456789", "--optimum-budget", "0", "--progress", "--all",
+        "--min-gain", "0.004",
     ]  # fmt: skip
     assert main(argv) == 0
     capsys.readouterr()
@@ -457,7 +460,7 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
         max_length=3, min_support=25, n_grids=6, bin_strategy="quantile", top_k=2, strategy="paper",
         min_confidence=0.3, beam_width=3, feature_types=["cat", "cat", "cat", "float", "cat", "cat", "cat", "float"],
         feature_scale=[1, 1, 1, 2.5, 1, 1, 1, 10], feature_offset=[0, 0, 0, -1, 0, 0, 0, 0], exact_budget=123456789,
-        progress=True, optimum_budget=0,
+        progress=True, optimum_budget=0, min_gain=0.004,
     )  # fmt: skip
     assert set(SearchOptions.names()) == {f for f in options.to_dict() if options.to_dict()[f] != getattr(
         SearchOptions(), f)}, "every option is set to a non-default value by a flag"

@@ -241,7 +241,8 @@ def test_lift_recall_and_base_rate_beside_the_metrics(rare, tmp_path):
 
 def test_format_max_rows_none_prints_all_and_repr_is_short(rare):
     X, _ = rare
-    got = RegionalRuleExplainer(nn.Identity()).explain(X, X[:, 0] + X[:, 1] > 1, min_support=10, **FAST)
+    # min_gain=0: every rule set found, more than the 10 rows format() shows by default
+    got = RegionalRuleExplainer(nn.Identity()).explain(X, X[:, 0] + X[:, 1] > 1, min_support=10, min_gain=0, **FAST)
     shown = got.shown()
     assert len(shown) > 10
     rows = [line for line in got.format(max_rows=None).splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]

@@ -16,7 +16,8 @@ paper's own objective, fitness, directly:
    target's base rate (weighted relative accuracy), give broad regions of high lift.
 3. **Beam search.** All nodes of the beam are counted in one batched pass; each gets its ``beam_width`` best children
    by fitness (and by confidence-then-fitness with ``min_confidence``); before the last length a few children of high
-   lift (:class:`Lift`) join them, so that a condition weak alone can be sharpened by the next one.
+   lift (:class:`Lift`) join the next beam, so that a condition weak alone can be sharpened by the next one. Every
+   length is searched alike whatever ``max_length`` (a shorter search's rule sets are a longer one's too).
 4. **Refinement.** The children's conditions are re-optimised in turn given the others (coordinate ascent, all
    children at once: one weighted ``bincount`` per condition position and round) until nothing changes; fitness never
    decreases. The ``beam_width`` best rule sets go on to the next length.
@@ -551,9 +552,11 @@ class BeamSearch:
     def _expand(
         self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
         chooser: list,
-    ) -> dict[tuple, _State]:  # fmt: skip
+    ) -> tuple[dict[tuple, _State], dict[tuple, _State]]:  # fmt: skip
         """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
-        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found.
+        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found; the
+        children of the objectives, then those only :class:`Lift` chose (taken after every node's others: the
+        objectives' children do not depend on whether ``chooser`` holds the lift, nor does the candidate table).
 
         Each node's candidates are sorted per objective on the device by (key, hits, -feature, -g_low, then the
         candidates' order), and the first ``M`` of each cross to the host in one ``tolist``; ``M`` = (``width`` + 2)
@@ -566,7 +569,7 @@ class BeamSearch:
         both = group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].view(g * n_feat, self.width)
         tot = both[:g].view(g * n_feat, self.width).add_(tgt)  # in place: no third table
-        fields = self._candidates(beam, tot, tgt, min_support, any(obj is self.lift for obj, _ in chooser))
+        fields = self._candidates(beam, tot, tgt, min_support, True)
         feature, g_low, _, hits, support, valid = fields.unbind(0)
         n_cols = fields.shape[2]
         n_k = len(self.kappas) + 1
@@ -580,15 +583,21 @@ class BeamSearch:
             fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
         lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
         children: dict[tuple, _State] = {}
-        for k, parent in enumerate(beam):
-            for o, (_, width) in enumerate(chooser):
-                f, lo, hi, h, n, ok = lists[o]
-                entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
-                taken = self._take(children, parent, entries, width, seen, o == 0)
-                if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
-                    whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
-                    self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
-        return children
+        phases = [[o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
+                  [o for o, (obj, _) in enumerate(chooser) if obj is self.lift]]  # fmt: skip
+        for n_phase, phase in enumerate(phases):
+            if n_phase:
+                objective_children = dict(children)
+            for k, parent in enumerate(beam):
+                for o in phase:
+                    width = chooser[o][1]
+                    f, lo, hi, h, n, ok = lists[o]
+                    entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
+                    taken = self._take(children, parent, entries, width, seen, o == 0)
+                    if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
+                        whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
+                        self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
+        return objective_children, {c: st for c, st in children.items() if c not in objective_children}
 
     @staticmethod
     def _take(
@@ -711,43 +720,72 @@ class BeamSearch:
     def run(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
     ) -> list[_State]:
-        """The best rule sets of every length (``beam_width`` per objective), unsorted, without those that a rule set
-        with one condition fewer matches or beats in both fitness and confidence (a condition that adds nothing).
-        ``seeds``: pairs of conditions (fine grids) whose conditions join the beam after the first length, whatever
-        their rank, unless the beam already holds a node on one of their features (its expansion covers the pair)."""
+        """The rule sets of :meth:`run_by_length`, once each."""
+        out: dict[tuple, _State] = {}
+        for _, state in self.run_by_length(max_length=max_length, min_support=min_support, progress=progress,
+                                           seeds=seeds):  # fmt: skip
+            out.setdefault(state.conds, state)
+        return list(out.values())
+
+    def run_by_length(
+        self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
+    ) -> list[tuple[int, _State]]:
+        """The best rule sets of every length (``beam_width`` per objective), each with the length at which the beam
+        chose it, unsorted, without those that a rule set with one condition fewer matches or beats in both fitness
+        and confidence (a condition that adds nothing).
+
+        Every length is searched the same way whatever ``max_length``, so a search at a shorter ``max_length``
+        returns exactly this one's rule sets chosen at lengths up to its own (what makes the beam strategy monotone
+        in ``max_length``). ``seeds``: pairs of conditions (fine grids) expanded at the second length, unless the beam
+        already holds a node on one of their features (its expansion covers the pair); their children count among
+        that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         beam = [_State((), self.n_target, self.n_rows)]
         rows, groups = self._node_rows([()])
         found: dict[tuple, _State] = {}  # every rule set visited
-        best: dict[tuple, _State] = {}  # the best of each length and objective
+        best: dict[tuple, tuple[int, _State]] = {}  # the best of each length and objective, with that length
+        chooser = [
+            (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2)) for i, obj in enumerate(self.objectives)
+        ]
+        seed_beam: list[_State] = []
         for length in range(1, max_length + 1):
-            chooser = [
-                (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2))
-                for i, obj in enumerate(self.objectives)
-            ]
-            if length < max_length:  # a few nodes of high lift too (see :class:`Lift`)
-                chooser.append((self.lift, max(1, self.beam_width // 2)))
-            children = self._expand(beam, rows, groups, min_support, set(found), chooser)
-            if not children:
+            # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
+            lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
+            children, lifted = self._expand(beam, rows, groups, min_support, set(found), chooser + lift)
+            seeded: dict[tuple, _State] = {}
+            if seed_beam:
+                s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
+                seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
+                                         chooser)  # fmt: skip
+            if not children and not seeded and not lifted:
                 break
-            for state in children.values():
+            for state in itertools.chain(children.values(), seeded.values(), lifted.values()):
                 found.setdefault(state.conds, state)
             # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
             chosen: dict[tuple, _State] = {}
             for obj in self.objectives:
                 # children on the same features tend to climb to the same optimum: refine the best of each set
-                first: dict[tuple, _State] = {}
-                for st in sorted(children.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
-                    first.setdefault(tuple(c[0] for c in st.conds), st)
-                refined: dict[tuple, _State] = {st.conds: st for st in children.values()}
-                for state in self._refine(list(first.values()), min_support, obj):
-                    refined.setdefault(state.conds, state)
-                    found.setdefault(state.conds, state)
-                ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
-                ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
-                for state in ranked[: self.beam_width]:
-                    chosen.setdefault(state.conds, state)
-                    best.setdefault(state.conds, state)
+                firsts = []
+                for pool in (children, seeded):
+                    first: dict[tuple, _State] = {}
+                    for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
+                        first.setdefault(tuple(c[0] for c in st.conds), st)
+                    firsts.append(list(first.values()))
+                done = self._refine(firsts[0] + firsts[1], min_support, obj)
+                for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
+                                            ({**children, **seeded}, done, False)):  # fmt: skip
+                    refined: dict[tuple, _State] = dict(pool)
+                    for state in tops:
+                        refined.setdefault(state.conds, state)
+                        found.setdefault(state.conds, state)
+                    ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
+                    ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
+                    for state in ranked[: self.beam_width]:
+                        if goes_on:
+                            chosen.setdefault(state.conds, state)
+                        best.setdefault(state.conds, (length, state))
+                    if not seeded:
+                        break  # the same pool: ranked once
             bar.update(1)
             if length == max_length:
                 break
@@ -756,18 +794,26 @@ class BeamSearch:
             for state in level[: max(1, self.beam_width // 2)]:
                 chosen.setdefault(state.conds, state)
             beam = list(chosen.values())
+            if not beam:
+                break
+            rows, groups = self._node_rows([s.conds for s in beam])
+            seed_beam = []
             if length == 1:  # seed pairs none of whose features the beam expands already
                 held = {c[0] for conds in chosen for c in conds}
                 new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
-                beam += [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # no samples: no children
-            rows, groups = self._node_rows([s.conds for s in beam])
+                seed_beam = [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
         bar.close()
-        return self._without_idle_conditions(best, found)
+        lengths = {conds: length for conds, (length, _) in best.items()}
+        states = self._without_idle_conditions({conds: st for conds, (_, st) in best.items()}, found, lengths)
+        return states
 
-    def _without_idle_conditions(self, best: dict[tuple, _State], found: dict[tuple, _State]) -> list[_State]:
+    def _without_idle_conditions(
+        self, best: dict[tuple, _State], found: dict[tuple, _State], lengths: dict[tuple, int]
+    ) -> list[tuple[int, _State]]:
         """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
         fitness and confidence (exact integer comparisons; the sub-rule sets the search did not visit are counted
-        first, all in one batched pass)."""
+        first, all in one batched pass); each with the length of ``lengths`` at which its rule set was chosen (once
+        per length)."""
         todo = {
             sub
             for state in best.values()
@@ -785,8 +831,8 @@ class BeamSearch:
             both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             for conds, h, n in zip(todo, *both.tolist()):
                 found[conds] = _State(conds, h, n)
-        out: dict[tuple, _State] = {}
-        for state in best.values():
+        out: dict[tuple, tuple[int, _State]] = {}
+        for key, state in best.items():
             changed = True
             while changed and len(state.conds) > 1:
                 changed = False
@@ -798,7 +844,7 @@ class BeamSearch:
                     ):
                         state, changed = sub, True
                         break
-            out.setdefault(state.conds, state)
+            out.setdefault((lengths[key], state.conds), (lengths[key], state))
         return list(out.values())
 
 

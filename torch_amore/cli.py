@@ -210,6 +210,9 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--optimum-budget", type=_integer, metavar="B",
                        help="work allowed to compute the grid's optimum that beam/paper results are compared with "
                        f"(max length <= 2; grid-cell updates; 0: never) (default: {d.optimum_budget})")
+    group.add_argument("--min-gain", type=_float, metavar="G",
+                       help="the fitness each condition must add to its rule set; a condition adding less is dropped "
+                       f"(0: keep every condition found) (default: {d.min_gain})")
     group.add_argument("--progress", action="store_true", default=None,
                        help="show progress bars over the rule tree and the beam search (on stderr)")
 

@@ -37,11 +37,12 @@ The work of ``max_length <= 2`` is estimated up front (:func:`estimate_cost`, in
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from torch_amore import distributed as D
+from torch_amore.beam import _packed_keys
 from torch_amore.binning import Binned
 from torch_amore.pair_counts import ExactGrid, PairCounts, compress
 from torch_amore.ratios import group_grid_counts
@@ -69,11 +70,14 @@ class ExactResult:
         complete: whether the search was exhaustive (False when ``exact_budget`` stopped it).
         bound: an upper bound on the value ``2 * hits - support`` of every rule set not examined (``None`` when
             complete).
+        shorter: for each shorter ``max_length`` (1, then 2), the ``boxes`` a search at that length returns: the
+            pool before the longer rule sets joined it (always complete).
     """
 
     boxes: list[tuple[int, int, tuple[tuple[int, int, int], ...]]]
     complete: bool = True
     bound: int | None = None
+    shorter: list[list[tuple[int, int, tuple[tuple[int, int, int], ...]]]] = field(default_factory=list)
 
 
 def _pair_count(n_features: int) -> int:
@@ -137,23 +141,30 @@ def valid_intervals(grid: ExactGrid, feats: torch.Tensor, s: torch.Tensor, e: to
 # ------------------------------------------------------------------------------------------------------- the pool
 
 
-def _rank(pool: torch.Tensor, top_k: int) -> torch.Tensor:
+def _rank(pool: torch.Tensor, top_k: int, spans: tuple[int, int, int] | None = None) -> torch.Tensor:
     """The ``top_k`` rows of ``pool`` (value, hits, support, then (feature, s, e) per condition, -1 unused): highest
-    value, then smaller features, then smaller cuts."""
+    value, then smaller features, then smaller cuts. ``spans``: (samples, features, grids) bounding the columns, when
+    known: the keys are then packed into as few int64 keys as fit (one sort instead of one per key)."""
     if pool.shape[0] == 0:
         return pool
     n_cond = (pool.shape[1] - 3) // 3
     keys = [-pool[:, 0]] + [pool[:, 3 + 3 * c] for c in range(n_cond)]
     keys += [pool[:, 4 + 3 * c + d] for c in range(n_cond) for d in (0, 1)]
+    if spans is not None:
+        n_rows, n_feat, n_max = spans
+        bounds = [(-n_rows, n_rows)] + [(-1, n_feat)] * n_cond + [(-1, n_max + 1)] * (2 * n_cond)
+        keys = _packed_keys([(key, lo, hi) for key, (lo, hi) in zip(keys, bounds)])
     order = torch.arange(pool.shape[0], device=pool.device)
     for key in reversed(keys):
         order = order[torch.argsort(key[order], stable=True)]
     return pool[order[:top_k]]
 
 
-def _merge(pool: torch.Tensor, new: torch.Tensor, top_k: int) -> tuple[torch.Tensor, int]:
+def _merge(
+    pool: torch.Tensor, new: torch.Tensor, top_k: int, spans: tuple[int, int, int] | None = None
+) -> tuple[torch.Tensor, int]:
     """The ``top_k`` best of both, and the value a rule set must reach to enter (``_NEG`` while fewer)."""
-    pool = _rank(torch.cat([pool, new]), top_k)
+    pool = _rank(torch.cat([pool, new]), top_k, spans)
     kth = int(pool[top_k - 1, 0]) if pool.shape[0] >= top_k else _NEG
     return pool, kth
 
@@ -203,6 +214,7 @@ class _Context:
     min_support: int
     top_k: int
     n_cond: int
+    spans: tuple[int, int, int] | None = None  # bounds of the pool's columns (see :func:`_rank`)
 
 
 def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.Tensor:
@@ -279,7 +291,7 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
         while start < p.numel() and int(bounds[start]) >= _bar(kth):
             pb, ib = p[start : start + batch], i[start : start + batch]
             new = _pair_candidates(ctx, ctot, ctgt, pb, ib, j_c[pb], k_c[pb], kth)
-            pool, kth = _merge(pool, new, ctx.top_k)
+            pool, kth = _merge(pool, new, ctx.top_k, ctx.spans)
             start += batch
             batch = min(4 * batch, max(1, _CHUNK // (4 * n_int)))
     all_counts = None
@@ -404,7 +416,7 @@ def _triples(ctx, nodes, target, ctot, pool, kth, budget_left: int):
             return pool, kth, False, top
         spent += cost
         new = _expand(ctx, part, target, ctot, kth)
-        pool, kth = _merge(pool, new, ctx.top_k)
+        pool, kth = _merge(pool, new, ctx.top_k, ctx.spans)
         start += batch
     return pool, kth, True, None
 
@@ -440,33 +452,41 @@ def exact_search(
     n_feat = binned.codes.shape[1]
     n_rows = D.global_count(binned.codes.shape[0])
     cost = check_budget(n_rows, n_feat, binned.n_bins_max, max_length, budget)
-    grid = compress(binned, target, grid_counts)
+    grid = compress(binned, target, grid_counts, recode=max_length >= 2)
     n_target = int(D.all_reduce_sum(target.sum()))
     device = grid.codes_t.device
     s, e = intervals(grid.n_max, device)
     sup1, hits1, val1 = _singles(grid, s, e, min_support)
     feats = torch.arange(n_feat, device=device)
     valid = valid_intervals(grid, feats, s, e)
-    ctx = _Context(grid, s, e, sup1, hits1, val1, valid, min_support, top_k, max_length)
+    ctx = _Context(grid, s, e, sup1, hits1, val1, valid, min_support, top_k, max_length, (n_rows, n_feat, grid.n_max))
     f_i, i_i = torch.nonzero(val1 > _NEG, as_tuple=True)
     pool = _rows(val1[f_i, i_i], hits1[f_i, i_i], sup1[f_i, i_i], [f_i, s[i_i], e[i_i]], max_length)
-    pool, kth = _merge(pool[:0], pool, top_k)
+    pool, kth = _merge(pool[:0], pool, top_k, ctx.spans)
     complete, bound = True, None
+    pools = [pool]  # the pool after each length: what a search at that max_length returns
     if max_length >= 2 and n_feat >= 2:
         counts = PairCounts(grid, target)
         pool, kth, kept = _pairs(ctx, counts, pool, kth, keep=max_length >= 3)
+        pools.append(pool)
         if max_length >= 3 and n_feat >= 3:
             nodes = _nodes(ctx, kept[0], kept[1], kth)
             pool, kth, complete, bound = _triples(ctx, nodes, target, kept[0], pool, kth, budget - cost)
-    boxes = []
     orig = grid.orig.tolist()
-    for row in pool.tolist():
-        conds = []
-        for c in range(max_length):
-            f, a, b = row[3 + 3 * c : 6 + 3 * c]
-            if f >= 0:
-                conds.append((f, orig[f][a], orig[f][b - 1]))
-        boxes.append((row[1], row[2], tuple(conds)))
+
+    def boxes_of(rows: torch.Tensor) -> list[tuple[int, int, tuple[tuple[int, int, int], ...]]]:
+        out = []
+        for row in rows.tolist():
+            conds = []
+            for c in range(max_length):
+                f, a, b = row[3 + 3 * c : 6 + 3 * c]
+                if f >= 0:
+                    conds.append((f, orig[f][a], orig[f][b - 1]))
+            out.append((row[1], row[2], tuple(conds)))
+        return out
+
+    boxes = boxes_of(pool)
+    shorter = [boxes_of(p) for p in pools[: max_length - 1]]
     if not complete:
         warnings.warn(
             f"strategy='exact' stopped at `exact_budget`={budget:.2e}: rule sets with at most "
@@ -475,4 +495,4 @@ def exact_search(
             RuntimeWarning,
             stacklevel=3,
         )
-    return ExactResult(boxes, complete, bound)
+    return ExactResult(boxes, complete, bound, shorter)

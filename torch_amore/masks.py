@@ -2,8 +2,8 @@
 
 :func:`rule_masks` computes :meth:`torch_amore.rules.Rule.mask` of many rules in a few batched operations (one
 index tensor, one comparison per bound); :func:`rule_set_masks` combines them per rule set; :func:`drop_same_mask`
-keeps the first of rule sets on the same features that select exactly the same samples, comparing all candidate
-pairs in one batched operation and one host sync.
+keeps the shortest of rule sets on the same (or nested) features that select exactly the same samples, comparing all
+candidate pairs in one batched operation and one host sync.
 """
 
 from __future__ import annotations
@@ -104,22 +104,31 @@ def rule_set_masks(rule_sets: Sequence[RuleSet], X: torch.Tensor) -> torch.Tenso
 
 
 def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
-    """The rule sets in order, less those on the same features with the same support and confidence as an earlier
-    one that select exactly the same samples (on every shard of a DDP run). One host sync at most.
+    """The rule sets in order, less those that select exactly the same samples (on every shard of a DDP run) as
+    another one with the same support and confidence on the same features, or on a subset or superset of them: of
+    such a group the shortest is kept (ties: the earliest), at its own place. One host sync at most.
 
     Example:
-        >>> X = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+        >>> X = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0], [3.0, 5.0]])
         >>> a = RuleSet((Rule(0, "x", low=1.5),), 2, 1.0, 1.0)
         >>> b = RuleSet((Rule(0, "x", low=1.2),), 2, 1.0, 1.0)  # the same rows, other text
-        >>> [str(rs.rules[0]) for rs in drop_same_mask([a, b], X)]
-        ['x >= 1.5']
+        >>> c = RuleSet((Rule(0, "x", low=1.5), Rule(1, "y", low=4.0)), 2, 1.0, 1.0)  # y adds nothing
+        >>> [str(rs) for rs in drop_same_mask([c, a, b], X)]
+        ['IF x >= 1.5 THEN target  (support=2, confidence=1.000, fitness=1.000)']
     """
     if X is None:
         return rule_sets
     groups: dict[tuple, list[int]] = {}
     for i, rs in enumerate(rule_sets):
-        groups.setdefault((frozenset(rs.features), rs.support, rs.confidence), []).append(i)
-    pairs = [(i, e) for members in groups.values() for n, i in enumerate(members) for e in members[:n]]
+        groups.setdefault((rs.support, rs.confidence), []).append(i)
+    feats = [frozenset(rs.features) for rs in rule_sets]
+    pairs = [
+        (i, e)
+        for members in groups.values()
+        for n, i in enumerate(members)
+        for e in members[:n]
+        if feats[i] <= feats[e] or feats[e] <= feats[i]
+    ]
     if not pairs:
         return rule_sets
     involved = sorted({i for pair in pairs for i in pair})
@@ -127,5 +136,21 @@ def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Rul
     masks = rule_set_masks([rule_sets[i] for i in involved], X)
     later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]], device=X.device)
     equal = D.all_ranks(all_along(masks[later] == masks[earlier], 1)).tolist()  # equal on every DDP shard
-    same = {i for (i, _), eq in zip(pairs, equal) if eq}  # equal to an earlier one, so to an earlier one kept
-    return [rs for i, rs in enumerate(rule_sets) if i not in same]
+    keeper = list(range(len(rule_sets)))  # each rule set's group, by its representative (union-find)
+
+    def find(i: int) -> int:
+        while keeper[i] != i:
+            keeper[i] = keeper[keeper[i]]
+            i = keeper[i]
+        return i
+
+    def rank(i: int) -> tuple[int, int]:
+        return len(rule_sets[i].rules), i
+
+    for (i, e), eq in zip(pairs, equal):
+        if eq:
+            a, b = find(i), find(e)
+            if a != b:
+                keep, drop = (a, b) if rank(a) < rank(b) else (b, a)
+                keeper[drop] = keep
+    return [rs for i, rs in enumerate(rule_sets) if find(i) == i]

@@ -77,6 +77,14 @@ def _check_fraction(value: Any, name: str) -> float | None:
     return float(value)
 
 
+def _check_gain(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `min_gain` to be a number >= 0 (fitness units), but got {value!r}.")
+    if not (math.isfinite(float(value)) and float(value) >= 0.0):
+        raise ValueError(f"Expected `min_gain` to be a finite number >= 0 (fitness units), but got {value}.")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Options of the rule search, validated when created.
@@ -102,7 +110,13 @@ class SearchOptions:
             when its estimate (:func:`torch_amore.exact.estimate_cost`, grid-cell updates) is at most this (default
             5e7: a tenth to a fifth of a second on one CPU thread, about what the beam takes on such data; narrow
             tabular data qualifies, a 10,000 x 128 latent layer does not), and the beam strategy also takes its best
-            rule set as a candidate; 0 never.
+            rule set as a candidate; 0 never. At ``max_length = 1`` the optimum costs one pass over the per-grid
+            counts and is computed whatever this budget (but 0).
+        min_gain: the fitness a condition must add to earn its place, like scikit-learn's
+            ``min_impurity_decrease`` (default 0.001): every returned rule set with a condition whose removal lowers
+            its fitness by less than this (measured on the data searched) loses that condition, the least useful
+            first, until every condition earns it; a condition without which the rule set's confidence falls below
+            ``min_confidence`` earns its place. 0 returns the rule sets as the strategies find them.
 
     Example:
         >>> options = SearchOptions(max_length=3, min_support=100)
@@ -128,6 +142,7 @@ class SearchOptions:
     progress: bool = False
     exact_budget: int = 2 * 10**9
     optimum_budget: int = 5 * 10**7
+    min_gain: float = 0.001
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
@@ -150,6 +165,7 @@ class SearchOptions:
         set_(self, "progress", bool(self.progress))
         set_(self, "exact_budget", V.check_int(self.exact_budget, "exact_budget", 1))
         set_(self, "optimum_budget", V.check_int(self.optimum_budget, "optimum_budget", 0))
+        set_(self, "min_gain", _check_gain(self.min_gain))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -186,8 +202,24 @@ class SearchOptions:
         return V.resolve_min_support(self.min_support, n_samples)
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as a JSON-safe dict (tuples as lists); ``SearchOptions(**d)`` gives them back."""
+        """The options as a JSON-safe dict (tuples as lists); :meth:`from_dict` (or ``SearchOptions(**d)``) gives
+        them back."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchOptions:
+        """The options of a dict written by :meth:`to_dict`, validated; a field it lacks (a file written before the
+        field existed, e.g. ``min_gain``) takes its default, an unknown name is a ``TypeError``.
+
+        Example:
+            >>> SearchOptions.from_dict({"max_length": 3}).min_gain
+            0.001
+            >>> SearchOptions.from_dict(SearchOptions(min_gain=0).to_dict()) == SearchOptions(min_gain=0)
+            True
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"Expected a dict of SearchOptions fields, but got {type(data).__name__}.")
+        return cls.resolve(dict(data))
 
 
 def check_option_names(names: Mapping[str, Any] | Sequence[str], what: str = "keyword argument") -> None:

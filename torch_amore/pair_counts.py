@@ -51,10 +51,15 @@ class ExactGrid:
 
 
 def compress(
-    binned: Binned, target: torch.Tensor, counts: tuple[torch.Tensor, torch.Tensor] | None = None
+    binned: Binned,
+    target: torch.Tensor,
+    counts: tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    recode: bool = True,
 ) -> ExactGrid:
     """Merge each feature's empty grids (counted over all ranks) and recode the samples; ``counts``: the per-grid
-    counts of all and of the target samples (:func:`torch_amore.ratios.grid_counts`) when known."""
+    counts of all and of the target samples (:func:`torch_amore.ratios.grid_counts`) when known. ``recode=False``
+    leaves the samples out (``codes_t`` has no columns): single conditions need only the counts."""
     codes = binned.codes
     device = codes.device
     n, n_feat = codes.shape
@@ -71,9 +76,9 @@ def compress(
     lut = torch.cat([index, torch.full((n_feat, 1), n_max, dtype=torch.long, device=device)], 1)
     flat = lut.to(torch.int32).reshape(-1)  # (feature, code) -> compressed code at feature * (width + 1) + code
     offsets = torch.arange(n_feat, dtype=torch.int32, device=device)[:, None] * (width + 1)
-    codes_t = torch.empty(n_feat, n, dtype=torch.int32, device=device)
+    codes_t = torch.empty(n_feat, n if recode else 0, dtype=torch.int32, device=device)
     step = max(1, _CHUNK // max(1, n))
-    for f0 in range(0, n_feat, step):
+    for f0 in range(0, n_feat if recode else 0, step):
         # int32 (f, n), contiguous: its flat view indexes the table, the result lands in place
         part = codes[:, f0 : f0 + step].t().to(torch.int32, memory_format=torch.contiguous_format)
         part += offsets[f0 : f0 + step]

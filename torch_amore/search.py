@@ -35,6 +35,7 @@ from torch_amore.masks import drop_same_mask
 from torch_amore.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.options import SearchOptions
 from torch_amore.polish import SortedColumns, polish_many, polish_one
+from torch_amore.pruning import prune_rule_sets
 from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
@@ -44,13 +45,13 @@ from torch_amore.tree import grow_tree, insertion_order
 
 
 def sort_rule_sets(rule_sets) -> list[RuleSet]:
-    """Unique rule sets, best fitness first (ties: higher confidence, larger support, then text)."""
+    """Unique rule sets, best fitness first (ties: higher confidence, larger support, fewer rules, then text)."""
     unique: dict[frozenset, RuleSet] = {}
     for rs in rule_sets:
         unique.setdefault(frozenset(rs.rules), rs)
-    ranked = sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support))
+    ranked = sorted(unique.values(), key=lambda r: (-r.fitness, -r.confidence, -r.support, len(r.rules)))
     out: list[RuleSet] = []
-    for _, tied in groupby(ranked, key=lambda r: (r.fitness, r.confidence, r.support)):
+    for _, tied in groupby(ranked, key=lambda r: (r.fitness, r.confidence, r.support, len(r.rules))):
         tied = list(tied)
         out += sorted(tied, key=str) if len(tied) > 1 else tied  # the text only where needed: it is slow to make
     return out
@@ -136,76 +137,140 @@ class _Extractor:
         count meant by ``options.min_support`` on the data.
 
         ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
-        result.
+        result. Every strategy that searches is monotone in ``max_length``: its candidates include those of the same
+        search at every shorter length (the beam searches each length alike whatever ``max_length``, the grid's
+        optima of lengths 1 and 2 and the pair seeds are candidates at every longer length, and the best of what
+        each shorter search found is polished too; the exact strategy keeps the pool of each shorter length), so the
+        best fitness never drops when one more condition is allowed. Then every condition must earn
+        ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`).
         """
         o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
         if o.strategy == "exact":
             if local_codes is not None:
                 raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
-            return self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
-                                  budget=o.exact_budget)  # fmt: skip
-        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
-            found = self.run(
+            found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
+                                   budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
+            return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
+
+        def tree_only() -> list[RuleSet]:  # the rule tree
+            return self.run(
                 max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
                 progress=o.progress,
             )  # fmt: skip
-            return found, self.grid_optimum(o, min_support) if local_codes is None else []
 
-        if o.strategy == "beam" and local_codes is None:  # with the grid's optimum a candidate, no pair seeds
+        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
+            return tree_only(), self.grid_optimum(o, min_support) if local_codes is None else []
+
+        optimal: list[RuleSet] = []
+        if o.strategy == "beam" and local_codes is None:
+            def tree_and_optima() -> tuple[list[RuleSet], dict[int, list[RuleSet]]]:
+                # the grid's optimum of every length up to 2 is a candidate (length 1 always: one pass over counts)
+                return tree_only(), self.grid_optima(o, min_support)
+
+            # independent: on small data the tree and the grid's optima run beside the beam (progress bars: one
+            # after the other)
+            later = beside(tree_and_optima, self.binned.codes.numel()) if not o.progress else done(tree_and_optima())
+            # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
             beam = functools.partial(
                 self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
                 min_confidence=o.min_confidence, progress=o.progress,
             )  # fmt: skip
-            seed = not self.optimum_affordable(o)
-            # independent: on small data the tree runs beside the beam (progress bars: one after the other)
-            tree = beside(paper, self.binned.codes.numel()) if not o.progress else done(paper())
-            found = beam(seed=seed)
-            rule_sets, optimal = tree()
-            if not seed and not optimal:  # the grid's optimum found nothing: the beam as it runs without one
-                found = beam(seed=True)
-            found += optimal
-            ranked = sort_rule_sets(found)
-            chosen = _two_feature_sets(ranked)
-            goals = [None] * len(chosen)
-            if o.min_confidence is not None:
-                confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
-                chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
-            polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
-            rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+            seed = o.max_length >= 2 and not self.optimum_affordable(o.replace(max_length=2))
+            tagged = beam(seed=seed)
+            rule_sets, optima = later()
+            if o.max_length >= 2 and not seed and not optima[2]:  # that optimum found nothing: the beam as it runs
+                tagged = beam(seed=True)  # without one
+            optimal = optima.get(o.max_length, [])
+            for k in optima:
+                if k < o.max_length:  # a candidate; its optimum is that of a shorter search
+                    optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
+            # what the search at each shorter max_length would have found and polished is a candidate here too
+            chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
+            for length in range(1, o.max_length + 1):
+                part = [rs for at, rs in tagged if at <= length] + [rs for k, opt in optima.items() if k <= length
+                                                                     for rs in opt]  # fmt: skip
+                ranked = sort_rule_sets(part)
+                picks = [(rs, None) for rs in _two_feature_sets(ranked)]
+                if o.min_confidence is not None:
+                    confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
+                    picks += [(rs, o.min_confidence) for rs in confident]
+                for rs, goal in picks:
+                    chosen.setdefault((rs.rules, goal), (rs, goal))
+            to_polish = list(chosen.values())
+            polished = self.polish([rs for rs, _ in to_polish], min_support,
+                                   min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
+            found = [rs for _, rs in tagged] + [rs for opt in optima.values() for rs in opt]
+            rule_sets = self.finish(rule_sets + found + polished, o)
         else:
             rule_sets, optimal = paper()
+            if o.min_gain > 0:
+                rule_sets = self.finish(rule_sets, o)
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
 
+    def finish(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
+        """Every condition earning ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`), rule sets
+        sorted (:func:`sort_rule_sets`) and those selecting the same samples kept once, the shortest
+        (:func:`torch_amore.masks.drop_same_mask`)."""
+        o = options
+        if o.min_gain > 0 and self.X is not None:
+            rule_sets = prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=o.min_gain,
+                                        min_confidence=o.min_confidence)  # fmt: skip
+        return drop_same_mask(sort_rule_sets(rule_sets), self.X)
+
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
         """The best rule set on the search's grid (:mod:`torch_amore.exact`), its fitness in ``optimum``, when that is
-        affordable: ``max_length <= 2`` and an estimated work (:func:`torch_amore.exact.estimate_cost`) of at most
-        ``options.optimum_budget``; else (or when no rule set has ``min_support`` samples) ``[]``."""
+        affordable (:meth:`optimum_affordable`); else (or when no rule set has ``min_support`` samples) ``[]``."""
         o = options
         if not self.optimum_affordable(o):
             return []
-        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget)
+        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget
+                               if o.max_length > 1 else 1 << 62)  # fmt: skip
         return [rs for rs in found if rs.optimum is not None]
 
-    def optimum_affordable(self, options: SearchOptions) -> bool:
-        """Whether :meth:`grid_optimum` searches: ``max_length <= 2`` and an estimated work of at most
-        ``options.optimum_budget``."""
+    def grid_optima(self, options: SearchOptions, min_support: int) -> dict[int, list[RuleSet]]:
+        """:meth:`grid_optimum` at each ``max_length`` 1 and 2 up to ``options.max_length`` (keyed by it), from one
+        exact search where the longer one is affordable (its pool of single conditions is the shorter one's)."""
         o = options
-        n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
-        cost = estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length)
-        return o.max_length <= 2 and cost <= o.optimum_budget
+        out = {k: [] for k in (1, 2) if k <= o.max_length}
+        two = o.replace(max_length=2)
+        if o.max_length >= 2 and self.optimum_affordable(two):
+            found = self.run_exact(max_length=2, min_support=min_support, top_k=1, budget=o.optimum_budget,
+                                   shorter=True)  # fmt: skip
+            complete = [rs for rs in found if rs.optimum is not None]
+            if complete:  # the best of the pairs' search, then of the singles' (with its own optimum)
+                out[2] = complete[:1]
+                out[1] = [replace(rs, optimum=rs.fitness) for rs in complete[1:2]]
+            return out
+        out[1] = self.grid_optimum(o.replace(max_length=1), min_support)
+        return out
 
-    def run_exact(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[RuleSet]:
+    def optimum_affordable(self, options: SearchOptions) -> bool:
+        """Whether :meth:`grid_optimum` searches: ``options.optimum_budget > 0`` and either ``max_length == 1`` (one
+        pass over the per-grid counts) or ``max_length == 2`` and an estimated work of at most the budget."""
+        o = options
+        if o.optimum_budget <= 0 or o.max_length > 2:
+            return False
+        if o.max_length == 1:
+            return True
+        n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
+        return estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length) <= o.optimum_budget
+
+    def run_exact(
+        self, *, max_length: int, min_support: int, top_k: int, budget: int, shorter: bool = False
+    ) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.exact`), best first; each carries the optimum
-        (the first one's fitness) when the search was complete."""
+        (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of each
+        shorter ``max_length`` (the pools a search at that length returns)."""
         found = exact_search(self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k,
                              budget=budget, grid_counts=self.root_counts())  # fmt: skip
         optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
-        conds = sorted({c for _, _, box in found.boxes for c in box})
+        boxes = found.boxes + ([b for pool in found.shorter for b in pool] if shorter else [])
+        conds = sorted({c for _, _, box in boxes for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
         out = []
-        for hits, support, box in found.boxes:
+        for hits, support, box in boxes:
             out.append(
                 RuleSet(
                     rules=tuple(rules[c] for c in box),
@@ -236,11 +301,12 @@ class _Extractor:
         min_confidence: float | None = None,
         progress: bool = False,
         seed: bool = True,
-    ) -> list[RuleSet]:
-        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted. ``n_fine`` defaults to
-        :func:`torch_amore.fine_grid.default_n_fine` of the number of samples; ``seed=False`` skips the pair seeding
-        (:mod:`torch_amore.seeding`; it runs only at ``max_length=2``), e.g. when the grid's optimum is a candidate
-        already."""
+    ) -> list[tuple[int, RuleSet]]:
+        """Rule sets of the beam strategy (:mod:`torch_amore.beam`), unsorted, each with the length at which the beam
+        chose it (:meth:`torch_amore.beam.BeamSearch.run_by_length`: a search at a shorter ``max_length`` returns those
+        chosen up to its length). ``n_fine`` defaults to :func:`torch_amore.fine_grid.default_n_fine` of the number of
+        samples; ``seed=False`` skips the pair seeding (:mod:`torch_amore.seeding`, for ``max_length >= 2``), e.g. when
+        the grid's optimum is a candidate already."""
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
@@ -248,24 +314,23 @@ class _Extractor:
             fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
         )
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
-        # pairs weak alone, strong together; at length 3 the seeded pairs crowd the beam (mnist7: 0.842 seeded against
-        # 0.870 without) and cost a third of the call (diabetes), so only for rule sets of two conditions
-        seeded = seed and max_length == 2 and seed_affordable(n, n_feat)
-        seeds = pair_seeds(fine, self.target, min_support, beam_width) if seeded else []
-        states = search.run(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
-        conds = sorted({c for st in states for c in st.conds})
+        seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
+        # twice the beam's width of pairs: on a 128-d latent layer at min_support twice the subgroup, five miss the
+        # exhaustive pair optimum (0.119 against 0.137) that ten reach
+        seeds = pair_seeds(fine, self.target, min_support, 2 * beam_width) if seeded else []
+        states = search.run_by_length(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
+        conds = sorted({c for _, st in states for c in st.conds})
         made = dict(zip(conds, self.readable.rules(fine, conds)))
         out = []
-        for st in states:
-            out.append(
-                RuleSet(
-                    rules=tuple(made[c] for c in st.conds),
-                    support=st.support,
-                    confidence=confidence_of_counts(st.hits, st.support),
-                    fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
-                    target_name=self.target_name,
-                )
+        for length, st in states:
+            rs = RuleSet(
+                rules=tuple(made[c] for c in st.conds),
+                support=st.support,
+                confidence=confidence_of_counts(st.hits, st.support),
+                fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
+                target_name=self.target_name,
             )
+            out.append((length, rs))
         return out
 
     def polish(
