@@ -664,6 +664,8 @@ class BeamSearch:
         bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
+        # per position: whether some state's feature there is a category (else the tables skip the categories' path)
+        cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
         kappas = obj.kappas(False)
         n_k = len(kappas)
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
@@ -684,7 +686,7 @@ class BeamSearch:
                 tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
                 b = best_intervals_dense(
                     tot, tgt, n_bins[k], is_cat[k], min_support, kappas, positive=False, max_count=self.n_rows,
-                    any_cat=self.any_cat, budget=self.budget,
+                    any_cat=cat_at[k], budget=self.budget,
                 )  # fmt: skip
                 found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
                 new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
