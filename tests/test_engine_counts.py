@@ -23,10 +23,6 @@ import torch_amore as ta
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MAX_SYNCS = 50
 MAX_OPS = 5000
-#: At max_length 3 on narrow data the call also runs the exact pair search of max_length 2 (about 630 operations;
-#: affordable there, within ``optimum_budget``), whose best rule set a longer search must keep as a candidate so that
-#: its best fitness is never below the shorter search's (issue 28), and checks that every condition earns min_gain.
-MAX_OPS_NARROW_LENGTH_3 = 5300
 
 
 def counts(X: torch.Tensor, target: torch.Tensor, **kwargs) -> tuple[int, int]:
@@ -54,8 +50,7 @@ def test_default_strategy_on_diabetes_stays_within_the_budget(diabetes, max_leng
     assert found and found[0].fitness > 0.15  # a real search ran
     ops, syncs = counts(X, target, max_length=max_length, min_support=500)
     assert syncs <= MAX_SYNCS, f"{syncs} host syncs at max_length={max_length}"
-    limit = MAX_OPS_NARROW_LENGTH_3 if max_length == 3 else MAX_OPS
-    assert ops <= limit, f"{ops} aten ops at max_length={max_length}"
+    assert ops <= MAX_OPS, f"{ops} aten ops at max_length={max_length}"
 
 
 @pytest.mark.slow
