@@ -37,6 +37,7 @@ from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
 from torch_amore.seeding import pair_seeds, seed_affordable
+from torch_amore.stream_source import is_source
 from torch_amore.threads import beside, done, parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
 
@@ -169,12 +170,16 @@ class _Extractor:
                 confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
                 chosen, goals = chosen + confident, goals + [o.min_confidence] * len(confident)
             polished = self.polish(chosen, min_support, min_confidence=goals)  # all at once
-            rule_sets = drop_same_mask(sort_rule_sets(rule_sets + found + polished), self.X)
+            rule_sets = self.drop_same_mask(sort_rule_sets(rule_sets + found + polished))
         else:
             rule_sets, optimal = paper()
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
+
+    def drop_same_mask(self, rule_sets: list[RuleSet]) -> list[RuleSet]:
+        """:func:`torch_amore.masks.drop_same_mask` on the searched data."""
+        return drop_same_mask(rule_sets, self.X)
 
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
         """The best rule set on the search's grid (:mod:`torch_amore.exact`), its fitness in ``optimum``, when that is
@@ -296,6 +301,13 @@ class _Extractor:
                            columns=self._columns, target_name=self.target_name)  # fmt: skip
 
 
+def _no_target(target: Any) -> None:
+    if target is not None:
+        raise ValueError(
+            "Expected `target=None` with a source of batches: each batch carries its target, (X_batch, target_batch)."
+        )
+
+
 @contextmanager
 def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
     """The scope every search runs in: small operations on one CPU thread (:func:`torch_amore.threads.search_threads`)
@@ -313,8 +325,8 @@ def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
 
 
 def prepare(
-    X: ArrayLike,
-    target: MaskLike,
+    X: ArrayLike | Any,
+    target: MaskLike | None = None,
     options: SearchOptions | None = None,
     *,
     features: Sequence[int] | None = None,
@@ -327,6 +339,11 @@ def prepare(
     The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
     ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`)."""
     options = SearchOptions() if options is None else options
+    if is_source(X):  # batches larger than memory (:mod:`torch_amore.stream`)
+        _no_target(target)
+        from torch_amore.stream import prepare_stream
+
+        return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
     n_grids = V.check_n_grids(options.n_grids)
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
@@ -358,8 +375,8 @@ def prepare(
 
 
 def extract_rules(
-    X: ArrayLike,
-    target: MaskLike,
+    X: ArrayLike | Any,
+    target: MaskLike | None = None,
     *,
     options: SearchOptions | None = None,
     features: Sequence[int] | None = None,
@@ -373,8 +390,11 @@ def extract_rules(
 
     Args:
         X: (N, F) features: a torch tensor (the search runs on its device), numpy array or pandas DataFrame (column
-            names become feature names). NaN marks a missing value; it satisfies no rule.
-        target: (N,) boolean subgroup, e.g. "the model predicts class c".
+            names become feature names). NaN marks a missing value; it satisfies no rule. Or, for data larger than
+            memory, a re-iterable source of ``(X_batch, target_batch)`` batches (a DataLoader without shuffling, a
+            Dataset, or a callable returning a fresh iterator), with ``target=None``: the search then runs on each
+            value's grid code (:mod:`torch_amore.stream`; docs/streaming.md).
+        target: (N,) boolean subgroup, e.g. "the model predicts class c" (``None`` for a source of batches).
         options: a :class:`torch_amore.SearchOptions`; keyword arguments below override its fields.
         features: indices of the features to build rules from (e.g. ``select_features(...).features``).
         feature_names: names used when printing (default: DataFrame columns, else ``feature_{i}``).
@@ -419,6 +439,14 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
+    if is_source(X):  # batches larger than memory (:mod:`torch_amore.stream`)
+        _no_target(target)
+        from torch_amore.stream import extract_stream
+
+        return extract_stream(X, options, features=features, feature_names=feature_names, local_x=local_x,
+                              target_name=target_name)  # fmt: skip
+    if target is None:
+        raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
     n_all = D.global_count(X_t.shape[0])
