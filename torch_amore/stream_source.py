@@ -144,6 +144,8 @@ class BatchSource:
                 fp = RowFingerprint(X.shape[1], X.device)
             if not first and seen + X.shape[0] > self.rows:
                 self._count_error(what, f"more than {self.rows}")
+            if X.shape[0] == 0:  # nothing to add (a batch of no rows is allowed)
+                continue
             fp.update(X, target)
             seen += X.shape[0]
             yield X, target
