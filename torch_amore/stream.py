@@ -192,6 +192,7 @@ def prepare_stream(
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
     target_name: str = "target",
+    name_prefix: str = "feature",
 ) -> StreamExtractor:
     """:func:`torch_amore.search.prepare` for a source of batches: the passes of the module, then an extractor
     searching on the codes.
@@ -210,6 +211,8 @@ def prepare_stream(
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features, n_all = src.width, D.global_count(src.rows)
+    if feature_names is None:
+        feature_names = [f"{name_prefix}_{i}" for i in range(n_features)]
     names = V.resolve_names(feature_names, None, n_features)
     columns = V.resolve_features(features, n_features)
     _check_facts(facts, stats, columns, scale, offset, n_all)
@@ -366,12 +369,20 @@ def extract_stream(
         >>> print(extract_stream(batches, SearchOptions(min_support=50))[0])
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
-    from torch_amore.exact import check_budget
     from torch_amore.search import search_scope
 
     with search_scope("cpu"):  # one thread for small operations, no autograd bookkeeping
         extractor = prepare_stream(source, options, features=features, feature_names=feature_names,
                                    target_name=target_name)  # fmt: skip
+        return search_stream(extractor, options, local_x)
+
+
+def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: Any = None) -> list[RuleSet]:
+    """The search of :func:`extract_stream` on a prepared extractor (``min_confidence`` filtered)."""
+    from torch_amore.exact import check_budget
+    from torch_amore.search import search_scope
+
+    with search_scope("cpu"):
         n_all = D.global_count(extractor.binned.codes.shape[0])
         if options.strategy == "exact":
             check_budget(n_all, len(extractor.binned.columns), options.n_grids, options.max_length,
