@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from torch_amore import extract_rules
 from torch_amore.search import prepare
+from torch_amore.stream import prepare_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = ["float", "int", "cat", "cat", "float"]
@@ -142,3 +143,42 @@ def test_numpy_int_batches_become_float64():
     Xi = np.nan_to_num(X.numpy(), nan=0.0).round().astype(np.int64) + (X[:, 1:2].numpy().astype(np.int64))
     expected = extract_rules(torch.from_numpy(Xi), target, min_support=20)
     assert_same(extract_rules(batches_of(Xi, target.numpy(), 50), min_support=20), expected)
+
+
+@pytest.mark.parametrize("strategy", ["paper", "beam"])
+def test_codes_on_disk_same_rules_and_folder_removed(tmp_path, strategy, monkeypatch):
+    """Codes in memory-mapped files: the same rules; the files existed during the search and are gone after."""
+    X, target = mixed_data(700, seed=7)
+    kw = dict(strategy=strategy, feature_types=TYPES, min_support=30)
+    seen = []
+    original = prepare_stream
+
+    def spy(*args, **kwargs):
+        extractor = original(*args, **kwargs)
+        seen.append(sorted(p.name for p in extractor.disk.folder.iterdir()))
+        return extractor
+
+    monkeypatch.setattr("torch_amore.stream.prepare_stream", spy)
+    got = extract_rules(batches_of(X, target, 64), codes_dir=tmp_path, **kw)
+    assert_same(got, extract_rules(X, target, **kw))
+    assert seen and len(seen[0]) == (3 if strategy == "beam" else 2)  # codes (+ fine codes) and the target
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_codes_on_disk_removed_on_error(tmp_path):
+    X, target = mixed_data(300, seed=8)
+    calls = []
+
+    def source():  # the polish pass (the third) yields fewer rows: an error after the codes were written
+        calls.append(1)
+        n = 300 if len(calls) < 3 else 200
+        return iter([(X[i : i + 50], target[i : i + 50]) for i in range(0, n, 50)])
+
+    with pytest.raises(ValueError, match="yield 300 rows on every pass"):
+        extract_rules(source, codes_dir=tmp_path, strategy="beam", feature_types=TYPES, min_support=20)
+    assert len(calls) == 3
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="existing folder"):
+        extract_rules(source, codes_dir=tmp_path / "missing")
+    with pytest.raises(ValueError, match="only with a source of batches"):
+        extract_rules(X, target, codes_dir=tmp_path)

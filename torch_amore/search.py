@@ -383,6 +383,7 @@ def extract_rules(
     feature_names: Sequence[str] | None = None,
     local_x: ArrayLike | None = None,
     target_name: str = "target",
+    codes_dir: str | None = None,
     **search_options: Any,
 ) -> list[RuleSet]:
     """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
@@ -401,6 +402,8 @@ def extract_rules(
         local_x: one sample (F,): only rules whose conditions contain it (local rules); may return ``[]`` when the
             sample is an outlier of the subgroup.
         target_name: name of the subgroup in printed rules.
+        codes_dir: with a source of batches, keep the grid codes in memory-mapped files of a fresh folder inside this
+            existing folder (removed afterwards, also on an error) rather than in memory.
         **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
 
             * ``max_length``: l_max, the most conditions in a rule set (default 2).
@@ -444,7 +447,9 @@ def extract_rules(
         from torch_amore.stream import extract_stream
 
         return extract_stream(X, options, features=features, feature_names=feature_names, local_x=local_x,
-                              target_name=target_name)  # fmt: skip
+                              target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+    if codes_dir is not None:
+        raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
     X_t, frame_names = V.to_tensor_2d(X)

@@ -23,6 +23,7 @@ batch in a last pass. The rule lists equal those of the in-memory search on the 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,6 +42,7 @@ from torch_amore.polish import polish_many, polish_one
 from torch_amore.readable import ReadableRules, _cell_extremes
 from torch_amore.rules import RuleSet
 from torch_amore.search import _Extractor
+from torch_amore.stream_disk import DiskCodes
 from torch_amore.stream_source import BatchSource
 
 __all__ = ["StreamExtractor", "prepare_stream"]
@@ -82,7 +84,7 @@ class _Facts:
 def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tuple[_Facts, Any]:
     """Pass 1; returns the facts and the resolved (scale, offset, given feature types)."""
     facts = resolved = None
-    bar = progress_bar(progress, desc="pass 1: column facts", unit="rows")
+    bar = progress_bar(progress, desc="column facts", unit="rows")
     for X, target in src.batches("first (column facts)"):
         if facts is None:
             resolved = _resolve_columns(options, X)
@@ -143,13 +145,13 @@ class _Codes:
     """What pass 2 stores: the codes of the base (and fine) binning, the target, and per binning the extremes of the
     observed values per (feature, grid)."""
 
-    def __init__(self, n: int, binned: Binned, fine: FineBinned | None, dtype: torch.dtype) -> None:
+    def __init__(self, n: int, binned: Binned, fine: FineBinned | None, dtype: torch.dtype, disk: DiskCodes) -> None:
         device = binned.codes.device
         n_feat = len(binned.columns)
         self.binned, self.fine = binned, fine
-        self.codes = torch.empty((n, n_feat), dtype=binned.codes.dtype, device=device)
-        self.codes_t = None if fine is None else torch.empty((n_feat, n), dtype=torch.int16, device=device)
-        self.target = torch.empty(n, dtype=torch.bool, device=device)
+        self.codes = disk.empty((n, n_feat), binned.codes.dtype, device)
+        self.codes_t = None if fine is None else disk.empty((n_feat, n), torch.int16, device)
+        self.target = disk.empty((n,), torch.bool, device)
         self.fidx = torch.arange(n_feat, device=device)
         self.cidx = torch.tensor(binned.columns, device=device)
         self.extremes = {"base": _no_extremes(n_feat, binned.n_bins_max + 1, dtype, device)}
@@ -193,9 +195,11 @@ def prepare_stream(
     feature_names: Sequence[str] | None = None,
     target_name: str = "target",
     name_prefix: str = "feature",
+    codes_dir: str | os.PathLike | None = None,
 ) -> StreamExtractor:
     """:func:`torch_amore.search.prepare` for a source of batches: the passes of the module, then an extractor
-    searching on the codes.
+    searching on the codes (``codes_dir``: in memory-mapped files of a fresh folder there,
+    :mod:`torch_amore.stream_disk`, removed by :meth:`StreamExtractor.close`).
 
     Example:
         >>> import torch
@@ -227,13 +231,18 @@ def prepare_stream(
 
         sketch_thresholds(src, binned, o.bin_strategy, o.progress)
     fine = fine_binning(_stub(facts, src.dtype), binned, default_n_fine(n_all)) if o.strategy == "beam" else None
-    store = _Codes(src.rows, binned, fine, src.dtype)
-    bar = progress_bar(o.progress, desc="pass 2: codes", unit="rows", total=src.rows)
-    for X, target in src.batches("second (codes)"):
-        store.update(X, target)
-        bar.update(X.shape[0])
-    bar.close()
-    return StreamExtractor(store, src, names, scale, offset, target_name=target_name)
+    disk = DiskCodes(codes_dir)
+    try:
+        store = _Codes(src.rows, binned, fine, src.dtype, disk)
+        bar = progress_bar(o.progress, desc="codes", unit="rows", total=src.rows)
+        for X, target in src.batches("codes"):
+            store.update(X, target)
+            bar.update(X.shape[0])
+        bar.close()
+    except BaseException:
+        disk.close()
+        raise
+    return StreamExtractor(store, src, names, scale, offset, target_name=target_name, disk=disk)
 
 
 class _StreamReadable(ReadableRules):
@@ -266,7 +275,9 @@ class StreamExtractor(_Extractor):
     masks, batch by batch)."""
 
     def __init__(self, store: _Codes, source: BatchSource, names: Sequence[str], scale: Sequence[float],
-                 offset: Sequence[float], target_name: str = "target") -> None:  # fmt: skip
+                 offset: Sequence[float], target_name: str = "target",
+                 disk: DiskCodes | None = None) -> None:  # fmt: skip
+        self.disk = disk
         binned = replace(store.binned, codes=store.codes, codes_t=None)
         super().__init__(binned, store.target, names, scale, offset, target_name=target_name)
         self.source = source
@@ -275,6 +286,11 @@ class StreamExtractor(_Extractor):
             self._fine_binned = replace(store.fine, codes=store.codes_t.T, codes_t=store.codes_t, _known={})
         stub = torch.empty((0, source.width), dtype=source.dtype, device=source.device)
         self.readable = _StreamReadable(store.extremes, stub, self.names, self.scale, self.offset)
+
+    def close(self) -> None:
+        """Remove the codes' files, when they are on disk (the extractor is not to be used after)."""
+        if self.disk is not None:
+            self.disk.close()
 
     def fine(self, n_fine: int) -> Binned:
         """The beam's fine binning, stored in pass 2 (only for ``n_fine`` of :func:`default_n_fine`)."""
@@ -357,6 +373,7 @@ def extract_stream(
     feature_names: Sequence[str] | None = None,
     local_x: Any = None,
     target_name: str = "target",
+    codes_dir: str | os.PathLike | None = None,
 ) -> list[RuleSet]:
     """:func:`torch_amore.search.extract_rules` for a source of batches (``options`` resolved already): the same
     rule lists as the in-memory search on the concatenated batches.
@@ -373,8 +390,11 @@ def extract_stream(
 
     with search_scope("cpu"):  # one thread for small operations, no autograd bookkeeping
         extractor = prepare_stream(source, options, features=features, feature_names=feature_names,
-                                   target_name=target_name)  # fmt: skip
-        return search_stream(extractor, options, local_x)
+                                   target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+        try:
+            return search_stream(extractor, options, local_x)
+        finally:
+            extractor.close()
 
 
 def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: Any = None) -> list[RuleSet]:

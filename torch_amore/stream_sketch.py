@@ -186,7 +186,7 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
     lo, hi = binned.value_min[num].to(dt), binned.value_max[num].to(dt)
     sketch = HistogramSketch(lo, hi, n_bins)
     cols = torch.tensor([binned.columns[j] for j in num], device=lo.device)
-    bar = progress_bar(progress, desc="pass 2: grid sketch", unit="rows", total=source.rows)
+    bar = progress_bar(progress, desc="grid sketch", unit="rows", total=source.rows)
     for X, _ in source.batches(f"{bin_strategy} sketch"):
         sketch.update(X.index_select(1, cols))
         bar.update(X.shape[0])
