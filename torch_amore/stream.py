@@ -39,7 +39,7 @@ from torch_amore.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.masks import all_along, rule_set_masks
 from torch_amore.options import SearchOptions
 from torch_amore.polish import polish_many, polish_one
-from torch_amore.readable import ReadableRules, _cell_extremes
+from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
 from torch_amore.search import _Extractor
 from torch_amore.stream_disk import DiskCodes
@@ -152,11 +152,10 @@ class _Codes:
         self.codes = disk.empty((n, n_feat), binned.codes.dtype, device)
         self.codes_t = None if fine is None else disk.empty((n_feat, n), torch.int16, device)
         self.target = disk.empty((n,), torch.bool, device)
-        self.fidx = torch.arange(n_feat, device=device)
-        self.cidx = torch.tensor(binned.columns, device=device)
         self.extremes = {"base": _no_extremes(n_feat, binned.n_bins_max + 1, dtype, device)}
         if fine is not None:
             self.extremes["fine"] = _no_extremes(n_feat, fine.n_bins_max + 1, dtype, device)
+        self.offsets = {k: torch.arange(n_feat, device=device) * lo.shape[1] for k, (lo, _) in self.extremes.items()}
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
@@ -166,20 +165,21 @@ class _Codes:
         dst = self.codes[r0:r1]
         codes_from_thresholds(sub, b.thresholds, dst, b.n_bins_max)
         self.target[r0:r1] = target
-        part = replace(b, codes=dst, codes_t=None)
-        self._extend("base", part, X)
+        self._extend("base", dst, sub)
         if self.fine is not None:
-            fine = fine_binning(X, part, self.fine.n_grids)
+            fine = fine_binning(X, replace(b, codes=dst, codes_t=None), self.fine.n_grids)
             self.codes_t[:, r0:r1] = fine.codes_t
-            self._extend("fine", fine, X)
+            self._extend("fine", fine.codes, sub)
         self.rows = r1
 
-    def _extend(self, key: str, binned: Binned, X: torch.Tensor) -> None:
+    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor) -> None:
+        """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
+        ``codes`` (n, F') (what :func:`torch_amore.readable._cell_extremes` computes over all rows)."""
         lows, highs = self.extremes[key]
-        width = lows.shape[1]
-        lo, hi = _cell_extremes(binned, X, self.fidx, self.cidx, width, X.dtype)
-        torch.minimum(lows, lo.view_as(lows), out=lows)
-        torch.maximum(highs, hi.view_as(highs), out=highs)
+        idx = codes.to(torch.int64, memory_format=torch.contiguous_format).add_(self.offsets[key]).view(-1)
+        values = sub.contiguous().view(-1)
+        lows.view(-1).scatter_reduce_(0, idx, values, "amin")
+        highs.view(-1).scatter_reduce_(0, idx, values, "amax")
 
 
 def _no_extremes(n_feat: int, width: int, dtype: torch.dtype, device: torch.device) -> tuple:
