@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from torch_amore import _validation as V
+from torch_amore import distributed as D
 
 __all__ = ["DATASET_BATCH", "FINGERPRINT_COLUMNS", "BatchSource", "RowFingerprint", "is_source"]
 
@@ -167,8 +168,12 @@ class BatchSource:
             yield X, target
         self.n_passes += 1
         if first:
-            if seen == 0:
-                raise ValueError(f"Expected `{self.name}` to yield at least one row, but it yielded none; {HELP}.")
+            if D.any_rank(seen == 0):  # every rank of a DDP run raises together
+                whose = "" if not D.is_sharded() else f" on rank {D.rank()}" if seen == 0 else " on another rank"
+                raise ValueError(
+                    f"Expected `{self.name}` to yield at least one row{' on every rank' if D.is_sharded() else ''}, "
+                    f"but it yielded none{whose}; {HELP}."
+                )
             self.rows, self._fingerprint = seen, fp.value()
             return
         if seen != self.rows:
