@@ -160,8 +160,9 @@ class RegionalRuleExplainer:
             stream: ``True`` runs the model batch by batch on every pass over ``inputs`` and finds the rules on the
                 grid codes of the activations (:mod:`torch_amore.stream`: no (N, D) matrix is kept, and
                 ``features_matrix`` is ``None``); ``False`` collects the activations first; ``"auto"`` (default)
-                streams when the estimated matrix would exceed half the available memory (RAM, or the CUDA
-                device's; :mod:`torch_amore.stream_explain`) and says so once. Streaming takes a class index, a
+                streams when the estimated matrix (N times the width, measured by running the model on the first
+                sample) would exceed half the available memory (RAM, or the CUDA device's;
+                :mod:`torch_amore.stream_explain`) and says so once. Streaming takes a class index, a
                 callable or a range ``target``, not a mask, ``features``, ``select_features`` or ``"roc"``.
             **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
                 (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,

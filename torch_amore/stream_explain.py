@@ -125,7 +125,8 @@ class ModelBatches:
         self.source = "layer" if explainer.layer is not None else "inputs"
 
     def probe(self) -> tuple[int, int]:
-        """(width, bytes per value) of the features, from the first batch."""
+        """(width, bytes per value) of the features, from the model run on the first sample (the first batch of a
+        DataLoader)."""
         for X, _ in self._run(first_only=True):
             return X.shape[1], X.element_size()
         raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
@@ -136,7 +137,8 @@ class ModelBatches:
     def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         ex, r = self.explainer, self.request
         model = ex.model
-        it, _ = _batches(self.inputs, r.batch_size, r.input_key, r.label_key)
+        # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
+        it, _ = _batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
         device, dtype = _model_device(model), model_dtype(model)
         start = 0
         with eval_mode(model), _hooked(ex.layer, ex.layer_input) as capture, torch.no_grad():
