@@ -138,6 +138,22 @@ def test_benchmark_task_diabetes(strategy):
     assert_same(extract_rules(batches_of(X, target, 4096), **kw), expected)
 
 
+@pytest.mark.parametrize("task", ["box_small", "multimode"])
+@pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
+def test_benchmark_tasks_planted(task, strategy):
+    """The planted tasks of bench_quality (benchmarks/_tasks.py) with uniform grids, in batches of varying size."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _tasks
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    t = _tasks.TASKS[task]()
+    X, target = torch.from_numpy(t.X), torch.from_numpy(t.target)
+    kw = dict(strategy=strategy, max_length=2, min_support=t.min_support, n_grids=t.n_grids)
+    expected = extract_rules(X, target, **kw)
+    assert_same(extract_rules(batches_of(X, target, [1000, 4096, 17]), **kw), expected)
+
+
 def test_numpy_int_batches_become_float64():
     X, target = mixed_data(400, seed=6)
     Xi = np.nan_to_num(X.numpy(), nan=0.0).round().astype(np.int64) + (X[:, 1:2].numpy().astype(np.int64))

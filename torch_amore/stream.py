@@ -34,7 +34,15 @@ from torch_amore import _validation as V
 from torch_amore import distributed as D
 from torch_amore._progress import progress_bar
 from torch_amore.binning import Binned, bin_features, codes_from_thresholds
-from torch_amore.column_stats import ColumnStats, _accumulate, _chunk_facts, _finish, original_units, work_dtype
+from torch_amore.column_stats import (
+    ColumnStats,
+    _accumulate,
+    _chunk_facts,
+    _finish,
+    chunk_len,
+    original_units,
+    work_dtype,
+)
 from torch_amore.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.masks import all_along, rule_set_masks
 from torch_amore.options import SearchOptions
@@ -46,6 +54,11 @@ from torch_amore.stream_disk import DiskCodes
 from torch_amore.stream_source import BatchSource
 
 __all__ = ["StreamExtractor", "prepare_stream"]
+
+
+#: Values of a batch taken at once by the passes: their temporaries (a few float64 or int64 copies) stay near
+#: 8 MiB each whatever the batch size.
+_PIECE = 1 << 20
 
 
 class _Facts:
@@ -62,6 +75,10 @@ class _Facts:
         self.width, self.device = width, device
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
         self.acc = _accumulate(self.acc, _chunk_facts(X, torch.empty_like(X), True))
         if self.units is not None:
             raw = original_units(X, *self.units)
@@ -159,6 +176,10 @@ class _Codes:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
         r0, r1 = self.rows, self.rows + X.shape[0]
         b = self.binned
         sub = X if b.columns == list(range(X.shape[1])) else X[:, b.columns]

@@ -188,7 +188,8 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
     cols = torch.tensor([binned.columns[j] for j in num], device=lo.device)
     bar = progress_bar(progress, desc="grid sketch", unit="rows", total=source.rows)
     for X, _ in source.batches(f"{bin_strategy} sketch"):
-        sketch.update(X.index_select(1, cols))
+        for part in X.split(max(1, (1 << 20) // max(1, X.shape[1]))):  # temporaries of about 2**20 values
+            sketch.update(part.index_select(1, cols))
         bar.update(X.shape[0])
     bar.close()
     sketch.finish()
