@@ -263,7 +263,9 @@ def prepare_stream(
     except BaseException:
         disk.close()
         raise
-    return StreamExtractor(store, src, names, scale, offset, target_name=target_name, disk=disk)
+    extractor = StreamExtractor(store, src, names, scale, offset, target_name=target_name, disk=disk)
+    extractor.progress = o.progress
+    return extractor
 
 
 class _StreamReadable(ReadableRules):
@@ -305,6 +307,7 @@ class StreamExtractor(_Extractor):
         self._fine_binned = None
         if store.fine is not None:
             self._fine_binned = replace(store.fine, codes=store.codes_t.T, codes_t=store.codes_t, _known={})
+        self.progress = False  # progress bars of the later passes (set by :func:`prepare_stream`)
         stub = torch.empty((0, source.width), dtype=source.dtype, device=source.device)
         self.readable = _StreamReadable(store.extremes, stub, self.names, self.scale, self.offset)
 
@@ -328,9 +331,12 @@ class StreamExtractor(_Extractor):
         out = torch.empty((self.source.rows, len(cols)), dtype=self.source.dtype, device=self.source.device)
         at = torch.tensor(cols, device=self.source.device)
         r0 = 0
+        bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
         for X, _ in self.source.batches(what):
             out[r0 : r0 + X.shape[0]] = X.index_select(1, at)
             r0 += X.shape[0]
+            bar.update(X.shape[0])
+        bar.close()
         return out
 
     def polish(
@@ -374,9 +380,12 @@ class StreamExtractor(_Extractor):
         later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]], device=device)
         equal = torch.ones(len(pairs), dtype=torch.bool, device=device)
         chosen = [rule_sets[i] for i in involved]
+        bar = progress_bar(self.progress, desc="same-mask check", unit="rows", total=self.source.rows)
         for X, _ in self.source.batches("same-mask check"):
             masks = rule_set_masks(chosen, X)
             equal &= all_along(masks[later] == masks[earlier], 1)
+            bar.update(X.shape[0])
+        bar.close()
         same = {i for (i, _), eq in zip(pairs, D.all_ranks(equal).tolist()) if eq}
         return [rs for i, rs in enumerate(rule_sets) if i not in same]
 
