@@ -51,6 +51,7 @@ from torch_amore.lightning_batches import BatchKey, ModuleOutputs, eval_mode, li
 from torch_amore.metrics import RuleMetrics
 from torch_amore.options import SearchOptions
 from torch_amore.search import extract_rules
+from torch_amore.stream_explain import ModuleBatches, callback_streams, check_stream
 from torch_amore.verification import check_verify_options
 
 _SPLITS = ("train", "val", "test")
@@ -178,6 +179,10 @@ class RegionalRuleExtractor(Callback):
             explained data, before the files are written, so they show it); a dict passes options to it
             (``rule_sets``, ``method``, ``n_controls``, ``level``, ``seed``, ``batch_size``). Under DDP each rank
             verifies its own rows and rank 0's numbers are written.
+        stream: ``"auto"`` (default) finds the rules on the streamed batches' grid codes
+            (:mod:`torch_amore.stream`) when the (N, D) features would exceed half the available memory (and says
+            so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
+            and takes no mask target, separate features, ``select_features`` or ``"roc"``.
         **search_options: any field of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``,
             ``n_grids``, ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``,
             ``feature_types``, ``feature_scale``, ``feature_offset``, ``progress``); a fractional ``min_support`` is
@@ -222,6 +227,7 @@ class RegionalRuleExtractor(Callback):
         log_figures: bool = True,
         html: bool = False,
         verify: bool | Mapping[str, Any] = False,
+        stream: bool | str = "auto",
         **search_options: Any,
     ) -> None:
         self.options = SearchOptions.resolve(options, **search_options)
@@ -258,6 +264,7 @@ class RegionalRuleExtractor(Callback):
         self.log_figures = bool(log_figures)
         self.html = bool(html)
         self.verify = check_verify_options(verify, target)
+        self.stream = check_stream(stream)
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -422,12 +429,18 @@ class RegionalRuleExtractor(Callback):
         epoch = self._train_epoch if split != "test" else (trainer.current_epoch - 1 if trainer.current_epoch else None)
         rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: explaining the {split} data (epoch {epoch}) ...")
         layer, layer_name = resolve_layer(pl_module, self.layer)
-        fwd = run_module(
-            trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches,
-            input_key=self.input_key, label_key=self.label_key, forward_kwargs=self.forward_kwargs,
-            collect_inputs=layer is None or bool(self.select_features),
-        )  # fmt: skip
-        explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
+        batches = ModuleBatches(trainer, pl_module, loader, layer=layer, layer_name=layer_name,
+                                max_batches=max_batches, callback=self)  # fmt: skip
+        n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
+        if callback_streams(self, batches, n_rows):
+            explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
+        else:
+            fwd = run_module(
+                trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches,
+                input_key=self.input_key, label_key=self.label_key, forward_kwargs=self.forward_kwargs,
+                collect_inputs=layer is None or bool(self.select_features),
+            )  # fmt: skip
+            explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
         if self.verify is not None and explanation.rule_sets:
             explanation.verify(loader, model=pl_module, target=self.target, input_key=self.input_key,
@@ -488,6 +501,14 @@ class RegionalRuleExtractor(Callback):
         else:
             message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
+        params = self._params(desc, n_all, n_sub, source, layer_name)
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=thr_used,
+            features=V.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
+            features_matrix=X, message=message, selection=selection,
+        )  # fmt: skip
+
+    def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
             min_support_count=_support_count(self.options, n_all, n_sub), source=source,
@@ -497,10 +518,25 @@ class RegionalRuleExtractor(Callback):
             select_features=bool(self.select_features), n_samples=n_all, subgroup_size=n_sub, local=False,
             world_size=D.world_size(),
         )  # fmt: skip
+        return params
+
+    def _explain_streamed(self, batches: ModuleBatches, layer_name: Any, rank_zero: bool) -> RegionalExplanation:
+        """The rules of the streamed batches (:mod:`torch_amore.stream`); no features matrix is kept."""
+        from torch_amore.stream import prepare_stream, search_stream
+
+        options = self.options.replace(progress=self.options.progress and rank_zero)
+        prefix = "z" if batches.source == "layer" else "feature"
+        extractor = prepare_stream(batches, options, features=self.features, feature_names=self.feature_names,
+                                   name_prefix=prefix)  # fmt: skip
+        extractor.target_name = batches.desc
+        rule_sets = search_stream(extractor, options)
+        mask = extractor.target
+        n_all, n_sub = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
+        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name)
+        params["stream"] = True
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=thr_used,
-            features=V.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
-            features_matrix=X, message=message, selection=selection,
+            rule_sets=rule_sets, subgroup=mask, threshold=batches.threshold, features=list(extractor.binned.columns),
+            feature_names=extractor.names, params=params,
         )  # fmt: skip
 
     def _features(self, fwd: ModuleOutputs, rows: list[int] | None, n: int) -> tuple[torch.Tensor, list, str, Any]:

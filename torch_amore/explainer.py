@@ -32,6 +32,7 @@ from torch_amore._units import scaler_units
 from torch_amore.explanation import RegionalExplanation
 from torch_amore.options import SearchOptions
 from torch_amore.search import extract_rules
+from torch_amore.stream_explain import check_stream, explain_stream, should_stream
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
 TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
@@ -113,6 +114,7 @@ class RegionalRuleExplainer:
         target_name: str | None = None,
         additional_forward_args: Any = None,
         forward_kwargs: dict[str, Any] | None = None,
+        stream: bool | str = "auto",
         **search_options: Any,
     ) -> RegionalExplanation:
         """Rules describing the subgroup ``target`` of the model's predictions on ``inputs``.
@@ -155,6 +157,13 @@ class RegionalRuleExplainer:
             additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
                 array with one row per sample is split along with the batches, anything else is passed whole.
             forward_kwargs: extra keyword arguments for every ``model(...)`` call, split per sample the same way.
+            stream: ``True`` runs the model batch by batch on every pass over ``inputs`` and finds the rules on the
+                grid codes of the activations (:mod:`torch_amore.stream`: no (N, D) matrix is kept, and
+                ``features_matrix`` is ``None``); ``False`` collects the activations first; ``"auto"`` (default)
+                streams when the estimated matrix (N times the width, measured by running the model on the first
+                sample) would exceed half the available memory (RAM, or the CUDA device's;
+                :mod:`torch_amore.stream_explain`) and says so once. Streaming takes a class index, a
+                callable or a range ``target``, not a mask, ``features``, ``select_features`` or ``"roc"``.
             **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
                 (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
                 ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
@@ -171,7 +180,7 @@ class RegionalRuleExplainer:
             search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
             target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
         )  # fmt: skip
-        return self._explain(inputs, request)
+        return self._explain(inputs, request, stream=check_stream(stream))
 
     def explain_local(
         self,
@@ -248,11 +257,13 @@ class RegionalRuleExplainer:
     # --------------------------------------------------------------------------------------------------------------
     # the steps of one explanation
 
-    def _explain(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+    def _explain(self, inputs: Any, request: ExplainRequest, stream: bool | str = False) -> RegionalExplanation:
         V.check_model_device(self.model)
         request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
         _, labels = request.check_data(inputs)
+        if stream is not False and should_stream(stream, self, inputs, request):
+            return self._explain_streamed(inputs, request)
         fwd = self._run(inputs, request)
         labels = self._labels(fwd, labels)
         mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
@@ -280,6 +291,24 @@ class RegionalRuleExplainer:
             feature_names=names, params=self._params(request, options, facts), features_matrix=X,
             sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
             explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
+        )  # fmt: skip
+
+    def _explain_streamed(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+        """:meth:`_explain` on streamed batches (:func:`torch_amore.stream_explain.explain_stream`)."""
+        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request)
+        options = facts["options"]
+        n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
+        min_count = options.support_count(n, size)
+        message = _guardrail(rule_sets, min_count, n, size, local=False)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=3)
+        params = {"min_support_count": min_count, "source": facts["source"], "target_name": facts["target_name"],
+                  "n_samples": mask.shape[0], "subgroup_size": int(mask.sum()),
+                  "target": _target_param(request.target, facts["target_name"]), "stream": True}  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=facts["threshold"], features=list(extractor.binned.columns),
+            feature_names=names, params=self._params(request, options, params), message=message, explainer=self,
+            data_options=_data_options(request, mask.shape[0]),
         )  # fmt: skip
 
     def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -103,10 +103,18 @@ def rule_set_masks(rule_sets: Sequence[RuleSet], X: torch.Tensor) -> torch.Tenso
     return all_along(table[torch.tensor(at, device=X.device)], 1)
 
 
-def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[RuleSet]:
+#: ``compare(rule_sets, later, earlier)`` of :func:`drop_same_mask`: for each pair ``(later[p], earlier[p])`` of
+#: indices into ``rule_sets``, whether the two select the same samples (on every DDP shard).
+MaskComparison = Callable[[list[RuleSet], torch.Tensor, torch.Tensor], list[bool]]
+
+
+def drop_same_mask(
+    rule_sets: list[RuleSet], X: torch.Tensor | None, *, compare: MaskComparison | None = None
+) -> list[RuleSet]:
     """The rule sets in order, less those that select exactly the same samples (on every shard of a DDP run) as
     another one with the same support and confidence on the same features, or on a subset or superset of them: of
-    such a group the shortest is kept (ties: the earliest), at its own place. One host sync at most.
+    such a group the shortest is kept (ties: the earliest), at its own place. One host sync at most. ``compare``
+    replaces the comparison of the masks on ``X`` (e.g. batch by batch over data larger than memory).
 
     Example:
         >>> X = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0], [3.0, 5.0]])
@@ -116,7 +124,7 @@ def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Rul
         >>> [str(rs) for rs in drop_same_mask([c, a, b], X)]
         ['IF x >= 1.5 THEN target  (support=2, confidence=1.000, fitness=1.000)']
     """
-    if X is None:
+    if X is None and compare is None:
         return rule_sets
     groups: dict[tuple, list[int]] = {}
     for i, rs in enumerate(rule_sets):
@@ -133,9 +141,9 @@ def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Rul
         return rule_sets
     involved = sorted({i for pair in pairs for i in pair})
     row = {i: r for r, i in enumerate(involved)}
-    masks = rule_set_masks([rule_sets[i] for i in involved], X)
-    later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]], device=X.device)
-    equal = D.all_ranks(all_along(masks[later] == masks[earlier], 1)).tolist()  # equal on every DDP shard
+    chosen = [rule_sets[i] for i in involved]
+    later, earlier = torch.tensor([[row[i] for i, _ in pairs], [row[e] for _, e in pairs]])
+    equal = (compare or functools.partial(_same_masks, X))(chosen, later, earlier)
     keeper = list(range(len(rule_sets)))  # each rule set's group, by its representative (union-find)
 
     def find(i: int) -> int:
@@ -154,3 +162,11 @@ def drop_same_mask(rule_sets: list[RuleSet], X: torch.Tensor | None) -> list[Rul
                 keep, drop = (a, b) if rank(a) < rank(b) else (b, a)
                 keeper[drop] = keep
     return [rs for i, rs in enumerate(rule_sets) if find(i) == i]
+
+
+def _same_masks(X: torch.Tensor, rule_sets: list[RuleSet], later: torch.Tensor, earlier: torch.Tensor) -> list[bool]:
+    """Whether ``rule_sets[later[p]]`` and ``rule_sets[earlier[p]]`` select the same rows of ``X`` (on every DDP
+    shard), for each pair ``p``."""
+    masks = rule_set_masks(rule_sets, X)
+    later, earlier = later.to(X.device), earlier.to(X.device)
+    return D.all_ranks(all_along(masks[later] == masks[earlier], 1)).tolist()

@@ -27,7 +27,7 @@ from torch_amore.rules import Rule, RuleSet
 
 __all__ = ["prune_rule_sets"]
 
-#: Bytes of masks built at once.
+#: Bytes of the temporary masks and columns built at once.
 _MASK_BYTES = 1 << 26
 
 
@@ -74,7 +74,8 @@ class _Counter:
         """Per chunk of rows, (rules + 2, words): each rule's packed mask, then every row's and the target's."""
         if self._words is None:
             n, n_rules = self.X.shape[0], len(self.rules)
-            step = max(64, _MASK_BYTES // max(1, n_rules + 2) // 64 * 64)
+            # per row of a chunk: the rules' float64 columns and comparisons (about 16 bytes a rule), then the masks
+            step = max(64, _MASK_BYTES // (16 * (n_rules + 2)) // 64 * 64)
             self._words = []
             for r0 in range(0, max(1, n), step):
                 X, target = self.X[r0 : r0 + step], self.target[r0 : r0 + step]

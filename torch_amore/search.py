@@ -40,6 +40,7 @@ from torch_amore.ratios import grid_counts
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
 from torch_amore.seeding import pair_seeds, seed_affordable
+from torch_amore.stream_source import is_source
 from torch_amore.threads import beside, done, parallel_pass, search_threads
 from torch_amore.tree import grow_tree, insertion_order
 
@@ -210,14 +211,22 @@ class _Extractor:
         return rule_sets
 
     def finish(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
-        """Every condition earning ``options.min_gain`` (:func:`torch_amore.pruning.prune_rule_sets`), rule sets
-        sorted (:func:`sort_rule_sets`) and those selecting the same samples kept once, the shortest
-        (:func:`torch_amore.masks.drop_same_mask`)."""
-        o = options
-        if o.min_gain > 0 and self.X is not None:
-            rule_sets = prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=o.min_gain,
-                                        min_confidence=o.min_confidence)  # fmt: skip
-        return drop_same_mask(sort_rule_sets(rule_sets), self.X)
+        """Every condition earning ``options.min_gain`` (:meth:`prune`), rule sets sorted (:func:`sort_rule_sets`)
+        and those selecting the same samples kept once, the shortest (:meth:`drop_same_mask`)."""
+        if options.min_gain > 0:
+            rule_sets = self.prune(rule_sets, options)
+        return self.drop_same_mask(sort_rule_sets(rule_sets))
+
+    def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
+        """:func:`torch_amore.pruning.prune_rule_sets` on the searched data."""
+        if self.X is None:
+            return rule_sets
+        return prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=options.min_gain,
+                               min_confidence=options.min_confidence)  # fmt: skip
+
+    def drop_same_mask(self, rule_sets: list[RuleSet]) -> list[RuleSet]:
+        """:func:`torch_amore.masks.drop_same_mask` on the searched data."""
+        return drop_same_mask(rule_sets, self.X)
 
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
         """The best rule set on the search's grid (:mod:`torch_amore.exact`), its fitness in ``optimum``, when that is
@@ -363,6 +372,13 @@ class _Extractor:
                            columns=self._columns, target_name=self.target_name)  # fmt: skip
 
 
+def _no_target(target: Any) -> None:
+    if target is not None:
+        raise ValueError(
+            "Expected `target=None` with a source of batches: each batch carries its target, (X_batch, target_batch)."
+        )
+
+
 @contextmanager
 def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
     """The scope every search runs in: small operations on one CPU thread (:func:`torch_amore.threads.search_threads`)
@@ -407,8 +423,8 @@ max_length=4 is used.
 
 
 def prepare(
-    X: ArrayLike,
-    target: MaskLike,
+    X: ArrayLike | Any,
+    target: MaskLike | None = None,
     options: SearchOptions | None = None,
     *,
     features: Sequence[int] | None = None,
@@ -423,6 +439,11 @@ def prepare(
     ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`). The memory the search needs
     is checked first (:func:`torch_amore.memory.check_memory`; ``memory_checked``: the caller did so)."""
     options = SearchOptions() if options is None else options
+    if is_source(X):  # batches larger than memory (:mod:`torch_amore.stream`)
+        _no_target(target)
+        from torch_amore.stream import prepare_stream
+
+        return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
     n_grids = V.check_n_grids(options.n_grids)
     target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
@@ -462,14 +483,15 @@ def _is_2d(X: Any) -> bool:
 
 
 def extract_rules(
-    X: ArrayLike,
-    target: MaskLike,
+    X: ArrayLike | Any,
+    target: MaskLike | None = None,
     *,
     options: SearchOptions | None = None,
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
     local_x: ArrayLike | None = None,
     target_name: str = "target",
+    codes_dir: str | None = None,
     **search_options: Any,
 ) -> list[RuleSet]:
     """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
@@ -477,14 +499,19 @@ def extract_rules(
 
     Args:
         X: (N, F) features: a torch tensor (the search runs on its device), numpy array or pandas DataFrame (column
-            names become feature names). NaN marks a missing value; it satisfies no rule.
-        target: (N,) boolean subgroup, e.g. "the model predicts class c".
+            names become feature names). NaN marks a missing value; it satisfies no rule. Or, for data larger than
+            memory, a re-iterable source of ``(X_batch, target_batch)`` batches (a DataLoader without shuffling, a
+            Dataset, or a callable returning a fresh iterator), with ``target=None``: the search then runs on each
+            value's grid code (:mod:`torch_amore.stream`; docs/streaming.md).
+        target: (N,) boolean subgroup, e.g. "the model predicts class c" (``None`` for a source of batches).
         options: a :class:`torch_amore.SearchOptions`; keyword arguments below override its fields.
         features: indices of the features to build rules from (e.g. ``select_features(...).features``).
         feature_names: names used when printing (default: DataFrame columns, else ``feature_{i}``).
         local_x: one sample (F,): only rules whose conditions contain it (local rules); may return ``[]`` when the
             sample is an outlier of the subgroup.
         target_name: name of the subgroup in printed rules.
+        codes_dir: with a source of batches, keep the grid codes in memory-mapped files of a fresh folder inside this
+            existing folder (removed afterwards, also on an error) rather than in memory.
         **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
 
             * ``max_length``: l_max, the most conditions in a rule set (default 2).
@@ -523,6 +550,16 @@ def extract_rules(
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
     options = SearchOptions.resolve(options, **search_options)
+    if is_source(X):  # batches larger than memory (:mod:`torch_amore.stream`)
+        _no_target(target)
+        from torch_amore.stream import extract_stream
+
+        return extract_stream(X, options, features=features, feature_names=feature_names, local_x=local_x,
+                              target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+    if codes_dir is not None:
+        raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
+    if target is None:
+        raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
     o = options
     searched = V.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
     M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
