@@ -7,7 +7,8 @@ Same process, one thread, alternating calls, medians of ``--repeat``:
    planted two-feature box with 10 % label noise; ``bench_scaling``'s recipe), 10,000 x 128, and the MNIST latent
    row ``mnist7`` of ``_tasks.py``;
 2. at 100,000 x 1,000: whether the exact search is refused up front, how fast, and with what message;
-3. the default strategy with and without the exact-pair seeding (:mod:`torch_amore.seeding`) on the benchmark rows
+3. the default strategy with and without the exact-pair seeding (:mod:`torch_amore.strategies.seeding`) on the benchmark
+rows
    at ``max_length=2``: time ratio and fitness.
 
 Usage::
@@ -32,7 +33,7 @@ import _tasks  # noqa: E402
 from _tasks import latent_like  # noqa: E402
 
 import torch_amore  # noqa: E402
-from torch_amore import seeding  # noqa: E402
+from torch_amore.strategies import seeding  # noqa: E402
 
 
 def timed(fn) -> tuple[float, object]:

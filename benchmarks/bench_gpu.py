@@ -61,8 +61,8 @@ from bench_scaling import latent_task, lgbm_fitness  # noqa: E402
 from sync_count import count_syncs  # noqa: E402
 
 import torch_amore as ta  # noqa: E402
-from torch_amore import search  # noqa: E402
-from torch_amore.threads import done  # noqa: E402
+from torch_amore._utils.threads import done  # noqa: E402
+from torch_amore.search import extract as search  # noqa: E402
 
 STAGES = ("prepare", "tree", "exact", "beam", "polish")
 #: the CUDA runtime calls that block the host until the device is done
@@ -132,7 +132,7 @@ def stage_clock(device: torch.device) -> Iterator[dict[str, float]]:
 
         return wrapper
 
-    E = search._Extractor
+    E = search.Extractor
     patched = [(search, "prepare"), (search, "beside"), (E, "run"), (E, "run_exact"), (E, "run_beam"), (E, "polish")]
     saved = [(owner, name, getattr(owner, name)) for owner, name in patched]
     search.prepare = clocked("prepare", search.prepare)

@@ -3,7 +3,7 @@ address-space limit.
 
 Each case runs in a fresh process: float32 uniform features with a planted two-feature region, the call's peak
 extra resident memory (``VmHWM`` over ``VmRSS`` before, the peak reset first) and peak extra address space
-(``VmPeak`` over ``VmSize`` before: what ``RLIMIT_AS`` counts) beside :func:`torch_amore.memory.estimate_memory`.
+(``VmPeak`` over ``VmSize`` before: what ``RLIMIT_AS`` counts) beside :func:`torch_amore.data.memory.estimate_memory`.
 The estimate should be at least the larger peak (data that fits is never refused) and not far above it.
 
 ``--sweep`` runs N from 10**5 to 10**8 rows x 8 features under ``RLIMIT_AS`` set to ``--limit-mib`` above the
@@ -52,7 +52,7 @@ def status(field):
 n, F, strategy, ml, extra, limit, view = json.loads(sys.argv[1])
 import torch
 import torch_amore
-from torch_amore.memory import estimate_memory
+from torch_amore.data.memory import estimate_memory
 g = torch.Generator().manual_seed(0)
 if view:  # little memory of its own: overlapping windows of one vector up to 10**7 rows, beyond a zero-stride view
     X = torch.rand(n + F, generator=g).as_strided((n, F), (1, 1)) if n <= 10**7 else torch.rand(1, F).expand(n, F)

@@ -1,4 +1,4 @@
-"""Streamed extraction (torch_amore.stream): peak memory and time per million rows against in-memory extraction.
+"""Streamed extraction (torch_amore.search.stream): peak memory and time per million rows against in-memory extraction.
 
 A source of ``--rows`` x ``--features`` float32 values is generated batch by batch from a seed (never whole): Gaussian
 features, the first half ReLU-clipped, a planted box on two of them with 10 % label noise as the target. Streamed

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 import torch_amore
-from torch_amore.protocol import SearchResult, select_best
+from torch_amore.experiments.protocol import SearchResult, select_best
 
 CSV_NAME = "diabetes_prediction_dataset.csv"
 NPZ_NAME = "diabetes_paper_task.npz"
@@ -251,7 +251,7 @@ def rule_figure(rs, X, target, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from torch_amore.plot import plot_rule
+    from torch_amore.report.plot import plot_rule
 
     fig = plot_rule(rs, X, target)
     fig.savefig(path, dpi=100, bbox_inches="tight")

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from torch_amore.plot import plot_rule_attributions, plot_rule_means
+    from torch_amore.report.plot import plot_rule_attributions, plot_rule_means
 
     args.out.mkdir(parents=True, exist_ok=True)
     best = explanation.best

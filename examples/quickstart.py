@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n(matplotlib is not installed: no pixel map; pip install 'torch-amore[plot]')")
         return
     matplotlib.use("Agg")
-    from torch_amore.plot import plot_rule_attributions, plot_rule_means
+    from torch_amore.report.plot import plot_rule_attributions, plot_rule_means
 
     covered = test[explanation.best.mask(z_test)][:3]
     maps = explainer.attribute(x[covered], explanation.best, n_steps=32)

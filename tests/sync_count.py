@@ -38,7 +38,8 @@ def count_syncs() -> Iterator[Syncs]:
 
     torch.Tensor.tolist = counting
     try:
-        # every thread: on small data the search runs the rule tree on a second thread (torch_amore.threads.beside)
+        # every thread: on small data the search runs the rule tree on a second thread
+        # (torch_amore._utils.threads.beside)
         all_threads = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
         with profile(activities=[ProfilerActivity.CPU], experimental_config=all_threads) as prof:
             yield out

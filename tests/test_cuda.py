@@ -212,9 +212,9 @@ def test_the_routes_a_gpu_takes_give_the_cpu_rules_on_the_cpu(monkeypatch, strat
     """Off the CPU the search sorts with ``torch.sort`` (not numpy) and runs without the one-thread scope, the large
     passes' threads or the second thread beside the beam: those routes, taken on the CPU, give the same rules (this
     test needs no device, so it runs in the normal suite)."""
-    import torch_amore.search as search
-    import torch_amore.sorting as sorting
-    import torch_amore.threads as threads
+    import torch_amore._utils.sorting as sorting
+    import torch_amore._utils.threads as threads
+    import torch_amore.search.extract as search
 
     X, target, types = mixed_table()
     kw = dict(strategy=strategy, bin_strategy=bin_strategy, feature_types=types, max_length=2, min_support=40)

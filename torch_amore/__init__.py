@@ -3,27 +3,34 @@
 An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extraction).
 """
 
-from torch_amore.attribution import RuleAttribution
-from torch_amore.baselines import decision_tree_rules, decision_tree_search
-from torch_amore.explainer import RegionalRuleExplainer
-from torch_amore.explanation import RegionalExplanation
-from torch_amore.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
-from torch_amore.options import SearchOptions
-from torch_amore.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
-from torch_amore.rules import Rule, RuleSet
-from torch_amore.search import extract_rules
-from torch_amore.selection import FeatureSelection, select_features
-from torch_amore.verification import Verification
+import sys
 
-__version__ = "0.1.0"
+from torch_amore._version import __version__
+from torch_amore.experiments.baselines import decision_tree_rules, decision_tree_search
+from torch_amore.experiments.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
+from torch_amore.explain.attribution import RuleAttribution
+from torch_amore.explain.explainer import RegionalRuleExplainer
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.report import plot
+from torch_amore.rules import metrics
+from torch_amore.rules.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
+from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.search.extract import extract_rules
+from torch_amore.search.options import SearchOptions
+from torch_amore.selection.selection import FeatureSelection, select_features
+from torch_amore.verify.verification import Verification
+
+# the documented module paths of the flat layout stay importable: ``torch_amore.plot``, ``torch_amore.metrics``
+sys.modules[f"{__name__}.plot"] = plot
+sys.modules[f"{__name__}.metrics"] = metrics
 
 # torchmetrics and Lightning take seconds to import: these public names load on first use
 _LAZY = {
-    "RegionalRuleExtractor": "torch_amore.callbacks",
-    "RuleConfidence": "torch_amore.metric_classes",
-    "RuleFitness": "torch_amore.metric_classes",
-    "RuleSetMetrics": "torch_amore.metric_classes",
-    "RuleSupport": "torch_amore.metric_classes",
+    "RegionalRuleExtractor": "torch_amore.integrations.callbacks",
+    "RuleConfidence": "torch_amore.integrations.metric_classes",
+    "RuleFitness": "torch_amore.integrations.metric_classes",
+    "RuleSetMetrics": "torch_amore.integrations.metric_classes",
+    "RuleSupport": "torch_amore.integrations.metric_classes",
 }
 
 

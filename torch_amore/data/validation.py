@@ -1,0 +1,588 @@
+"""Argument checks shared by the public functions.
+
+Every check raises a ``ValueError`` or ``TypeError`` that names the argument and shows the bad value, and runs
+before any heavy work.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.typing import BIN_STRATEGIES, FEATURE_TYPES
+from torch_amore.data.column_stats import EXACT_INT, column_stats
+
+#: Largest number of grids per feature: bin codes are int16 and the code after the last grid marks a missing value.
+MAX_GRIDS = 32767
+
+#: Most distinct values of a categorical feature (one grid per category).
+MAX_CATEGORIES = 4096
+
+#: Integers up to this magnitude are exactly representable in float64.
+_EXACT_INT = EXACT_INT
+
+_ONE_HOT = "one-hot encode them first, e.g. `X = pd.get_dummies(X, columns={cols}, dtype=float)`"
+_DATES = (
+    "convert them to numbers first, e.g. days since an origin: "
+    "`X[{col!r}] = (X[{col!r}] - pd.Timestamp('1970-01-01')) / pd.Timedelta(days=1)` "
+    "(a duration: `X[{col!r}] / pd.Timedelta(days=1)`)"
+)
+
+
+def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | None]:
+    """Turn a tensor, numpy array or pandas DataFrame into a floating (N, F) tensor.
+
+    Returns the tensor (on its own device, detached, floating dtype kept; integer and bool inputs become float64) and
+    the column names of a DataFrame (``None`` otherwise). Anything that is not real numbers on a device holding data
+    (strings, categories, dates, complex numbers, sparse or meta tensors, integers that float64 would round) is a
+    ``TypeError``/``ValueError`` naming ``name`` and saying what to do.
+    """
+    names = None
+    if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # pandas DataFrame, without importing pandas
+        names = [str(c) for c in X.columns]
+        X = _frame_to_numpy(X, name)
+    elif hasattr(X, "to_numpy") and hasattr(X, "dtype"):
+        raise TypeError(
+            f"Expected `{name}` to be 2-D (N, F), but got a pandas {type(X).__name__}; for one feature pass "
+            f"`{name}.to_frame()`."
+        )
+    elif hasattr(X, "toarray") and hasattr(X, "nnz"):
+        raise TypeError(
+            f"Expected `{name}` to be a dense array, but got a scipy sparse matrix; pass `{name}.toarray()`."
+        )
+    if isinstance(X, np.ndarray):
+        X = _numpy_to_float(X, name)
+    elif not isinstance(X, torch.Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
+        )
+    X = check_dense_tensor(X, name)
+    if X.ndim != 2:
+        raise ValueError(f"Expected `{name}` to have shape (N, F) (2 dimensions), but got shape {tuple(X.shape)}.")
+    if not X.is_floating_point():
+        check_exact_integers(X, name)
+        X = X.to(torch.float64)
+    return X, names
+
+
+def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
+    """``X`` detached, after checking that it is a dense tensor of real numbers on a device that holds data."""
+    if X.layout != torch.strided:
+        raise TypeError(f"Expected `{name}` to be a dense tensor, but got layout {X.layout}; pass `{name}.to_dense()`.")
+    if X.is_nested:
+        raise TypeError(f"Expected `{name}` to be a dense (N, F) tensor, but got a nested tensor.")
+    if X.is_quantized:
+        raise TypeError(
+            f"Expected `{name}` to hold real numbers, but got a quantized tensor; pass `{name}.dequantize()`."
+        )
+    if X.device.type == "meta":
+        raise ValueError(
+            f"Expected `{name}` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or "
+            "'cuda'."
+        )
+    if X.is_complex():
+        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    return X.detach()
+
+
+def check_not_meta(value: Any, name: str) -> None:
+    """A tensor in ``value`` (itself, or inside tuples, lists and dicts) on the 'meta' device, which holds shapes but
+    no values, is a ``ValueError`` naming ``name`` (torch would fail later, inside an operation, e.g. "Tensor.item()
+    cannot be called on meta tensors")."""
+    stack, seen = [(value, 0)], 0
+    while stack and seen < 10_000:  # a bounded walk: batches are small containers
+        item, depth = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but it holds a tensor on 'meta' (shapes only, no "
+                    "values); create it on 'cpu' or 'cuda'."
+                )
+        elif depth < 4 and isinstance(item, tuple | list):
+            stack.extend((v, depth + 1) for v in item)
+        elif depth < 4 and isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+
+
+def is_frame(value: Any) -> bool:
+    """A pandas DataFrame (duck-typed: no import of pandas)."""
+    return hasattr(value, "columns") and hasattr(value, "index") and hasattr(value, "to_numpy")
+
+
+def align_rows(values: Any, frame: Any, name: str, frame_name: str = "X") -> Any:
+    """``values`` (e.g. a target mask or labels) in the row order of ``frame``, when both are pandas objects.
+
+    A pandas Series (or one-column DataFrame) carries an index, as does a DataFrame ``X``. Used by position, a
+    Series whose index differs from ``X``'s would pair each row with another row's value without a word. So: equal
+    indexes pass; the same labels in another order are aligned by label (``values.reindex(frame.index)``); any other
+    index is a ``ValueError`` (``.to_numpy()`` uses a Series by position on purpose). Anything else passes unchanged.
+
+    Example:
+        >>> import pandas as pd
+        >>> X = pd.DataFrame({"a": [1.0, 2.0, 3.0]}, index=[10, 11, 12])
+        >>> align_rows(pd.Series([True, False, True], index=[12, 11, 10]), X, "target").tolist()
+        [True, False, True]
+    """
+    if not (is_frame(frame) and hasattr(values, "index") and hasattr(values, "to_numpy")):
+        return values
+    if is_frame(values) and values.shape[1] != 1:
+        return values  # not a column: the shape checks downstream say so
+    if values.index.equals(frame.index):
+        return values
+    same_labels = (
+        len(values.index) == len(frame.index)
+        and values.index.is_unique
+        and frame.index.is_unique
+        and bool(frame.index.isin(values.index).all())
+    )
+    if same_labels:
+        return values.reindex(frame.index)
+    raise ValueError(
+        f"Expected `{name}` (a pandas {type(values).__name__}) to be indexed like `{frame_name}`: its index labels "
+        f"differ from `{frame_name}`'s ({_show_index(values.index)} against {_show_index(frame.index)}), so its rows "
+        f"cannot be matched to `{frame_name}`'s; give it `{frame_name}`'s index, or pass `{name}.to_numpy()` to pair "
+        "the rows by position."
+    )
+
+
+def _show_index(index: Any) -> str:
+    head = ", ".join(repr(v) for v in index[:3].tolist())
+    return f"{len(index)} labels [{head}{', ...' if len(index) > 3 else ''}]"
+
+
+def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
+    """A model with a parameter or buffer on the 'meta' device (shapes only, e.g. built under
+    ``torch.device('meta')`` and not yet materialised) is a ``ValueError`` naming the tensor, before any forward."""
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for key, tensor in named:
+            if tensor.device.type == "meta":
+                raise ValueError(
+                    f"Expected `{name}` on a device that holds data, but its {kind} `{key}` is on 'meta' (shapes only, "
+                    "no values); materialise it first, e.g. `model.to_empty(device='cpu')` and load its weights."
+                )
+
+
+def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
+    """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
+    kind = X.dtype.kind
+    if kind in "Mm":
+        raise TypeError(
+            f"Expected `{name}` to hold numbers, but got dtype {X.dtype} (dates or durations); convert them to numbers "
+            f"first, e.g. days since an origin: `({name} - np.datetime64('1970-01-01')) / np.timedelta64(1, 'D')`."
+        )
+    if kind == "c":
+        raise TypeError(f"Expected `{name}` to have a real numeric dtype, but got {X.dtype}.")
+    if kind not in "biuf":
+        hint = " (strings: one-hot encode them first, e.g. with pandas.get_dummies)" if kind in "OUS" else ""
+        raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}{hint}.")
+    if kind in "iu":
+        check_exact_integers(X, name)
+    if kind in "biu" or X.dtype.itemsize > 8:  # long double too: torch has no float128
+        return torch.from_numpy(X.astype(np.float64))
+    with warnings.catch_warnings():  # a read-only array is fine: X is never written to
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(X))
+
+
+def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
+    """Integers beyond 2**53 that float64 would round (the search compares float64 values) are an error."""
+    if isinstance(X, torch.Tensor) and X.dtype == torch.uint64:
+        X = X.cpu().numpy()
+    where, values = np.zeros((0, X.ndim), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if isinstance(X, torch.Tensor) and X.dtype == torch.int64:  # only the values beyond 2**53 travel to the CPU
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        if bool(big.any()):
+            where, values = torch.nonzero(big).cpu().numpy(), X[big].cpu().numpy()
+    elif isinstance(X, np.ndarray) and X.dtype.itemsize == 8 and X.dtype.kind in "iu":  # narrower ones are exact
+        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        where, values = np.argwhere(big), X[big]
+    lossy = _rounded_by_float64(values)
+    bad = int(lossy.sum())
+    if D.any_rank(bad > 0):  # every shard of a DDP run raises together
+        example = "on another rank's shard"
+        if bad:
+            k = int(np.argmax(lossy))
+            at = tuple(int(i) for i in where[k])
+            example = f"e.g. {int(values[k])} at index {at} (it would become {int(values[k].astype(np.float64))})"
+        raise ValueError(
+            f"Expected the integers in `{name}` to be exactly representable as float64 (|x| <= 2**53), but {bad} "
+            f"would be rounded, {example}; subtract an offset or rescale such columns first (e.g. nanosecond "
+            "timestamps to seconds), or convert them to float yourself if rounding is acceptable."
+        )
+
+
+def _rounded_by_float64(values: np.ndarray) -> np.ndarray:
+    """Which of the (64-bit) integers ``values`` change when converted to float64."""
+    as_float = values.astype(np.float64)
+    top = 2.0**63 if values.dtype.kind == "i" else 2.0**64
+    inside = (as_float < top) & (as_float >= -top)  # 2**63 itself does not convert back to int64
+    return ~inside | (np.where(inside, as_float, 0).astype(values.dtype) != values)
+
+
+_NUMERIC_OBJECTS = ("integer", "floating", "mixed-integer-float", "boolean", "decimal", "empty")
+
+
+def _column_kind(col: Any) -> str:
+    """``"number"``, ``"text"`` (strings, categories), ``"date"`` (dates, durations, periods) or ``"other"``."""
+    import pandas as pd
+
+    t, dtype = pd.api.types, col.dtype
+    if t.is_bool_dtype(dtype) or (t.is_numeric_dtype(dtype) and not t.is_complex_dtype(dtype)):
+        return "number"
+    if t.is_datetime64_any_dtype(dtype) or t.is_timedelta64_dtype(dtype) or isinstance(dtype, pd.PeriodDtype):
+        return "date"
+    if t.is_object_dtype(dtype):
+        return "number" if t.infer_dtype(col, skipna=True) in _NUMERIC_OBJECTS else "text"
+    if isinstance(dtype, pd.CategoricalDtype) or t.is_string_dtype(dtype):
+        return "text"
+    return "other"
+
+
+def _frame_to_numpy(df: Any, name: str) -> np.ndarray:
+    """The float64 values of a DataFrame whose columns are all numeric or boolean (else a ``TypeError`` saying how to
+    encode the others)."""
+    import pandas as pd
+
+    by_kind: dict[str, list] = {"text": [], "date": [], "other": []}
+    for label, col in df.items():
+        kind = _column_kind(col)
+        if kind != "number":
+            by_kind[kind].append(label)
+        elif pd.api.types.is_integer_dtype(col.dtype):
+            wide = np.uint64 if pd.api.types.is_unsigned_integer_dtype(col.dtype) else np.int64
+            check_exact_integers(col.to_numpy(dtype=wide, na_value=0), f"{name}[{label!r}]")
+    problems = []
+    text, dates = by_kind["text"], by_kind["date"]
+    if text:
+        problems.append(f"columns {text} hold strings or categories: {_ONE_HOT.format(cols=text)}")
+    if dates:
+        problems.append(f"columns {dates} hold dates or durations: {_DATES.format(col=dates[0])}")
+    if by_kind["other"]:
+        dtypes = [str(df[c].dtype) for c in by_kind["other"]]
+        problems.append(f"columns {by_kind['other']} have unsupported dtypes {dtypes}")
+    if problems:
+        raise TypeError(f"Expected `{name}` to hold numeric or boolean columns, but " + "; ".join(problems) + ".")
+    return df.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
+    """``X`` has at least one row (over all shards of a DDP run: a shard may be empty) and one column."""
+    if D.global_count(X.shape[0]) == 0 or X.shape[1] == 0:
+        raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
+
+
+def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool | None = None) -> None:
+    """NaN is a missing value; +-inf is an error.
+
+    ``any_inf``: whether any shard holds +-inf, when already known (e.g. from
+    :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); then ``X`` is only read to describe the error.
+    """
+    if any_inf is None:
+        any_inf = D.any_rank(bool(torch.isinf(X).any()))
+    if any_inf:  # every shard of a DDP run raises together
+        rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
+        if rows.numel() == 0:
+            raise ValueError(f"Expected `{name}` to hold finite values, but another rank's shard holds +-inf.")
+        raise ValueError(
+            f"Expected `{name}` to hold finite values (NaN marks a missing value), but found +-inf at "
+            f"{int(rows.numel())} entries, first at row {int(rows[0])}, column {int(cols[0])}."
+        )
+
+
+def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
+    """Boolean (N,) subgroup mask on ``device``; 0/1 numbers are accepted."""
+    target = _target_tensor(target, name)
+    target = target.reshape(-1) if target.ndim == 2 and 1 in target.shape else target
+    if target.ndim != 1:
+        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(target.shape)}.")
+    if target.shape[0] != n:
+        raise ValueError(f"Expected `{name}` to have one entry per row of X ({n}), but got {target.shape[0]}.")
+    if target.dtype != torch.bool:
+        if target.is_floating_point() and torch.isnan(target).any():
+            raise ValueError(f"Expected `{name}` to be boolean, but it holds NaN.")
+        uniq = torch.unique(target)
+        if not bool(((uniq == 0) | (uniq == 1)).all()):
+            raise TypeError(
+                f"Expected `{name}` to be boolean (or 0/1), but got values {uniq[:5].tolist()} of dtype "
+                f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
+            )
+        target = target != 0
+    counts = torch.stack([target.count_nonzero(), torch.tensor(n, device=target.device)])  # a bool sum copies to int64
+    n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
+    if n_t == 0:
+        raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
+    if n_t == n:
+        raise ValueError(
+            f"Expected `{name}` to leave some samples out, but it covers all {n} samples: every rule would have "
+            "ratio 1."
+        )
+    return target.to(device)
+
+
+def _target_tensor(target: Any, name: str) -> torch.Tensor:
+    """``target`` as a tensor of bools or real numbers (not yet checked for shape or values)."""
+    if hasattr(target, "to_numpy"):  # pandas Series or one-column DataFrame
+        if bool(target.isna().to_numpy().any()):
+            raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
+        target = target.to_numpy()
+    if isinstance(target, (list, tuple)):
+        try:
+            target = np.asarray(target)
+        except ValueError as err:
+            raise ValueError(f"Expected `{name}` to be a flat sequence of booleans, but it is ragged.") from err
+    if isinstance(target, np.ndarray):
+        kind = target.dtype.kind
+        if kind == "O":
+            target = _object_target(target, name)
+        elif kind not in "biuf":
+            raise TypeError(
+                f"Expected `{name}` to be boolean (or 0/1), but got dtype {target.dtype} (e.g. "
+                f"{target.reshape(-1)[:3].tolist()}); build a mask first, e.g. `{name} = (labels == 'yes')`."
+            )
+        target = torch.from_numpy(np.array(target))  # a copy: read-only arrays (pandas) cannot be shared
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be a boolean tensor or array of shape (N,), but got {type(target).__name__}."
+        )
+    return check_dense_tensor(target, name)
+
+
+def _object_target(target: np.ndarray, name: str) -> np.ndarray:
+    """An object array of bools or numbers as a numeric array."""
+    flat = target.reshape(-1)
+    bad = [v for v in flat if not isinstance(v, (int, float, np.number, np.bool_))]
+    if bad:
+        raise TypeError(
+            f"Expected `{name}` to be boolean (or 0/1), but it holds {type(bad[0]).__name__} values such as "
+            f"{bad[0]!r}; build a mask first, e.g. `{name} = (labels == 'yes')`."
+        )
+    return flat.astype(np.float64).reshape(target.shape)
+
+
+def check_n_grids(value: Any) -> int:
+    """``n_grids`` as an int in [2, :data:`MAX_GRIDS`]."""
+    n_grids = check_int(value, "n_grids", 2)
+    if n_grids > MAX_GRIDS:
+        raise ValueError(
+            f"Expected `n_grids` to be an integer in [2, {MAX_GRIDS}] (bin codes are int16), but got {n_grids}."
+        )
+    return n_grids
+
+
+def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int, name: str = "X") -> None:
+    """At least one searched column holds a non-missing value (else no rule could select anything).
+
+    ``lo`` is the per-column minimum of the searched ``columns`` over all shards (NaN where a column is all missing).
+    """
+    if not all(math.isnan(v) for v in lo):
+        return
+    if len(columns) == n_features:
+        raise ValueError(f"Expected `{name}` to hold some non-missing values, but every value is NaN (missing).")
+    raise ValueError(
+        f"Expected the searched `features` {list(columns)[:10]} to hold some non-missing values, but all their values "
+        f"in `{name}` are NaN (missing)."
+    )
+
+
+def check_range(lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int],
+                name: str = "X") -> None:
+    """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
+
+    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing), and
+    ``overflow`` whether ``hi - lo`` overflows in the binning dtype
+    (:class:`torch_amore.data.column_stats.HostColumnStats`).
+    """
+    over = [k for k, v in enumerate(overflow) if v]
+    if over:
+        k = over[0]
+        raise ValueError(
+            f"Expected the range (max - min) of each column of `{name}` to be finite in float64, but column "
+            f"{columns[k]} spans [{lo[k]:g}, {hi[k]:g}]; divide it by a constant s and pass "
+            "`feature_scale` (s for that column) to print bounds in the original units."
+        )
+
+
+def check_units(spread: Sequence[float], columns: Sequence[int], scale: Sequence[float],
+                offset: Sequence[float]) -> None:
+    """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
+
+    ``spread`` is each searched column's ``|max - min|`` (0 where all missing). An offset more than 2**50 times the
+    column's spread in original units swamps it in float64: every bound would print as (nearly) the offset itself,
+    so the rules could not be read in those units.
+    """
+    for k, c in enumerate(columns):
+        width = spread[k] * abs(scale[c]) or abs(scale[c])
+        if abs(offset[c]) > 2.0**50 * width:
+            raise ValueError(
+                f"Expected `feature_offset` of feature {c} ({offset[c]:g}) to be small enough for its values "
+                f"(spread {width:g} in original units) to stay apart in float64, but it is more than 2**50 times "
+                "the spread: bounds in those units could not be told apart; pass a smaller offset."
+            )
+
+
+def check_min_support(min_support: Any) -> int | float:
+    """``min_support`` as given, checked: an int count >= 1 or a float fraction in (0, 1).
+
+    A float is always a fraction: ``1.0`` or ``50.0`` are refused (write ``1`` or ``50`` for a count).
+    """
+    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), but got {min_support!r}.")
+    if isinstance(min_support, (float, np.floating)):
+        if not 0.0 < float(min_support) < 1.0:
+            whole = float(min_support).is_integer()
+            hint = f" (for a count of samples pass the int {int(min_support)})" if whole else ""
+            raise ValueError(f"Expected a float `min_support` to be a fraction in (0, 1), but got {min_support}{hint}.")
+        return float(min_support)
+    if min_support < 1:
+        raise ValueError(f"Expected an int `min_support` to be a count >= 1, but got {min_support}.")
+    return int(min_support)
+
+
+def resolve_min_support(min_support: Any, n: int) -> int:
+    """The count of samples meant by ``min_support`` (see :func:`check_min_support`) on ``n`` samples."""
+    value = check_min_support(min_support)
+    if isinstance(value, float):
+        value = int(math.ceil(value * n))
+    if value > n:
+        raise ValueError(f"Expected `min_support` to lie in [1, {n}] (the number of samples), but got {min_support}.")
+    return value
+
+
+def check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Expected `{name}` to be an integer >= {low}, but got {value!r}.")
+    if value < low:
+        raise ValueError(f"Expected `{name}` to be an integer >= {low}, but got {value}.")
+    return int(value)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"Expected `{name}` to be one of {list(choices)}, but got {value!r}.")
+    return value
+
+
+def check_bin_strategy(value: Any) -> str:
+    return check_choice(value, "bin_strategy", BIN_STRATEGIES)
+
+
+def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
+    """Feature names: ``feature_names``, else a DataFrame's columns, else ``feature_{i}``; all distinct."""
+    if feature_names is None:
+        names = frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
+        arg = "feature_names" if frame_names is None else "the columns of `X`"
+    else:
+        if isinstance(feature_names, str) or not isinstance(feature_names, Iterable):
+            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+        names = [str(n) for n in feature_names]
+        if len(names) != n_features:
+            raise ValueError(
+                f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}."
+            )
+        arg = "`feature_names`"
+    dup = sorted(name for name, count in Counter(names).items() if count > 1)
+    if dup:
+        raise ValueError(
+            f"Expected {arg} to be distinct (rules on different columns would print the same), but got "
+            f"duplicates {dup[:10]}."
+        )
+    return names
+
+
+def resolve_features(features: Any, n_features: int) -> list[int]:
+    """Feature indices to search (``None``: all); accepts a ``FeatureSelection``-like object with ``.features``."""
+    if features is None:
+        return list(range(n_features))
+    if hasattr(features, "features") and not isinstance(features, (torch.Tensor, np.ndarray)):
+        features = features.features
+    if isinstance(features, torch.Tensor):
+        features = features.tolist()
+    if isinstance(features, np.ndarray):
+        features = features.tolist()
+    try:
+        idx = [int(f) for f in features]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
+    bad = [f for f in idx if f < 0 or f >= n_features]
+    if bad:
+        raise ValueError(f"Expected `features` indices in [0, {n_features - 1}], but got {bad[:5]}.")
+    if not idx:
+        raise ValueError("Expected `features` to name at least one feature, but it is empty.")
+    return sorted(set(idx))
+
+
+def resolve_affine(values: Any, name: str, n_features: int, default: float) -> list[float]:
+    if values is None:
+        return [default] * n_features
+    vals = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+    if len(vals) != n_features:
+        raise ValueError(f"Expected `{name}` to have {n_features} entries (columns of X), but got {len(vals)}.")
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"Expected `{name}` to hold finite numbers, but got {vals}.")
+    return vals
+
+
+def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
+
+    Beyond 2**53 every float64 is a whole number, so a column with such values does not count as integer-valued.
+    One chunked pass over X, vectorized over columns (:func:`torch_amore.data.column_stats.column_stats`).
+    """
+    stats = column_stats(X)
+    return stats.is_int, stats.binary()
+
+
+def infer_feature_types(X: torch.Tensor) -> list[str]:
+    """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``.
+
+    Example:
+        >>> import torch
+        >>> infer_feature_types(torch.tensor([[0.0, 2.0, 0.5], [1.0, 3.0, 1.0]]))
+        ['cat', 'int', 'float']
+    """
+    return column_stats(X).fetch().kinds()
+
+
+def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) -> list[str]:
+    n_features = X.shape[1]
+    if feature_types is None:
+        return infer_feature_types(X)
+    if isinstance(feature_types, str):
+        raise TypeError("Expected `feature_types` to be a sequence such as ['float', 'int', 'cat'], got a string.")
+    types = [str(t) for t in feature_types]
+    if len(types) != n_features:
+        raise ValueError(f"Expected `feature_types` to have {n_features} entries (columns of X), but got {len(types)}.")
+    bad = sorted({t for t in types if t not in FEATURE_TYPES})
+    if bad:
+        raise ValueError(f"Expected `feature_types` entries in {list(FEATURE_TYPES)}, but got {bad}.")
+    return types
+
+
+def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:
+    """One sample (F,) as a float64 CPU tensor (``None`` stays ``None``)."""
+    if local_x is None:
+        return None
+    if hasattr(local_x, "to_numpy") or isinstance(local_x, (list, tuple, np.ndarray)):
+        try:
+            raw = local_x.to_numpy() if hasattr(local_x, "to_numpy") else local_x
+            local_x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"Expected `local_x` to be one sample of {n_features} numbers, but it holds non-numeric values: {err}"
+            ) from err
+    if not isinstance(local_x, torch.Tensor):
+        raise TypeError(f"Expected `local_x` to be one sample of shape ({n_features},), got {type(local_x).__name__}.")
+    local_x = check_dense_tensor(local_x, "local_x")
+    if local_x.ndim == 2 and local_x.shape[0] == 1:
+        local_x = local_x[0]
+    if local_x.ndim != 1 or local_x.shape[0] != n_features:
+        raise ValueError(f"Expected `local_x` to have shape ({n_features},), but got shape {tuple(local_x.shape)}.")
+    return local_x.to("cpu", torch.float64)

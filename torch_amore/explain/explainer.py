@@ -1,0 +1,537 @@
+"""RegionalRuleExplainer: regional rules for what a trained ``nn.Module`` predicts, on its inputs or any layer.
+
+The explainer runs the model over the data (batched, on the model's device, under ``torch.no_grad`` and in eval mode),
+defines the target subgroup from its outputs (a class, a probability threshold, a value range, a callable or a given
+mask), and extracts AMORE rules on one of three feature spaces:
+
+* the model's inputs, flattened (``layer=None``, tabular models);
+* the activations of a layer, flattened to (N, D), captured with a forward hook (latent rules, as in the paper's
+  MNIST and MRI tasks; ``layer_input=True`` takes the input of that layer instead of its output);
+* a separate (N, F) matrix of interpretable features aligned with the inputs (``features=``, as the paper's RDKit
+  descriptors for a graph network).
+
+Hooks are always removed and every submodule's train/eval mode restored, also when an error is raised.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_amore._utils import distributed as D
+from torch_amore.data import validation as V
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.request import ExplainRequest, resolve_names
+from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
+from torch_amore.explain.units import with_units
+from torch_amore.model.forward import (
+    BatchKey,
+    Forward,
+    ModelArgs,
+    as_inputs,
+    as_labels,
+    is_graph,
+    resolve_layer,
+    run_model,
+)
+from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.search.extract import extract_rules
+from torch_amore.search.options import SearchOptions
+
+#: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
+TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
+
+
+def _target_param(target: Any, desc: str) -> Any:
+    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
+    if isinstance(target, (int, np.integer)):
+        return int(target)
+    if isinstance(target, tuple) and len(target) == 2 and not callable(target):
+        return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
+    return desc
+
+
+class RegionalRuleExplainer:
+    """Regional IF-THEN rules for what a trained model predicts, on its inputs, a layer, or separate features.
+
+    Args:
+        model: a trained ``nn.Module``. It runs in eval mode under ``torch.no_grad``; its modes are restored after.
+        layer: a submodule (or its dotted name, e.g. ``"encoder.fc1"``) whose activations, flattened to (N, D),
+            are the features of the rules; ``None`` uses the model inputs, flattened.
+        feature_names: names of the D features (default ``z_{i}`` for a layer, ``feature_{i}`` for inputs).
+        layer_input: use the layer's (first) input instead of its output, e.g. the input of the last linear layer.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 3))  # class 2 iff both hidden units < 1
+        >>> with torch.no_grad():
+        ...     _ = model[0].weight.copy_(2 * torch.eye(2)), model[0].bias.zero_()
+        ...     _ = model[2].weight.copy_(torch.tensor([[1.0, 0], [0, 1], [0, 0]]))
+        ...     _ = model[2].bias.copy_(torch.tensor([0.0, 0.0, 1.0]))
+        >>> X = torch.rand(1000, 2)
+        >>> explainer = RegionalRuleExplainer(model, layer=model[1])
+        >>> explanation = explainer.explain(X, 2, min_support=100, progress=False)
+        >>> print(explanation.best.format(precision=1))
+        IF z_0 < 1 AND z_1 < 1 THEN predicted 2  (support=248, confidence=1.000, fitness=1.000)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: nn.Module | str | None = None,
+        *,
+        feature_names: Sequence[str] | None = None,
+        layer_input: bool = False,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Expected `model` to be a torch.nn.Module, but got {type(model).__name__}.")
+        if isinstance(feature_names, str):
+            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
+        self.model = model
+        self.layer, self.layer_name = resolve_layer(model, layer)
+        self.layer_input = bool(layer_input)
+        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+
+    def __repr__(self) -> str:
+        layer = "None" if self.layer_name is None else repr(self.layer_name)
+        return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer})"
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def explain(
+        self,
+        inputs: Any,
+        target: TargetType,
+        *,
+        labels: Any = None,
+        threshold: float | str | None = None,
+        outputs: str = "auto",
+        features: Any = None,
+        feature_names: Sequence[str] | None = None,
+        select_features: bool | dict = False,
+        scaler: Any = None,
+        options: SearchOptions | dict | None = None,
+        batch_size: int = 256,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        target_name: str | None = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+        stream: bool | str = "auto",
+        **search_options: Any,
+    ) -> RegionalExplanation:
+        """Rules describing the subgroup ``target`` of the model's predictions on ``inputs``.
+
+        Args:
+            inputs: a tensor or numpy array (N, ...), a tuple of them (several positional model inputs), a pandas
+                DataFrame (its columns name the features), a ``Dataset``, a ``DataLoader`` (in dataset order when
+                rows must align with ``labels``, ``features``, a mask ``target`` or per-sample model arguments), or a
+                list or ``Batch`` of torch_geometric graphs.
+            target: the subgroup:
+
+                * a class index ``c``: ``argmax(output) == c`` for several outputs; for a single (binary) output,
+                  probability of class ``c`` > ``threshold``;
+                * a boolean mask (N,);
+                * a callable on the model outputs (N, ...) returning a boolean mask;
+                * ``(low, high)``: a single regression output in ``[low, high)`` (``None`` leaves a side open). This
+                  is not Captum's output index: for an output index use a callable.
+            labels: true labels (N,), needed by ``threshold="roc"``; by default taken from the batches.
+            threshold: probability threshold for a class-index target (default 0.5 for one output, argmax for
+                several); ``"roc"`` picks the threshold maximizing TPR - FPR against ``labels`` (as in the paper).
+            outputs: what the model returns, for thresholds: ``"logits"`` (sigmoid / softmax), ``"probs"``, or
+                ``"auto"`` (default): probabilities when all outputs lie in [0, 1] (summing to 1 for several).
+            features: either a separate (N, F) matrix (tensor, array or DataFrame) of interpretable features aligned
+                with ``inputs`` (rules are then built on it), or a sequence of feature indices / a
+                ``FeatureSelection`` restricting the search to those features.
+            feature_names: names of the features (overrides the explainer's).
+            select_features: run :func:`torch_amore.select_features` (with the labels as classes for a class
+                target, else the subgroup vs. the rest) on the inputs or the layer first and search the selected
+                features only; a dict passes options to it (e.g. ``{"min_frequency": 0.2}``).
+            scaler: a fitted scikit-learn scaler (``StandardScaler``, ``MinMaxScaler``, ...) of the features the rules
+                are built on: rules print in its original units (instead of ``feature_scale``/``feature_offset``).
+            options: a :class:`torch_amore.SearchOptions` (or a dict of its fields); keyword arguments override it.
+            batch_size: samples per forward pass for tensor, Dataset and graph-list inputs.
+            input_key: which element of each batch is the model input: an index or key, a sequence of them
+                (several positional inputs) or a callable ``batch -> input``. Default: a tensor batch itself, the
+                first element of a tuple batch, any other object (e.g. a graph batch) as a whole.
+            label_key: which element of each batch holds the labels (index, key, attribute name or callable).
+                Default: the second element of tuple batches.
+            target_name: name of the subgroup in the printed rules (default e.g. ``"predicted 7"``).
+            additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
+                array with one row per sample is split along with the batches, anything else is passed whole.
+            forward_kwargs: extra keyword arguments for every ``model(...)`` call, split per sample the same way.
+            stream: ``True`` runs the model batch by batch on every pass over ``inputs`` and finds the rules on the
+                grid codes of the activations (:mod:`torch_amore.search.stream`: no (N, D) matrix is kept, and
+                ``features_matrix`` is ``None``); ``False`` collects the activations first; ``"auto"`` (default)
+                streams when the estimated matrix (N times the width, measured by running the model on the first
+                sample) would exceed half the available memory (RAM, or the CUDA device's;
+                :mod:`torch_amore.explain.stream_explain`) and says so once. Streaming takes a class index, a
+                callable or a range ``target``, not a mask, ``features``, ``select_features`` or ``"roc"``.
+            **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
+                (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
+                ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
+                ``feature_offset``, ``progress``. Any other name is a ``TypeError``.
+
+        Returns:
+            A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.
+            A ``UserWarning`` (also in its ``message``) says when ``min_support`` exceeds the subgroup or no rule set
+            reaches positive fitness.
+        """
+        request = ExplainRequest.make(
+            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
+            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
+            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
+            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+        )  # fmt: skip
+        return self._explain(inputs, request, stream=check_stream(stream))
+
+    def explain_local(
+        self,
+        x: Any,
+        inputs: Any,
+        target: TargetType,
+        *,
+        labels: Any = None,
+        threshold: float | str | None = None,
+        outputs: str = "auto",
+        features: Any = None,
+        feature_names: Sequence[str] | None = None,
+        select_features: bool | dict = False,
+        scaler: Any = None,
+        options: SearchOptions | dict | None = None,
+        batch_size: int = 256,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        target_name: str | None = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+        **search_options: Any,
+    ) -> RegionalExplanation:
+        """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
+
+        ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension, or one
+        torch_geometric graph; it is run through the model and layer), or — with a separate ``features`` matrix or
+        without a layer — its row of features. Other arguments as in :meth:`explain`. When ``x`` is an outlier of the
+        subgroup no interval containing it raises the subgroup's share, and the result is empty with an explanatory
+        ``message`` (a ``UserWarning`` is issued).
+        """
+        if x is None:
+            raise ValueError("Expected a sample `x` for local rules, but got None.")
+        request = ExplainRequest.make(
+            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
+            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
+            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
+            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+            local=x,
+        )  # fmt: skip
+        return self._explain(inputs, request)
+
+    def features_matrix(
+        self,
+        inputs: Any,
+        *,
+        batch_size: int = 256,
+        progress: bool = False,
+        input_key: BatchKey = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+    ) -> torch.Tensor:
+        """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
+        inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        V.check_model_device(self.model)
+        inputs, _ = as_inputs(inputs)
+        fwd = self._forward(
+            inputs, batch_size=batch_size, progress=progress, input_key=input_key, collect_inputs=self.layer is None,
+            model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
+        )  # fmt: skip
+        return fwd.activations if self.layer is not None else fwd.flat_inputs
+
+    def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
+        """Pixel (input) attribution maps of the latent unit of each rule, shape (n_rules, N, *inputs.shape[1:]).
+
+        ``rules`` is a rule set (e.g. ``explanation.best``), rules or unit indices on this explainer's layer; keyword
+        arguments go to :meth:`torch_amore.RuleAttribution.attribute` (``baselines``, ``n_steps``, ``batch_size``,
+        ``internal_batch_size``). Uses Captum's ``NeuronIntegratedGradients``.
+        """
+        from torch_amore.explain.attribution import RuleAttribution
+
+        return RuleAttribution.from_explainer(self).attribute(inputs, rules, **kwargs)
+
+    # --------------------------------------------------------------------------------------------------------------
+    # the steps of one explanation
+
+    def _explain(self, inputs: Any, request: ExplainRequest, stream: bool | str = False) -> RegionalExplanation:
+        V.check_model_device(self.model)
+        request = request.aligned_to(inputs)
+        inputs, column_names = as_inputs(inputs)
+        _, labels = request.check_data(inputs)
+        if stream is not False and should_stream(stream, self, inputs, request):
+            return self._explain_streamed(inputs, request)
+        fwd = self._run(inputs, request)
+        labels = self._labels(fwd, labels)
+        mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
+        X, names, source = self._feature_space(fwd, request, column_names)
+        mask = mask.to(X.device)
+        selection = self._select(fwd, mask, labels, request, names) if request.select else None
+        local_x = None if request.local is None else self._local_vector(request, X, fwd, source)
+        options = with_units(request.options, request.scaler, X.shape[1], source)
+        target_name = request.target_name or desc
+        features = selection if selection is not None else request.indices
+        rule_sets = extract_rules(
+            X, mask, options=options, features=features, feature_names=names, local_x=local_x, target_name=target_name
+        )
+        n, size = D.global_count(X.shape[0]), D.global_count(int(mask.sum()))
+        min_count = options.support_count(n, size)
+        message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=3)
+        facts = {"min_support_count": min_count, "source": source, "target_name": target_name,
+                 "n_samples": X.shape[0], "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
+                 "target": _target_param(request.target, desc),
+                 "input_shape": None if fwd.input_shape is None else list(fwd.input_shape)}  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=V.resolve_features(features, X.shape[1]),
+            feature_names=names, params=self._params(request, options, facts), features_matrix=X,
+            sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
+            explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
+        )  # fmt: skip
+
+    def _explain_streamed(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+        """:meth:`_explain` on streamed batches (:func:`torch_amore.explain.stream_explain.explain_stream`)."""
+        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request)
+        options = facts["options"]
+        n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
+        min_count = options.support_count(n, size)
+        message = _guardrail(rule_sets, min_count, n, size, local=False)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=3)
+        params = {"min_support_count": min_count, "source": facts["source"], "target_name": facts["target_name"],
+                  "n_samples": mask.shape[0], "subgroup_size": int(mask.sum()),
+                  "target": _target_param(request.target, facts["target_name"]), "stream": True}  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=facts["threshold"], features=list(extractor.binned.columns),
+            feature_names=names, params=self._params(request, options, params), message=message, explainer=self,
+            data_options=_data_options(request, mask.shape[0]),
+        )  # fmt: skip
+
+    def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:
+        """The explanation's parameters: every search option, how the subgroup was defined, and data facts."""
+        thr = request.threshold
+        return {
+            **options.to_dict(), **facts, "layer": self.layer_name, "layer_input": self.layer_input,
+            "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
+            "select_features": dict(request.select) if isinstance(request.select, dict) else bool(request.select),
+            "local": request.local is not None,
+        }  # fmt: skip
+
+    def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
+        """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
+        layer = self.layer if use_layer else None
+        return run_model(
+            self.model, inputs, layer=layer, layer_name=self.layer_name, layer_input=self.layer_input, **options
+        )
+
+    def _run(self, inputs: Any, request: ExplainRequest) -> Forward:
+        """The forward pass of an explanation: the layer unless rules are on a features matrix, the flattened inputs
+        when rules are on them (and, where tensors, for feature selection)."""
+        on_inputs = request.matrix is None and self.layer is None
+        fwd = self._forward(
+            inputs, batch_size=request.batch_size, progress=request.options.progress, input_key=request.input_key,
+            label_key=request.label_key, collect_inputs=on_inputs or bool(request.select),
+            require_inputs=on_inputs, use_layer=request.matrix is None, model_args=request.model_args,
+        )  # fmt: skip
+        n = fwd.outputs.shape[0]
+        if request.matrix is not None and request.matrix.shape[0] != n:
+            raise ValueError(
+                f"Expected `features` to have one row per sample of `inputs` ({n}), but got "
+                f"{request.matrix.shape[0]} rows."
+            )
+        return fwd
+
+    @staticmethod
+    def _labels(fwd: Forward, labels: torch.Tensor | None) -> torch.Tensor | None:
+        n = fwd.outputs.shape[0]
+        if labels is not None and labels.shape[0] != n:
+            raise ValueError(f"Expected `labels` to have one entry per sample of `inputs` ({n}), got {len(labels)}.")
+        return fwd.labels if labels is None else labels
+
+    def _feature_space(
+        self, fwd: Forward, request: ExplainRequest, column_names: list[str] | None
+    ) -> tuple[torch.Tensor, list[str], str]:
+        """The (N, D) matrix the rules are built on, its feature names and its kind (features, layer or inputs)."""
+        if request.matrix is not None:
+            X, source, fallback = request.matrix, "features", [self.feature_names, request.matrix_names]
+        elif self.layer is not None:
+            X, source, fallback = fwd.activations, "layer", [self.feature_names]
+        else:
+            X, source, fallback = fwd.flat_inputs, "inputs", [self.feature_names, column_names]
+        prefix = "z" if source == "layer" else "feature"
+        return X, resolve_names(request.feature_names, fallback, X.shape[1], prefix), source
+
+    def _local_vector(self, request: ExplainRequest, X: torch.Tensor, fwd: Forward, source: str) -> torch.Tensor:
+        """The feature vector (D,) of the sample of local rules."""
+        x = request.local
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            if not -X.shape[0] <= int(x) < X.shape[0]:
+                raise ValueError(f"Expected an index `x` in [0, {X.shape[0]}), but got {x}.")
+            return X[int(x)]
+        if source != "layer":  # raw inputs or a features matrix: x is a row of X
+            vec = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
+            if vec.numel() != X.shape[1]:
+                raise ValueError(
+                    f"Expected `x` to be one sample with {X.shape[1]} features (or an index), but got shape "
+                    f"{tuple(vec.shape)}."
+                )
+            return vec.reshape(-1)
+        if request.model_args.has_per_sample(X.shape[0]):
+            raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
+        return self._forward(
+            _one_sample(x, fwd.input_shape), progress=False, input_key=request.input_key, model_args=request.model_args
+        ).activations[0]
+
+    def _select(
+        self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]
+    ) -> Any:
+        """Run :func:`torch_amore.select_features` on the collected inputs (classes: the labels for a class target,
+        else the subgroup)."""
+        from torch_amore.selection.selection import select_features
+
+        if fwd.flat_inputs is None or fwd.input_shape is None:
+            raise TypeError(
+                "Expected tensor model inputs for `select_features=True` (integrated gradients interpolate the "
+                f"inputs), but the batches hold {fwd.input_type}; select features beforehand on a tensor view of the "
+                "data, or pass a separate `features=` matrix."
+            )
+        inputs = fwd.flat_inputs.reshape(-1, *fwd.input_shape)
+        target = request.target
+        is_class = isinstance(target, (int, np.integer))
+        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
+        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
+        opts = dict(request.select) if isinstance(request.select, dict) else {}
+        opts.setdefault("target", int(target) if is_class and multi else None)
+        opts.setdefault("layer", self.layer)
+        opts.setdefault("attribute_to_layer_input", self.layer_input)
+        opts.setdefault("feature_names", names)
+        return select_features(self.model, inputs, classes, **opts)
+
+    def _evaluate(
+        self,
+        explanation: RegionalExplanation,
+        inputs: Any,
+        target: Any,
+        *,
+        labels: Any,
+        features: Any,
+        batch_size: int,
+        progress: bool,
+        input_key: BatchKey,
+        label_key: BatchKey,
+        model_args: tuple[Any, dict | None],
+    ) -> list:
+        """Metrics of ``explanation``'s rule sets on new data, through the same model/layer path and threshold."""
+        source = explanation.params.get("source")
+        frame = features if V.is_frame(features) else inputs
+        which = "features" if frame is features else "inputs"
+        target = V.align_rows(target, frame, "target", which)
+        labels = V.align_rows(labels, frame, "labels", which)
+        matrix = None
+        if source == "features":
+            if features is None:
+                raise ValueError(
+                    "Expected the new data's `features` matrix: these rules were built on separate features."
+                )
+            matrix, _ = V.to_tensor_2d(features, "features")
+        inputs, _ = as_inputs(inputs)
+        fwd = self._forward(
+            inputs, batch_size=batch_size, progress=progress, input_key=input_key, label_key=label_key,
+            collect_inputs=source == "inputs", require_inputs=source == "inputs", use_layer=source == "layer",
+            model_args=_evaluation_args(explanation, *model_args),
+        )  # fmt: skip
+        n = fwd.outputs.shape[0]
+        label_t = fwd.labels if labels is None else as_labels(labels, n)
+        threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
+        kind = explanation.params.get("outputs", "auto")
+        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)
+        X = matrix if matrix is not None else (fwd.activations if source == "layer" else fwd.flat_inputs)
+        if X.shape[0] != n:
+            raise ValueError(f"Expected `features` to have one row per sample of `inputs` ({n}), got {X.shape[0]}.")
+        if mask.shape[0] != n:
+            raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}), got {mask.shape[0]}.")
+        mask = mask.to(X.device)
+        return [rs.evaluate(X, mask) for rs in explanation.rule_sets]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# helpers of the steps
+
+
+def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
+    """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
+    rule set with positive fitness ('' when none applies)."""
+    if local:
+        if rule_sets:
+            return ""
+        return (
+            "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
+            "subgroup's share above its base rate with enough support (try a smaller min_support)."
+        )
+    reasons = []
+    if min_count > size:
+        reasons.append(
+            f"min_support ({min_count} samples) exceeds the subgroup ({size} of {n} samples): every rule set holds "
+            "samples outside it, and above twice the subgroup its fitness is negative; pass a smaller min_support "
+            "(the default, None, takes at most half the subgroup)"
+        )
+    best = rule_sets[0].fitness if rule_sets else None
+    if best is None or best <= 0:
+        found = "no rule set" if best is None else f"the best has fitness {best:.3f}"
+        reasons.append(
+            f"no rule set reaches positive fitness ({found}; the subgroup is {size} of {n} samples, base rate "
+            f"{size / n:.2%}): try a smaller min_support, a larger max_length or n_grids, or features on which the "
+            "subgroup separates"
+        )
+    return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""
+
+
+def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
+    """One model input as a batch of one: a graph as a list of one graph, a tensor with a batch dimension."""
+    if is_graph(x):
+        return [x]
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"Expected `x` to be a tensor (one model input), a graph or an index, got {type(x).__name__}.")
+    if input_shape is not None and tuple(x.shape) == input_shape:
+        return x.unsqueeze(0)
+    if input_shape is not None and tuple(x.shape) != (1, *input_shape):
+        raise ValueError(f"Expected `x` to have the shape of one model input {input_shape}, but got {tuple(x.shape)}.")
+    return x
+
+
+def _data_options(request: ExplainRequest, n: int) -> dict[str, Any]:
+    """What :meth:`RegionalExplanation.evaluate` reuses on new data."""
+    target = request.target if not isinstance(request.target, (torch.Tensor, np.ndarray, list)) else None
+    return {
+        "target": target, "input_key": request.input_key, "label_key": request.label_key,
+        "batch_size": request.batch_size, "model_args": request.model_args,
+        "per_sample_args": request.model_args.has_per_sample(n),
+    }  # fmt: skip
+
+
+def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict | None) -> ModelArgs:
+    """The model arguments for new data: the given ones, else those of ``explain`` unless they were per sample."""
+    if args is not None or kwargs is not None:
+        return ModelArgs.make(args, kwargs)
+    opts = explanation.data_options
+    if opts.get("per_sample_args"):
+        raise ValueError(
+            "Expected `additional_forward_args`/`forward_kwargs` for the new data: explain had per-sample model "
+            "arguments, which do not fit other samples."
+        )
+    return opts.get("model_args") or ModelArgs()

@@ -1,0 +1,512 @@
+"""RegionalExplanation: the result of :class:`torch_amore.RegionalRuleExplainer` — rules plus what they were
+extracted on, convertible to text, HTML, JSON and a DataFrame, and measurable on new data."""
+
+from __future__ import annotations
+
+import html
+import json
+import numbers
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore.rules import serialization as S
+from torch_amore.rules.distinct import MAX_JACCARD, distinct_rule_sets
+from torch_amore.rules.metrics import RuleMetrics
+from torch_amore.rules.rules import RuleSet
+
+_FORMAT = "torch_amore.RegionalExplanation"
+#: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
+#: rate; the library version; the options and the feature selection; 3: the optional verification by intervention).
+#: Version 1 and 2 files are read too.
+FORMAT_VERSION = 3
+#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
+_DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
+
+
+def _load_rule_set(data: Any) -> RuleSet:
+    """One entry of a serialized ``rule_sets`` list (the derived columns of :meth:`RegionalExplanation.stats`
+    dropped)."""
+    data = S.expect_mapping(data)
+    return RuleSet.from_dict({k: v for k, v in data.items() if k not in _DERIVED})
+
+
+def _load_name(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise S.FieldError("", f"expected a feature name (a string), but got {type(value).__name__} {value!r:.80}.")
+    return str(value)
+
+
+def _load_value(value: Any) -> float:
+    """A sample's feature value: a number, NaN (missing) and infinities included."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise S.FieldError("", f"expected a number, but got {type(value).__name__} {value!r:.80}.")
+    return float(value)
+
+
+def _load_selection(value: Any) -> dict[str, Any] | None:
+    """The feature selection's dict (kept as read), or ``None``."""
+    return None if value is None else dict(S.expect_mapping(value, "selection"))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+@dataclass(repr=False)
+class RegionalExplanation:
+    """Rule sets describing a subgroup of a model's predictions, best fitness first.
+
+    Args:
+        rule_sets: candidate rule sets sorted by fitness (best first); empty when nothing qualifies.
+        subgroup: boolean (N,) mask of the explained subgroup on the data the rules were extracted on (``None`` after
+            :meth:`from_json`).
+        threshold: the probability threshold that defined the subgroup (``None`` for argmax, masks, ranges).
+        features: indices of the features the search used.
+        feature_names: names of all D features.
+        params: extraction parameters and data facts (``n_samples``, ``subgroup_size``, ``layer``, ...).
+        features_matrix: the (N, D) tensor the rules were extracted on (``None`` after :meth:`from_json`).
+        sample: for local rules, the sample's feature vector (D,).
+        message: why the result is empty, when it is.
+        selection: the ``FeatureSelection`` when ``select_features=True`` was used.
+        verification: the last :meth:`verify` result (a :class:`~torch_amore.verify.verification.Verification`), if any.
+
+    Example:
+        >>> import torch
+        >>> from torch_amore import Rule, RuleSet
+        >>> X = torch.tensor([[0.1], [0.6], [0.7], [0.9]])
+        >>> subgroup = torch.tensor([False, False, True, True])
+        >>> rs = RuleSet.from_rules([Rule(0, "x", low=0.65)], X, subgroup, target_name="predicted 1")
+        >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], {"n_samples": 4, "subgroup_size": 2})
+        >>> print(explanation)
+        Regional rules for predicted 1 (subgroup: 2 of 4 samples, threshold 0.5)
+           #  support  confidence  fitness    lift  recall  rule set
+           1        2       1.000    1.000   2.000   1.000  x >= 0.65
+        >>> explanation
+        RegionalExplanation(target='predicted 1', rule_sets=1, best_fitness=1.000, subgroup=2/4)
+        >>> explanation.evaluate(X, target=subgroup)[0]
+        RuleMetrics(support=2, confidence=1.0, fitness=1.0)
+    """
+
+    rule_sets: list[RuleSet]
+    subgroup: torch.Tensor | None
+    threshold: float | None
+    features: list[int]
+    feature_names: list[str]
+    params: dict[str, Any] = field(default_factory=dict)
+    features_matrix: torch.Tensor | None = field(default=None, repr=False)
+    sample: torch.Tensor | None = field(default=None, repr=False)
+    message: str = ""
+    selection: Any = field(default=None, repr=False)
+    explainer: Any = field(default=None, repr=False, compare=False)
+    data_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    verification: Any = field(default=None, repr=False, compare=False)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def best(self) -> RuleSet | None:
+        """The rule set with the highest fitness (``None`` when there is none)."""
+        return self.rule_sets[0] if self.rule_sets else None
+
+    def __len__(self) -> int:
+        return len(self.rule_sets)
+
+    def __iter__(self) -> Iterator[RuleSet]:
+        return iter(self.rule_sets)
+
+    def __getitem__(self, index: int) -> RuleSet:
+        return self.rule_sets[index]
+
+    @property
+    def target_name(self) -> str:
+        if self.rule_sets:
+            return self.rule_sets[0].target_name
+        return str(self.params.get("target_name", "target"))
+
+    def __repr__(self) -> str:
+        best = "None" if self.best is None else f"{self.best.fitness:.3f}"
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        facts = f", subgroup={size}/{n}" if n is not None and size is not None else ""
+        local = ", local=True" if self.sample is not None else ""
+        return (
+            f"{type(self).__name__}(target={self.target_name!r}, rule_sets={len(self.rule_sets)}, "
+            f"best_fitness={best}{facts}{local})"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def base_rate(self) -> float | None:
+        """The subgroup's share of the samples (``None`` when unknown)."""
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        return size / n if n and size is not None else None
+
+    def stats(self, rule_set: RuleSet) -> dict[str, Any]:
+        """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
+        subgroup it covers), the base rate and whether its fitness is positive (NaN where the sizes are unknown)."""
+        size, base = self.params.get("subgroup_size"), self.base_rate
+        hits = round(rule_set.confidence * rule_set.support)
+        return {
+            "support": rule_set.support,
+            "confidence": rule_set.confidence,
+            "fitness": rule_set.fitness,
+            "lift": rule_set.confidence / base if base else float("nan"),
+            "recall": hits / size if size else float("nan"),
+            "base_rate": base if base is not None else float("nan"),
+            "positive_fitness": rule_set.fitness > 0,
+        }
+
+    def shown(self, include_negative: bool = False, *, distinct: bool = True) -> list[tuple[int, RuleSet]]:
+        """(1-based position, rule set) of the rule sets the default tables show: near-duplicates collapsed
+        (:meth:`distinct`; ``distinct=False`` keeps them) and only positive fitness (a rule set with fitness <= 0
+        holds no more subgroup samples than others; ``include_negative`` keeps them)."""
+        kept = {id(rs) for rs in self.distinct(min_fitness=None)} if distinct else None
+        return [
+            (i, rs)
+            for i, rs in enumerate(self.rule_sets, 1)
+            if (include_negative or rs.fitness > 0) and (kept is None or id(rs) in kept)
+        ]
+
+    def with_units(
+        self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None, *, scaler: Any = None
+    ) -> RegionalExplanation:
+        """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature (indexed like
+        :attr:`feature_names`), or the inverse of a fitted scikit-learn ``scaler`` (``StandardScaler``,
+        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged, so a bound cut short in model units may
+        print long in original units: give the units to ``explain`` (``scaler=``, ``feature_scale=``) for cuts
+        that are short where they are read."""
+        if scaler is not None:
+            if scale is not None or offset is not None:
+                raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
+            from torch_amore.explain.units import scaler_units
+
+            scale, offset = scaler_units(scaler, len(self.feature_names))
+        for values, name in ((scale, "scale"), (offset, "offset")):
+            if values is not None and len(values) != len(self.feature_names):
+                raise ValueError(
+                    f"Expected `{name}` to have {len(self.feature_names)} entries (one per feature), got {len(values)}."
+                )
+        rule_sets = [rs.with_units(scale, offset) for rs in self.rule_sets]
+        return replace(self, rule_sets=rule_sets)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def _header(self) -> str:
+        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        facts = []
+        if n is not None and size is not None:
+            facts.append(f"subgroup: {size} of {n} samples")
+        if self.params.get("layer") is not None:
+            where = "input of" if self.params.get("layer_input") else "layer"
+            facts.append(f"{where} {self.params['layer']}")
+        if self.threshold is not None:
+            facts.append(f"threshold {self.threshold:.4g}")
+        kind = "Local rules" if self.sample is not None or self.params.get("local") else "Regional rules"
+        return f"{kind} for {self.target_name}" + (f" ({', '.join(facts)})" if facts else "")
+
+    def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
+        """Near-duplicates collapsed into the fitter one (covered rows with a Jaccard index >= ``max_jaccard``) and,
+        by default, no negative fitness; see :mod:`torch_amore.rules.distinct`. :attr:`rule_sets` keeps the full
+        list."""
+        X = self.features_matrix
+        return distinct_rule_sets(self.rule_sets, X, max_jaccard=max_jaccard, min_fitness=min_fitness)
+
+    def format(
+        self, max_rows: int | None = 10, precision: int = 3, *, include_negative: bool = False, distinct: bool = True
+    ) -> str:
+        """A readable table of the first ``max_rows`` rule sets (``None``: all) of :meth:`shown`: distinct rule sets
+        with positive fitness by default; ``#`` is the position in :attr:`rule_sets`."""
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"Expected `max_rows` to be an int >= 0 or None, but got {max_rows!r}.")
+        lines = [self._header()]
+        rows = self.shown(include_negative, distinct=distinct)
+        hidden = len(self.rule_sets) - len(rows)
+        if not rows:
+            what = "no rule sets with positive fitness" if self.rule_sets else "no rule sets"
+            lines.append(f"  ({what}) {self.message}".rstrip())
+        else:
+            lines.append(
+                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
+            )
+            lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
+            if max_rows is not None and len(rows) > max_rows:
+                lines.append(f"  ... {len(rows) - max_rows} more")
+        if self.best is not None and self.best.optimum is not None:
+            lines.append(f"  best: {self.best.optimum_text(precision)} (strategy='exact' on the same grid)")
+        if hidden:
+            negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in self.rule_sets)
+            why = [f"{negative} with fitness <= 0"] if negative else []
+            why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
+            lines.append(f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
+                         f"include_negative=True) lists all {len(self.rule_sets)})")  # fmt: skip
+        if self.verification is not None:
+            lines.append(self.verification.format(precision))
+        return "\n".join(lines)
+
+    def _row(self, i: int, rs: RuleSet, precision: int) -> str:
+        st = self.stats(rs)
+        cond = " AND ".join(r.format(precision) for r in rs.rules)
+        return (
+            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}  "
+            f"{st['recall']:>6.3f}  {cond}"
+        )
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
+            f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
+            for i, rs in self.shown()[:20]
+        )
+        empty = f"<p>{html.escape(self.message or 'No rule sets.')}</p>" if not self.rule_sets else ""
+        return (
+            f"<div><p><b>{html.escape(self._header())}</b></p>{empty}"
+            "<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th><th>rule set</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table></div>"
+        )
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (rules with their lift, recall and base rate, threshold, features, names, parameters, the
+        feature selection, the format and library versions; not the data)."""
+        from torch_amore._version import __version__
+        selection = getattr(self.selection, "to_dict", None)
+        return {
+            "format": _FORMAT,
+            "format_version": FORMAT_VERSION,
+            "library_version": __version__,
+            "rule_sets": [{**rs.to_dict(), **_json_safe(self.stats(rs))} for rs in self.rule_sets],
+            "threshold": self.threshold,
+            "features": [int(f) for f in self.features],
+            "feature_names": list(self.feature_names),
+            "params": _json_safe(self.params),
+            "sample": None if self.sample is None else [float(v) for v in self.sample.tolist()],
+            "message": self.message,
+            "selection": _json_safe(selection()) if callable(selection) else None,
+            "verification": None if self.verification is None else self.verification.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, explainer: Any = None) -> RegionalExplanation:
+        """The explanation written by :meth:`to_dict` (format versions 1 to 3), every field checked: a missing or
+        malformed one raises :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path
+        (``rule_sets[2].rules[0].feature``).
+
+        Example:
+            >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
+            Traceback (most recent call last):
+            ...
+            torch_amore.rules.serialization.FieldError: Invalid `rule_sets`: this required key is missing.
+        """
+        data = S.expect_mapping(data)
+        if data.get("format") != _FORMAT:
+            raise S.FieldError(
+                "format", f"expected {_FORMAT!r} (a dict written by RegionalExplanation.to_dict), but got "
+                f"{data.get('format')!r}."
+            )
+        key = "format_version" if "format_version" in data else "version"
+        version = data.get(key)
+        if isinstance(version, bool) or version not in (1, 2, FORMAT_VERSION):
+            raise S.FieldError(key, f"expected format_version 1, 2 or {FORMAT_VERSION}, but got {version!r}.")
+        if "rule_sets" not in data:
+            raise S.FieldError("rule_sets", "this required key is missing.")
+        threshold, sample = data.get("threshold"), data.get("sample")
+        return cls(
+            rule_sets=S.load_items(data["rule_sets"], _load_rule_set, "rule_sets"),
+            subgroup=None,
+            threshold=None if threshold is None else S.expect_float(threshold, "threshold", finite=False),
+            features=S.load_items(data.get("features", []), lambda f: S.expect_int(f, "", low=0), "features"),
+            feature_names=S.load_items(data.get("feature_names", []), _load_name, "feature_names"),
+            params=dict(S.expect_mapping(data.get("params", {}), "params")),
+            sample=None if sample is None else torch.tensor(S.load_items(sample, _load_value, "sample"),
+                                                              dtype=torch.float64),
+            message=S.expect_str(data.get("message", ""), "message"),
+            selection=_load_selection(data.get("selection")),
+            explainer=explainer,
+            verification=_verification(data.get("verification")),
+        )
+
+    def to_json(self, path: str | Path) -> None:
+        """Write the explanation (without the data) to a JSON file; :meth:`from_json` reads it back."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def from_json(cls, path: str | Path, *, explainer: Any = None) -> RegionalExplanation:
+        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it.
+        Text that is not JSON, or is nested too deeply to read, raises
+        :class:`~torch_amore.rules.serialization.FieldError`, as does a malformed field (see :meth:`from_dict`)."""
+        return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer)
+
+    def to_html(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write a self-contained HTML report (rule table, figures, options, version); see
+        :func:`torch_amore.report.html.write_html` for the options (``figures``, ``held_out``, ``title``, ...)."""
+        from torch_amore.report.html import write_html
+
+        return write_html(self, path, **kwargs)
+
+    def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
+        """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
+        rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
+        NaN when not computed), lift, recall, base rate and the flag ``positive_fitness``; the index is the position
+        in :attr:`rule_sets`."""
+        import pandas as pd
+
+        rows = self.shown(include_negative, distinct=distinct)
+        records = [
+            {
+                "rule_set": " AND ".join(r.format() for r in rs.rules),
+                "length": len(rs),
+                "features": tuple(r.name for r in rs.rules),
+                **self.stats(rs),
+                "optimum": float("nan") if rs.optimum is None else rs.optimum,
+            }
+            for _, rs in rows
+        ]
+        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "optimum", "lift", "recall",
+                   "base_rate", "positive_fitness"]  # fmt: skip
+        return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def evaluate(
+        self,
+        inputs: Any,
+        target: Any = None,
+        *,
+        labels: Any = None,
+        features: Any = None,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: Any = None,
+        label_key: Any = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+    ) -> list[RuleMetrics]:
+        """Support, confidence and fitness of every rule set on new data (e.g. a test split).
+
+        The new data go through the same path as in ``explain``: the model (and layer) of the explainer, the same
+        target definition and the same probability threshold (not re-fitted). Without an explainer (e.g. after
+        :meth:`from_json`), ``inputs`` is the (N, D) feature matrix and ``target`` a boolean mask.
+
+        Args:
+            inputs: data as accepted by :meth:`RegionalRuleExplainer.explain` (or a feature matrix, see above).
+            target: the subgroup definition; default: the one used in ``explain`` (required if that was a mask).
+            labels: true labels (unused unless a callable target needs them through the batches).
+            features: the separate (N, F) feature matrix of the new data, when the rules were built on one.
+            batch_size, progress, input_key, label_key: as in ``explain`` (defaults: the same).
+            additional_forward_args, forward_kwargs: extra model arguments for the new data (default: those of
+                ``explain``, unless they had one entry per sample there).
+
+        Returns:
+            One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
+        """
+        from torch_amore.data import validation as V
+        opts = self.data_options
+        if target is None:
+            target = opts.get("target")
+        if target is None:  # after from_json: a class index or a [low, high] range is stored in params
+            stored = self.params.get("target")
+            if isinstance(stored, int) and not isinstance(stored, bool):
+                target = stored
+            elif isinstance(stored, list) and len(stored) == 2:
+                target = tuple(stored)
+        if target is None:
+            raise ValueError(
+                "Expected `target` (a mask or the target definition) to evaluate on new data, but got None."
+            )
+        if self.explainer is None:
+            matrix = features if features is not None else inputs
+            target = V.align_rows(target, matrix, "target", "features" if features is not None else "inputs")
+            X, _ = V.to_tensor_2d(matrix, "inputs")
+            if callable(target) or not hasattr(target, "__len__"):
+                raise TypeError("Expected a boolean mask `target` when evaluating without an explainer (on a matrix).")
+            mask = _mask(target, X.shape[0])
+            return [rs.evaluate(X, mask.to(X.device)) for rs in self.rule_sets]
+        return self.explainer._evaluate(
+            self,
+            inputs,
+            target,
+            labels=labels,
+            features=features,
+            batch_size=batch_size or opts.get("batch_size", 256),
+            progress=progress,
+            input_key=input_key if input_key is not None else opts.get("input_key"),
+            label_key=label_key if label_key is not None else opts.get("label_key"),
+            model_args=(additional_forward_args, forward_kwargs),
+        )
+
+    def verify(
+        self,
+        inputs: Any,
+        *,
+        rule_sets: int | RuleSet | Sequence[RuleSet] = 5,
+        method: str = "resample",
+        n_controls: int = 10,
+        level: float = 0.95,
+        seed: int = 0,
+        target: Any = None,
+        model: Any = None,
+        batch_size: int | None = None,
+        progress: bool = False,
+        input_key: Any = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Check by intervention whether the model uses the rule sets' units: sufficiency and necessity of each rule
+        set and of a random-unit control, with intervals (see :mod:`torch_amore.verify.verification`). The result is
+        kept on :attr:`verification` (shown by ``print``, the HTML report and the JSON) and returned.
+
+        Args:
+            inputs: the samples, as accepted by ``explain`` (the explained data or new data).
+            rule_sets: the number k of rule sets to verify (the first k the table shows), or rule sets of this
+                explanation.
+            method: how the units are replaced: ``"resample"`` (from a donor sample satisfying / violating the rule
+                set), ``"clamp"`` (nearest observed value inside / outside each interval) or ``"mean"`` (donors' mean).
+            n_controls: control draws, each replacing in every sample as many random units of the same layer (its
+                own draw) the same way (0: no control).
+            level: confidence level of the intervals.
+            seed: seed of the donors and the control draws.
+            target: the target on the model outputs (default: that of ``explain``).
+            model: the explained model, needed when the explanation has no explainer (read from JSON, callback).
+            batch_size, progress, input_key, additional_forward_args, forward_kwargs: as in ``explain``.
+
+        Returns:
+            A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
+        """
+        from torch_amore.verify.engine import verify
+
+        self.verification = verify(
+            self, inputs, rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
+            target=target, model=model, batch_size=batch_size, progress=progress, input_key=input_key,
+            additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+        )  # fmt: skip
+        return self.verification
+
+
+def _verification(data: Any) -> Any:
+    if data is None:
+        return None
+    from torch_amore.verify.verification import Verification
+
+    return Verification.from_dict(data)
+
+
+def _mask(target: Any, n: int) -> torch.Tensor:
+    mask = torch.as_tensor(np.asarray(target)) if not isinstance(target, torch.Tensor) else target
+    mask = mask.reshape(-1)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"Expected a boolean mask `target`, but got dtype {mask.dtype}.")
+    if mask.shape[0] != n:
+        raise ValueError(f"Expected `target` to have one entry per sample ({n}), but got {mask.shape[0]}.")
+    return mask

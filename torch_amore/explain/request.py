@@ -1,0 +1,179 @@
+"""The validated arguments of one :meth:`RegionalRuleExplainer.explain` call, checked before the model runs.
+
+Private helper of :class:`torch_amore.RegionalRuleExplainer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore.data import validation as V
+from torch_amore.model.forward import BatchKey, ModelArgs, as_labels, check_row_order, n_rows
+from torch_amore.model.subgroups import check_outputs, check_target
+from torch_amore.search.options import SearchOptions
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """What one ``explain``/``explain_local`` call asks for, with every argument checked."""
+
+    target: Any
+    threshold: float | str | None
+    outputs: str
+    labels: Any
+    matrix: torch.Tensor | None  # a separate (N, F) features matrix
+    matrix_names: list[str] | None
+    indices: Any  # feature indices or a FeatureSelection restricting the search
+    select: bool | dict
+    scaler: Any
+    options: SearchOptions
+    feature_names: list[str] | None
+    batch_size: int
+    input_key: BatchKey
+    label_key: BatchKey
+    target_name: str | None
+    model_args: ModelArgs
+    local: Any
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        target: Any,
+        threshold: Any,
+        outputs: str,
+        labels: Any,
+        features: Any,
+        feature_names: Any,
+        select_features: Any,
+        scaler: Any,
+        options: Any,
+        search_options: Mapping[str, Any],
+        batch_size: int,
+        input_key: BatchKey,
+        label_key: BatchKey,
+        target_name: str | None,
+        additional_forward_args: Any,
+        forward_kwargs: Any,
+        local: Any = None,
+    ) -> ExplainRequest:
+        opts = SearchOptions.resolve(options, **search_options)  # an unknown keyword is a TypeError here
+        V.check_not_meta(target, "target")
+        V.check_not_meta(labels, "labels")
+        V.check_not_meta(local, "x")
+        target = V.align_rows(target, features, "target", "features")  # pandas objects: by their index
+        labels = V.align_rows(labels, features, "labels", "features")
+        target = _class_index(target)
+        check_target(target, threshold)
+        if isinstance(feature_names, str):
+            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
+        if not isinstance(select_features, (bool, dict)):
+            raise TypeError(f"Expected `select_features` to be a bool or a dict of options, got {select_features!r}.")
+        if target_name is not None and not isinstance(target_name, str):
+            raise TypeError(f"Expected `target_name` to be a string or None, but got {target_name!r}.")
+        matrix, matrix_names, indices = _split_features(features)
+        if select_features and features is not None:
+            raise ValueError(
+                "Expected either `select_features=True` or `features=`, not both: feature selection works on the "
+                "model's inputs or layer, and a separate features matrix has no gradients."
+            )
+        return cls(
+            target=target, threshold=threshold, outputs=check_outputs(outputs), labels=labels, matrix=matrix,
+            matrix_names=matrix_names, indices=indices, select=select_features, scaler=scaler, options=opts,
+            feature_names=None if feature_names is None else [str(n) for n in feature_names],
+            batch_size=V.check_int(batch_size, "batch_size", 1), input_key=input_key, label_key=label_key,
+            target_name=target_name, model_args=ModelArgs.make(additional_forward_args, forward_kwargs), local=local,
+        )  # fmt: skip
+
+    def aligned_to(self, inputs: Any) -> ExplainRequest:
+        """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
+        (:func:`torch_amore.data.validation.align_rows`: aligned by index labels, or a ``ValueError``)."""
+        target = V.align_rows(self.target, inputs, "target", "inputs")
+        labels = V.align_rows(self.labels, inputs, "labels", "inputs")
+        if target is self.target and labels is self.labels:
+            return self
+        return replace(self, target=target, labels=labels)
+
+    def check_data(self, inputs: Any) -> tuple[int | None, torch.Tensor | None]:
+        """Checks that need the inputs but not the model: row counts, ``min_support``, the loader's order.
+
+        Returns the number of samples (``None`` when unknown before the forward pass) and the labels as a tensor.
+        """
+        n = n_rows(inputs)
+        if n == 0:
+            raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
+        if n is not None and self.options.min_support is not None:
+            V.resolve_min_support(self.options.min_support, D.global_count(n))  # all ranks of a DDP run
+        if n is not None and self.matrix is not None and self.matrix.shape[0] != n:
+            raise ValueError(
+                f"Expected `features` to have one row per sample of `inputs` ({n}), got {self.matrix.shape[0]} rows."
+            )
+        labels = None if self.labels is None else as_labels(self.labels, n)
+        in_batches = self.label_key is not None or not isinstance(inputs, (torch.Tensor, tuple))
+        if self.threshold == "roc" and labels is None and not in_batches:
+            raise ValueError("Expected `labels` for threshold='roc' (the ROC curve needs true labels), but got None.")
+        aligned = self.aligned_with_rows(n)
+        if aligned:
+            check_row_order(inputs, aligned)
+        return n, labels
+
+    def aligned_with_rows(self, n: int | None) -> str:
+        """What must stay aligned with the rows of the data ('' when nothing does)."""
+        what = []
+        if self.matrix is not None:
+            what.append("`features`")
+        if self.labels is not None:
+            what.append("`labels`")
+        if isinstance(self.target, (torch.Tensor, np.ndarray, list)):
+            what.append("the mask `target`")
+        if self.model_args.has_per_sample(n):
+            what.append("the per-sample model arguments")
+        return " and ".join(what)
+
+
+def _class_index(target: Any) -> Any:
+    """A class index given as a 0-dim integer tensor or array becomes an int."""
+    if isinstance(target, (torch.Tensor, np.ndarray)) and target.ndim == 0:
+        is_int = not (target.is_floating_point() or target.dtype == torch.bool) if isinstance(target, torch.Tensor) \
+            else np.issubdtype(target.dtype, np.integer)  # fmt: skip
+        if is_int:
+            return int(target)
+    return target
+
+
+def _split_features(features: Any) -> tuple[torch.Tensor | None, list[str] | None, Any]:
+    """(separate features matrix, its column names, feature indices): ``features`` is one or the other."""
+    if features is None:
+        return None, None, None
+    if (
+        hasattr(features, "features")
+        and not isinstance(features, (torch.Tensor, np.ndarray))
+        and not hasattr(features, "columns")
+    ):
+        return None, None, features  # a FeatureSelection
+    nested = isinstance(features, (list, tuple)) and features and isinstance(features[0], (list, tuple))
+    if hasattr(features, "columns") or getattr(features, "ndim", 1) == 2 or nested:
+        if isinstance(features, (list, tuple)):
+            features = np.asarray(features, dtype=np.float64)
+        matrix, names = V.to_tensor_2d(features, "features")
+        return matrix, names, None
+    return None, None, features
+
+
+def resolve_names(
+    given: Sequence[str] | None, fallback: Sequence[Sequence[str] | None], n_features: int, prefix: str
+) -> list[str]:
+    """``given`` names, else the first available fallback, else ``{prefix}_{i}``; checked against ``n_features``."""
+    names = given
+    for candidate in fallback:
+        if names is None:
+            names = candidate
+    if names is None:
+        names = [f"{prefix}_{i}" for i in range(n_features)]
+    return V.resolve_names(names, None, n_features)

@@ -1,0 +1,257 @@
+"""Streamed explanations: the layer's activations and the subgroup computed batch by batch, in the same forward pass,
+and the rules found on their codes (:mod:`torch_amore.search.stream`).
+
+Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain` (``stream=``). Each pass over the data runs the
+model on every batch; the activations (or the flattened inputs, without a layer) and the subgroup of each batch
+become one ``(X_batch, target_batch)`` of a source, so no (N, D) matrix is ever made. ``stream="auto"`` streams when
+the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available memory (RAM, or the CUDA
+device's), and says so once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from torch_amore._utils import distributed as D
+from torch_amore.data import memory as M
+from torch_amore.model.forward import (
+    batch_args,
+    check_finite_outputs,
+    eval_mode,
+    hooked,
+    iter_batches,
+    layer_activations,
+    model_device,
+    model_dtype,
+    n_rows,
+    output_tensor,
+    to_device,
+)
+from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
+
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "ModelBatches"]
+
+#: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
+STREAM_MEMORY_SHARE = 0.5
+
+_said: set[str] = set()  # what "auto" has said already (once per process)
+
+
+def check_stream(stream: Any) -> bool | str:
+    """``stream`` checked: ``True``, ``False`` or ``"auto"``."""
+    if stream is True or stream is False or stream == "auto":
+        return stream
+    raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
+
+
+def unsupported(request: Any) -> str:
+    """What of the request a streamed explanation cannot do ('' when it can do all)."""
+    if request.matrix is not None:
+        return "a separate `features` matrix"
+    if request.select:
+        return "select_features=True"
+    if request.local is not None:
+        return "local rules (explain_local)"
+    if request.threshold == "roc":
+        return "threshold='roc' (it needs all outputs at once)"
+    if isinstance(request.target, (torch.Tensor, np.ndarray, list)):
+        return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
+    if request.labels is not None:
+        return "`labels` (they are read from the batches, see `label_key`)"
+    return ""
+
+
+def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any) -> bool:
+    """Whether to stream: ``stream`` itself, or for ``"auto"`` whether the estimated activations (N rows, the width
+    measured on the first batch) exceed :data:`STREAM_MEMORY_SHARE` of the available memory of the model's device."""
+    if stream is not True and stream != "auto":
+        return False
+    why = unsupported(request)
+    if stream is True:
+        if why:
+            raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+        return True
+    n = n_rows(inputs)
+    if why or n is None:
+        return bool(D.any_rank(False))
+    device = model_device(explainer.model)
+    return _too_big(n, device, lambda: ModelBatches(explainer, inputs, request).probe(), "the rules are found")
+
+
+def _too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
+    """Whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s available memory
+    (on any rank of a DDP run: every rank then streams); says so once."""
+    free, _ = M.available_memory(device)
+    width = itemsize = 0
+    if free is not None:
+        width, itemsize = probe()
+    need = n * width * itemsize
+    big = free is not None and need > STREAM_MEMORY_SHARE * free
+    if big and f"{n}x{width}" not in _said:
+        _said.add(f"{n}x{width}")
+        warnings.warn(
+            f"stream='auto': the ({n}, {width}) matrix of features ({need / 2**30:.2f} GiB) would exceed "
+            f"{STREAM_MEMORY_SHARE:.0%} of the available {device.type} memory ({free / 2**30:.2f} GiB), so {what} "
+            "on the streamed batches' grid codes (stream=False forces the in-memory path).",
+            UserWarning,
+            stacklevel=5,
+        )
+    return bool(D.any_rank(big))
+
+
+class ModelBatches:
+    """A source of ``(X_batch, subgroup_batch)``: each call runs the model over ``inputs`` batch by batch.
+
+    ``outputs="auto"`` is decided on the first batch of the first pass and kept; :attr:`desc` and :attr:`threshold`
+    describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
+    """
+
+    def __init__(self, explainer: Any, inputs: Any, request: Any) -> None:
+        if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
+            raise ValueError(
+                "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
+                "shuffles; pass DataLoader(..., shuffle=False)."
+            )
+        self.explainer, self.inputs, self.request = explainer, inputs, request
+        self.n = n_rows(inputs)  # per-sample model arguments are split by it
+        self.kind = request.outputs
+        self.desc, self.threshold = "target", None
+        self.source = "layer" if explainer.layer is not None else "inputs"
+
+    def probe(self) -> tuple[int, int]:
+        """(width, bytes per value) of the features, from the model run on the first sample (the first batch of a
+        DataLoader)."""
+        for X, _ in self._run(first_only=True):
+            return X.shape[1], X.element_size()
+        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+
+    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self._run()
+
+    def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        ex, r = self.explainer, self.request
+        model = ex.model
+        # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
+        it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
+        device, dtype = model_device(model), model_dtype(model)
+        start = 0
+        with eval_mode(model), hooked(ex.layer, ex.layer_input) as capture, torch.no_grad():
+            for inp, lab in it:
+                inp = to_device(inp, device)
+                args, kwargs = to_device(batch_args(r.model_args, inp, start, self.n), device, dtype)
+                fed = to_device(inp, device, dtype)
+                out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
+                out = output_tensor(out).detach()
+                rows = out.shape[0]
+                start += rows
+                check_finite_outputs(out)
+                X = self._features(capture, inp, rows)
+                yield X, self._subgroup(out, lab, rows).to(X.device)
+                if first_only:
+                    return
+
+    def _features(self, capture: Any, inp: Any, rows: int) -> torch.Tensor:
+        if capture is not None:
+            return layer_activations(capture.values, self.explainer.layer_name, rows)
+        if not isinstance(inp, torch.Tensor):
+            raise TypeError(
+                "Expected tensor model inputs to build rules on them, but the batches hold "
+                f"{type(inp).__name__}; pass `layer=`."
+            )
+        return inp.detach().reshape(rows, -1)
+
+    def _subgroup(self, out: torch.Tensor, lab: Any, rows: int) -> torch.Tensor:
+        target = self.request.target
+        if self.kind == "auto" and isinstance(target, (int, np.integer)):
+            scores = out if out.ndim == 2 else out.reshape(rows, -1)
+            self.kind = "probs" if looks_like_probs(scores) else "logits"  # fixed from the first batch on
+        labels = None if lab is None else torch.as_tensor(lab).reshape(rows, -1).squeeze(1).detach().cpu()
+        mask, self.threshold, self.desc = subgroup_mask(out, target, self.request.threshold, labels, self.kind)
+        return mask
+
+
+def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, torch.Tensor, Any, list[str], dict]:
+    """The rule sets of a streamed explanation, its subgroup mask, the batches' source, the feature names and data
+    facts."""
+    from torch_amore.explain.units import with_units
+    from torch_amore.search.stream import prepare_stream, search_stream
+
+    batches = ModelBatches(explainer, inputs, request)
+    names = request.feature_names or explainer.feature_names
+    prefix = "z" if batches.source == "layer" else "feature"
+    options = request.options
+    if request.scaler is not None:  # the width is needed first: the probe's
+        options = with_units(options, request.scaler, batches.probe()[0], batches.source)
+    extractor = prepare_stream(batches, options, features=request.indices, feature_names=names,
+                               target_name=request.target_name or "target", name_prefix=prefix)  # fmt: skip
+    target_name = request.target_name or batches.desc
+    extractor.target_name = target_name
+    rule_sets = search_stream(extractor, options)
+    facts = {"source": batches.source, "target_name": target_name, "threshold": batches.threshold,
+             "options": options, "stream": True}  # fmt: skip
+    return rule_sets, extractor.target, extractor, extractor.names, facts
+
+
+class ModuleBatches:
+    """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
+    loader batch by batch through the trainer's batch path (:func:`torch_amore.model.lightning_batches.run_module`)."""
+
+    def __init__(self, trainer: Any, pl_module: Any, loader: Any, *, layer: Any, layer_name: Any,
+                 max_batches: int | float, callback: Any) -> None:  # fmt: skip
+        self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
+        self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
+        self.desc, self.threshold = "target", None
+        self.source = "layer" if layer is not None else "inputs"
+
+    def _one(self, batch: Any) -> Any:
+        from torch_amore.model.lightning_batches import run_module
+
+        cb = self.cb
+        return run_module(self.trainer, self.pl_module, [batch], layer=self.layer, layer_name=self.layer_name,
+                          input_key=cb.input_key, label_key=cb.label_key, forward_kwargs=cb.forward_kwargs,
+                          collect_inputs=self.layer is None)  # fmt: skip
+
+    def probe(self) -> tuple[int, int]:
+        """(width, bytes per value) of the features, from the first batch."""
+        for X, _ in self():
+            return X.shape[1], X.element_size()
+        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
+
+    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i, batch in enumerate(self.loader):
+            if i >= self.max_batches:
+                return
+            fwd = self._one(batch)
+            n = fwd.outputs.shape[0]
+            X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
+            mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, self.cb.target, self.cb.threshold,
+                                                            fwd.labels)  # fmt: skip
+            yield X, mask.to(X.device)
+
+
+def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
+    """Whether the callback streams (its ``stream``; for ``"auto"``, as :func:`should_stream`)."""
+    stream = callback.stream
+    why = ""
+    f = callback.features
+    if hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")):
+        why = "a separate `features` matrix"
+    elif callback.select_features:
+        why = "select_features=True"
+    elif callback.threshold == "roc":
+        why = "threshold='roc' (it needs all outputs at once)"
+    elif isinstance(callback.target, (torch.Tensor, np.ndarray, list)):
+        why = "a mask `target`"
+    if stream is True and why:
+        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+    if stream is True or stream != "auto" or why:
+        return stream is True
+    if n_rows is None:
+        return bool(D.any_rank(False))
+    return _too_big(n_rows, torch.device(batches.pl_module.device), batches.probe, "the callback finds the rules")

@@ -1,0 +1,22 @@
+"""Grids: the binning of each feature (uniform, quantile, k-means), the fine grids of the beam, the per-grid counts
+and probability ratios, the counts of pairs of features, and the sketched thresholds of streamed data."""
+
+from torch_amore.grids.binning import Binned, bin_features, grid_edges
+from torch_amore.grids.fine_grid import FineBinned, fine_binning
+from torch_amore.grids.pair_counts import PairCounts, pair_histograms
+from torch_amore.grids.ratios import grid_counts, probability_ratios
+from torch_amore.grids.stream_sketch import HistogramSketch, sketch_thresholds
+
+__all__ = [
+    "Binned",
+    "FineBinned",
+    "HistogramSketch",
+    "PairCounts",
+    "bin_features",
+    "fine_binning",
+    "grid_counts",
+    "grid_edges",
+    "pair_histograms",
+    "probability_ratios",
+    "sketch_thresholds",
+]

@@ -1,0 +1,182 @@
+"""Per-grid counts and probability ratios for all features in one pass: the hot path of the rule search.
+
+At a node of the rule tree, the samples satisfying the parent rules (``rows``) are counted per grid of every feature
+with one ``bincount`` over the precomputed bin codes (per-feature offsets make each feature's grids a separate range
+of bins). The target samples among them are counted the same way. Ratios follow eq. (ratio_approx) of the paper:
+
+    r = (target in grid / target at node) / (samples in grid / samples at node)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.threads import parallel_pass
+
+#: Bytes of temporaries (gathered codes and their bin indices) per chunk of one counting pass: about the size of the
+#: binned data as float32 (``4 * codes.numel()``) within these bounds. This bounds the extra memory of a pass in
+#: proportion to the data (small data: at most the floor) while keeping the chunks (and tensor operations) few.
+_PASS_BYTES = 1 << 27
+_PASS_BYTES_MIN = 1 << 25
+
+
+def _chunk(n: int, bytes_per_element: int, n_values: int) -> int:
+    """Features per chunk of a pass over ``n`` samples of codes with ``n_values`` entries."""
+    budget = min(_PASS_BYTES, max(_PASS_BYTES_MIN, 4 * n_values))
+    return max(1, budget // (bytes_per_element * max(n, 1)))
+
+
+def _index_dtype(n_bins: int) -> torch.dtype:
+    """int32 bin indices where they fit (half the memory traffic; bincount accepts them)."""
+    return torch.int32 if n_bins < 2**31 else torch.long
+
+
+def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int) -> torch.Tensor:
+    """Count the samples ``rows`` (all when ``None``) in every grid of every feature.
+
+    Under a sharded DDP run (:mod:`torch_amore._utils.distributed`) the counts are summed over all ranks, so every rank
+    must call this collectively.
+
+    Args:
+        codes: (N, F) bin codes; the code ``n_bins_max`` marks a missing value and is not counted.
+        rows: int64 indices of the samples to count, or ``None`` for all.
+        n_bins_max: number of grids of the widest feature.
+
+    Returns:
+        (F, n_bins_max) int64 counts on the codes' device.
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 2]], dtype=torch.uint8)
+        >>> grid_counts(codes, None, 2).tolist()
+        [[1, 2], [0, 2]]
+    """
+    sub = codes if rows is None else codes.index_select(0, rows)
+    n, n_features = sub.shape
+    width = n_bins_max + 1
+    if n == 0 or n_features == 0:
+        out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
+        return D.all_reduce_sum(out[:, :n_bins_max])
+    step = min(n_features, _chunk(n, 4, codes.numel()))
+    dtype = _index_dtype(step * width)
+    offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+    parts = []
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat = buffer[: n * (f1 - f0)]
+            flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * width))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
+
+
+def node_grid_counts(
+    codes: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int, n_bins_max: int
+) -> torch.Tensor:
+    """:func:`grid_counts` of several nodes (e.g. a level of the rule tree) in one pass over row-major codes.
+
+    Args:
+        codes: (N, F) bin codes; the code ``n_bins_max`` marks a missing value and is not counted.
+        rows: int64 indices of the samples to count (a sample may appear in several nodes).
+        nodes: the node of each entry of ``rows``, in ``[0, n_nodes)``.
+        n_nodes: number of nodes.
+        n_bins_max: number of grids of the widest feature.
+
+    Returns:
+        (n_nodes, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 2]], dtype=torch.uint8)
+        >>> node_grid_counts(codes, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
+        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
+    """
+    n, n_features = rows.numel(), codes.shape[1]
+    width = n_bins_max + 1
+    block = n_nodes * width  # one feature's bins over all nodes
+    if n == 0 or n_features == 0:
+        return D.all_reduce_sum(torch.zeros(n_nodes, n_features, n_bins_max, dtype=torch.long, device=codes.device))
+    step = min(n_features, _chunk(n, 4 + codes.element_size(), codes.numel()))
+    dtype = _index_dtype(step * block)
+    node_base = (nodes.to(dtype) * width).unsqueeze(1)
+    offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes.dtype, device=codes.device)
+    parts = []
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(n, f1 - f0)
+            torch.index_select(codes[:, f0:f1], 0, rows, out=got)
+            idx = flat.view(n, f1 - f0).copy_(got).add_(node_base)
+            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
+            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max]
+    return D.all_reduce_sum(out.contiguous())
+
+
+def group_grid_counts(
+    codes_t: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int, n_bins_max: int
+) -> torch.Tensor:
+    """:func:`grid_counts` of several sample groups (e.g. the nodes of a beam) in one pass, on column-major codes.
+
+    Args:
+        codes_t: (F, N) bin codes, one row per feature; the code ``n_bins_max`` marks a missing value and is not
+            counted.
+        rows: int64 indices of the samples to count (a sample may appear in several groups).
+        groups: the group of each entry of ``rows``, in ``[0, n_groups)``.
+        n_groups: number of groups.
+        n_bins_max: number of grids of the widest feature.
+
+    Returns:
+        (n_groups, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
+
+    Example:
+        >>> import torch
+        >>> codes_t = torch.tensor([[0, 1, 1], [1, 1, 2]], dtype=torch.int16)
+        >>> group_grid_counts(codes_t, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
+        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
+    """
+    n_features, n = codes_t.shape[0], rows.numel()
+    width = n_bins_max + 1
+    block = n_groups * width  # one feature's bins over all groups
+    if n == 0 or n_features == 0:
+        return D.all_reduce_sum(torch.zeros(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device))
+    step = min(n_features, _chunk(n, 4 + codes_t.element_size(), codes_t.numel()))
+    dtype = _index_dtype(step * block)
+    base = groups.to(dtype) * width
+    offsets = torch.arange(step, device=codes_t.device, dtype=dtype).unsqueeze(1) * block
+    buffer = torch.empty(n * step, dtype=dtype, device=codes_t.device)  # reused: fresh memory is slow to touch
+    gathered = torch.empty(n * step, dtype=codes_t.dtype, device=codes_t.device)
+    # filled chunk by chunk in its final (group, feature, grid) layout: no concatenation and no permuted copy
+    out = torch.empty(n_groups, n_features, n_bins_max, dtype=torch.long, device=codes_t.device)
+    with parallel_pass(n * n_features):
+        for f0 in range(0, n_features, step):
+            f1 = min(n_features, f0 + step)
+            flat, got = buffer[: n * (f1 - f0)], gathered[: n * (f1 - f0)].view(f1 - f0, n)
+            torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=got)  # 2x faster than index_select
+            idx = flat.view(f1 - f0, n).copy_(got).add_(base)
+            idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
+            counts = torch.bincount(flat, minlength=(f1 - f0) * block).view(f1 - f0, n_groups, width)
+            out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
+    return D.all_reduce_sum(out)
+
+
+def probability_ratios(
+    target_counts: torch.Tensor, counts: torch.Tensor, n_target: int | torch.Tensor, n_samples: int | torch.Tensor
+) -> torch.Tensor:
+    """Eq. (ratio_approx) per grid (or per merged interval: sums of counts, Proposition 1); -1 where a grid is empty.
+
+    Example:
+        >>> import torch
+        >>> probability_ratios(torch.tensor([3, 0]), torch.tensor([4, 6]), n_target=3, n_samples=10).tolist()
+        [2.5, 0.0]
+    """
+    a = target_counts.to(torch.float64 if counts.device.type != "mps" else torch.float32)
+    b = counts.to(a.dtype)
+    ratio = (a * n_samples) / (b * n_target).clamp(min=1)
+    return torch.where(counts > 0, ratio, torch.full_like(ratio, -1.0))

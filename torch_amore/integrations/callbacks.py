@@ -1,0 +1,723 @@
+"""RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
+
+The callback runs the LightningModule over the explained data exactly as Lightning's validation loop does (the
+precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.model.lightning_batches`), takes
+the subgroup from its outputs and the features from its inputs or a layer, and runs :func:`torch_amore.extract_rules`.
+
+When (see ``docs/lightning.md``):
+
+* at the end of training: in the last epoch's ``on_validation_epoch_end`` (or ``on_train_epoch_end`` when that epoch
+  does not validate), before ``ModelCheckpoint`` writes that epoch's checkpoints, so ``last.ckpt`` holds it; when
+  training stops otherwise (early stopping, ``max_time``) in ``on_train_end``;
+* every ``every_n_val_epochs`` validation epochs (counting validation epochs, not training epochs);
+* with ``data="test"``, at the end of every ``trainer.test`` epoch.
+
+Each extraction keeps the result on ``.explanation`` (saved in checkpoints), writes ``{filename}.json`` (reload with
+:meth:`RegionalExplanation.from_json`) and a readable ``{filename}.txt``, and logs the best rule set's support,
+confidence and fitness as ``{filename}/support`` etc. (through ``pl_module.log`` inside the loops, so that
+``ModelCheckpoint(monitor=...)`` sees them) plus the rule table as text and, with matplotlib, as a figure (TensorBoard).
+
+Under DDP every rank explains a disjoint shard of the data (rows ``rank, rank + world_size, ...`` of the dataset, no
+padding) and the rule search reduces its statistics across ranks (:mod:`torch_amore._utils.distributed`), so the rules
+equal those of one process on the whole data; rank 0 writes the files.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pytorch_lightning import Callback, LightningModule, Trainer
+from pytorch_lightning.callbacks import EarlyStopping
+from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from pytorch_lightning.utilities.model_helpers import is_overridden
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
+
+from torch_amore._utils import distributed as D
+from torch_amore.data import validation as V
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.stream_explain import ModuleBatches, callback_streams, check_stream
+from torch_amore.model.forward import resolve_layer
+from torch_amore.model.lightning_batches import BatchKey, ModuleOutputs, eval_mode, limited_batches, run_module
+from torch_amore.model.subgroups import check_target, subgroup_mask
+from torch_amore.rules import serialization as S
+from torch_amore.rules.metrics import RuleMetrics
+from torch_amore.search.extract import extract_rules
+from torch_amore.search.options import SearchOptions
+from torch_amore.verify.verification import check_verify_options
+
+_SPLITS = ("train", "val", "test")
+_LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
+_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
+_LIMITS = {"train": "limit_train_batches", "val": "limit_val_batches", "test": "limit_test_batches"}
+_METRICS = ("support", "confidence", "fitness", "n_rule_sets")
+
+
+def _describe_target(target: Any) -> str:
+    """A short, stable description of ``target`` for the callback's ``state_key`` and default file name."""
+    if isinstance(target, (bool, int, float, str, np.integer, np.floating)) or target is None:
+        return repr(target)
+    if isinstance(target, tuple):
+        return repr(tuple(float(v) if v is not None else None for v in target))
+    if callable(target):
+        return getattr(target, "__qualname__", type(target).__name__)
+    return f"mask[{len(target)}]" if hasattr(target, "__len__") else type(target).__name__
+
+
+def _target_param(target: Any, desc: str) -> Any:
+    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        return int(target)
+    if isinstance(target, tuple) and len(target) == 2:
+        return [None if v is None or math.isinf(float(v)) else float(v) for v in target]
+    return desc
+
+
+def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -> int:
+    """The count ``options.min_support`` means on the data (``SearchOptions.support_count`` where it exists: main's
+    ``min_support=None`` depends on the subgroup size)."""
+    count = getattr(options, "support_count", None)
+    if callable(count):
+        return int(count(n_samples, subgroup_size))
+    return V.resolve_min_support(options.min_support, n_samples)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+def _same_names(extractor: RegionalRuleExtractor) -> str:
+    return (
+        "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one trainer, but two "
+        f"write {extractor.filename!r} (prefix {extractor.log_prefix!r}; default names coincide for the same target, "
+        "layer and data); pass filename=... (and log_prefix=...) to one of them."
+    )
+
+
+def _refuse_a_seen_key(extractor: RegionalRuleExtractor, key: str, caller: Any) -> None:
+    """Two extractors with one ``state_key`` would write the same files and checkpoint state. Lightning refuses them
+    when the Trainer is created, in a message that names no option of this class: when Lightning's check of the
+    callback list (``_validate_callbacks_list``, the caller) asks for a key it has already seen, say what to pass
+    instead. Any other caller gets the key."""
+    if caller.f_code.co_name != "_validate_callbacks_list":
+        return
+    seen = caller.f_locals.get("seen_callbacks")
+    if isinstance(seen, set) and key in seen:
+        raise ValueError(_same_names(extractor))
+
+
+def _first_loader(loader: Any) -> Any:
+    if isinstance(loader, (list, tuple)):
+        return loader[0] if loader else None
+    if isinstance(loader, Mapping):
+        return next(iter(loader.values()), None)
+    return loader
+
+
+def _is_mask(target: Any) -> bool:
+    return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
+
+
+def _rows_of(values: Any, rows: list[int] | None, n: int, name: str) -> Any:
+    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``; ``rows``
+    lists this rank's rows of the whole dataset, whose length ``values`` must have."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if rows is not None and D.global_count(len(rows)) != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
+            f"but got {size}."
+        )
+    index = list(range(n)) if rows is None else rows[:n]
+    if hasattr(values, "iloc"):
+        return values.iloc[index]
+    if isinstance(values, torch.Tensor):
+        return values[torch.as_tensor(index, dtype=torch.long)]
+    return np.asarray(values)[index]
+
+
+class RegionalRuleExtractor(Callback):
+    """Extract AMORE rules from the model being trained: at the end of training, every n validation epochs, or on
+    ``trainer.test``.
+
+    Args:
+        target: the subgroup to explain, as in :meth:`RegionalRuleExplainer.explain`: a class index, a callable on
+            the outputs, a ``(low, high)`` range of a regression output, or a boolean mask over ``data``'s rows.
+        layer: a submodule of the LightningModule (or its dotted name, e.g. ``"encoder.fc1"``) whose activations
+            (flattened) are the rule features; ``None`` uses the model inputs, flattened, after the batch hooks.
+        data: ``"val"`` (the first validation DataLoader), ``"train"``, ``"test"`` (explained on ``trainer.test``),
+            or a DataLoader to explain.
+        options: a :class:`~torch_amore.SearchOptions`; keyword arguments named like its fields override it.
+        features: a feature subset (indices or a ``FeatureSelection``), or a separate (N, F) feature matrix aligned
+            with the rows of ``data``'s dataset.
+        select_features: run the integrated-gradient feature selection first (single process only); a dict passes
+            options to :func:`torch_amore.select_features`.
+        feature_names: names of the features.
+        threshold: probability threshold for a class target (``"roc"`` needs a single process).
+        every_n_val_epochs: also extract after every n-th validation epoch of ``trainer.fit``.
+        at_train_end: extract when training ends (default ``True``).
+        dirpath: where to write the files (default: ``trainer.log_dir``).
+        filename: stem of the files and default metric prefix (default from the target, layer and data, e.g.
+            ``"rules_val_inputs_target1"``).
+        log_prefix: prefix of the logged metric names (default ``f"{filename}/"``).
+        batch_size: batch size when ``data``'s DataLoader has none.
+        input_key, label_key: where the model input and the labels are in a batch
+            (:func:`torch_amore.model.lightning_batches.split_batch`).
+        forward_kwargs: extra keyword arguments for every forward call.
+        log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
+        set
+            to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g. Weights
+            & Biases), when matplotlib is installed.
+        html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
+        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`, on the module and the
+            explained data, before the files are written, so they show it); a dict passes options to it
+            (``rule_sets``, ``method``, ``n_controls``, ``level``, ``seed``, ``batch_size``). Under DDP each rank
+            verifies its own rows and rank 0's numbers are written.
+        stream: ``"auto"`` (default) finds the rules on the streamed batches' grid codes
+            (:mod:`torch_amore.search.stream`) when the (N, D) features would exceed half the available memory (and says
+            so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
+            and takes no mask target, separate features, ``select_features`` or ``"roc"``.
+        **search_options: any field of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``,
+            ``n_grids``, ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``,
+            ``feature_types``, ``feature_scale``, ``feature_offset``, ``progress``); a fractional ``min_support`` is
+            taken of all the explained rows (all ranks).
+
+    Attributes:
+        explanation: the last :class:`RegionalExplanation` (``None`` before the first extraction). Its
+            ``features_matrix`` and ``subgroup`` hold this rank's rows.
+        last_epoch: the training epoch (0-based, as Lightning's ``epoch``) whose weights were explained last.
+        last_step: the ``trainer.global_step`` of the last extraction.
+
+    Example:
+        >>> extractor = RegionalRuleExtractor(target=1, data="val", max_length=2, min_support=0.05)
+        >>> extractor.filename, extractor.log_prefix
+        ('rules_val_inputs_target1', 'rules_val_inputs_target1/')
+        >>> RegionalRuleExtractor(target=1, min_suport=0.1)
+        Traceback (most recent call last):
+        ...
+        TypeError: Unexpected keyword argument 'min_suport' (did you mean 'min_support'?).
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        layer: torch.nn.Module | str | None = None,
+        data: str | DataLoader = "val",
+        options: SearchOptions | Mapping[str, Any] | None = None,
+        features: Any = None,
+        select_features: bool | dict = False,
+        feature_names: Sequence[str] | None = None,
+        threshold: float | str | None = None,
+        every_n_val_epochs: int | None = None,
+        at_train_end: bool = True,
+        dirpath: str | Path | None = None,
+        filename: str | None = None,
+        log_prefix: str | None = None,
+        batch_size: int = 256,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        forward_kwargs: Mapping[str, Any] | None = None,
+        log_figures: bool = True,
+        html: bool = False,
+        verify: bool | Mapping[str, Any] = False,
+        stream: bool | str = "auto",
+        **search_options: Any,
+    ) -> None:
+        self.options = SearchOptions.resolve(options, **search_options)
+        if not (isinstance(data, DataLoader) or data in _SPLITS):
+            raise ValueError(f"Expected `data` to be 'train', 'val', 'test' or a DataLoader, but got {data!r}.")
+        if layer is not None and not isinstance(layer, (str, torch.nn.Module)):
+            raise TypeError(f"Expected `layer` to be an nn.Module, a dotted submodule name or None, got {layer!r}.")
+        check_target(target, threshold)
+        if every_n_val_epochs is not None:
+            V.check_int(every_n_val_epochs, "every_n_val_epochs", 1)
+        V.check_int(batch_size, "batch_size", 1)
+        if filename is not None and (not isinstance(filename, str) or not filename or re.search(r"[\\/]", filename)):
+            raise ValueError(f"Expected `filename` to be a file stem such as 'rules', but got {filename!r}.")
+        if forward_kwargs is not None and not isinstance(forward_kwargs, Mapping):
+            raise TypeError(f"Expected `forward_kwargs` to be a dict of keyword arguments, but got {forward_kwargs!r}.")
+        if isinstance(feature_names, str):
+            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
+        self.target = target
+        self.layer = layer
+        self.data = data
+        self.features = features
+        self.select_features = select_features
+        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        self.threshold = threshold
+        self.every_n_val_epochs = every_n_val_epochs
+        self.at_train_end = bool(at_train_end)
+        self.dirpath = None if dirpath is None else Path(dirpath)
+        self.filename = filename if filename is not None else self._default_filename()
+        self.log_prefix = f"{self.filename}/" if log_prefix is None else str(log_prefix)
+        self.batch_size = batch_size
+        self.input_key = input_key
+        self.label_key = label_key
+        self.forward_kwargs = dict(forward_kwargs or {})
+        self.log_figures = bool(log_figures)
+        self.html = bool(html)
+        self.verify = check_verify_options(verify, target)
+        self.stream = check_stream(stream)
+        self.explanation: RegionalExplanation | None = None
+        self.last_path: Path | None = None
+        self.last_epoch: int | None = None
+        self.last_step: int | None = None
+        self._val_epochs = 0  # validation epochs of fit seen so far (restored from checkpoints)
+        self._train_epoch: int | None = None
+
+    def _default_filename(self) -> str:
+        layer = self.layer if isinstance(self.layer, str) else "inputs" if self.layer is None else "layer"
+        data = self.data if isinstance(self.data, str) else "loader"
+        return f"rules_{data}_{_safe(layer)}_target{_safe(_describe_target(self.target))}"
+
+    # --- Lightning state ----------------------------------------------------------------------------------------
+    @property
+    def state_key(self) -> str:
+        layer = self.layer if isinstance(self.layer, str) or self.layer is None else type(self.layer).__name__
+        data = self.data if isinstance(self.data, str) else "DataLoader"
+        key = self._generate_state_key(
+            target=_describe_target(self.target), layer=layer, data=data, filename=self.filename
+        )
+        _refuse_a_seen_key(self, key, sys._getframe(1))
+        return key
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "explanation": None if self.explanation is None else self.explanation.to_dict(),
+            "last_epoch": self.last_epoch,
+            "last_step": self.last_step,
+            "val_epochs": self._val_epochs,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state saved by :meth:`state_dict`; a malformed entry (e.g. a corrupted checkpoint) raises
+        :class:`~torch_amore.rules.serialization.FieldError` naming it."""
+        state_dict = S.expect_mapping(state_dict, "state_dict")
+        data = state_dict.get("explanation")
+        with S.at_path("state_dict.explanation"):
+            self.explanation = None if data is None else RegionalExplanation.from_dict(data)
+        last_epoch, last_step = state_dict.get("last_epoch"), state_dict.get("last_step")
+        self.last_epoch = None if last_epoch is None else S.expect_int(last_epoch, "state_dict.last_epoch", low=0)
+        self.last_step = None if last_step is None else S.expect_int(last_step, "state_dict.last_step", low=0)
+        self._val_epochs = S.expect_int(state_dict.get("val_epochs", 0), "state_dict.val_epochs", low=0)
+
+    # --- checks before any training step ------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Before the strategy sets the module up (every stage): the extractors' names are distinct, and a module on
+        the 'meta' device is refused where the strategy would only move it (only FSDP-like strategies materialise
+        one)."""
+        self._check_distinct(trainer)
+        if type(trainer.strategy) in (SingleDeviceStrategy, DDPStrategy):
+            V.check_model_device(pl_module, type(pl_module).__name__)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_module(trainer, pl_module)
+        if self.data == "val" and not trainer.enable_validation:
+            raise ValueError(
+                "Expected a validation split for `data='val'`: a val DataLoader (trainer.fit(..., val_dataloaders) "
+                "or a val_dataloader() hook), a `validation_step` and limit_val_batches > 0, but this run does not "
+                "validate; pass data='train' or a DataLoader."
+            )
+        if self.data == "test":
+            rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: data='test' is explained on trainer.test only.")
+        self._check_monitors(trainer)
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.data == "test":
+            self._check_module(trainer, pl_module)
+            if _first_loader(trainer.test_dataloaders) is None:
+                raise ValueError("Expected a test DataLoader for `data='test'`, but trainer.test has none.")
+
+    def _check_module(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not is_overridden("forward", pl_module):
+            raise TypeError(
+                f"Expected {type(pl_module).__name__} to define `forward`: the callback explains its outputs on "
+                "each batch's model input."
+            )
+        resolve_layer(pl_module, self.layer)  # a ValueError naming the submodules when the name is wrong
+        V.check_model_device(pl_module, type(pl_module).__name__)  # set up by the strategy: materialised by now
+        if trainer.world_size > 1:
+            self._check_distributed()
+        self._check_distinct(trainer)
+
+    def _check_distinct(self, trainer: Trainer) -> None:
+        mine = (self.dirpath, self.filename)
+        for other in trainer.callbacks:
+            if other is self or not isinstance(other, RegionalRuleExtractor):
+                continue
+            if (other.dirpath, other.filename) == mine or other.log_prefix == self.log_prefix:
+                raise ValueError(_same_names(self))
+
+    def _check_distributed(self) -> None:
+        if self.threshold == "roc":
+            raise ValueError("threshold='roc' needs all scores in one process; give a number under DDP.")
+        if self.select_features:
+            raise ValueError(
+                "select_features=True runs on one process; under DDP select features beforehand and pass `features=`."
+            )
+
+    def _check_monitors(self, trainer: Trainer) -> None:
+        """An EarlyStopping on these metrics needs a value at every validation epoch."""
+        n = self.every_n_val_epochs
+        for cb in trainer.callbacks:
+            monitor = getattr(cb, "monitor", None)
+            if isinstance(cb, EarlyStopping) and monitor in self._metric_names() and n != 1:
+                raise ValueError(
+                    f"Expected every_n_val_epochs=1 for EarlyStopping(monitor={monitor!r}), which needs the metric at "
+                    f"every validation epoch, but got every_n_val_epochs={n}."
+                )
+
+    # --- when to extract ------------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._train_epoch = int(trainer.current_epoch)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self._val_epochs += 1
+        n = self.every_n_val_epochs
+        due = n is not None and self._val_epochs % n == 0
+        if self.data != "test" and (due or (self.at_train_end and self._training_ends(trainer))):
+            self.extract(trainer, pl_module, in_loop=True)
+        elif self.data != "test":
+            self._log_placeholders(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.data != "test" and self.at_train_end and self._training_ends(trainer) and not self._done(trainer):
+            self.extract(trainer, pl_module, in_loop=True)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.data != "test" and self.at_train_end and not self._done(trainer):
+            self.extract(trainer, pl_module)
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.data == "test":
+            self.extract(trainer, pl_module, in_loop=True)
+
+    def _done(self, trainer: Trainer) -> bool:
+        return self.last_step == trainer.global_step and self.explanation is not None
+
+    @staticmethod
+    def _training_ends(trainer: Trainer) -> bool:
+        """Whether the current batch is the last of ``trainer.fit`` (``max_steps`` or the last batch of the last
+        epoch); other stops (early stopping, ``max_time``) are only known in ``on_train_end``."""
+        if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
+            return True
+        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        max_epochs = trainer.max_epochs
+        return bool(last_batch) and max_epochs not in (None, -1) and trainer.current_epoch + 1 >= max_epochs
+
+    # --- the work ---------------------------------------------------------------------------------------------------
+    def extract(self, trainer: Trainer, pl_module: LightningModule, *, in_loop: bool = False) -> RegionalExplanation:
+        """Explain ``pl_module`` now (every rank must call this), write the files and log the metrics.
+
+        ``in_loop``: called from a hook where ``pl_module.log`` is allowed (the ``*_epoch_end`` hooks).
+        """
+        if D.is_sharded():
+            self._check_distributed()
+        V.check_model_device(pl_module, type(pl_module).__name__)
+        split = self.data if isinstance(self.data, str) else "loader"
+        start = time.perf_counter()
+        loader, rows, max_batches = self._loader(trainer, pl_module, split)
+        epoch = self._train_epoch if split != "test" else (trainer.current_epoch - 1 if trainer.current_epoch else None)
+        rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: explaining the {split} data (epoch {epoch}) ...")
+        layer, layer_name = resolve_layer(pl_module, self.layer)
+        batches = ModuleBatches(trainer, pl_module, loader, layer=layer, layer_name=layer_name,
+                                max_batches=max_batches, callback=self)  # fmt: skip
+        n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
+        if callback_streams(self, batches, n_rows):
+            explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
+        else:
+            fwd = run_module(
+                trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches,
+                input_key=self.input_key, label_key=self.label_key, forward_kwargs=self.forward_kwargs,
+                collect_inputs=layer is None or bool(self.select_features),
+            )  # fmt: skip
+            explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
+        explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
+        if self.verify is not None and explanation.rule_sets:
+            explanation.verify(loader, model=pl_module, target=self.target, input_key=self.input_key,
+                               forward_kwargs=self.forward_kwargs or None, **{"batch_size": self.batch_size,
+                                                                               **self.verify})  # fmt: skip
+        self.explanation, self.last_epoch, self.last_step = explanation, epoch, int(trainer.global_step)
+        self._write(trainer, explanation)
+        self._log(trainer, pl_module, explanation, in_loop)
+        best = explanation.best
+        rank_zero_info(
+            f"RegionalRuleExtractor {self.filename!r}: {len(explanation)} rule sets on "
+            f"{explanation.params['n_samples']} rows in {time.perf_counter() - start:.1f} s"
+            + (f"; best: {best}" if best is not None else f"; {explanation.message}")
+        )
+        return explanation
+
+    def _loader(self, trainer: Trainer, pl_module: LightningModule, split: str) -> tuple[Any, list[int] | None, Any]:
+        """This rank's rows of the data in dataset order (no shuffling, no DistributedSampler padding), the rows'
+        indices and the number of batches the trainer's ``limit_*_batches`` / ``fast_dev_run`` leave."""
+        if isinstance(self.data, DataLoader):
+            loader = self.data
+            limit = int(trainer.fast_dev_run) if trainer.fast_dev_run else 1.0
+        else:
+            loader = _first_loader(getattr(trainer, _LOADERS[split]))
+            if loader is None:
+                source = trainer.datamodule if is_overridden(_HOOKS[split], trainer.datamodule) else pl_module
+                loader = _first_loader(getattr(source, _HOOKS[split])())
+            limit = getattr(trainer, _LIMITS[split])
+        if not isinstance(loader, DataLoader):
+            raise ValueError(f"Expected a {split!r} DataLoader to explain, but the trainer has {loader!r}.")
+        dataset = loader.dataset
+        if isinstance(dataset, IterableDataset):
+            return loader, None, limited_batches(math.inf, limit)  # an iterable dataset shards itself
+        rows = list(range(D.rank(), len(dataset), D.world_size()))
+        shard = DataLoader(
+            Subset(dataset, rows) if D.is_sharded() else dataset,
+            batch_size=loader.batch_size or self.batch_size, shuffle=False, collate_fn=loader.collate_fn,
+            num_workers=loader.num_workers,
+        )  # fmt: skip
+        return shard, rows, limited_batches(len(shard), limit)
+
+    def _explain(
+        self, pl_module: LightningModule, fwd: ModuleOutputs, rows: list[int] | None, layer: Any, layer_name: Any,
+        rank_zero: bool,
+    ) -> RegionalExplanation:  # fmt: skip
+        n = fwd.outputs.shape[0]
+        target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
+        mask, thr_used, desc = subgroup_mask(fwd.outputs, target, self.threshold, fwd.labels)
+        X, names, source, indices = self._features(fwd, rows, n)
+        mask = mask.to(X.device)
+        n_all, n_sub = D.global_count(n), D.global_count(int(mask.sum()))
+        options = self.options.replace(progress=self.options.progress and rank_zero)
+        selection, message, rule_sets = None, "", []
+        if 0 < n_sub < n_all:
+            if self.select_features:
+                indices = selection = self._select(pl_module, fwd, mask, names, layer)
+            rule_sets = extract_rules(X, mask, options=options, features=indices, feature_names=names, target_name=desc)
+        else:
+            message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
+            rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
+        params = self._params(desc, n_all, n_sub, source, layer_name)
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=thr_used,
+            features=V.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
+            features_matrix=X, message=message, selection=selection,
+        )  # fmt: skip
+
+    def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
+        params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
+        params.update(
+            min_support_count=_support_count(self.options, n_all, n_sub), source=source,
+            layer=layer_name, layer_input=False, target=_target_param(self.target, desc), target_name=desc,
+            threshold=self.threshold if isinstance(self.threshold, str) or self.threshold is None
+            else float(self.threshold),
+            select_features=bool(self.select_features), n_samples=n_all, subgroup_size=n_sub, local=False,
+            world_size=D.world_size(),
+        )  # fmt: skip
+        return params
+
+    def _explain_streamed(self, batches: ModuleBatches, layer_name: Any, rank_zero: bool) -> RegionalExplanation:
+        """The rules of the streamed batches (:mod:`torch_amore.search.stream`); no features matrix is kept."""
+        from torch_amore.search.stream import prepare_stream, search_stream
+
+        options = self.options.replace(progress=self.options.progress and rank_zero)
+        prefix = "z" if batches.source == "layer" else "feature"
+        extractor = prepare_stream(batches, options, features=self.features, feature_names=self.feature_names,
+                                   name_prefix=prefix)  # fmt: skip
+        extractor.target_name = batches.desc
+        rule_sets = search_stream(extractor, options)
+        mask = extractor.target
+        n_all, n_sub = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
+        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name)
+        params["stream"] = True
+        return RegionalExplanation(
+            rule_sets=rule_sets, subgroup=mask, threshold=batches.threshold, features=list(extractor.binned.columns),
+            feature_names=extractor.names, params=params,
+        )  # fmt: skip
+
+    def _features(self, fwd: ModuleOutputs, rows: list[int] | None, n: int) -> tuple[torch.Tensor, list, str, Any]:
+        """The (N, D) rule features, their names, their source and the searched feature subset."""
+        f = self.features
+        is_matrix = hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features"))
+        names = self.feature_names
+        if is_matrix:
+            X, matrix_names = V.to_tensor_2d(_rows_of(f, rows, n, "features"), "features")
+            X, source, indices = X.to(fwd.outputs.device), "features", None
+            names = names if names is not None else matrix_names
+        elif fwd.activations is not None:
+            X, source, indices = fwd.activations, "layer", f
+        else:
+            X, source, indices = fwd.inputs.reshape(n, -1), "inputs", f
+        if X.shape[0] != n:
+            raise ValueError(f"Expected `features` to have one row per explained sample ({n}), but got {X.shape[0]}.")
+        if names is None:
+            prefix = "z" if source == "layer" else "feature"
+            names = [f"{prefix}_{i}" for i in range(X.shape[1])]
+        return X, V.resolve_names(names, None, X.shape[1]), source, indices
+
+    def _select(self, pl_module: LightningModule, fwd: ModuleOutputs, mask: torch.Tensor, names: list, layer: Any):
+        """:func:`torch_amore.select_features` on the explained inputs (classes: the labels for a class target)."""
+        from torch_amore.selection.selection import select_features
+
+        is_class = isinstance(self.target, (int, np.integer))
+        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
+        labels = fwd.labels
+        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
+        opts = dict(self.select_features) if isinstance(self.select_features, dict) else {}
+        opts.setdefault("target", int(self.target) if is_class and multi else None)
+        opts.setdefault("layer", layer)
+        opts.setdefault("feature_names", names)
+        with eval_mode(pl_module):
+            return select_features(pl_module, fwd.inputs, classes, **opts)
+
+    # --- evaluation of a (restored) explanation on new data --------------------------------------------------------
+    def evaluate(
+        self, pl_module: LightningModule, data: Any, *, target: Any = None, features: Any = None
+    ) -> list[RuleMetrics]:
+        """Support, confidence and fitness of every rule set of :attr:`explanation` on new ``data``.
+
+        The data go through the module's batch hooks (on its device, inputs cast to its parameter dtype), the same
+        layer and the same subgroup definition (the class-probability threshold is not re-fitted), as in training.
+
+        Args:
+            pl_module: the trained LightningModule (e.g. restored from the same checkpoint as this callback).
+            data: a DataLoader, a Dataset or a tensor of model inputs.
+            target: the subgroup (default: this callback's ``target``; required when it is a mask).
+            features: the new data's separate feature matrix, when the rules were built on one.
+
+        Returns:
+            One :class:`~torch_amore.RuleMetrics` per rule set, in the order of ``explanation.rule_sets``.
+        """
+        explanation = self.explanation
+        if explanation is None:
+            raise ValueError("Expected an explanation to evaluate, but this callback has not extracted one yet.")
+        if isinstance(data, torch.Tensor):
+            data = list(torch.split(data, self.batch_size))
+        elif isinstance(data, Dataset) and not isinstance(data, DataLoader):
+            data = DataLoader(data, batch_size=self.batch_size, shuffle=False)
+        target = self.target if target is None else target
+        source = explanation.params.get("source")
+        if source == "features" and features is None:
+            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
+        layer, layer_name = resolve_layer(pl_module, self.layer) if source == "layer" else (None, None)
+        fwd = run_module(
+            None, pl_module, data, layer=layer, layer_name=layer_name, input_key=self.input_key,
+            label_key=self.label_key, forward_kwargs=self.forward_kwargs, collect_inputs=source == "inputs",
+        )  # fmt: skip
+        n = fwd.outputs.shape[0]
+        if source == "features":
+            X, _ = V.to_tensor_2d(features, "features")
+        else:
+            X = fwd.activations if source == "layer" else fwd.inputs.reshape(n, -1)
+        threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
+        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, fwd.labels)
+        if X.shape[0] != n or mask.shape[0] != n:
+            raise ValueError(f"Expected `features` and `target` with one row per sample of `data` ({n}).")
+        return [rs.evaluate(X, mask.to(X.device)) for rs in explanation.rule_sets]
+
+    # --- output -------------------------------------------------------------------------------------------------------
+    def _write(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
+        dirpath = self.dirpath if self.dirpath is not None else Path(trainer.log_dir or trainer.default_root_dir)
+        self.last_path = dirpath / f"{self.filename}.json"
+        if trainer.is_global_zero:
+            dirpath.mkdir(parents=True, exist_ok=True)
+            explanation.to_json(self.last_path)
+            every = explanation.format(max_rows=None, distinct=False, include_negative=True)  # the full list
+            (dirpath / f"{self.filename}.txt").write_text(every + "\n")
+            if self.html:
+                explanation.to_html(dirpath / f"{self.filename}.html")
+        trainer.strategy.barrier("RegionalRuleExtractor.write")
+
+    def _metric_names(self) -> list[str]:
+        return [f"{self.log_prefix}{m}" for m in _METRICS]
+
+    def _metrics(self, explanation: RegionalExplanation) -> dict[str, float]:
+        """The best rule set's criteria (NaN when there is no rule set) and the number of rule sets."""
+        best = explanation.best
+        values = (best.support, best.confidence, best.fitness) if best is not None else (math.nan,) * 3
+        return dict(zip(self._metric_names(), [float(v) for v in values] + [float(len(explanation))]))
+
+    def _log_placeholders(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """NaN ("not extracted at this epoch") for the metrics a ModelCheckpoint monitors, which it requires at every
+        validation epoch; it ranks NaN below every extracted value."""
+        monitored = {getattr(cb, "monitor", None) for cb in trainer.callbacks} & set(self._metric_names())
+        for name in sorted(monitored):
+            pl_module.log(name, math.nan, on_step=False, on_epoch=True, sync_dist=False)
+
+    def _log(
+        self, trainer: Trainer, pl_module: LightningModule, explanation: RegionalExplanation, in_loop: bool
+    ) -> None:
+        metrics = self._metrics(explanation)
+        if in_loop:  # inside a loop: through Lightning, so that ModelCheckpoint and trainer.test's results see them
+            for name, value in metrics.items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)  # equal on every rank
+        elif trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+                logger.save()
+        if not trainer.is_global_zero:
+            return
+        text = "\n".join("    " + line for line in explanation.format().splitlines())  # markdown code block
+        for logger in trainer.loggers:
+            experiment = getattr(logger, "experiment", None)
+            if callable(getattr(experiment, "add_text", None)):
+                experiment.add_text(f"{self.log_prefix}rules", text, global_step=trainer.global_step)
+        if self.log_figures:
+            self._log_figures(trainer, explanation)
+
+    def _log_figures(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
+        """The rule table and the best rule set's :func:`~torch_amore.report.plot.plot_rule` figure, to every logger
+        that takes figures (``add_figure``, else ``log_image``); nothing without matplotlib."""
+        figures = {"table": _rule_table_figure(explanation)}
+        if figures["table"] is None:
+            return
+        if explanation.best is not None and explanation.best.rules and explanation.features_matrix is not None:
+            from torch_amore.report.plot import plot_rule
+
+            figures["best_rule_set"] = plot_rule(explanation)  # this rank's rows under DDP
+        step = trainer.global_step
+        for logger in trainer.loggers:
+            add_figure = getattr(getattr(logger, "experiment", None), "add_figure", None)
+            for name, figure in figures.items():
+                if callable(add_figure):
+                    add_figure(f"{self.log_prefix}{name}", figure, global_step=step, close=False)
+                elif callable(getattr(logger, "log_image", None)):
+                    logger.log_image(key=f"{self.log_prefix}{name}", images=[figure], step=step)
+        import matplotlib.pyplot as plt
+
+        for figure in figures.values():
+            plt.close(figure)
+
+
+def _rule_table_figure(explanation: RegionalExplanation, max_rows: int = 10) -> Any:
+    """The rule table as a matplotlib Figure (``None`` without matplotlib)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    rows = [
+        [
+            str(i),
+            str(rs.support),
+            f"{rs.confidence:.3f}",
+            f"{rs.fitness:.3f}",
+            " AND ".join(r.format() for r in rs.rules),
+        ]
+        for i, rs in explanation.shown()[:max_rows]
+    ] or [["", "", "", "", "(no rule sets with positive fitness)"]]
+    figure = Figure(figsize=(10, 0.35 * (len(rows) + 2)))
+    ax = figure.add_subplot()
+    ax.axis("off")
+    ax.set_title(explanation.format(max_rows=0).splitlines()[0], fontsize=9)
+    table = ax.table(
+        cellText=rows, colLabels=["#", "support", "confidence", "fitness", "rule set"], loc="center", cellLoc="left",
+        colWidths=[0.04, 0.09, 0.11, 0.09, 0.67],
+    )  # fmt: skip
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    return figure

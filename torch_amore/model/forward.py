@@ -1,0 +1,510 @@
+"""Running a model over data: batches of tensors, Datasets and DataLoaders, forward hooks on a layer, eval mode.
+
+Private helpers of :class:`torch_amore.RegionalRuleExplainer`. Everything the hook or the mode switch touches is
+undone in ``finally`` blocks, so an error inside the model leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
+
+from torch_amore._utils.typing import BatchKey
+from torch_amore.data.validation import check_int, check_model_device, check_not_meta
+
+# --------------------------------------------------------------------------------------------------------------------
+# layers, modes, hooks
+
+
+def resolve_layer(model: nn.Module, layer: nn.Module | str | None) -> tuple[nn.Module | None, str | None]:
+    if layer is None:
+        return None, None
+    names = [n for n, _ in model.named_modules() if n]
+    if isinstance(layer, str):
+        try:
+            return model.get_submodule(layer), layer
+        except AttributeError:
+            raise ValueError(
+                f"Expected `layer` to name a submodule of the model, but got {layer!r}; its submodules are "
+                f"{names[:12]}{' ...' if len(names) > 12 else ''}."
+            ) from None
+    if isinstance(layer, nn.Module):
+        for name, module in model.named_modules():
+            if module is layer:
+                return layer, name or "<model>"
+        raise ValueError(
+            f"Expected `layer` to be a submodule of the model, but got a {type(layer).__name__} that is not part of it."
+        )
+    raise TypeError(f"Expected `layer` to be an nn.Module, a dotted submodule name or None, but got {layer!r}.")
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode inside; every submodule's own ``training`` flag restored afterwards, also on error."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+class _Capture:
+    """Forward hook that keeps the (flattened) output or first input of a layer for every call."""
+
+    def __init__(self, use_input: bool) -> None:
+        self.use_input = use_input
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, module: nn.Module, args: tuple, output: Any) -> None:
+        value = (args[0] if args else None) if self.use_input else output
+        if isinstance(value, (tuple, list)) and value:
+            value = value[0]
+        if not isinstance(value, torch.Tensor):
+            where = "input" if self.use_input else "output"
+            raise TypeError(f"Expected the layer's {where} to be a tensor, but got {type(value).__name__}.")
+        self.values.append(value.detach().clone())  # clone: later in-place ops must not change it
+
+
+@contextmanager
+def hooked(layer: nn.Module | None, use_input: bool) -> Iterator[_Capture | None]:
+    if layer is None:
+        yield None
+        return
+    capture = _Capture(use_input)
+    handle = layer.register_forward_hook(capture)
+    try:
+        yield capture
+    finally:
+        handle.remove()
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for tensor in model.parameters():
+        return tensor.device
+    for tensor in model.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter (or buffer); ``None`` when it has none."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return None
+
+
+def _cast(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+    """``t`` on ``device``; floating tensors in ``dtype`` (integer ids and masks keep theirs)."""
+    if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        return t.to(device=device, dtype=dtype)
+    return t.to(device)
+
+
+def to_device(obj: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
+    """Move tensors (inside tuples, lists, dicts and graph batches) to ``device``, floating ones cast to ``dtype``."""
+    if isinstance(obj, torch.Tensor):
+        return _cast(obj, device, dtype)
+    if isinstance(obj, tuple):
+        return tuple(to_device(o, device, dtype) for o in obj)
+    if isinstance(obj, list):
+        return [to_device(o, device, dtype) for o in obj]
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device, dtype) for k, v in obj.items()}
+    if hasattr(obj, "to") and callable(obj.to):  # e.g. a torch_geometric Batch
+        obj = obj.to(device)
+        if dtype is not None and is_graph(obj):
+            obj = obj.apply(lambda t: _cast(t, device, dtype))
+        return obj
+    return obj
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# inputs and extra model arguments
+
+
+def is_graph(obj: Any) -> bool:
+    """A torch_geometric ``Data`` or ``Batch`` (recognised without importing torch_geometric)."""
+    from_pyg = any(c.__module__.startswith("torch_geometric") for c in type(obj).__mro__)  # Batch classes are dynamic
+    return from_pyg and hasattr(obj, "num_nodes")
+
+
+def _graph_list(inputs: Any) -> bool:
+    return isinstance(inputs, (list, tuple)) and bool(inputs) and all(is_graph(g) for g in inputs)
+
+
+def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
+    """Inputs in a form :func:`run_model` takes, and column names of a DataFrame (else None).
+
+    numpy arrays (and tuples of them) become tensors, a DataFrame a float64 tensor; a torch_geometric ``Batch`` becomes
+    its list of graphs (batched again with ``batch_size``); tensors, Datasets, DataLoaders and graph lists pass.
+    """
+    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
+        from torch_amore.data.validation import to_tensor_2d
+
+        return to_tensor_2d(inputs, "inputs")
+    if isinstance(inputs, np.ndarray):
+        return _array(inputs), None
+    if isinstance(inputs, tuple) and inputs and all(isinstance(t, (np.ndarray, torch.Tensor)) for t in inputs):
+        return tuple(_array(t) if isinstance(t, np.ndarray) else t for t in inputs), None
+    if is_graph(inputs) and hasattr(inputs, "to_data_list"):
+        return inputs.to_data_list(), None
+    if is_graph(inputs):
+        raise TypeError(
+            "Expected `inputs` to hold many samples, but got a single graph; pass a list of graphs, a Batch or a "
+            "DataLoader (a single graph is the `x` of explain_local)."
+        )
+    return inputs, None
+
+
+def _array(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise TypeError(f"Expected numeric numpy `inputs`, but got dtype {a.dtype}.")
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _per_sample(value: Any, n: int | None) -> bool:
+    return n is not None and isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Extra model arguments: positional ones after the inputs (Captum's ``additional_forward_args``) and keywords.
+
+    A tensor (or numpy array) whose first dimension is the number of samples ``n`` is per-sample: each batch gets its
+    rows. Everything else goes whole to every call.
+    """
+
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, additional_forward_args: Any = None, forward_kwargs: Mapping[str, Any] | None = None) -> ModelArgs:
+        if forward_kwargs is None:
+            forward_kwargs = {}
+        if not isinstance(forward_kwargs, Mapping) or not all(isinstance(k, str) for k in forward_kwargs):
+            raise TypeError(
+                f"Expected `forward_kwargs` to be a dict of keyword arguments for the model, got {forward_kwargs!r}."
+            )
+        if additional_forward_args is None:
+            args: tuple = ()
+        elif isinstance(additional_forward_args, tuple):
+            args = additional_forward_args
+        else:  # Captum: a single extra argument need not be wrapped in a tuple
+            args = (additional_forward_args,)
+        conv = lambda v: _array(v) if isinstance(v, np.ndarray) else v  # noqa: E731
+        return cls(tuple(conv(a) for a in args), {k: conv(v) for k, v in forward_kwargs.items()})
+
+    def __bool__(self) -> bool:
+        return bool(self.args or self.kwargs)
+
+    def has_per_sample(self, n: int | None) -> bool:
+        return any(_per_sample(v, n) for v in (*self.args, *self.kwargs.values()))
+
+    def rows(self, start: int, stop: int, n: int | None) -> tuple[tuple, dict[str, Any]]:
+        """The arguments for the samples ``start:stop`` of ``n``."""
+        pick = lambda v: v[start:stop] if _per_sample(v, n) else v  # noqa: E731
+        return tuple(pick(a) for a in self.args), {k: pick(v) for k, v in self.kwargs.items()}
+
+
+def batch_len(inp: Any) -> int | None:
+    """Number of samples in one model input (tensor, tuple of tensors or graph batch); None if unknown."""
+    if isinstance(inp, torch.Tensor):
+        return int(inp.shape[0]) if inp.ndim else 1
+    if isinstance(inp, tuple) and inp and isinstance(inp[0], torch.Tensor) and inp[0].ndim:
+        return int(inp[0].shape[0])
+    if hasattr(inp, "num_graphs"):
+        return int(inp.num_graphs)
+    return None
+
+
+def check_row_order(inputs: Any, why: str) -> None:
+    """Refuse a DataLoader whose order is not the dataset's (rows must align with ``why``)."""
+    if not isinstance(inputs, DataLoader) or isinstance(inputs.dataset, IterableDataset):
+        return
+    batch_sampler = inputs.batch_sampler
+    ordered = isinstance(inputs.sampler, SequentialSampler) and (
+        batch_sampler is None or isinstance(batch_sampler, BatchSampler)
+    )
+    if not ordered:
+        used = type(inputs.sampler if isinstance(batch_sampler, BatchSampler) else batch_sampler).__name__
+        raise ValueError(
+            f"Expected a DataLoader that yields the rows in order (shuffle=False, no sampler), but it uses a {used}: "
+            f"its order must match {why}."
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# batches
+
+
+def _pick(batch: Any, key: int | str, what: str) -> Any:
+    try:
+        if isinstance(key, str) and not isinstance(batch, Mapping):
+            return getattr(batch, key)
+        return batch[key]
+    except (KeyError, IndexError, AttributeError, TypeError):
+        shown = f"keys {list(batch.keys())}" if isinstance(batch, Mapping) else f"a {type(batch).__name__}"
+        raise ValueError(
+            f"Expected `{what}` {key!r} to select an element of each batch, but the batch is {shown}."
+        ) from None
+
+
+def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = None) -> tuple[Any, Any]:
+    """(model input, labels or None) of one batch; a tuple model input means several positional arguments.
+
+    By default a tensor batch is the input, a tuple/list batch is ``(input, labels, ...)``, and any other object
+    (e.g. a torch_geometric ``Batch``) is the input as a whole. Shared by the explainer and the Lightning callback.
+
+    Example:
+        >>> import torch
+        >>> split_batch((torch.zeros(2, 3), torch.tensor([0, 1])))[1]
+        tensor([0, 1])
+        >>> split_batch({"x": 1, "y": 2}, input_key="x", label_key="y")
+        (1, 2)
+    """
+    if input_key is None:
+        if isinstance(batch, Mapping):
+            raise ValueError(
+                "Expected `input_key` to say which element of the dict batches is the model input, but got None; "
+                f"the batches have keys {list(batch.keys())}."
+            )
+        inp = batch[0] if isinstance(batch, (tuple, list)) else batch
+    elif callable(input_key):
+        inp = input_key(batch)
+    elif isinstance(input_key, (tuple, list)):
+        inp = tuple(_pick(batch, k, "input_key") for k in input_key)
+    else:
+        inp = _pick(batch, input_key, "input_key")
+    if label_key is None:
+        labels = batch[1] if isinstance(batch, (tuple, list)) and len(batch) > 1 and input_key is None else None
+    elif callable(label_key):
+        labels = label_key(batch)
+    else:
+        labels = _pick(batch, label_key, "label_key")
+    return inp, labels
+
+
+def n_rows(inputs: Any) -> int | None:
+    """Number of samples when it is known before running the model; a TypeError for unsupported inputs."""
+    if isinstance(inputs, torch.Tensor):
+        return int(inputs.shape[0]) if inputs.ndim else 1
+    if isinstance(inputs, tuple) and inputs and all(isinstance(t, torch.Tensor) and t.ndim for t in inputs):
+        return int(inputs[0].shape[0])
+    if _graph_list(inputs):
+        return len(inputs)
+    if not isinstance(inputs, (Dataset, DataLoader)):
+        raise TypeError(_INPUT_KINDS + f"{type(inputs).__name__}.")
+    try:
+        return len(inputs.dataset) if isinstance(inputs, DataLoader) else len(inputs)
+    except TypeError:
+        return None
+
+
+def iter_batches(inputs: Any, batch_size: int, input_key: BatchKey, label_key: BatchKey) -> tuple[Iterator, int | None]:
+    """Iterator over (model input, labels) and the number of batches (None if unknown)."""
+    if isinstance(inputs, torch.Tensor):
+        if inputs.ndim == 0:
+            raise ValueError("Expected `inputs` to have a batch dimension, but got a 0-dim tensor.")
+        n = inputs.shape[0]
+        return ((inputs[i : i + batch_size], None) for i in range(0, n, batch_size)), math.ceil(n / batch_size)
+    if isinstance(inputs, tuple):
+        if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+            raise TypeError("Expected a tuple `inputs` to hold tensors (the model's positional inputs).")
+        n = inputs[0].shape[0]
+        if any(t.shape[0] != n for t in inputs):
+            raise ValueError(
+                f"Expected the tensors of `inputs` to have the same length, got {[len(t) for t in inputs]}."
+            )
+        it = ((tuple(t[i : i + batch_size] for t in inputs), None) for i in range(0, n, batch_size))
+        return it, math.ceil(n / batch_size)
+    if _graph_list(inputs):
+        from torch_geometric.loader import DataLoader as GraphLoader
+
+        inputs = GraphLoader(list(inputs), batch_size=batch_size, shuffle=False)
+    if isinstance(inputs, Dataset) and not isinstance(inputs, DataLoader):
+        inputs = DataLoader(inputs, batch_size=batch_size, shuffle=False)
+    if isinstance(inputs, DataLoader):
+        try:
+            n_batches = len(inputs)
+        except TypeError:
+            n_batches = None
+        return (split_batch(b, input_key, label_key) for b in inputs), n_batches
+    raise TypeError(_INPUT_KINDS + f"{type(inputs).__name__}.")
+
+
+_INPUT_KINDS = (
+    "Expected `inputs` to be a tensor or numpy array, a tuple of them, a Dataset, a DataLoader, or a list or Batch "
+    "of torch_geometric graphs, but got "
+)
+
+
+@dataclass
+class Forward:
+    """What one pass over the data collected (all rows in data order)."""
+
+    outputs: torch.Tensor
+    activations: torch.Tensor | None
+    flat_inputs: torch.Tensor | None
+    labels: torch.Tensor | None
+    input_shape: tuple[int, ...] | None  # shape of one model input (without the batch dimension)
+    input_type: str = "Tensor"  # type name of the model input of the batches
+
+
+def as_labels(values: Any, n: int | None, name: str = "labels") -> torch.Tensor:
+    if hasattr(values, "to_numpy"):
+        values = values.to_numpy()
+    if isinstance(values, (list, tuple, np.ndarray)):
+        values = np.asarray(values)
+        values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
+    values = values.reshape(-1) if values.ndim == 2 and values.shape[1] == 1 else values
+    if values.ndim != 1:
+        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(values.shape)}.")
+    if n is not None and values.shape[0] != n:
+        raise ValueError(
+            f"Expected `{name}` to have one entry per sample of `inputs` ({n}), but got {values.shape[0]}."
+        )
+    return values
+
+
+def run_model(
+    model: nn.Module,
+    inputs: Any,
+    *,
+    layer: nn.Module | None = None,
+    layer_name: str | None = None,
+    layer_input: bool = False,
+    batch_size: int = 256,
+    progress: bool = False,
+    input_key: BatchKey = None,
+    label_key: BatchKey = None,
+    collect_inputs: bool = False,
+    require_inputs: bool = False,
+    model_args: ModelArgs | None = None,
+) -> Forward:
+    """Run the model over ``inputs`` and collect outputs, layer activations, flattened inputs and labels.
+
+    ``collect_inputs``: keep the flattened inputs when they are tensors (``require_inputs``: else a TypeError).
+    Floating inputs (and extra model arguments) are cast to the model's dtype and moved to its device; the collected
+    inputs keep their dtype. Per-sample entries of ``model_args`` follow the batches (the rows must come in dataset
+    order).
+    """
+    batch_size = check_int(batch_size, "batch_size", 1)
+    model_args = ModelArgs() if model_args is None else model_args
+    check_model_device(model)
+    check_not_meta(inputs if isinstance(inputs, torch.Tensor | tuple) else None, "inputs")
+    check_not_meta(model_args.args, "additional_forward_args")
+    check_not_meta(dict(model_args.kwargs), "forward_kwargs")
+    n_known = n_rows(inputs)
+    it, n_batches = iter_batches(inputs, batch_size, input_key, label_key)
+    device, dtype = model_device(model), model_dtype(model)
+    outputs, acts, flats, labels = [], [], [], []
+    input_shape, input_type, start = None, None, 0
+    if progress and (n_batches is None or n_batches > 1):
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, total=n_batches, desc="forward", unit="batch", leave=False)
+    with eval_mode(model), hooked(layer, layer_input) as capture, torch.no_grad():
+        for inp, lab in it:
+            check_not_meta(inp, "inputs")  # a loader's batches: seen one by one
+            inp = to_device(inp, device)
+            args, kwargs = to_device(batch_args(model_args, inp, start, n_known), device, dtype)
+            fed = to_device(inp, device, dtype)
+            out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
+            out = output_tensor(out)
+            rows = out.shape[0]
+            start += rows
+            outputs.append(out.detach())
+            if capture is not None:
+                acts.append(layer_activations(capture.values, layer_name, rows))
+            input_type = input_type or type(inp).__name__
+            if require_inputs and not isinstance(inp, torch.Tensor):
+                raise TypeError(
+                    "Expected tensor model inputs to build rules on them, but the batches hold "
+                    f"{type(inp).__name__}; pass `layer=` or a `features=` matrix."
+                )
+            if collect_inputs and isinstance(inp, torch.Tensor):
+                flats.append(inp.detach().reshape(rows, -1))
+            if input_shape is None and isinstance(inp, torch.Tensor):
+                input_shape = tuple(inp.shape[1:])
+            if lab is not None:
+                labels.append(torch.as_tensor(lab).reshape(rows, -1).squeeze(1).detach().cpu())
+    if not outputs:
+        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+    out_all = torch.cat(outputs)
+    check_finite_outputs(out_all)
+    return Forward(
+        outputs=out_all,
+        activations=torch.cat(acts) if acts else None,
+        flat_inputs=torch.cat(flats) if flats else None,
+        labels=torch.cat(labels) if len(labels) == len(outputs) else None,
+        input_shape=input_shape,
+        input_type=str(input_type),
+    )
+
+
+def batch_args(model_args: ModelArgs, inp: Any, start: int, n: int | None) -> tuple[tuple, dict[str, Any]]:
+    """The extra model arguments of the batch that starts at row ``start``."""
+    if not model_args.has_per_sample(n):
+        return model_args.args, dict(model_args.kwargs)
+    rows = batch_len(inp)
+    if rows is None:
+        raise TypeError(
+            f"Expected batches whose number of samples is known to split per-sample model arguments, but got a "
+            f"{type(inp).__name__}."
+        )
+    return model_args.rows(start, start + rows, n)
+
+
+def output_tensor(out: Any) -> torch.Tensor:
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"Expected the model to return a tensor, but it returned {type(out).__name__}.")
+    return out.reshape(1) if out.ndim == 0 else out
+
+
+def layer_activations(values: list[torch.Tensor], layer_name: str | None, rows: int) -> torch.Tensor:
+    """The (rows, D) activations a forward hook captured in ``values`` during one forward pass (emptied), checked:
+    the layer ran exactly once and has one row per sample. Shared by the explainer and the Lightning callback.
+
+    Example:
+        >>> import torch
+        >>> layer_activations([torch.zeros(4, 2, 3)], "conv", 4).shape
+        torch.Size([4, 6])
+    """
+    if len(values) != 1:
+        n = len(values)
+        values.clear()
+        raise ValueError(
+            f"Expected `layer` ({layer_name}) to run once per forward pass, but it ran {n} times; "
+            "pick a module the model calls exactly once."
+        )
+    act = values.pop()
+    if act.ndim == 0 or act.shape[0] != rows:
+        raise ValueError(
+            f"Expected the activations of `layer` ({layer_name}) to have one row per sample ({rows} in this batch), "
+            f"but got shape {tuple(act.shape)}; pick a layer after pooling."
+        )
+    return act.reshape(rows, -1)
+
+
+def check_finite_outputs(out: torch.Tensor) -> None:
+    if out.is_floating_point() and bool(torch.isnan(out).any()):
+        bad = torch.isnan(out.reshape(out.shape[0], -1)).any(1)
+        raise ValueError(
+            f"Expected finite model outputs, but {int(bad.sum())} of {out.shape[0]} samples give NaN "
+            f"(first at sample {int(torch.nonzero(bad)[0])})."
+        )

@@ -1,0 +1,315 @@
+"""A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation`, to hand to a colleague.
+
+One file, nothing fetched from the network: the rule table (distinct rule sets, sortable by clicking a column; every
+number also in a ``data-value`` attribute at full precision), held-out metrics when given, the full list of rule sets
+with near-duplicates and negative fitness marked, figures inlined as PNG data URIs, the extraction options and the
+library version. :meth:`RegionalExplanation.to_html` writes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_amore.rules.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.rules.metrics import RuleMetrics
+from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.verification import verification_cells, verification_header, verification_note
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; padding: 0 1em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; cursor: pointer; user-select: none; }
+td.rule, th.rule, td.key { text-align: left; font-family: ui-monospace, monospace; }
+tr.negative td { color: #a00; }
+tr.duplicate td { color: #888; }
+th.verified, td.verified { background: #f2f6fb; }
+figure { margin: 1em 0 2em; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #555; }
+.note { color: #555; font-size: 0.9em; }
+"""
+
+# click a header to sort by that column (numbers by their data-value); no external script
+_SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th, col) {
+  th.addEventListener("click", function () {
+    var body = th.closest("table").tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var up = th.dataset.order !== "asc";
+    th.dataset.order = up ? "asc" : "desc";
+    function key(r) {
+      var c = r.cells[col]; var v = c.dataset.value;
+      return v === undefined ? c.textContent : parseFloat(v);
+    }
+    rows.sort(function (a, b) {
+      var x = key(a), y = key(b);
+      return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def figure_data_uri(fig: Any, *, dpi: int = 100) -> str:
+    """A matplotlib figure as a ``data:image/png;base64,...`` URI (tight bounding box, no software metadata).
+
+    Example:
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> from matplotlib.figure import Figure
+        >>> figure_data_uri(Figure(figsize=(1, 1))).startswith("data:image/png;base64,iVBOR")
+        True
+    """
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _cond(rs: RuleSet) -> str:
+    return " AND ".join(r.format() for r in rs.rules) or "TRUE"
+
+
+def _num(value: float, text: str) -> str:
+    return f'<td data-value="{float(value)!r}">{text}</td>'
+
+
+def _metric_cells(m: RuleMetrics | RuleSet) -> str:
+    return (
+        _num(m.support, str(m.support))
+        + _num(m.confidence, f"{m.confidence:.3f}")
+        + _num(m.fitness, f"{m.fitness:.3f}")
+    )
+
+
+def _rule_table(
+    rows: Sequence[tuple[int, RuleSet, str]],
+    held: Mapping[int, RuleMetrics] | None,
+    table_id: str,
+    verified: Any = None,
+) -> str:
+    """rows: (index in explanation.rule_sets, rule set, note); ``verified``: the explanation's verification."""
+    head = '<th>#</th><th class="rule">rule set</th><th>length</th><th>support</th><th>confidence</th><th>fitness</th>'
+    if held is not None:
+        head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"
+    if verified is not None:
+        head += verification_header()
+    head += '<th class="rule">note</th>'
+    body = []
+    for rank, (i, rs, note) in enumerate(rows, 1):
+        cls = "negative" if rs.fitness < 0 else "duplicate" if note.startswith("near-duplicate") else ""
+        cells = _num(rank, str(rank)) + f'<td class="rule">{html.escape(_cond(rs))}</td>' + _num(len(rs), str(len(rs)))
+        cells += _metric_cells(rs)
+        if held is not None:
+            cells += _metric_cells(held[i])
+        if verified is not None:
+            cells += verification_cells(verified.row(i + 1))
+        cells += f'<td class="rule">{html.escape(note)}</td>'
+        body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
+    return (
+        f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _notes(explanation: Any, max_jaccard: float) -> tuple[list[int], list[str]]:
+    """Indices of the default table's rule sets and a note per rule set of the full list."""
+    rule_sets = explanation.rule_sets
+    rep = duplicate_of(rule_sets, explanation.features_matrix, max_jaccard=max_jaccard)
+    shown = explanation.distinct(max_jaccard=max_jaccard)
+    index = {id(rs): i for i, rs in enumerate(rule_sets)}
+    shown_idx = [index[id(rs)] for rs in shown]
+    notes = []
+    for i, rs in enumerate(rule_sets):
+        parts = []
+        if rep[i] != i:
+            parts.append(f"near-duplicate of {_cond(rule_sets[rep[i]])} (row Jaccard >= {max_jaccard:g})")
+        if rs.fitness < 0:
+            parts.append("negative fitness: covers more rows outside the subgroup than in it")
+        notes.append("; ".join(parts))
+    return shown_idx, notes
+
+
+def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -> list[tuple[str, Any]]:
+    """plot_rule for the first ``n_rules`` rule sets of the default table (when the data are at hand)."""
+    if explanation.features_matrix is None or explanation.subgroup is None or n_rules <= 0:
+        return []
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment: the report without figures
+        return []
+    from torch_amore.report.plot import plot_rule
+
+    out = []
+    for rank, i in enumerate(shown_idx[:n_rules], 1):
+        rs = explanation.rule_sets[i]
+        fig = plot_rule(rs, explanation.features_matrix, explanation.subgroup)
+        out.append((f"Rule set #{rank}: each condition's feature in the subgroup and in the rest", fig))
+    return out
+
+
+def _figure_list(figures: Any) -> list[tuple[str, Any]]:
+    if figures is None:
+        return []
+    if isinstance(figures, Mapping):
+        return [(str(k), v) for k, v in figures.items()]
+    if hasattr(figures, "savefig"):
+        return [("", figures)]
+    out = []
+    for item in figures:
+        if isinstance(item, tuple) and len(item) == 2:
+            out.append((str(item[0]), item[1]))
+        else:
+            out.append(("", item))
+    for caption, fig in out:
+        if not hasattr(fig, "savefig"):
+            raise TypeError(f"Expected matplotlib figures in `figures`, but got {type(fig).__name__} ({caption!r}).")
+    return out
+
+
+def _options_table(explanation: Any) -> str:
+    from torch_amore._version import __version__
+    rows = [("torch_amore version", __version__), ("python", platform.python_version())]
+    try:
+        import torch
+
+        rows.append(("torch", torch.__version__))
+    except ImportError:  # pragma: no cover
+        pass
+    rows += [(str(k), str(v)) for k, v in sorted(explanation.params.items())]
+    if explanation.threshold is not None:
+        rows.append(("threshold used", f"{explanation.threshold:.6g}"))
+    body = "".join(
+        f'<tr><td class="key">{html.escape(k)}</td><td class="key">{html.escape(v)}</td></tr>' for k, v in rows
+    )
+    return f'<table id="options"><thead><tr><th>option</th><th>value</th></tr></thead><tbody>{body}</tbody></table>'
+
+
+def _optimum_note(explanation: Any) -> str:
+    """The best rule set's fitness against the grid's optimum (:meth:`RuleSet.optimum_text`), when computed."""
+    best = explanation.best
+    if best is None or best.optimum is None:
+        return ""
+    return (
+        f'<p class="note">Best rule set: {html.escape(best.optimum_text())}. The optimum is the highest fitness '
+        "of any rule set on the search's grid with the same length and support limits, found by an exhaustive "
+        "search (strategy='exact').</p>"
+    )
+
+
+def explanation_html(
+    explanation: Any,
+    *,
+    figures: Any = None,
+    held_out: Sequence[RuleMetrics] | None = None,
+    title: str | None = None,
+    plot_rules: int = 3,
+    max_jaccard: float = MAX_JACCARD,
+    dpi: int = 100,
+) -> str:
+    """The report as one HTML string (see :func:`write_html`)."""
+    if not (hasattr(explanation, "rule_sets") and hasattr(explanation, "distinct")):
+        raise TypeError(f"Expected a RegionalExplanation, but got {type(explanation).__name__}.")
+    n_sets = len(explanation.rule_sets)
+    if held_out is not None:
+        held_out = list(held_out)
+        if len(held_out) != n_sets or not all(isinstance(m, RuleMetrics) for m in held_out):
+            raise ValueError(
+                f"Expected `held_out` to be {n_sets} RuleMetrics (explanation.evaluate(...) on new data, one per rule "
+                f"set), but got {len(held_out)} items."
+            )
+    held = None if held_out is None else dict(enumerate(held_out))
+    verified = getattr(explanation, "verification", None)
+    figs = _figure_list(figures)  # checked before any plotting
+    shown_idx, notes = _notes(explanation, max_jaccard)
+    own = _default_figures(explanation, shown_idx, plot_rules)
+    figs = own + figs
+    header = explanation.format(max_rows=0).splitlines()[0]
+    title = title or header
+    parts = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{html.escape(header)}</p>" if title != header else "",
+        f'<p class="note">{html.escape(explanation.message)}</p>' if explanation.message else "",
+        "<h2>Rule sets</h2>",
+        f'<p class="note">Best fitness first; near-duplicates (covered rows with a Jaccard index >= {max_jaccard:g}) '
+        "are collapsed into the fitter rule set and negative-fitness rule sets left out; the full list is below. "
+        "Click a column header to sort. Support: rows satisfying the rule set; confidence: the share of them in "
+        "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."
+        + (" Held-out columns: the same rule sets measured on new data." if held is not None else "")
+        + "</p>",
+        verification_note(verified),
+        _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules", verified)
+        if shown_idx
+        else '<p class="note">No rule set with non-negative fitness.</p>',
+        _optimum_note(explanation),
+    ]
+    if figs:
+        parts.append("<h2>Figures</h2>")
+        for caption, fig in figs:
+            alt = html.escape(caption or "figure", quote=True)
+            cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
+            parts.append(f'<figure><img src="{figure_data_uri(fig, dpi=dpi)}" alt="{alt}">{cap}</figure>')
+        if own:
+            import matplotlib.pyplot as plt
+
+            for _, fig in own:
+                plt.close(fig)  # the report's own figures; the caller's stay open
+    parts += [
+        f"<h2>All {n_sets} rule sets</h2>",
+        "<details><summary>show the full list (near-duplicates and negative fitness marked)</summary>",
+        _rule_table([(i, rs, notes[i]) for i, rs in enumerate(explanation.rule_sets)], held, "all-rules", verified),
+        "</details>",
+        "<h2>Options</h2>",
+        _options_table(explanation),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(p for p in parts if p)
+        + f"\n<script>{_SCRIPT}</script>\n</body></html>\n"
+    )
+
+
+def write_html(explanation: Any, path: str | Path, **kwargs: Any) -> Path:
+    """Write a self-contained HTML report of an explanation and return its path.
+
+    Args:
+        explanation: a :class:`~torch_amore.RegionalExplanation`.
+        path: the ``.html`` file to write.
+        figures: extra matplotlib figures: a figure, a list of figures or ``(caption, figure)`` pairs, or a dict
+            ``{caption: figure}`` (e.g. :func:`~torch_amore.report.plot.plot_rule_attributions`); inlined as PNG.
+        held_out: ``explanation.evaluate(...)`` on new data (one :class:`~torch_amore.RuleMetrics` per rule set).
+        title: the page title (default: the explanation's header).
+        plot_rules: a :func:`~torch_amore.report.plot.plot_rule` figure for this many of the best distinct rule sets
+        (when
+            the explanation holds its data); ``0`` for none.
+        max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.rules.distinct`).
+        dpi: resolution of the inlined figures.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> import tempfile, torch
+        >>> from torch_amore import RegionalExplanation, Rule, RuleSet
+        >>> X = torch.tensor([[0.1], [0.6], [0.7], [0.9]])
+        >>> subgroup = torch.tensor([False, False, True, True])
+        >>> rs = RuleSet.from_rules([Rule(0, "x", low=0.65)], X, subgroup, target_name="predicted 1")
+        >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], features_matrix=X)
+        >>> path = write_html(explanation, Path(tempfile.mkdtemp()) / "report.html")
+        >>> text = path.read_text()
+        >>> "x &gt;= 0.65" in text, text.count("<img "), "http" in text
+        (True, 1, False)
+    """
+    path = Path(path)
+    text = explanation_html(explanation, **kwargs)
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,174 @@
+"""Checked reading of serialized objects: every field is validated, and an error names the field's path.
+
+``from_dict`` methods read JSON written by a ``to_dict`` -- or edited by hand, or corrupted. Each field goes through
+a checker here; a bad one raises :class:`FieldError`, a ``ValueError`` whose message names the field's full path
+(``rule_sets[2].rules[0].feature``), what was expected and what was found. Containers prefix the paths of what they
+hold with :func:`at_path` (or read a list with :func:`load_items`). Nothing is ever ``eval``-ed or unpickled.
+
+Example:
+    >>> try:
+    ...     load_items([{"n": 1}, {"n": -2}], lambda d: expect_int(d["n"], "n", low=0), "items")
+    ... except FieldError as e:
+    ...     print(e)
+    Invalid `items[1].n`: expected an integer >= 0, but got -2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: The version of the serialized format written by ``to_dict`` (older files, without a version, still load).
+FORMAT_VERSION = 1
+
+
+class FieldError(ValueError):
+    """A malformed serialized field. ``path`` names it (``rule_sets[2].rules[0].feature``)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"Invalid `{path}`: {problem}" if path else f"Invalid input: {problem}")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The value of a JSON document; malformed or too deeply nested text raises :class:`FieldError`.
+
+    Python's JSON reader recurses once per level of nesting, so a document nested deeper than the recursion limit
+    (e.g. 100,000 opening brackets) would escape as a ``RecursionError``.
+
+    Example:
+        >>> parse_json('{"a": [1, 2]}')
+        {'a': [1, 2]}
+        >>> parse_json("[" * 100_000 + "]" * 100_000)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.rules.serialization.FieldError: Invalid input: the JSON is nested too deeply to read (more levels...
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FieldError("", "the JSON is nested too deeply to read (more levels than Python's recursion limit "
+                             "allows).") from None
+    except UnicodeDecodeError as err:
+        raise FieldError("", f"expected UTF-8 JSON text, but the bytes do not decode ({err.reason}).") from None
+    except json.JSONDecodeError as err:
+        raise FieldError("", f"expected JSON text, but it does not parse: {err}.") from None
+
+
+def join(prefix: str, path: str) -> str:
+    """``prefix`` and a path inside it: ``join("rule_sets[2]", "rules[0]") == "rule_sets[2].rules[0]"``."""
+    if not prefix:
+        return path
+    if not path:
+        return prefix
+    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
+
+
+@contextmanager
+def at_path(prefix: str) -> Iterator[None]:
+    """Prefix the path of any :class:`FieldError` raised inside with ``prefix``."""
+    try:
+        yield
+    except FieldError as e:
+        raise FieldError(join(prefix, e.path), e.problem) from None
+
+
+def load_items(items: Any, load: Callable[[Any], T], path: str) -> list[T]:
+    """Read a JSON list with ``load`` item by item, errors naming ``path[i]``."""
+    if not isinstance(items, list | tuple):
+        raise FieldError(path, f"expected a list, but got {_show(items)}.")
+    out = []
+    for i, item in enumerate(items):
+        with at_path(f"{path}[{i}]"):
+            out.append(load(item))
+    return out
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def expect_mapping(data: Any, path: str = "") -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise FieldError(path, f"expected a JSON object (dict), but got {type(data).__name__} {_show(data)}.")
+    return data
+
+
+def expect_keys(data: Mapping[str, Any], required: Sequence[str], optional: Sequence[str], path: str = "") -> None:
+    """Every required key present, no unknown key."""
+    for key in required:
+        if key not in data:
+            raise FieldError(join(path, key), "this required key is missing.")
+    known = set(required) | set(optional)
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise FieldError(join(path, unknown[0]), f"unknown key (known keys: {sorted(known)}).")
+
+
+def expect_int(value: Any, path: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (not a bool, not a float such as 1.9 or 1.0) in ``[low, high)``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise FieldError(path, f"expected an integer, but got {type(value).__name__} {_show(value)}.")
+    value = int(value)
+    if low is not None and value < low:
+        raise FieldError(path, f"expected an integer >= {low}, but got {value}.")
+    if high is not None and value >= high:
+        raise FieldError(path, f"expected an integer < {high}, but got {value}.")
+    return value
+
+
+def expect_float(
+    value: Any, path: str, *, low: float = -math.inf, high: float = math.inf, finite: bool = True
+) -> float:
+    """A real number (int or float, not a bool or a string) in ``[low, high]``; finite unless ``finite=False``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise FieldError(path, f"expected a number, but got {type(value).__name__} {_show(value)}.")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise FieldError(path, f"expected a number within float64 range, but got {_show(value)}.") from None
+    if math.isnan(out) or (finite and math.isinf(out)):
+        raise FieldError(path, f"expected a finite number, but got {out}.")
+    if not low <= out <= high:
+        raise FieldError(path, f"expected a number in [{low}, {high}], but got {out}.")
+    return out
+
+
+def expect_str(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise FieldError(path, f"expected a string, but got {type(value).__name__} {_show(value)}.")
+    return value
+
+
+def expect_choice(value: Any, path: str, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise FieldError(path, f"expected one of {list(choices)}, but got {_show(value)}.")
+    return value
+
+
+def expect_format_version(data: Mapping[str, Any], path: str = "") -> int:
+    """The ``format_version`` of a serialized object (1 for files written before versions existed)."""
+    if "format_version" not in data:
+        return 1
+    version = expect_int(data["format_version"], join(path, "format_version"), low=1)
+    if version > FORMAT_VERSION:
+        raise FieldError(
+            join(path, "format_version"),
+            f"this file uses format version {version}, but this torch_amore reads versions up to {FORMAT_VERSION}: "
+            "upgrade torch_amore to read it.",
+        )
+    return version
+
+
+def version_fields() -> dict[str, Any]:
+    """The ``format_version`` and ``torch_amore_version`` entries every top-level ``to_dict`` writes."""
+    from torch_amore._version import __version__
+
+    return {"format_version": FORMAT_VERSION, "torch_amore_version": __version__}

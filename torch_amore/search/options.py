@@ -1,0 +1,233 @@
+"""The rule search's options in one frozen, validated object shared by every entry point.
+
+:func:`torch_amore.extract_rules`, :class:`torch_amore.RegionalRuleExplainer`, the Lightning callback,
+:func:`torch_amore.search_hyperparameters` and the command line all take the same :class:`SearchOptions` (or the same
+plain keyword arguments, which are turned into one), so an option accepted by one is accepted by all, and a typo is a
+``TypeError`` that names it and suggests the closest option instead of reaching a model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from torch_amore._utils.typing import FEATURE_TYPES
+from torch_amore.data import validation as V
+
+#: Search strategies understood by :func:`torch_amore.extract_rules`.
+STRATEGIES = ("beam", "paper", "exact")
+
+#: ``min_support=None`` ("auto") means ``ceil(min(AUTO_SHARE_OF_SAMPLES * N, AUTO_SHARE_OF_SUBGROUP * T))`` samples
+#: for N samples and a subgroup of T: 5 % of the data, but never more than half the subgroup, so that a rare subgroup
+#: can still be described by rule sets that hold mostly its samples (as the paper chose s_min by subgroup size).
+AUTO_SHARE_OF_SAMPLES = 0.05
+AUTO_SHARE_OF_SUBGROUP = 0.5
+
+
+def auto_min_support(n_samples: int, subgroup_size: int) -> int:
+    """The count meant by ``min_support=None``: 5 % of the samples, at most half the subgroup (at least 1).
+
+    Example:
+        >>> auto_min_support(10_000, 3_000), auto_min_support(10_000, 100)
+        (500, 50)
+    """
+    share = min(AUTO_SHARE_OF_SAMPLES * n_samples, AUTO_SHARE_OF_SUBGROUP * subgroup_size)
+    return max(1, math.ceil(share - 1e-9))
+
+
+def _float_tuple(values: Any, name: str) -> tuple[float, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"Expected `{name}` to be a sequence of numbers (one per feature) or None, but got {values!r}.")
+    raw = values.tolist() if hasattr(values, "tolist") else list(values)
+    try:
+        out = tuple(float(v) for v in raw)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Expected `{name}` to hold numbers, but got {raw!r}.") from err
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"Expected `{name}` to hold finite numbers, but got {list(out)}.")
+    return out
+
+
+def _types_tuple(values: Any) -> tuple[str, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, str) or not hasattr(values, "__iter__"):
+        raise TypeError(f"Expected `feature_types` to be a sequence such as ['float', 'int', 'cat'], got {values!r}.")
+    types = tuple(str(t) for t in values)
+    bad = sorted({t for t in types if t not in FEATURE_TYPES})
+    if bad:
+        raise ValueError(f"Expected `feature_types` entries in {list(FEATURE_TYPES)}, but got {bad}.")
+    return types
+
+
+def _check_fraction(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `{name}` to be a number in [0, 1] or None, but got {value!r}.")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"Expected `{name}` to be a number in [0, 1] or None, but got {value}.")
+    return float(value)
+
+
+def _check_gain(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `min_gain` to be a number >= 0 (fitness units), but got {value!r}.")
+    if not (math.isfinite(float(value)) and float(value) >= 0.0):
+        raise ValueError(f"Expected `min_gain` to be a finite number >= 0 (fitness units), but got {value}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Options of the rule search, validated when created.
+
+    Args:
+        max_length: l_max, the most conditions in a rule set (>= 1).
+        min_support: s_min, an int count (>= 1), a float fraction of the samples in (0, 1), or ``None`` (default):
+            5 % of the samples but at most half the subgroup (:func:`auto_min_support`).
+        n_grids: n_g, initial value grids per numeric feature (>= 2).
+        bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
+        top_k: K, candidate rules kept at each node of the paper's rule tree.
+        strategy: ``"beam"`` (default), ``"paper"`` or ``"exact"`` (see :func:`torch_amore.extract_rules`).
+        min_confidence: keep only rule sets at least this confident (in [0, 1]); the beam also aims for them.
+        beam_width: rule sets kept per length by the beam strategy.
+        feature_types: per feature ``"float"``, ``"int"`` or ``"cat"`` (default: inferred from the data).
+        feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
+        progress: show progress bars.
+        exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread):
+            ``strategy="exact"`` at ``max_length <= 2`` refuses up front when its estimate exceeds it; at
+            ``max_length = 3`` the branch and bound stops there and says so (:mod:`torch_amore.strategies.exact`).
+        optimum_budget: work allowed to compute the optimum that the ``"beam"`` and ``"paper"`` strategies' results
+            carry (:attr:`torch_amore.RuleSet.optimum`): at ``max_length <= 2`` the exact search runs on the same grid
+            when its estimate (:func:`torch_amore.strategies.exact.estimate_cost`, grid-cell updates) is at most this
+            (default 5e7: a tenth to a fifth of a second on one CPU thread, about what the beam takes on such data;
+            narrow
+            tabular data qualifies, a 10,000 x 128 latent layer does not), and the beam strategy also takes its best
+            rule set as a candidate; 0 never. At ``max_length = 1`` the optimum costs one pass over the per-grid
+            counts and is computed whatever this budget (but 0).
+        min_gain: the fitness a condition must add to earn its place, like scikit-learn's
+            ``min_impurity_decrease`` (default 0.001): every returned rule set with a condition whose removal lowers
+            its fitness by less than this (measured on the data searched) loses that condition, the least useful
+            first, until every condition earns it; a condition without which the rule set's confidence falls below
+            ``min_confidence`` earns its place. 0 returns the rule sets as the strategies find them.
+
+    Example:
+        >>> options = SearchOptions(max_length=3, min_support=100)
+        >>> options.replace(strategy="paper").strategy
+        'paper'
+        >>> SearchOptions.resolve(options, min_suport=50)
+        Traceback (most recent call last):
+        ...
+        TypeError: Unexpected keyword argument 'min_suport' (did you mean 'min_support'?).
+    """
+
+    max_length: int = 2
+    min_support: int | float | None = None
+    n_grids: int = 10
+    bin_strategy: str = "uniform"
+    top_k: int = 3
+    strategy: str = "beam"
+    min_confidence: float | None = None
+    beam_width: int = 5
+    feature_types: tuple[str, ...] | None = None
+    feature_scale: tuple[float, ...] | None = None
+    feature_offset: tuple[float, ...] | None = None
+    progress: bool = False
+    exact_budget: int = 2 * 10**9
+    optimum_budget: int = 5 * 10**7
+    min_gain: float = 0.001
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalised values are set once, here
+        set_(self, "max_length", V.check_int(self.max_length, "max_length", 1))
+        if self.min_support is not None:
+            set_(self, "min_support", V.check_min_support(self.min_support))
+        set_(self, "n_grids", V.check_n_grids(self.n_grids))
+        set_(self, "bin_strategy", V.check_bin_strategy(self.bin_strategy))
+        set_(self, "top_k", V.check_int(self.top_k, "top_k", 1))
+        set_(self, "strategy", V.check_choice(self.strategy, "strategy", STRATEGIES))
+        set_(self, "min_confidence", _check_fraction(self.min_confidence, "min_confidence"))
+        set_(self, "beam_width", V.check_int(self.beam_width, "beam_width", 1))
+        set_(self, "feature_types", _types_tuple(self.feature_types))
+        set_(self, "feature_scale", _float_tuple(self.feature_scale, "feature_scale"))
+        set_(self, "feature_offset", _float_tuple(self.feature_offset, "feature_offset"))
+        if self.feature_scale is not None and any(s == 0 for s in self.feature_scale):
+            raise ValueError(f"Expected non-zero entries in `feature_scale`, but got {list(self.feature_scale)}.")
+        if not isinstance(self.progress, (bool, np.bool_)):
+            raise TypeError(f"Expected `progress` to be True or False, but got {self.progress!r}.")
+        set_(self, "progress", bool(self.progress))
+        set_(self, "exact_budget", V.check_int(self.exact_budget, "exact_budget", 1))
+        set_(self, "optimum_budget", V.check_int(self.optimum_budget, "optimum_budget", 0))
+        set_(self, "min_gain", _check_gain(self.min_gain))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def resolve(cls, options: SearchOptions | Mapping[str, Any] | None = None, /, **overrides: Any) -> SearchOptions:
+        """``options`` (an instance, a mapping of option names or None for the defaults) with ``overrides`` applied.
+
+        Unknown names raise ``TypeError`` naming them and suggesting the closest option.
+        """
+        if options is None:
+            base: dict[str, Any] = {}
+        elif isinstance(options, SearchOptions):
+            base = {f: getattr(options, f) for f in cls.names()}
+        elif isinstance(options, Mapping):
+            base = dict(options)
+        else:
+            raise TypeError(f"Expected `options` to be a SearchOptions, a dict of options or None, got {options!r}.")
+        base.update(overrides)
+        check_option_names(base)
+        return cls(**base)
+
+    def replace(self, **changes: Any) -> SearchOptions:
+        """A copy with ``changes`` applied (validated like the constructor's arguments)."""
+        check_option_names(changes)
+        return replace(self, **changes)
+
+    def support_count(self, n_samples: int, subgroup_size: int) -> int:
+        """The count of samples meant by :attr:`min_support` on ``n_samples`` rows with a subgroup of that size."""
+        if self.min_support is None:
+            return auto_min_support(n_samples, subgroup_size)
+        return V.resolve_min_support(self.min_support, n_samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-safe dict (tuples as lists); :meth:`from_dict` (or ``SearchOptions(**d)``) gives
+        them back."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchOptions:
+        """The options of a dict written by :meth:`to_dict`, validated; a field it lacks (a file written before the
+        field existed, e.g. ``min_gain``) takes its default, an unknown name is a ``TypeError``.
+
+        Example:
+            >>> SearchOptions.from_dict({"max_length": 3}).min_gain
+            0.001
+            >>> SearchOptions.from_dict(SearchOptions(min_gain=0).to_dict()) == SearchOptions(min_gain=0)
+            True
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"Expected a dict of SearchOptions fields, but got {type(data).__name__}.")
+        return cls.resolve(dict(data))
+
+
+def check_option_names(names: Mapping[str, Any] | Sequence[str], what: str = "keyword argument") -> None:
+    """Raise ``TypeError`` for names that are not :class:`SearchOptions` fields, with the closest option."""
+    known = SearchOptions.names()
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; expected one of {list(known)}"
+            raise TypeError(f"Unexpected {what} {name!r}{hint}.")

@@ -1,0 +1,458 @@
+"""Rules from a source of batches larger than memory: the search on each value's grid code.
+
+:func:`prepare_stream` reads a re-iterable source of ``(X_batch, target_batch)`` (:mod:`torch_amore.data.stream_source`)
+in passes, each with its progress bar:
+
+1. **Column facts** (:mod:`torch_amore.data.column_stats`: minimum, maximum, integrality, infinities, in original units
+   too when asked for), the target's count, the distinct values of declared categorical columns and the rows'
+   fingerprint. These facts are exact (minima, maxima and counts do not depend on how rows are cut into batches), so
+   the uniform grids equal the in-memory ones. Quantile and k-means grids come from a histogram sketch
+   (:mod:`torch_amore.grids.stream_sketch`), read in a pass of their own.
+2. **Codes**: each value's grid code (:func:`torch_amore.grids.binning.codes_from_thresholds`; one byte for up to 254
+   grids), the target bits, and for the beam strategy the fine grids' codes
+   (:func:`torch_amore.grids.fine_grid.fine_binning`, arithmetic on the column ranges; two bytes), column-major. With
+   them, per (feature, grid) the smallest and
+   largest observed value of both binnings: what readable bounds between observed neighbours need
+   (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
+
+The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
+needs the observed values of the few features its best rule sets use: one more pass gathers those columns only; keeping
+one of
+two rule sets that select the same samples (:func:`torch_amore.rules.masks.drop_same_mask`) compares their masks batch
+by batch in a last pass. The rule lists equal those of the in-memory search on the concatenated batches.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.progress import progress_bar
+from torch_amore.data import validation as V
+from torch_amore.data.column_stats import (
+    ColumnStats,
+    accumulate_facts,
+    chunk_facts,
+    chunk_len,
+    finish_facts,
+    original_units,
+    work_dtype,
+)
+from torch_amore.data.stream_disk import DiskCodes
+from torch_amore.data.stream_source import BatchSource
+from torch_amore.grids.binning import Binned, bin_features, codes_from_thresholds
+from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
+from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
+from torch_amore.rules.rules import RuleSet
+from torch_amore.search.extract import Extractor
+from torch_amore.search.options import SearchOptions
+from torch_amore.search.readable import ReadableRules
+from torch_amore.strategies.polish import polish_many, polish_one
+from torch_amore.strategies.pruning import prune_rule_sets
+
+__all__ = ["StreamExtractor", "prepare_stream"]
+
+
+#: Values of a batch taken at once by the passes: their temporaries (a few float64 or int64 copies) stay near
+#: 8 MiB each whatever the batch size.
+_PIECE = 1 << 20
+
+
+class _Facts:
+    """What pass 1 gathers: the column facts, the target's count and declared categories' distinct values."""
+
+    def __init__(self, width: int, device: torch.device, units: tuple | None, cat_cols: list[int]) -> None:
+        self.acc = self.raw_acc = None
+        self.units = None
+        if units is not None:
+            self.units = tuple(torch.tensor(v, dtype=torch.float64, device=device) for v in units)
+        self.n_target = torch.zeros((), dtype=torch.int64, device=device)
+        self.cat_cols = cat_cols
+        self.distinct = [torch.empty(0, dtype=work_dtype(device), device=device) for _ in cat_cols]
+        self.width, self.device = width, device
+
+    def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        self.acc = accumulate_facts(self.acc, chunk_facts(X, torch.empty_like(X), True))
+        if self.units is not None:
+            raw = original_units(X, *self.units)
+            self.raw_acc = accumulate_facts(self.raw_acc, chunk_facts(raw, torch.empty_like(raw), True))
+        self.n_target += target.sum()
+        for i, c in enumerate(self.cat_cols):
+            if self.distinct[i].numel() <= V.MAX_CATEGORIES:  # beyond: an error anyway (too many categories)
+                vals = X[:, c].to(self.distinct[i].dtype)
+                self.distinct[i] = torch.unique(torch.cat([self.distinct[i], vals[~torch.isnan(vals)]]))
+
+    def stats(self) -> ColumnStats:
+        """The facts over all rows (and all ranks of a DDP run)."""
+        dt = work_dtype(self.device)
+        stats = finish_facts(self.acc, self.width, dt, self.device, True)
+        if self.units is not None:
+            stats.units = finish_facts(self.raw_acc, self.width, dt, self.device, True)
+        return stats
+
+
+def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tuple[_Facts, Any]:
+    """Pass 1; returns the facts and the resolved (scale, offset, given feature types)."""
+    facts = resolved = None
+    bar = progress_bar(progress, desc="column facts", unit="rows")
+    for X, target in src.batches("first (column facts)"):
+        if facts is None:
+            resolved = _resolve_columns(options, X)
+            scale, offset, given = resolved
+            in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
+            cats = [] if given is None else [c for c, k in enumerate(given) if k == "cat"]
+            facts = _Facts(X.shape[1], X.device, (scale, offset) if in_units else None, cats)
+        facts.update(X, target)
+        bar.update(X.shape[0])
+    bar.close()
+    return facts, resolved
+
+
+def _resolve_columns(options: SearchOptions, X: torch.Tensor) -> tuple[list[float], list[float], list[str] | None]:
+    n_features = X.shape[1]
+    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
+    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
+    given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X[:0])
+    return scale, offset, given
+
+
+def _check_facts(facts: _Facts, stats: ColumnStats, columns: list[int], scale: list, offset: list,
+                 n_all: int) -> None:  # fmt: skip
+    """The checks of :func:`torch_amore.search.extract.prepare` on the streamed facts."""
+    host = stats.fetch()
+    if any(host.has_inf):
+        col = host.has_inf.index(True)
+        raise ValueError(
+            f"Expected `X` to hold finite values (NaN marks a missing value), but column {col} holds +-inf; replace "
+            "it in the batches, e.g. X_batch.nan_to_num(posinf=..., neginf=...)."
+        )
+    n_features = len(host.lo)
+    lo, hi = [host.lo[c] for c in columns], [host.hi[c] for c in columns]
+    V.check_observed(lo, columns, n_features)
+    V.check_range(lo, hi, [host.overflow[c] for c in columns], columns)
+    V.check_units([host.spread[c] for c in columns], columns, scale, offset)
+    n_t = int(D.all_reduce_sum(facts.n_target))
+    if n_t == 0:
+        raise ValueError("Expected `target` to select at least one sample, but the subgroup is empty.")
+    if n_t == n_all:
+        raise ValueError(
+            f"Expected `target` to leave some samples out, but it covers all {n_all} samples: every rule would have "
+            "ratio 1."
+        )
+
+
+def _stub(facts: _Facts, dtype: torch.dtype) -> torch.Tensor:
+    """A few rows standing in for X where the binning reads values: NaN, except the distinct values of the
+    declared categorical columns (what :func:`torch_amore.grids.binning.bin_features` collects from them)."""
+    rows = max([1] + [d.numel() for d in facts.distinct])
+    stub = torch.full((rows, facts.width), math.nan, dtype=dtype, device=facts.device)
+    for c, d in zip(facts.cat_cols, facts.distinct):
+        stub[: d.numel(), c] = d.to(dtype)
+    return stub
+
+
+class _Codes:
+    """What pass 2 stores: the codes of the base (and fine) binning, the target, and per binning the extremes of the
+    observed values per (feature, grid)."""
+
+    def __init__(self, n: int, binned: Binned, fine: FineBinned | None, dtype: torch.dtype, disk: DiskCodes) -> None:
+        device = binned.codes.device
+        n_feat = len(binned.columns)
+        self.binned, self.fine = binned, fine
+        self.codes = disk.empty((n, n_feat), binned.codes.dtype, device)
+        self.codes_t = None if fine is None else disk.empty((n_feat, n), torch.int16, device)
+        self.target = disk.empty((n,), torch.bool, device)
+        self.extremes = {"base": _no_extremes(n_feat, binned.n_bins_max + 1, dtype, device)}
+        if fine is not None:
+            self.extremes["fine"] = _no_extremes(n_feat, fine.n_bins_max + 1, dtype, device)
+        self.offsets = {k: torch.arange(n_feat, device=device) * lo.shape[1] for k, (lo, _) in self.extremes.items()}
+        self.rows = 0
+
+    def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        r0, r1 = self.rows, self.rows + X.shape[0]
+        b = self.binned
+        sub = X if b.columns == list(range(X.shape[1])) else X[:, b.columns]
+        dst = self.codes[r0:r1]
+        codes_from_thresholds(sub, b.thresholds, dst, b.n_bins_max)
+        self.target[r0:r1] = target
+        self._extend("base", dst, sub)
+        if self.fine is not None:
+            fine = fine_binning(X, replace(b, codes=dst, codes_t=None), self.fine.n_grids)
+            self.codes_t[:, r0:r1] = fine.codes_t
+            self._extend("fine", fine.codes, sub)
+        self.rows = r1
+
+    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor) -> None:
+        """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
+        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows)."""
+        lows, highs = self.extremes[key]
+        idx = codes.to(torch.int64, memory_format=torch.contiguous_format).add_(self.offsets[key]).view(-1)
+        values = sub.contiguous().view(-1)
+        lows.view(-1).scatter_reduce_(0, idx, values, "amin")
+        highs.view(-1).scatter_reduce_(0, idx, values, "amax")
+
+
+def _no_extremes(n_feat: int, width: int, dtype: torch.dtype, device: torch.device) -> tuple:
+    inf = torch.full((n_feat, width), math.inf, dtype=dtype, device=device)
+    return inf, -inf
+
+
+def prepare_stream(
+    source: Any,
+    options: SearchOptions | None = None,
+    *,
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    target_name: str = "target",
+    name_prefix: str = "feature",
+    codes_dir: str | os.PathLike | None = None,
+) -> StreamExtractor:
+    """:func:`torch_amore.search.extract.prepare` for a source of batches: the passes of the module, then an extractor
+    searching on the codes (``codes_dir``: in memory-mapped files of a fresh folder there,
+    :mod:`torch_amore.data.stream_disk`, removed by :meth:`StreamExtractor.close`).
+
+    Example:
+        >>> import torch
+        >>> X = torch.rand(1000, 3, generator=torch.Generator().manual_seed(0))
+        >>> t = (X[:, 0] > 0.7) & (X[:, 2] < 0.5)
+        >>> ex = prepare_stream(lambda: ((X[i : i + 128], t[i : i + 128]) for i in range(0, 1000, 128)))
+        >>> ex.binned.codes.shape, ex.binned.codes.dtype, ex.n_total_target
+        (torch.Size([1000, 3]), torch.uint8, 156)
+    """
+    o = SearchOptions() if options is None else options
+    n_grids = V.check_n_grids(o.n_grids)
+    src = source if isinstance(source, BatchSource) else BatchSource(source)
+    facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
+    stats = facts.stats()
+    n_features, n_all = src.width, D.global_count(src.rows)
+    if feature_names is None:
+        feature_names = [f"{name_prefix}_{i}" for i in range(n_features)]
+    names = V.resolve_names(feature_names, None, n_features)
+    columns = V.resolve_features(features, n_features)
+    _check_facts(facts, stats, columns, scale, offset, n_all)
+    if o.min_support is not None:
+        V.resolve_min_support(o.min_support, n_all)
+    host = stats.fetch()
+    types = given if given is not None else (host.units or host).kinds()
+    kinds = [types[c] for c in columns]
+    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=n_grids, stats=stats)
+    if o.bin_strategy != "uniform":
+        from torch_amore.grids.stream_sketch import sketch_thresholds
+
+        sketch_thresholds(src, binned, o.bin_strategy, o.progress)
+    fine = fine_binning(_stub(facts, src.dtype), binned, default_n_fine(n_all)) if o.strategy == "beam" else None
+    disk = DiskCodes(codes_dir)
+    try:
+        store = _Codes(src.rows, binned, fine, src.dtype, disk)
+        bar = progress_bar(o.progress, desc="codes", unit="rows", total=src.rows)
+        for X, target in src.batches("codes"):
+            store.update(X, target)
+            bar.update(X.shape[0])
+        bar.close()
+    except BaseException:
+        disk.close()
+        raise
+    extractor = StreamExtractor(store, src, names, scale, offset, target_name=target_name, disk=disk)
+    extractor.progress = o.progress
+    return extractor
+
+
+class _StreamReadable(ReadableRules):
+    """:class:`ReadableRules` whose observed neighbours come from the extremes stored in pass 2."""
+
+    def __init__(self, extremes: dict, stub: torch.Tensor, names: Sequence[str], scale: Sequence[float],
+                 offset: Sequence[float]) -> None:  # fmt: skip
+        super().__init__(stub, names, scale, offset)  # ``stub``: X's dtype and device, no rows
+        self.extremes = extremes
+        if D.is_sharded():  # reduced over the shards of a DDP run once
+            self.extremes = {k: (D.all_reduce_min(lo), D.all_reduce_max(hi)) for k, (lo, hi) in extremes.items()}
+
+    def _neighbours(self, binned: Binned, edges: list[tuple[int, int]]) -> torch.Tensor:
+        lows, highs = self.extremes["fine" if isinstance(binned, FineBinned) else "base"]
+        dt = binned.thresholds.dtype
+        feats = sorted({j for j, _ in edges})
+        row = {j: r for r, j in enumerate(feats)}
+        at = torch.tensor(feats, device=lows.device)
+        lows, highs = lows.index_select(0, at)[:, :-1].to(dt), highs.index_select(0, at)[:, :-1].to(dt)
+        above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
+        below = highs.cummax(1).values  # the largest value in grids <= g
+        r = torch.tensor([row[j] for j, _ in edges], device=lows.device)
+        g = torch.tensor([g for _, g in edges], device=lows.device)
+        return torch.stack([below[r, g - 1], above[r, g]])
+
+
+class StreamExtractor(Extractor):
+    """The search of :func:`torch_amore.search.extract.extract_rules` on codes stored by :func:`prepare_stream`; the
+    steps that need observed values read the source again (the polish: its rule sets' columns; the same-mask check: the
+    masks, batch by batch)."""
+
+    def __init__(self, store: _Codes, source: BatchSource, names: Sequence[str], scale: Sequence[float],
+                 offset: Sequence[float], target_name: str = "target",
+                 disk: DiskCodes | None = None) -> None:  # fmt: skip
+        self.disk = disk
+        binned = replace(store.binned, codes=store.codes, codes_t=None)
+        super().__init__(binned, store.target, names, scale, offset, target_name=target_name)
+        self.source = source
+        self._fine_binned = None
+        if store.fine is not None:
+            self._fine_binned = replace(store.fine, codes=store.codes_t.T, codes_t=store.codes_t, _known={})
+        self.progress = False  # progress bars of the later passes (set by :func:`prepare_stream`)
+        stub = torch.empty((0, source.width), dtype=source.dtype, device=source.device)
+        self.readable = _StreamReadable(store.extremes, stub, self.names, self.scale, self.offset)
+
+    def close(self) -> None:
+        """Remove the codes' files, when they are on disk (the extractor is not to be used after)."""
+        if self.disk is not None:
+            self.disk.close()
+
+    def fine(self, n_fine: int) -> Binned:
+        """The beam's fine binning, stored in pass 2 (only for ``n_fine`` of :func:`default_n_fine`)."""
+        fb = self._fine_binned
+        if fb is None or fb.n_grids != n_fine:
+            raise ValueError(
+                f"Expected the fine grids stored while streaming ({None if fb is None else fb.n_grids} cells), but "
+                f"the search asks for {n_fine}; streamed extraction supports the default n_fine."
+            )
+        return fb
+
+    def gather(self, cols: list[int], what: str) -> torch.Tensor:
+        """(N, len(cols)) the columns ``cols`` of the source, in its dtype, from one pass."""
+        out = torch.empty((self.source.rows, len(cols)), dtype=self.source.dtype, device=self.source.device)
+        at = torch.tensor(cols, device=self.source.device)
+        r0 = 0
+        bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
+        for X, _ in self.source.batches(what):
+            out[r0 : r0 + X.shape[0]] = X.index_select(1, at)
+            r0 += X.shape[0]
+            bar.update(X.shape[0])
+        bar.close()
+        return out
+
+    def polish(
+        self,
+        rule_sets: Sequence[RuleSet],
+        min_support: int,
+        *,
+        min_confidence: float | None | Sequence[float | None] = None,
+    ) -> list[RuleSet]:
+        """:meth:`Extractor.polish` on the observed values of the rule sets' features only (one pass gathers them)."""
+        rule_sets = list(rule_sets)
+        if not rule_sets:
+            return rule_sets
+        goals = (list(min_confidence) if isinstance(min_confidence, Sequence)
+                 else [min_confidence] * len(rule_sets))  # fmt: skip
+        cols = sorted({r.feature for rs in rule_sets for r in rs.rules})
+        X = self.gather(cols, f"polish ({len(cols)} columns)")
+        where = {c: i for i, c in enumerate(cols)}
+        local = [_moved(rs, where) for rs in rule_sets]
+        if D.is_sharded():
+            out = [polish_one(rs, X, self.target, min_support, self.n_total_target, min_confidence=c,
+                              target_name=self.target_name) for rs, c in zip(local, goals)]  # fmt: skip
+        else:
+            out = polish_many(local, X, self.target, min_support, self.n_total_target, goals=goals,
+                              target_name=self.target_name)  # fmt: skip
+        back = dict(enumerate(cols))
+        return [_moved(rs, back) for rs in out]
+
+    def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
+        """:func:`torch_amore.strategies.pruning.prune_rule_sets` on the observed values of the rule sets' features only
+        (one pass gathers them)."""
+        cols = sorted({r.feature for rs in rule_sets if len(rs.rules) >= 2 for r in rs.rules})
+        if not cols:
+            return rule_sets
+        X = self.gather(cols, f"min_gain ({len(cols)} columns)")
+        where = {c: i for i, c in enumerate(cols)}
+        local = [_moved(rs, where) if len(rs.rules) >= 2 else rs for rs in rule_sets]
+        out = prune_rule_sets(local, X, self.target, self.n_total_target, min_gain=options.min_gain,
+                              min_confidence=options.min_confidence)  # fmt: skip
+        back = dict(enumerate(cols))
+        return [rs if len(orig.rules) < 2 else _moved(rs, back) for rs, orig in zip(out, rule_sets)]
+
+    def drop_same_mask(self, rule_sets: list[RuleSet]) -> list[RuleSet]:
+        """:func:`torch_amore.rules.masks.drop_same_mask`, the masks compared batch by batch (one pass, when any two
+        rule sets on the same or nested features share support and confidence)."""
+        return drop_same_mask(rule_sets, None, compare=self._same_masks)
+
+    def _same_masks(self, chosen: list[RuleSet], later: torch.Tensor, earlier: torch.Tensor) -> list[bool]:
+        device = self.source.device
+        later, earlier = later.to(device), earlier.to(device)
+        equal = torch.ones(len(later), dtype=torch.bool, device=device)
+        bar = progress_bar(self.progress, desc="same-mask check", unit="rows", total=self.source.rows)
+        for X, _ in self.source.batches("same-mask check"):
+            masks = rule_set_masks(chosen, X)
+            equal &= all_along(masks[later] == masks[earlier], 1)
+            bar.update(X.shape[0])
+        bar.close()
+        return D.all_ranks(equal).tolist()
+
+
+def _moved(rs: RuleSet, where: dict[int, int]) -> RuleSet:
+    """``rs`` with each rule's feature index mapped through ``where``."""
+    return replace(rs, rules=tuple(replace(r, feature=where[r.feature]) for r in rs.rules))
+
+
+def extract_stream(
+    source: Any,
+    options: SearchOptions,
+    *,
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    local_x: Any = None,
+    target_name: str = "target",
+    codes_dir: str | os.PathLike | None = None,
+) -> list[RuleSet]:
+    """:func:`torch_amore.search.extract.extract_rules` for a source of batches (``options`` resolved already): the same
+    rule lists as the in-memory search on the concatenated batches.
+
+    Example:
+        >>> import torch
+        >>> X = torch.rand(1000, 3, generator=torch.Generator().manual_seed(0))
+        >>> t = (X[:, 0] > 0.7) & (X[:, 2] < 0.5)
+        >>> batches = lambda: ((X[i : i + 100], t[i : i + 100]) for i in range(0, 1000, 100))
+        >>> print(extract_stream(batches, SearchOptions(min_support=50))[0])
+        IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
+    """
+    from torch_amore.search.extract import search_scope
+
+    with search_scope("cpu"):  # one thread for small operations, no autograd bookkeeping
+        extractor = prepare_stream(source, options, features=features, feature_names=feature_names,
+                                   target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+        try:
+            return search_stream(extractor, options, local_x)
+        finally:
+            extractor.close()
+
+
+def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: Any = None) -> list[RuleSet]:
+    """The search of :func:`extract_stream` on a prepared extractor (``min_confidence`` filtered)."""
+    from torch_amore.search.extract import search_scope
+    from torch_amore.strategies.exact import check_budget
+
+    with search_scope("cpu"):
+        n_all = D.global_count(extractor.binned.codes.shape[0])
+        if options.strategy == "exact":
+            check_budget(n_all, len(extractor.binned.columns), options.n_grids, options.max_length,
+                         options.exact_budget)  # fmt: skip
+        local = V.to_local_x(local_x, extractor.source.width)
+        if local is not None and bool(torch.isinf(local).any()):
+            raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        min_s = options.support_count(n_all, extractor.n_total_target)
+        rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
+    if options.min_confidence is not None:
+        rule_sets = [rs for rs in rule_sets if rs.confidence >= options.min_confidence]
+    return rule_sets

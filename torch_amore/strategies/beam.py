@@ -1,0 +1,949 @@
+"""The ``"beam"`` search strategy: fitness-optimal intervals on fine grids, beam search and refinement.
+
+The paper's search (``strategy="paper"``) adds, at each step, the interval with the highest probability *ratio*.
+That favours narrow, near-pure regions: once a condition is almost pure no second condition can raise the ratio, and
+a first condition taken from the sharpest peak can miss a broader box. The beam strategy keeps AMORE's machinery
+(vectorized histogram passes, intervals from grid counts, no rescans of the data per candidate) but optimises the
+paper's own objective, fitness, directly:
+
+1. **Fine grids** (made before the search, by :func:`torch_amore.grids.fine_grid.fine_binning`): each numeric feature
+   cut into ``n_fine`` equal-width grids, whose codes the search reads column-major (``codes_t``).
+2. **Best intervals per feature in linear time.** On the grid counts of a node (``a_g`` target, ``b_g`` all), the
+   interval maximising ``sum(a_g - kappa * b_g)`` subject to ``sum(b_g) >= min_support`` is a maximum-subarray problem
+   with a prefix constraint: for every end grid the best start is a prefix minimum of the cumulative sums, found with
+   ``cummin`` + ``searchsorted`` for all features and nodes at once (:func:`best_intervals`). ``kappa = 0.5``
+   maximises fitness; larger kappas trade support for confidence (a Lagrangian sweep); smaller ones, down to the
+   target's base rate (weighted relative accuracy), give broad regions of high lift.
+3. **Beam search.** All nodes of the beam are counted in one batched pass; each gets its ``beam_width`` best children
+   by fitness (and by confidence-then-fitness with ``min_confidence``); before the last length a few children of high
+   lift (:class:`Lift`) join the next beam, so that a condition weak alone can be sharpened by the next one. Every
+   length is searched alike whatever ``max_length`` (a shorter search's rule sets are a longer one's too).
+4. **Refinement.** The children's conditions are re-optimised in turn given the others (coordinate ascent, all
+   children at once: one weighted ``bincount`` per condition position and round) until nothing changes; fitness never
+   decreases. The ``beam_width`` best rule sets go on to the next length.
+5. **Polish** (:meth:`torch_amore.search.extract.Extractor.polish`): the best rule sets are re-cut between observed
+values,
+   at the shortest number that selects the same samples (:func:`torch_amore.rules.cuts.short_cut`).
+
+The search is organised by length, not by node, and decides on the device: per length one ``nonzero`` gives the
+samples of all beam nodes, the children are ranked with ``argsort`` on exact integer keys and only each node's best
+few cross to the host (one ``tolist``), refinement takes its improvements with ``torch.where`` and reads its result
+once it has converged (one ``tolist`` per check); thresholds of the fine grids are computed on the host
+(:meth:`torch_amore.grids.fine_grid.FineBinned.interval_bounds`).
+
+Every rule set found (and all of the paper strategy's rule sets, which run too) is returned, sorted by fitness, so the
+beam strategy's best fitness is never below the paper strategy's.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.progress import progress_bar
+from torch_amore.data.column_stats import work_dtype
+from torch_amore.grids.binning import Binned, nan_min_max
+from torch_amore.grids.fine_grid import uniform_code
+from torch_amore.grids.ratios import group_grid_counts
+from torch_amore.rules.cuts import short_cut
+from torch_amore.rules.masks import count_true
+
+#: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
+KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+@dataclass
+class _Best:
+    """Best interval per (feature, kappa) row: grid range, target count, count, and the kappa's index."""
+
+    feature: torch.Tensor
+    g_low: torch.Tensor
+    g_high: torch.Tensor
+    hits: torch.Tensor
+    support: torch.Tensor
+    kappa: torch.Tensor
+
+
+#: Elements of the (features x kappas x grids) tables that :func:`best_intervals` handles at once (at most; the beam
+#: passes :func:`table_budget` of its data: small data gets small tables).
+_BEST_BUDGET = 1 << 22
+_BEST_BUDGET_MIN = 1 << 20
+
+
+def table_budget(n_values: int) -> int:
+    """Elements of the best-interval tables handled at once for binned data of ``n_values`` codes: a sixteenth of
+    them, between 2**20 and 2**22 (about 8 tables of 8 bytes each are alive at once: at most half the data's bytes
+    as float32, or 64 MiB).
+
+    Example:
+        >>> table_budget(10_000 * 1_024) == 2**20, table_budget(100_000 * 1_024) == 2**22
+        (True, True)
+    """
+    return min(_BEST_BUDGET, max(_BEST_BUDGET_MIN, n_values // 16))
+
+
+@dataclass
+class DenseBest:
+    """Best interval per (row, kappa) of :func:`best_intervals_dense`: (R, K) tensors, ``valid`` where an interval
+    qualifies (the others hold arbitrary grids and counts)."""
+
+    g_low: torch.Tensor
+    g_high: torch.Tensor
+    hits: torch.Tensor
+    support: torch.Tensor
+    valid: torch.Tensor
+
+    @staticmethod
+    def cat(parts: list[DenseBest]) -> DenseBest:
+        """The rows of ``parts`` stacked (one part is returned as it is)."""
+        if len(parts) == 1:
+            return parts[0]
+        return DenseBest(*(torch.cat([getattr(p, k) for p in parts]) for k in DenseBest.__dataclass_fields__))
+
+    def compact(self) -> _Best:
+        """The valid entries as a :class:`_Best`, rows in order and kappas in order within a row (one host sync)."""
+        feature, kappa = torch.nonzero(self.valid, as_tuple=True)
+        return _Best(
+            feature, self.g_low[feature, kappa], self.g_high[feature, kappa], self.hits[feature, kappa],
+            self.support[feature, kappa], kappa,
+        )  # fmt: skip
+
+
+def best_intervals(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor,
+    is_cat: torch.Tensor,
+    min_support: int,
+    kappas: tuple[float, ...] = KAPPAS,
+    *,
+    positive: bool = True,
+    max_count: int | None = None,
+    any_cat: bool | None = None,
+) -> _Best:
+    """For every feature and kappa, the interval of grids maximising sum(tgt - kappa * tot) with support >= s_min.
+
+    Intervals spanning all grids of a feature (no condition at all) are dropped, and so are intervals with no positive
+    value unless ``positive=False`` (a condition that is bad alone may be good beside others). Categorical features
+    offer single categories only. The valid (feature, kappa) entries of :func:`best_intervals_dense`, compacted (one
+    host sync); ``max_count`` and ``any_cat`` as there.
+
+    Example:
+        >>> import torch
+        >>> tot = torch.tensor([[10, 10, 10, 10]]); tgt = torch.tensor([[1, 9, 8, 2]])
+        >>> b = best_intervals(tot, tgt, torch.tensor([4]), torch.tensor([False]), 5, kappas=(0.5,))
+        >>> (b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist())
+        ([1], [2], [17], [20])
+    """
+    dense = best_intervals_dense(
+        tot, tgt, n_bins, is_cat, min_support, kappas, positive=positive, max_count=max_count, any_cat=any_cat
+    )
+    return dense.compact()
+
+
+def best_intervals_dense(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor,
+    is_cat: torch.Tensor,
+    min_support: int,
+    kappas: tuple[float, ...] = KAPPAS,
+    *,
+    positive: bool = True,
+    max_count: int | None = None,
+    any_cat: bool | None = None,
+    budget: int | None = None,
+) -> DenseBest:
+    """:func:`best_intervals` for every (row, kappa) as (R, K) tensors with a validity mask: no host sync when the
+    host knows ``max_count`` (a bound on any row's total count; it picks exact float32 sums when small, else the sum
+    is read once) and ``any_cat`` (whether some row is categorical; else ``is_cat.any()`` is read once). Rows are
+    taken in blocks whose tables hold at most ``budget`` elements (default ``2**22``).
+
+    Example:
+        >>> import torch
+        >>> tot = torch.tensor([[10, 10, 10, 10]]); tgt = torch.tensor([[1, 9, 8, 2]])
+        >>> d = best_intervals_dense(tot, tgt, torch.tensor([4]), torch.tensor([False]), 5, (0.5, 0.95),
+        ...                          max_count=40, any_cat=False)
+        >>> d.valid.tolist(), d.g_low[:, 0].tolist(), d.g_high[:, 0].tolist(), d.hits[:, 0].tolist()
+        ([[True, False]], [1], [2], [17])
+    """
+    n_feat, width = tot.shape
+    if max_count is None:
+        max_count = int(tot.sum(1).max()) if n_feat else 0
+    if any_cat is None:
+        any_cat = bool(is_cat.any()) if n_feat else False
+    budget = _BEST_BUDGET if budget is None else budget
+    block = max(1, budget // ((len(kappas) + 1) * (width + 1)))  # the (R, K, G+1) and (R, G+1) tables
+    if n_feat <= block:
+        return _best_block(tot, tgt, n_bins, is_cat, min_support, kappas, positive, max_count, any_cat)
+    parts = [
+        _best_block(
+            tot[f0 : f0 + block],
+            tgt[f0 : f0 + block],
+            n_bins[f0 : f0 + block],
+            is_cat[f0 : f0 + block],
+            min_support,
+            kappas,
+            positive,
+            max_count,
+            any_cat,
+        )  # fmt: skip
+        for f0 in range(0, max(1, n_feat), block)
+    ]
+    return DenseBest.cat(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _kappa_weights(kappas: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(1, K, 1) integer weights ``-round(1000 * kappa)`` in ``dtype`` (cached: one tensor per kappas, device and
+    dtype)."""
+    return torch.tensor([-round(1000 * kp) for kp in kappas], dtype=dtype, device=device).view(1, -1, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(n: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, n) ``0..n-1`` (cached)."""
+    return torch.arange(n, device=device).view(1, 1, n)
+
+
+@functools.lru_cache(maxsize=16)
+def _infinity(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 0-d ``inf`` of ``dtype`` on ``device`` (cached: ``torch.where`` with ``out=`` takes no Python scalar)."""
+    return torch.tensor(math.inf, dtype=dtype, device=device)
+
+
+def _over_kappas(t: torch.Tensor, n_k: int) -> torch.Tensor:
+    """An (R, 1, X) table as (R, n_k, X) for a gather: a view (no copy), or the table itself when ``n_k`` is 1."""
+    return t if t.shape[1] == n_k else t.expand(-1, n_k, -1)
+
+
+def _best_block(
+    tot: torch.Tensor,
+    tgt: torch.Tensor,
+    n_bins: torch.Tensor,
+    is_cat: torch.Tensor,
+    min_support: int,
+    kappas: tuple[float, ...],
+    positive: bool,
+    max_count: int,
+    any_cat: bool,
+) -> DenseBest:
+    """:func:`best_intervals_dense` on one block of rows (few tensor ops: the beam calls it once per condition and
+    round of refinement)."""
+    n_feat, width = tot.shape
+    device = tot.device
+    # exact integer weights 1000 * a - round(1000 * kappa) * b (kappa has at most three decimals), computed in int64
+    # and held in float64 (exact below 2**53; float32 on MPS) so that infeasible entries can be -inf; float32 is exact
+    # while |weights| < 2**24: twice as fast on the big tables of small data. A start s and an end e (prefix indices,
+    # 0..G) delimit the grids s..e-1. Tables are (R, K, G+1), one plane per kappa; what does not depend on kappa
+    # (prefix counts, the last start keeping min_support, which starts and ends qualify) is (R, G+1), computed once.
+    fdt = torch.float32 if 2000 * max_count < (1 << 24) else work_dtype(device)
+    neg_k = _kappa_weights(tuple(kappas), device, fdt)  # (1, K, 1)
+    ct = torch.nn.functional.pad(tgt.cumsum(1), (1, 0))  # (R, G+1)
+    cb = torch.nn.functional.pad(tot.cumsum(1), (1, 0))
+    # the last start with support >= s_min, per end; (R, 1, G+1) like every table that does not depend on kappa
+    # (the comparisons broadcast them over the kappas)
+    last = (torch.searchsorted(cb, cb - min_support, right=True) - 1).unsqueeze(1)
+    ct3, cb3 = ct.unsqueeze(1), cb.unsqueeze(1)
+    nb3 = n_bins.view(-1, 1, 1)
+    total = cb3.gather(2, nb3)  # (R, 1, 1) the node's non-missing samples
+    m = last.clamp(min=0)
+    # the (R, K, G+1) table built straight in fdt (exact integers: fused or not, the same sums); later tables reuse
+    # memory where they can
+    pw = torch.addcmul(ct3.to(fdt).mul_(1000), cb3.to(fdt), neg_k)  # (R, K, G+1)
+    run_min, arg_min = torch.cummin(pw, dim=2)
+    # ends that leave out some sample after them: the best start is a prefix minimum
+    no_end = (last < 0) | (cb3 >= total)
+    n_k = pw.shape[1]
+    mk, cbk = _over_kappas(m, n_k), _over_kappas(cb3, n_k)  # gathers take them expanded (take_along_dim would
+    value = run_min.gather(2, mk)  # broadcast too, but adds a remainder operation per call)
+    value = torch.sub(pw, value, out=value).masked_fill_(no_end, -math.inf)
+    best_val, best_end = value.max(dim=2, keepdim=True)  # (R, K, 1)
+    best_start = arg_min.gather(2, mk.gather(2, best_end))
+    # the end past the last sample: the start must leave out some sample before it (else it is no condition at all)
+    no_start = (cb3 <= 0) | (_positions(width + 1, device) > last.gather(2, nb3))
+    tail_min, tail_start = torch.where(no_start, _infinity(device, fdt), pw, out=run_min).min(dim=2, keepdim=True)
+    tail_val = pw.gather(2, _over_kappas(nb3, n_k)) - tail_min
+    use_tail = tail_val > best_val
+    best_val = torch.where(use_tail, tail_val, best_val)
+    best_start = torch.where(use_tail, tail_start, best_start)
+    # a bound with no sample of this node beyond it opens up (the same samples, a simpler rule)
+    g_low = best_start.masked_fill(cbk.gather(2, best_start) == 0, 0)
+    g_high = torch.where(use_tail | (cbk.gather(2, best_end) == total), nb3, best_end) - 1
+    if any_cat:  # categorical features: single categories only
+        w = torch.addcmul(tgt.unsqueeze(1).to(fdt).mul_(1000), tot.unsqueeze(1).to(fdt), neg_k)  # (R, K, G)
+        fits = (tot >= min_support) & (tot < cb[:, -1:])  # a category holding every non-missing sample: no condition
+        cat_val, cat_best = w.masked_fill(~fits.unsqueeze(1), -math.inf).max(dim=2, keepdim=True)
+        cat = is_cat.view(-1, 1, 1)
+        best_val = torch.where(cat, cat_val, best_val)
+        g_low = torch.where(cat, cat_best, g_low)
+        g_high = torch.where(cat, cat_best, g_high)
+    valid = ((best_val > 0) if positive else (best_val > -math.inf)) & (g_high >= g_low)
+    g_high = torch.maximum(g_high, g_low)  # arbitrary but in range where not valid
+    edges = torch.cat([g_low, g_high + 1], 2)
+    hits, support = (c.gather(2, edges).diff(dim=2) for c in (_over_kappas(ct3, n_k), cbk))
+    return DenseBest(*torch.cat([g_low, g_high, hits, support], 2).unbind(2), valid.squeeze(2))
+
+
+def confidence_kappa(min_confidence: float) -> float:
+    """The smallest kappa with three decimals that is >= ``min_confidence`` (at most 0.999): an interval with a
+    positive value ``sum(a - kappa * b)`` then has confidence > kappa >= ``min_confidence``."""
+    return min(0.999, math.ceil(1000 * min_confidence - 1e-9) / 1000)
+
+
+class Objective:
+    """How rule sets are compared: by fitness, or (with ``min_confidence``) confident ones first, then by fitness.
+
+    Keys are tuples (larger is better) of exact integers and a flag, so comparisons are deterministic.
+    """
+
+    def __init__(self, min_confidence: float | None = None) -> None:
+        self.min_confidence = min_confidence
+
+    def key(self, hits: int, support: int) -> tuple[bool, int]:
+        ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
+        return ok, 2 * hits - support
+
+    def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
+        """:meth:`key` on int64 tensors of counts at most ``n``, as ``(values, low, high)`` parts (for
+        :func:`packed_keys`): the same order (the float division is IEEE-rounded alike in Python and torch)."""
+        if self.min_confidence is None:
+            ok = torch.ones_like(hits)
+        else:
+            ratio = hits.double() / support.double().clamp(min=1)
+            ok = ((support > 0) & (ratio >= self.min_confidence)).long()
+        return [(ok, 0, 1), (2 * hits - support, -n, n)]
+
+    def tensor_score(
+        self, hits: torch.Tensor, support: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """:meth:`key` as one int64 per entry (counts below 2**40), the lowest where not ``valid``."""
+        score = 2 * hits - support
+        if self.min_confidence is not None:
+            ratio = hits.double() / support.double().clamp(min=1)
+            score = score + ((support > 0) & (ratio >= self.min_confidence)).long() * (1 << 42)
+        return score if valid is None else score.masked_fill(~valid, -(1 << 50))
+
+    def kappas(self, candidates: bool = True) -> tuple[float, ...]:
+        """The kappas whose best intervals are offered: all of :data:`KAPPAS` as candidates for new conditions, or
+        (``candidates=False``) only those that can win under this objective: 0.5 is the fitness optimum, and
+        kappas >= ``min_confidence`` give confident intervals."""
+        if self.min_confidence is None:
+            return KAPPAS if candidates else (0.5,)
+        c = confidence_kappa(self.min_confidence)
+        extra = {c, round(c + (1 - c) / 2, 3)}
+        return tuple(sorted(set(KAPPAS if candidates else (0.5,)) | extra))
+
+
+class Lift:
+    """Ranks rule sets by their excess of target samples over the base rate, ``hits - rate * support`` (weighted
+    relative accuracy times N), then by fitness: broad regions of high lift, as a tree split or subgroup discovery
+    would choose. The beam keeps a few such nodes before the last length, so that later conditions can cut their
+    non-target samples away (conditions that are weak alone but strong together). Only for choosing nodes."""
+
+    def __init__(self, rate: float) -> None:
+        self.k = round(1000 * rate)
+
+    def key(self, hits: int, support: int) -> tuple[int, int]:
+        return 1000 * hits - self.k * support, 2 * hits - support
+
+    def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
+        """:meth:`key` on int64 tensors (see :meth:`Objective.tensor_key`)."""
+        return [(1000 * hits - self.k * support, -self.k * n, 1000 * n), (2 * hits - support, -n, n)]
+
+    def kappas(self, candidates: bool = True) -> tuple[float, ...]:
+        return (self.k / 1000,)
+
+
+@dataclass
+class _State:
+    conds: tuple[tuple[int, int, int], ...]  # (searched feature, g_low, g_high), sorted by feature
+    hits: int
+    support: int
+
+
+def packed_keys(parts: list[tuple[torch.Tensor, int, int]]) -> list[torch.Tensor]:
+    """Lexicographic integer keys ``(values, low, high)`` (most significant first) combined into as few int64 keys as
+    fit below 2**62, in the same lexicographic order."""
+    out: list[torch.Tensor] = []
+    cur, span = None, 1
+    for values, low, high in parts:
+        size = high - low + 1
+        if cur is not None and span * size < (1 << 62):
+            cur, span = cur * size + (values - low), span * size
+        else:
+            if cur is not None:
+                out.append(cur)
+            cur, span = values - low, size
+    out.append(cur)
+    return out
+
+
+def _descending_order(keys: list[torch.Tensor]) -> torch.Tensor:
+    """Per row of (R, C) keys, the column order by the keys descending, lexicographically (first key most
+    significant), ties in column order: stable sorts from the least significant key up."""
+    order = None
+    for key in reversed(keys):
+        if order is None:
+            order = torch.argsort(key, dim=1, descending=True, stable=True)
+        else:
+            order = order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
+    return order
+
+
+def _masked_counts(
+    idx: torch.Tensor, inside: torch.Tensor, size: int, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Counts of all and of the target samples per bin where ``inside``, from one ``bincount``: ``idx`` (flattened)
+    is ``2 * bin + is_target`` with bins in ``[0, size)``. Exact counts from 0/1 weights written into ``weights`` (a
+    float buffer as long as ``idx``, reused: fresh memory of this size is slow to touch), or, where weighted
+    ``bincount`` is not allowed (CUDA under ``torch.use_deterministic_algorithms``), from indices moved to a spare
+    bin."""
+    if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
+        spare = torch.full_like(idx, 2 * size)
+        both = torch.bincount(torch.where(inside, idx, spare), minlength=2 * size + 1)[: 2 * size]
+    else:
+        both = torch.bincount(idx, weights=weights.copy_(inside), minlength=2 * size).round_().long()
+    both = both.view(size, 2)
+    return both.sum(1), both[:, 1]
+
+
+def fetch_length(width: int, n_kappas: int) -> int:
+    """Candidates per node and objective that :meth:`BeamSearch._expand` fetches at once: ``width`` children and the
+    same interval from each other kappa beside each, plus two children of other nodes (more is rare and costs one
+    more fetch).
+
+    Example:
+        >>> fetch_length(5, 10)
+        70
+    """
+    return (width + 2) * n_kappas
+
+
+#: Bytes of the (rule sets x samples) masks and codes that :meth:`BeamSearch._without_idle_conditions` makes at once.
+_MASK_BYTES = 1 << 25
+
+#: Elements of the (conditions x states x samples) tables of one refinement batch: a quarter of the binned data's
+#: values within these bounds (about 15 bytes of working memory each: about half of X's bytes, at least 60 MiB and
+#: at most 2 GiB).
+_REFINE_BUDGET = 1 << 27
+_REFINE_BUDGET_MIN = 1 << 22
+
+
+class BeamSearch:
+    """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
+
+    The nodes of one length are expanded together: their samples come from one ``nonzero`` over their stacked
+    masks, one batched histogram pass (:func:`~torch_amore.grids.ratios.group_grid_counts`) counts them, one
+    :func:`best_intervals_dense` call per kappa family gives their candidates, and each node's best candidates per
+    objective are sorted on the device; only those few cross to the host (one ``tolist`` per length). The children
+    are refined together, one weighted ``bincount`` per condition position and round, their improvements taken on
+    the device.
+    """
+
+    def __init__(
+        self,
+        fine: Binned,
+        target: torch.Tensor,
+        n_target: int,
+        beam_width: int = 5,
+        min_confidence: float | None = None,
+    ) -> None:
+        self.fine = fine
+        self.target = target
+        self.n_target = n_target
+        self.beam_width = beam_width
+        self.width = fine.n_bins_max
+        self.n_rows = D.global_count(fine.codes.shape[0])  # a bound on every count (host-known: no sync)
+        self.codes_t = fine.column_major()  # (F, N): what the counting passes read (stored by the fine binning)
+        n_values = self.n_rows * len(fine.columns)
+        self.budget = table_budget(n_values)  # small data: small tables
+        self.refine_budget = min(_REFINE_BUDGET, max(_REFINE_BUDGET_MIN, n_values // 4))
+        host = getattr(fine, "is_cat_host", None)
+        self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
+        self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
+        # plus the target's base rate (maximising sum(a - rate * b) is weighted relative accuracy, the broad regions
+        # of high lift that subgroup discovery and tree splits favour) and half-way to 0.5
+        rate = n_target / max(1, self.n_rows)
+        rate, half = round(min(0.999, max(0.001, rate)), 3), round(min(0.999, max(0.001, (rate + 0.5) / 2)), 3)
+        self.lift = Lift(rate)
+        self.kappas = tuple(sorted(set(self.objectives[-1].kappas()) | {rate, half}))
+
+    def _dense(self, tot: torch.Tensor, tgt: torch.Tensor, feats: torch.Tensor, min_support: int,
+               kappas: tuple[float, ...]) -> DenseBest:  # fmt: skip
+        """:func:`best_intervals_dense` of count rows on searched features ``feats`` (no host sync)."""
+        fine = self.fine
+        return best_intervals_dense(
+            tot, tgt, fine.n_bins[feats], fine.is_cat[feats], min_support, kappas, positive=False,
+            max_count=self.n_rows, any_cat=self.any_cat, budget=self.budget,
+        )  # fmt: skip
+
+    def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
+        """(G, N) bool: the samples satisfying each node's conditions (all conditions checked at once per position)."""
+        device = self.codes_t.device
+        n = self.codes_t.shape[1]
+        length = max(len(c) for c in nodes)
+        dtype = self.codes_t.dtype
+        pad = [(0, 0, torch.iinfo(dtype).max)] * length  # a condition every code satisfies
+        rows = [list(c) + pad[len(c) :] for c in nodes]
+        feats = torch.tensor([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
+        # bounds in the codes' dtype: a comparison of mixed integer dtypes is several times slower
+        bounds = torch.tensor([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
+        mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
+        for m in range(length):
+            c = self.codes_t.index_select(0, feats[:, m])
+            mask &= (c >= bounds[:, 2 * m : 2 * m + 1]) & (c <= bounds[:, 2 * m + 1 : 2 * m + 2])
+        return mask
+
+    def _node_rows(self, nodes: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples of every node and each one's node (``rows``, ``groups``), from one ``nonzero``."""
+        if all(not c for c in nodes):
+            n = self.codes_t.shape[1]
+            rows = torch.arange(n, device=self.codes_t.device).repeat(len(nodes))
+            return rows, torch.arange(len(nodes), device=rows.device).repeat_interleave(n)
+        groups, rows = torch.nonzero(self._node_masks(nodes), as_tuple=True)
+        return rows, groups
+
+    def _candidates(
+        self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
+    ) -> torch.Tensor:
+        """Candidate intervals of every node, as one (6, G, C) int64 table of ``feature``, ``g_low``, ``g_high``,
+        ``hits``, ``support`` and ``valid`` (0/1) per node and candidate: the kappas of the objectives for all
+        features, the other kappas of :data:`KAPPAS` only for each node's ``beam_width + 1`` features of highest
+        fitness (a candidate never has a higher fitness than its feature's kappa-0.5 interval, so the others could
+        not make a node's top ``beam_width``). Features a node already uses are not valid."""
+        fine = self.fine
+        device = tot.device
+        n_feat, g = len(fine.columns), len(beam)
+        main = self.objectives[-1].kappas(False)  # 0.5 first
+        if lift:  # the base rate's intervals of every feature: candidates for the nodes of high lift
+            main = main + tuple(kp for kp in self.lift.kappas() if kp not in main)
+        rest = tuple(kp for kp in self.kappas if kp not in main)
+        every = torch.arange(n_feat, device=device).repeat(g)
+        b = self._dense(tot, tgt, every, min_support, main)  # (G * F, Km)
+        used = [k * n_feat + j for k, parent in enumerate(beam) for j, _, _ in parent.conds]
+        free = torch.ones(g * n_feat, dtype=torch.bool, device=device)
+        if used:
+            free[torch.tensor(used, device=device)] = False
+
+        def table(feat: torch.Tensor, d: DenseBest, ok: torch.Tensor) -> torch.Tensor:  # (6, G, rows x kappas)
+            n_k = d.valid.shape[1]
+            fields = [feat[:, None].expand(-1, n_k), d.g_low, d.g_high, d.hits, d.support, d.valid & ok[:, None]]
+            return torch.stack([f.long() for f in fields]).view(6, g, -1)
+
+        parts = [table(every, b, free)]
+        if rest:
+            top = self.beam_width + 1
+            if n_feat > top:
+                fit = (2 * b.hits[:, 0] - b.support[:, 0]).double()
+                score = torch.where(b.valid[:, 0] & free, fit, torch.full_like(fit, -math.inf))
+                order = torch.sort(score.view(g, n_feat), dim=1, descending=True, stable=True).indices[:, :top]
+                sel = (torch.arange(g, device=device)[:, None] * n_feat + order).reshape(-1)
+            else:
+                sel = torch.arange(g * n_feat, device=device)
+            b2 = self._dense(tot[sel], tgt[sel], every[sel], min_support, rest)  # (G * top, Kr)
+            parts.append(table(every[sel], b2, free[sel]))
+        return torch.cat(parts, 2)
+
+    def _expand(
+        self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
+        chooser: list,
+    ) -> tuple[dict[tuple, _State], dict[tuple, _State]]:  # fmt: skip
+        """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
+        width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found; the
+        children of the objectives, then those only :class:`Lift` chose (taken after every node's others: the
+        objectives' children do not depend on whether ``chooser`` holds the lift, nor does the candidate table).
+
+        Each node's candidates are sorted per objective on the device by (key, hits, -feature, -g_low, then the
+        candidates' order), and the first ``M`` of each cross to the host in one ``tolist``; ``M`` = (``width`` + 2)
+        x the number of kappas. Skipped candidates are the same interval from another kappa (at most one per kappa
+        for each child taken) or a child of another node; should a node run out of fetched candidates before it has
+        ``width`` children, its whole ordering is fetched (a second sync, rare)."""
+        fine = self.fine
+        n_feat, g = len(fine.columns), len(beam)
+        t = self.target[rows].to(groups.dtype)
+        both = group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
+        tgt = both[g:].view(g * n_feat, self.width)
+        tot = both[:g].view(g * n_feat, self.width).add_(tgt)  # in place: no third table
+        fields = self._candidates(beam, tot, tgt, min_support, True)
+        feature, g_low, _, hits, support, valid = fields.unbind(0)
+        n_cols = fields.shape[2]
+        n_k = len(self.kappas) + 1
+        tail = [(hits, 0, self.n_rows), (-feature, 1 - n_feat, 0), (-g_low, 1 - self.width, 0)]
+        m = min(n_cols, fetch_length(max(width for _, width in chooser), n_k))
+        orders, fetched = [], []
+        for obj, _ in chooser:
+            keys = [(valid, 0, 1)] + obj.tensor_key(hits, support, self.n_rows) + tail
+            order = _descending_order(packed_keys(keys))
+            orders.append(order)
+            fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
+        lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
+        children: dict[tuple, _State] = {}
+        phases = [[o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
+                  [o for o, (obj, _) in enumerate(chooser) if obj is self.lift]]  # fmt: skip
+        for n_phase, phase in enumerate(phases):
+            if n_phase:
+                objective_children = dict(children)
+            for k, parent in enumerate(beam):
+                for o in phase:
+                    width = chooser[o][1]
+                    f, lo, hi, h, n, ok = lists[o]
+                    entries = zip(f[k], lo[k], hi[k], h[k], n[k], ok[k])
+                    taken = self._take(children, parent, entries, width, seen, o == 0)
+                    if taken < width and len(f[k]) < n_cols and ok[k][-1]:  # ran out of fetched candidates
+                        whole = fields[:, k].gather(1, orders[o][k][None].expand(6, -1)).tolist()
+                        self._take(children, parent, zip(*whole), width, seen, o == 0, skip=len(f[k]), done=taken)
+        return objective_children, {c: st for c, st in children.items() if c not in objective_children}
+
+    @staticmethod
+    def _take(
+        children: dict, parent: _State, entries, width: int, seen: set, first: bool, skip: int = 0, done: int = 0
+    ) -> int:
+        """Add to ``children`` the node's next children from its sorted candidates ``entries`` (the first ``skip``
+        already walked, ``done`` taken) until ``width`` are taken; returns how many were taken."""
+        taken = done
+        for i, (f, lo, hi, h, n, ok) in enumerate(entries):
+            if i < skip:
+                continue
+            if taken == width or not ok:
+                break
+            conds = tuple(sorted(parent.conds + ((f, lo, hi),)))
+            if conds in seen or (conds in children and first):
+                continue  # the same interval from another kappa or another parent
+            taken += 1
+            if conds not in children:
+                children[conds] = _State(conds, h, n)
+        return taken
+
+    def _refine(self, states: list[_State], min_support: int, obj: Objective) -> list[_State]:
+        """Coordinate ascent, all states at once: re-optimise each condition given the others until nothing changes.
+
+        The codes of the states' features and whether each sample satisfies each condition are gathered once,
+        (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state, the samples
+        satisfying its other conditions per grid of condition ``k``'s feature; a state takes the best interval
+        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). A round
+        that moves nothing is a fixed point (at most 8 rounds). After the first round only the positions whose other
+        intervals moved since they were last cut are cut again: the others would find the interval they hold, which
+        never loses to itself, so the result is that of every position every round. One ``tolist`` reads the result
+        and which positions moved after the first round, then one after each later cut (a later round often cuts
+        one position, finds it in place, and stops early).
+        """
+        if not states or len(states[0].conds) < 2:
+            return states  # a single condition is already the best interval of its feature
+        n_rows = self.codes_t.shape[1]
+        per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
+        if len(states) > per_call:  # bounded working memory: states in batches
+            return [
+                s
+                for i in range(0, len(states), per_call)
+                for s in self._refine(states[i : i + per_call], min_support, obj)
+            ]
+        fine = self.fine
+        device = self.codes_t.device
+        n_states, length = len(states), len(states[0].conds)
+        table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
+        feats = table[:, :length, 0]
+        st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
+        cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
+        n = self.codes_t.shape[1]
+        # exact integer counts from float weights: float32 below 2**24 samples
+        wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
+        weights = torch.empty(n_states * n, dtype=wdt, device=device)  # reused by every count below
+        wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
+        offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
+        # per position (S, N): 2 x (code shifted to its state's bins) + is_target, the bincount index of both counts
+        # (code >= low <=> index >= 2 low, code <= high <=> index <= 2 high + 1: conditions on doubled bounds)
+        codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
+        codes = codes.add_(offsets.to(torch.int32)).mul_(2).add_(self.target.to(torch.int32)).unbind(0)  # in place
+        # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
+        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(torch.int32) for h in (0, 1))
+        bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
+        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
+        n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
+        # per position: whether some state's feature there is a category (else the tables skip the categories' path)
+        cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
+        kappas = obj.kappas(False)
+        n_k = len(kappas)
+        tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
+        score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
+        out_rows: list = []
+        # when each position was last cut and last moved (for some state of the batch), counted in steps
+        cut, move = [-1] * length, [-1] * length
+        steps = 0
+        for rnd in range(8):
+            moved = torch.zeros(n_states, length, dtype=torch.long, device=device)
+            any_move = False
+            for k in range(length):
+                if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
+                    continue  # its other intervals are where they were when it was last cut: it holds its best
+                inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
+                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), n_states * wide, weights)
+                tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
+                tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
+                b = best_intervals_dense(
+                    tot, tgt, n_bins[k], is_cat[k], min_support, kappas, positive=False, max_count=self.n_rows,
+                    any_cat=cat_at[k], budget=self.budget,
+                )  # fmt: skip
+                found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
+                new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
+                if n_k > 1:
+                    pick = (found * n_k + tie).argmax(1, keepdim=True)  # (S, 1)
+                    found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=device) * n_k)
+                better = found[:, 0] > score
+                score = torch.where(better, found[:, 0], score)
+                new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
+                st.index_copy_(1, cols[k], new)
+                lo_hi = (2 * (new[:, :2] + offsets)).to(torch.int32)
+                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:] + 1)
+                moved[:, k] = better
+                cut[k], steps = steps, steps + 1
+                if rnd:  # after the first round, a read after each step tells the next position whether it is stale
+                    out_rows = torch.cat([st, moved], 1).tolist()  # the result, and which positions moved
+                    if any(row[2 * length + 2 + k] for row in out_rows):
+                        move[k], any_move = cut[k], True
+            if not rnd:  # every position was cut once: one read
+                out_rows = torch.cat([st, moved], 1).tolist()
+                for k in range(length):
+                    if any(row[2 * length + 2 + k] for row in out_rows):
+                        move[k], any_move = cut[k], True
+            if not any_move:
+                break
+        out = []
+        for state, row in zip(states, out_rows):
+            score = (row[2 * length], row[2 * length + 1])
+            conds = tuple(zip([c[0] for c in state.conds], row[:length], row[length : 2 * length]))
+            out.append(_State(conds, *score) if score != (state.hits, state.support) else state)
+        return out
+
+    def run(
+        self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
+    ) -> list[_State]:
+        """The rule sets of :meth:`run_by_length`, once each."""
+        out: dict[tuple, _State] = {}
+        for _, state in self.run_by_length(max_length=max_length, min_support=min_support, progress=progress,
+                                           seeds=seeds):  # fmt: skip
+            out.setdefault(state.conds, state)
+        return list(out.values())
+
+    def run_by_length(
+        self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
+    ) -> list[tuple[int, _State]]:
+        """The best rule sets of every length (``beam_width`` per objective), each with the length at which the beam
+        chose it, unsorted, without those that a rule set with one condition fewer matches or beats in both fitness
+        and confidence (a condition that adds nothing).
+
+        Every length is searched the same way whatever ``max_length``, so a search at a shorter ``max_length``
+        returns exactly this one's rule sets chosen at lengths up to its own (what makes the beam strategy monotone
+        in ``max_length``). ``seeds``: pairs of conditions (fine grids) expanded at the second length, unless the beam
+        already holds a node on one of their features (its expansion covers the pair); their children count among
+        that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
+        bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
+        beam = [_State((), self.n_target, self.n_rows)]
+        rows, groups = self._node_rows([()])
+        found: dict[tuple, _State] = {}  # every rule set visited
+        best: dict[tuple, tuple[int, _State]] = {}  # the best of each length and objective, with that length
+        chooser = [
+            (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2)) for i, obj in enumerate(self.objectives)
+        ]
+        seed_beam: list[_State] = []
+        for length in range(1, max_length + 1):
+            # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
+            lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
+            children, lifted = self._expand(beam, rows, groups, min_support, set(found), chooser + lift)
+            seeded: dict[tuple, _State] = {}
+            if seed_beam:
+                s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
+                seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
+                                         chooser)  # fmt: skip
+            if not children and not seeded and not lifted:
+                break
+            for state in itertools.chain(children.values(), seeded.values(), lifted.values()):
+                found.setdefault(state.conds, state)
+            # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
+            chosen: dict[tuple, _State] = {}
+            for obj in self.objectives:
+                # children on the same features tend to climb to the same optimum: refine the best of each set
+                firsts = []
+                for pool in (children, seeded):
+                    first: dict[tuple, _State] = {}
+                    for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
+                        first.setdefault(tuple(c[0] for c in st.conds), st)
+                    firsts.append(list(first.values()))
+                done = self._refine(firsts[0] + firsts[1], min_support, obj)
+                for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
+                                            ({**children, **seeded}, done, False)):  # fmt: skip
+                    refined: dict[tuple, _State] = dict(pool)
+                    for state in tops:
+                        refined.setdefault(state.conds, state)
+                        found.setdefault(state.conds, state)
+                    ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
+                    ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
+                    for state in ranked[: self.beam_width]:
+                        if goes_on:
+                            chosen.setdefault(state.conds, state)
+                        best.setdefault(state.conds, (length, state))
+                    if not seeded:
+                        break  # the same pool: ranked once
+            bar.update(1)
+            if length == max_length:
+                break
+            level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
+            level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
+            for state in level[: max(1, self.beam_width // 2)]:
+                chosen.setdefault(state.conds, state)
+            beam = list(chosen.values())
+            if not beam:
+                break
+            rows, groups = self._node_rows([s.conds for s in beam])
+            seed_beam = []
+            if length == 1:  # seed pairs none of whose features the beam expands already
+                held = {c[0] for conds in chosen for c in conds}
+                new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
+                seed_beam = [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
+        bar.close()
+        lengths = {conds: length for conds, (length, _) in best.items()}
+        states = self._without_idle_conditions({conds: st for conds, (_, st) in best.items()}, found, lengths)
+        return states
+
+    def _without_idle_conditions(
+        self, best: dict[tuple, _State], found: dict[tuple, _State], lengths: dict[tuple, int]
+    ) -> list[tuple[int, _State]]:
+        """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
+        fitness and confidence (exact integer comparisons; the sub-rule sets the search did not visit are counted
+        first, all in one batched pass); each with the length of ``lengths`` at which its rule set was chosen (once
+        per length)."""
+        todo = {
+            sub
+            for state in best.values()
+            for r in range(1, len(state.conds))
+            for sub in itertools.combinations(state.conds, r)
+            if sub not in found
+        }
+        if todo:
+            todo = sorted(todo)
+            per = max(1, _MASK_BYTES // (4 * max(1, self.codes_t.shape[1])))  # rule sets masked at once
+            parts = []
+            for i in range(0, len(todo), per):
+                masks = self._node_masks(todo[i : i + per])
+                parts.append(torch.stack([count_true(masks & self.target), count_true(masks)]))
+            both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
+            for conds, h, n in zip(todo, *both.tolist()):
+                found[conds] = _State(conds, h, n)
+        out: dict[tuple, tuple[int, _State]] = {}
+        for key, state in best.items():
+            changed = True
+            while changed and len(state.conds) > 1:
+                changed = False
+                for k in range(len(state.conds)):
+                    sub = found[state.conds[:k] + state.conds[k + 1 :]]
+                    if (
+                        2 * sub.hits - sub.support >= 2 * state.hits - state.support
+                        and sub.hits * state.support >= state.hits * sub.support
+                    ):
+                        state, changed = sub, True
+                        break
+            out.setdefault((lengths[key], state.conds), (lengths[key], state))
+        return list(out.values())
+
+
+def _best_of_row(
+    counts: torch.Tensor, hits: torch.Tensor, min_support: int, objective: Objective
+) -> tuple[int, int, int, int] | None:
+    """The interval of grids of one feature's counts that ``objective`` ranks highest over its kappas (ties: the
+    smallest kappa), as ``(g_low, g_high, hits, support)``; ``None`` when no proper interval has positive value."""
+    device = counts.device
+    no = torch.tensor([False], device=device)
+    b = best_intervals(counts[None], hits[None], torch.tensor([counts.numel()], device=device), no, min_support,
+                       kappas=objective.kappas(False), any_cat=False)  # fmt: skip
+    rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
+    if not rows:
+        return None
+    keys = [objective.key(h, n) for _, _, h, n in rows]
+    return rows[max(range(len(rows)), key=lambda r: (keys[r], -r))]
+
+
+def sorted_best_interval(
+    v: torch.Tensor, t: torch.Tensor, min_support: int, objective: Objective, units: tuple[float, float] = (1.0, 0.0)
+) -> tuple[float, float, int, int] | None:
+    """:func:`exact_best_interval` in one process on values ``v`` sorted ascending (no NaN) and their target flags
+    ``t``: every distinct value is its own grid, so the cuts are exact. ``units``: the printed units' (scale, offset),
+    for :func:`short_cut`."""
+    if v.numel() == 0:
+        return None
+    uniq, counts = torch.unique_consecutive(v, return_counts=True)
+    # target count per distinct value: differences of the running target count at each run's end (values are sorted)
+    ends = torch.cumsum(t.to(torch.long), 0)[torch.cumsum(counts, 0) - 1]
+    hits = torch.diff(ends, prepend=ends.new_zeros(1))
+    found = _best_of_row(counts, hits, min_support, objective)
+    if found is None:
+        return None
+    lo_g, hi_g, n_hits, support = found
+    low = short_cut(float(uniq[lo_g - 1]), float(uniq[lo_g]), *units) if lo_g > 0 else -math.inf
+    high = short_cut(float(uniq[hi_g]), float(uniq[hi_g + 1]), *units) if hi_g + 1 < uniq.numel() else math.inf
+    return low, high, n_hits, support
+
+
+def exact_best_interval(
+    values: torch.Tensor,
+    is_target: torch.Tensor,
+    min_support: int,
+    n_cells: int = 1 << 20,
+    *,
+    min_confidence: float | None = None,
+    units: tuple[float, float] = (1.0, 0.0),
+) -> tuple[float, float, int, int] | None:
+    """The fitness-optimal interval ``low <= x < high`` of one feature, cut between observed values.
+
+    The interval maximising ``sum(2 * target - 1)`` with support >= ``min_support`` is found on the counts of the
+    distinct values (:func:`best_intervals`, kappa = 0.5), and each finite bound is placed between the largest value
+    below it and the smallest value above it, as short as possible (:func:`short_cut`). In one process the distinct
+    values come from a sort. Under a sharded (DDP) run, where no rank sees all values, the range is split into
+    ``n_cells`` (default 2**20) equal cells and the ranks reduce cell counts, minima and maxima: the same answer
+    whenever no cell holds two distinct values that the best cut should separate (values closer than a millionth of
+    the range). With ``min_confidence``, intervals at least that confident are preferred (the kappa sweep of
+    :class:`Objective`). ``units`` are the printed units' (scale, offset) for :func:`short_cut`. Returns
+    ``(low, high, hits, support)`` with infinite bounds where open, or ``None`` when no proper interval has positive
+    value (including when the best is no condition at all).
+
+    Example:
+        >>> import torch
+        >>> v = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5], dtype=torch.float64)
+        >>> exact_best_interval(v, torch.tensor([False, True, True, False, False]), 1)
+        (0.2, 0.4, 2, 2)
+    """
+    keep = ~torch.isnan(values)
+    v, t = values[keep].to(torch.float64), is_target[keep]
+    objective = Objective(min_confidence)
+    if not D.is_sharded():
+        order = torch.argsort(v, stable=True)
+        return sorted_best_interval(v[order], t[order], min_support, objective, units)
+    lo, hi = nan_min_max(v[:, None])
+    lo, hi = float(lo[0]), float(hi[0])
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
+        return None
+    device = v.device
+    scale = torch.tensor(n_cells / (hi - lo), dtype=torch.float64, device=device)
+    lo_t = torch.tensor(lo, dtype=torch.float64, device=device)
+    cell = uniform_code(v, lo_t, scale, n_cells).to(torch.long)
+    counts = D.all_reduce_sum(torch.bincount(cell, minlength=n_cells))
+    hits = D.all_reduce_sum(torch.bincount(cell[t], minlength=n_cells))
+    found = _best_of_row(counts, hits, min_support, objective)
+    if found is None:
+        return None
+    lo_g, hi_g, n_hits, support = found
+
+    def cut(g: int) -> float:  # between the values in cells < g and those in cells >= g
+        inf = torch.tensor([math.inf], dtype=torch.float64, device=device)
+        below = v[cell < g].max().reshape(1) if bool((cell < g).any()) else -inf
+        above = v[cell >= g].min().reshape(1) if bool((cell >= g).any()) else inf
+        a, c = float(D.all_reduce_max(below)[0]), float(D.all_reduce_min(above)[0])
+        return short_cut(a, c, *units)
+
+    low = cut(lo_g) if lo_g > 0 else -math.inf
+    high = cut(hi_g + 1) if hi_g + 1 < n_cells else math.inf
+    return low, high, n_hits, support

@@ -1,0 +1,501 @@
+"""Polish: coordinate ascent of rule sets on observed values, several rule sets at once.
+
+Each numeric rule in turn gets the interval that is best given the other rules (cut between observed values rather
+than on a grid), or is dropped when it does nothing: the other rules alone are at least as good and keep
+``min_support`` samples. One sweep over the rules (the grid searches before it have converged already). Fitness
+never decreases, and with ``min_confidence`` a confident rule set stays confident (rule sets are compared by
+:class:`torch_amore.strategies.beam.Objective`).
+
+In one process all rule sets move together, one rule position per step: each column is argsorted once
+(:class:`SortedColumns`), the best interval over a column's sorted values restricted to the other rules' rows comes
+from prefix sums on fixed-size tensors (:func:`best_cuts`, cuts only between distinct values), decisions are taken on
+device, and one ``.tolist()`` per step brings the few numbers the host needs (the new cuts' observed neighbours, for
+:func:`torch_amore.rules.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
+:func:`torch_amore.strategies.beam.exact_best_interval` on reduced counts (:func:`polish_one`): the single-process
+result.
+
+From ``_COMPACT_ROWS`` (2**18) samples on, each rule set's step instead sorts the values of its own samples (those
+satisfying its other rules; one host sync each for their count) and runs :func:`best_cuts` on them alone: the same
+cuts, with work and memory in proportion to those samples rather than to N (1,000,000 x 16, ``max_length`` 3: the
+polish from 0.62 s to 0.37 s), and no sorted column is kept.
+
+Memory follows the data: where N is large, rows (and kappas, columns and rule masks) are taken a few at a time so
+that each working table stays near ``_CHUNK_BYTES`` (8 MiB; at 1,000,000 rows a row at a time), the cache of a
+sorted column is an int32 order and three flags per row, and the values next to the cuts are read from ``X`` at the
+cuts only. Where N is small everything is one batch (the same operations as one chunk).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.sorting import argsort_values
+from torch_amore.rules.cuts import short_cut
+from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
+from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
+from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.strategies.beam import Objective, exact_best_interval
+
+__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
+
+_BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
+_OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
+_CHUNK_BYTES = 8 << 20  # about the size of one working table: rows, kappas and columns are taken this many at a time
+#: From this many samples on, each rule set's step sorts the values of its own samples (those satisfying its other
+#: rules) instead of taking whole sorted columns: less work where the other rules hold a part of the samples.
+_COMPACT_ROWS = 1 << 18
+
+
+class SortedColumns:
+    """Per column of ``X``: an ascending order (ties in any order, NaN last), which of its values are observed, the
+    target flags in that order and the allowed cut positions (0, N and between distinct values; NaN counts as one
+    run with no cut inside it). One argsort per column, cached; new columns are sorted together, a few at a time
+    (about ``_CHUNK_BYTES`` of work each). Cuts fall only between distinct values, so the order within a tie changes
+    nothing. The order is int32 where ``N < 2**31``: 7 bytes per row and column; the values themselves are read from
+    ``X`` only where they are needed (the few that become cuts).
+
+    Example:
+        >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
+        >>> t = SortedColumns(X, torch.tensor([True, False, False])).get([0, 1])
+        >>> t["order"][0].tolist(), t["observed"][1].tolist(), t["allowed"][1].tolist(), t["column"].tolist()
+        ([1, 2, 0], [True, True, False], [True, False, True, True], [[0], [1]])
+    """
+
+    _FIELDS = ("order", "observed", "hit", "allowed", "column")
+
+    def __init__(self, X: torch.Tensor, target: torch.Tensor) -> None:
+        self.X, self.target = X, target
+        self.dtype = torch.float32 if X.device.type == "mps" else torch.float64  # of the cut values on the host
+        self._index = torch.int32 if X.shape[0] < 2**31 else torch.int64
+        self._slot: dict[int, int] = {}  # column -> row of the tables
+        self._tables: dict[str, torch.Tensor] = {}
+
+    def get(self, cols: Sequence[int], *, only_sort: bool = False) -> dict[str, torch.Tensor]:
+        """The tables of the columns ``cols``: ``order``, ``observed`` and ``hit`` (len(cols), N), ``allowed``
+        (len(cols), N + 1) and ``column`` (len(cols), 1) (``only_sort``: just sort the new ones). Not to be written
+        to (one column's tables are views of the cache)."""
+        new = sorted({c for c in cols if c not in self._slot})
+        if new:
+            per = max(1, _CHUNK_BYTES // (8 * self.X.shape[0] + 8))  # columns sorted at once
+            tables = self._sort(new[:per])
+            if len(new) > per:  # all into one table each, a few columns at a time
+                part, tables = tables, {name: t.new_empty((len(new), *t.shape[1:])) for name, t in tables.items()}
+                for i in range(0, len(new), per):
+                    for name, t in (part if i == 0 else self._sort(new[i : i + per])).items():
+                        tables[name][i : i + per] = t
+                del part
+            for name in self._FIELDS:
+                held = self._tables.get(name)
+                self._tables[name] = tables[name] if held is None else torch.cat([held, tables[name]])
+            self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
+        if only_sort:
+            return {}
+        if len(cols) == 1:  # one column (a large N is taken row by row): views, no copies
+            at = self._slot[cols[0]]
+            return {name: self._tables[name][at : at + 1] for name in self._FIELDS}
+        idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
+        return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
+
+    def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
+        """The tables of the columns ``cols``, sorted together."""
+        column = torch.tensor(cols, device=self.X.device)
+        values = self.X.t().index_select(0, column)
+        if not values.is_floating_point():
+            values = values.to(self.dtype)
+        order = argsort_values(values, dim=1)  # ties in any order: cuts fall only between distinct values
+        values = values.gather(1, order)  # X's own values: equal exactly where they are equal in float64
+        observed = ~torch.isnan(values)
+        values.masked_fill_(~observed, math.inf)
+        edge = torch.ones(len(cols), 1, dtype=torch.bool, device=values.device)
+        allowed = torch.cat([edge, values[:, 1:] != values[:, :-1], edge], 1)
+        hit = self.target[order] & observed
+        return dict(order=order.to(self._index), observed=observed, hit=hit, allowed=allowed, column=column[:, None])
+
+
+def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:
+    """:meth:`torch_amore.strategies.beam.Objective.key` as one exact integer: ``_OK * confident + 2 * hits - support``;
+    ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
+    if conf is None:
+        return 2 * hits - support
+    ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
+    return ((conf < 0) | (ratio >= conf)).long() * _OK + 2 * hits - support
+
+
+def best_cuts(
+    inside: torch.Tensor, hit: torch.Tensor, allowed: torch.Tensor, min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per row and kappa, the interval of positions ``start <= i < end`` maximising
+    ``sum(1000 * hit - kappas * inside)`` with at least ``min_support`` rows inside, cut only where ``allowed``.
+
+    ``inside``/``hit`` (S, N) are 0/1 flags in sorted order, ``allowed`` (S, N + 1) the cut positions (between
+    distinct values; 0 and N always), ``kappas`` (S, K) integer weights (1000 * kappa). The interval holding every
+    row is no condition and is left out; ties and the opening of bounds with nothing beyond them follow
+    :func:`torch_amore.strategies.beam.best_intervals`, so the rows selected are the ones it selects on the distinct
+    values.
+    Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K), and ``near``
+    (S, 4K): the positions of the inside rows next to the cuts, in blocks of K: the last one before ``start``, before
+    ``end``, the first one at or after ``start``, at or after ``end`` (clamped to ``[0, N)``: where there is none,
+    the bound is open or the interval empty). Working memory: four (S, N + 1) int64 tables and three (S, K', N + 1)
+    int64 ones, K' kappas at a time (about ``_CHUNK_BYTES`` each).
+
+    Example:
+        >>> inside = torch.ones(1, 5, dtype=torch.bool); hit = torch.tensor([[False, True, True, False, False]])
+        >>> allowed = torch.ones(1, 6, dtype=torch.bool)
+        >>> b = best_cuts(inside, hit, allowed, 1, torch.tensor([[500]]))
+        >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["valid"].tolist(), b["near"].tolist()
+        ([[1]], [[3]], [[2]], [[True]], [[0, 2, 1, 3]])
+    """
+    S, N = inside.shape
+    K = kappas.shape[1]
+    pad = torch.nn.functional.pad
+    cb, ct = pad(inside, (1, 0)).cumsum(1), pad(hit, (1, 0)).cumsum(1)  # (S, N + 1) each
+    total = cb[:, N:]
+    pos = _positions(cb)
+    last = pos.gather(1, (cb - (min_support - 1)).clamp_(0, N + 1))  # the last start keeping min_support rows
+    # cuts that cannot end an interval (fewer than min_support rows before them, or none after) and that cannot
+    # start the interval to the end (none before them, or fewer than min_support rows after)
+    blocked = ~allowed
+    no_end, no_tail = blocked | torch.stack([(last < 0) | (cb >= total), (cb <= 0) | (cb > total - min_support)])
+    m = last.clamp_(min=0)
+    tables = cb, ct, blocked, no_end, no_tail, m
+    per = max(1, _CHUNK_BYTES // (8 * (N + 1) * S))  # kappas at a time
+    if per >= K:
+        best_val, start, end = _best_of(*tables, kappas)
+    else:
+        parts = [_best_of(*tables, kappas[:, i : i + per]) for i in range(0, K, per)]
+        best_val, start, end = (torch.cat(p, 1) for p in zip(*parts))
+    cuts = torch.cat([start, end], 1)  # (S, 2K)
+    below, upto = cb.gather(1, cuts), ct.gather(1, cuts)  # the counts before each cut
+    b0, b1 = below.split(K, 1)
+    t0, t1 = upto.split(K, 1)
+    start = torch.where(b0 == 0, 0, start)  # nothing below: open
+    end = torch.where(b1 == total, N, end)  # nothing above: open
+    support, hits = b1 - b0, t1 - t0
+    near = pos.gather(1, torch.cat([below, below + 1], 1)).clamp_(0, N - 1)  # the c-th inside row and the next
+    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (support > 0),
+            "near": near}  # fmt: skip
+
+
+def _best_of(
+    cb: torch.Tensor, ct: torch.Tensor, blocked: torch.Tensor, no_end: torch.Tensor, no_tail: torch.Tensor,
+    m: torch.Tensor, kappas: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The best value, start and end (S, K) of :func:`best_cuts` for the kappas ``kappas`` (S, K), from the counts
+    ``cb``/``ct`` (S, N + 1), the cuts not allowed, not allowed as an end, not allowed as the start of an interval
+    to the end, and the last start ``m`` keeping ``min_support`` rows: three (S, K, N + 1) int64 tables."""
+    S, K, n = cb.shape[0], kappas.shape[1], cb.shape[1]
+    weights = kappas.unsqueeze(2), cb.unsqueeze(1), ct.unsqueeze(1)
+    pw = _weights(*weights)  # (S, K, N + 1)
+    run_min, arg_min = torch.cummin(pw.masked_fill_(blocked.unsqueeze(1), _BIG), dim=2)
+    at = m.unsqueeze(1).expand(S, K, n)
+    value = torch.gather(run_min, 2, at, out=pw)
+    pw = _weights(*weights, out=run_min)  # again, in the table of run_min (one table less than keeping it)
+    best_val, end = torch.sub(pw, value, out=value).masked_fill_(no_end.unsqueeze(1), -_BIG).max(dim=2)
+    del value
+    start = arg_min.gather(2, at.gather(2, end.unsqueeze(2))).squeeze(2)
+    del arg_min
+    tail_min, tail_start = pw.masked_fill(no_tail.unsqueeze(1), _BIG).min(dim=2)
+    tail_val = pw.select(2, n - 1) - tail_min
+    use_tail = tail_val > best_val
+    best_val = torch.where(use_tail, tail_val, best_val)
+    start = torch.where(use_tail, tail_start, start)
+    end = torch.where(use_tail, n - 1, end)
+    return best_val, start, end
+
+
+def _weights(kappas: torch.Tensor, cb: torch.Tensor, ct: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The prefix weights ``1000 * ct - kappas * cb`` (int64, in ``out`` if given)."""
+    return torch.mul(kappas, cb, out=out).neg_().add_(ct, alpha=1000)
+
+
+def _positions(cb: torch.Tensor) -> torch.Tensor:
+    """For counts ``cb`` (S, N + 1) that start at 0 and grow by 0 or 1 (the rows counted before each position), the
+    position of the c-th row counted (S, N + 2): -1 for c = 0, N where there is none (one scatter: linear, no binary
+    search). ``positions[cb - min_support + 1]`` (clamped to 0) is the last position whose count is at most
+    ``min_support`` below each one (-1 where none): ``searchsorted(cb, cb - min_support, right=True) - 1``.
+
+    Example:
+        >>> _positions(torch.tensor([[0, 1, 1, 2, 3]])).tolist()
+        [[-1, 0, 2, 3, 4, 4]]
+    """
+    n = cb.shape[1]
+    at = torch.arange(-1, n - 1, device=cb.device).expand_as(cb)
+    return torch.full((cb.shape[0], n + 1), n - 1, dtype=cb.dtype, device=cb.device).scatter_reduce_(1, cb, at, "amin")
+
+
+def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.Tensor:
+    """(S, K) integer kappas of each goal's :meth:`Objective.kappas` (``candidates=False``), padded by repeating the
+    last one (a repeat never wins: ties go to the first kappa)."""
+    rows = [[round(1000 * k) for k in Objective(c).kappas(False)] for c in goals]
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + r[-1:] * (width - len(r)) for r in rows], device=device)
+
+
+def _cuts(
+    others: torch.Tensor, columns: SortedColumns, cols: list[int], min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """:func:`best_cuts` of each row of ``others`` (S, N) on its column ``cols`` (:class:`SortedColumns`), a few rows
+    at a time (each working table about ``_CHUNK_BYTES``); ``near`` becomes the values of ``X`` there (X's dtype)."""
+    S, n = others.shape
+    if n >= _COMPACT_ROWS:  # each row on its own rows only (one host sync each): no whole-column sorts or tables
+        parts = [_compact_cuts(others[i], columns, cols[i], min_support, kappas[i : i + 1]) for i in range(S)]
+        return {name: torch.cat([p[name] for p in parts]) for name in parts[0]} if S > 1 else parts[0]
+    per = max(1, _CHUNK_BYTES // (8 * (n + 1)))  # rows at a time
+    parts = []
+    for i in range(0, S, per):
+        one = per >= S
+        t = columns.get(cols if one else cols[i : i + per])
+        inside = (others if one else others[i : i + per]).gather(1, t["order"].long()) & t["observed"]
+        b = best_cuts(inside, inside & t["hit"], t["allowed"], min_support, kappas if one else kappas[i : i + per])
+        b["near"] = columns.X[t["order"].gather(1, b["near"]).long(), t["column"]]
+        parts.append(b)
+    if len(parts) == 1:
+        return parts[0]
+    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+
+
+def _compact_cuts(
+    others: torch.Tensor, columns: SortedColumns, col: int, min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """:func:`best_cuts` of one row on the samples it holds (``others`` (N,)) alone, sorted by their values on
+    column ``col``; ``near`` the values of ``X`` there and an open upper bound at ``N``, as :func:`_cuts` gives them.
+    The same result: a cut between two of these samples is allowed where their values differ, which is where some
+    cut between them is allowed among all samples; other samples only separate allowed cuts.
+
+    Example:
+        >>> X = torch.tensor([[3.0], [1.0], [2.0], [float("nan")], [5.0]])
+        >>> columns = SortedColumns(X, torch.tensor([True, False, True, True, False]))
+        >>> b = _compact_cuts(torch.tensor([True, True, True, True, False]), columns, 0, 1, torch.tensor([[500]]))
+        >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["near"][:, :3].tolist()  # upper bound open
+        ([[1]], [[5]], [[2]], [[1.0, 3.0, 2.0]])
+    """
+    X, n = columns.X, others.shape[0]
+    rows = torch.nonzero(others).squeeze(1)  # the one host sync
+    m = rows.numel()
+    K = kappas.shape[1]
+    if m == 0:  # no sample: no interval
+        zero = torch.zeros(1, K, dtype=torch.long, device=X.device)
+        return {"start": zero, "end": zero + n, "hits": zero, "support": zero, "valid": zero.bool(),
+                "near": X.new_zeros(1, 4 * K)}  # fmt: skip
+    vals = X[:, col].index_select(0, rows)
+    vals = vals if vals.is_floating_point() else vals.to(columns.dtype)
+    order = argsort_values(vals)  # NaN last: not observed, one run with no cut inside it, as in SortedColumns
+    vals = vals.index_select(0, order)
+    observed = ~torch.isnan(vals)
+    hit = columns.target.index_select(0, rows.index_select(0, order)) & observed
+    edge = torch.ones(1, dtype=torch.bool, device=X.device)
+    steps = vals.masked_fill(~observed, math.inf)
+    allowed = torch.cat([edge, steps[1:] != steps[:-1], edge])
+    b = best_cuts(observed[None], hit[None], allowed[None], min_support, kappas)
+    b["end"] = torch.where(b["end"] == m, n, b["end"])  # the open upper bound, at N as among all samples
+    b["near"] = vals.index_select(0, b["near"].view(-1)).view(1, -1)  # X's values (exact in the cut dtype)
+    return b
+
+
+def _pick(b: dict[str, torch.Tensor], keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Of each row's kappas (``b`` of :func:`best_cuts`; ``keys`` (S, K + 1): theirs, then that of the other rules
+    alone): the best key among the valid ones, ties to the first kappa. Returns the key, whether any is valid, the
+    cuts (S, 2), hits and support (S, 1) and the neighbouring values (S, 4) of that kappa."""
+    width = b["start"].shape[1]
+    if width == 1:  # one kappa (no min_confidence): nothing to pick
+        return keys[:, 0], b["valid"][:, 0], torch.cat([b["start"], b["end"]], 1), b["hits"], b["support"], b["near"]
+    rank = torch.where(b["valid"], keys[:, :-1] * width + torch.arange(width - 1, -1, -1, device=keys.device), -_BIG)
+    pick = rank.argmax(1, keepdim=True)
+    cuts = torch.cat([b["start"].gather(1, pick), b["end"].gather(1, pick)], 1)
+    near = b["near"].gather(1, pick + torch.arange(0, 4 * width, width, device=keys.device))
+    hits, support = b["hits"].gather(1, pick), b["support"].gather(1, pick)
+    return keys.gather(1, pick)[:, 0], b["valid"].any(1), cuts, hits, support, near
+
+
+def _step(
+    masks: torch.Tensor, k: int, columns: SortedColumns, cols: list[int], target: torch.Tensor, min_support: int,
+    several: torch.Tensor, conf: torch.Tensor | None, kappas: torch.Tensor, best: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One coordinate-ascent step of several rule sets (rows): position ``k`` given their other rules. ``masks``
+    (S, L, N) the rules' masks, ``cols`` the column of each row's rule ``k`` (:class:`SortedColumns`). Returns the
+    outcome of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and
+    the new keys."""
+    others = all_along(torch.cat([masks[:, :k], masks[:, k + 1 :]], 1), 1)  # (S, N)
+    b = _cuts(others, columns, cols, min_support, kappas)
+    n_o, t_o = count_true(others)[:, None], count_true(others & target)[:, None]
+    keys = _keys(
+        torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), None if conf is None else conf[:, None]
+    )
+    key_o = keys[:, -1]
+    drop = several & (n_o[:, 0] >= min_support) & (key_o >= best)
+    key_f, valid, cuts, hits, support, near = _pick(b, keys)
+    swap = ~drop & valid & (key_f > best)
+    new_best = torch.where(drop, key_o, torch.where(swap, key_f, best))
+    n = others.shape[1]
+    flags = torch.stack([drop, swap, cuts[:, 0] == 0, cuts[:, 1] == n], 1).long()
+    near = near.to(columns.dtype)  # those next to an open bound or an empty interval are not used
+    bits = near.view(torch.int32 if near.dtype == torch.float32 else torch.int64).long()  # exact on the host
+    return torch.cat([flags, torch.cat([t_o, n_o, hits, support], 1), bits], 1), new_best
+
+
+def polish_many(
+    rule_sets: Sequence[RuleSet],
+    X: torch.Tensor,
+    target: torch.Tensor,
+    min_support: int,
+    n_total_target: int,
+    *,
+    goals: Sequence[float | None],
+    columns: SortedColumns | None = None,
+    target_name: str = "target",
+) -> list[RuleSet]:
+    """Polish every rule set of ``rule_sets`` (``goals``: the ``min_confidence`` of each, or ``None``) in one
+    process: one sweep of coordinate ascent over the rule positions, all rule sets at once, one host sync per
+    position. Returns the polished rule sets in order (a rule set that did not change is returned as it is)."""
+    columns = SortedColumns(X, target) if columns is None else columns
+    rules = [list(rs.rules) for rs in rule_sets]
+    todo = [s for s, rs in enumerate(rule_sets) if rs.rules]
+    if not todo:
+        return list(rule_sets)
+    depth = max(len(rules[s]) for s in todo)
+    flat = [r for s in todo for r in rules[s]]
+    pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
+    every = torch.cat(_rule_masks(flat, X) + [pad])
+    at, i = [], 0
+    for s in todo:
+        at.append(list(range(i, i + len(rules[s]))) + [len(flat)] * (depth - len(rules[s])))
+        i += len(rules[s])
+    masks = every[torch.tensor(at, device=X.device)]  # (S, L, N)
+    del every
+    conf = None  # the confidence goal of each rule set: -1 for none
+    if any(goals[s] is not None for s in todo):
+        conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
+                            device=X.device)  # fmt: skip
+    full = all_along(masks, 1)
+    best = _keys(count_true(full & target), count_true(full), conf)
+    del full, pad
+    kappas = _kappa_table([goals[s] for s in todo], X.device)
+    several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
+    counts: dict[int, tuple[int, int]] = {}
+    live = list(range(len(todo)))  # rows of ``masks`` still being polished
+    if X.shape[0] < _COMPACT_ROWS:  # (larger: each step sorts its rows' values only)
+        columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
+    for k in range(depth):
+        rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
+        if not rows:
+            continue
+        cols = [rules[todo[i]][k].feature for i in rows]
+        if rows == list(range(len(todo))):  # every rule set takes part (the usual case): no selection
+            out, best = _step(masks, k, columns, cols, target, min_support, several, conf, kappas, best)
+        else:
+            sel = torch.tensor(rows, device=X.device)
+            part = [None if t is None else t[sel] for t in (masks, several, conf, kappas, best)]
+            out, new_best = _step(part[0], k, columns, cols, target, min_support, *part[1:])
+            best = best.index_copy(0, sel, new_best)
+        changed = []
+        for i, row in zip(rows, out.tolist()):
+            s = todo[i]
+            drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
+            a_low, a_high, b_low, b_high = (_from_bits(v, columns.dtype) for v in row[8:])
+            if drop:
+                del rules[s][k]
+                counts[s] = (t_o, n_o)
+                live.remove(i)
+                changed.append((i, None))
+            elif swap:
+                rule = rules[s][k]
+                units = (rule.scale, rule.offset)
+                low = -math.inf if open_low else short_cut(a_low, b_low, *units)
+                high = math.inf if open_high else short_cut(a_high, b_high, *units)
+                rules[s][k] = replace(rule, low=low, high=high)
+                counts[s] = (hits, support)
+                changed.append((i, rules[s][k]))
+        if k + 1 < depth:
+            masks = _update(masks, k, changed, X)
+    out_sets = list(rule_sets)
+    for s, (hits, support) in counts.items():
+        out_sets[s] = RuleSet(
+            rules=tuple(rules[s]),
+            support=support,
+            confidence=confidence_of_counts(hits, support),
+            fitness=fitness_of_counts(hits, support, n_total_target),
+            target_name=target_name,
+        )
+    return out_sets
+
+
+def _from_bits(bits: int, dtype: torch.dtype) -> float:
+    """The float whose bits (of ``dtype``, float32 or float64) are ``bits``."""
+    if dtype == torch.float32:
+        return struct.unpack("<f", struct.pack("<i", bits))[0]
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def _rule_masks(rules: list[Rule], X: torch.Tensor) -> list[torch.Tensor]:
+    """:func:`torch_amore.rules.masks.rule_masks` of ``rules``, in parts of a few rules (it compares in a float64 copy
+    of their columns: about ``_CHUNK_BYTES`` at a time)."""
+    per = max(1, _CHUNK_BYTES // (8 * X.shape[0] + 8))
+    return [rule_masks(rules[i : i + per], X) for i in range(0, len(rules), per)]
+
+
+def _update(masks: torch.Tensor, k: int, changed: list[tuple[int, Rule | None]], X: torch.Tensor) -> torch.Tensor:
+    """``masks`` with position ``k`` of the changed rows replaced: a new rule's mask, or everything (a dropped
+    rule; the row is not polished further)."""
+    new = [(i, r) for i, r in changed if r is not None]
+    if new:
+        idx = torch.tensor([i for i, _ in new], device=X.device)
+        parts = _rule_masks([r for _, r in new], X)
+        masks[idx, k] = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return masks
+
+
+def polish_one(
+    rule_set: RuleSet,
+    X: torch.Tensor,
+    target: torch.Tensor,
+    min_support: int,
+    n_total_target: int,
+    *,
+    min_confidence: float | None = None,
+    target_name: str = "target",
+) -> RuleSet:
+    """:func:`polish_many` of one rule set, rule by rule with :func:`torch_amore.strategies.beam.exact_best_interval` on
+    counts reduced over the shards of a DDP run (so a sharded run gives the single-process result; slower)."""
+    if not rule_set.rules:
+        return rule_set
+    key = Objective(min_confidence).key
+    rules = list(rule_set.rules)
+    masks = [r.mask(X) for r in rules]
+
+    def counts(mask: torch.Tensor) -> tuple[int, int]:
+        both = D.all_reduce_sum(torch.stack([mask.sum(), (mask & target).sum()]))
+        return int(both[1]), int(both[0])
+
+    best = key(*counts(all_of(masks)))
+    for k in range(len(rules)):
+        if rules[k].value is not None:
+            continue
+        others = all_of(masks[:k] + masks[k + 1 :]) if len(rules) > 1 else torch.ones_like(masks[0])
+        t_o, n_o = counts(others)
+        if len(rules) > 1 and n_o >= min_support and key(t_o, n_o) >= best:  # the rule does nothing
+            del rules[k], masks[k]
+            break
+        units = (rules[k].scale, rules[k].offset)
+        found = exact_best_interval(X[others, rules[k].feature], target[others], min_support,
+                                    min_confidence=min_confidence, units=units)  # fmt: skip
+        if found is None or key(found[2], found[3]) <= best:
+            continue
+        rules[k] = replace(rules[k], low=found[0], high=found[1])
+        masks[k] = rules[k].mask(X)
+        best = key(*counts(all_of(masks)))
+    if rules == list(rule_set.rules):
+        return rule_set
+    hits, support = counts(all_of(masks))
+    return RuleSet(
+        rules=tuple(rules),
+        support=support,
+        confidence=confidence_of_counts(hits, support),
+        fitness=fitness_of_counts(hits, support, n_total_target),
+        target_name=target_name,
+    )

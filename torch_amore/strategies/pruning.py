@@ -1,0 +1,174 @@
+"""Every condition earns its place: conditions that add less than ``min_gain`` fitness are dropped.
+
+A rule set printed as ``age >= -1.35 AND HbA1c_level >= 1.1`` tells a reader that age matters; when the age condition
+removes 4 rows of 1,167 for a fitness gain of 0.00004 it does not. Like scikit-learn's ``min_impurity_decrease`` for
+a split, :func:`prune_rule_sets` asks of every condition of a rule set that removing it lowers the rule set's fitness
+by at least ``min_gain``, measured on the data searched (the shorter rule set's support, confidence and fitness are
+recomputed from the rules' masks). A condition that does not earn its place is dropped, the least useful first (the
+smallest gain; ties: the later condition), and the shorter rule set is examined again, until every condition earns
+its place or one condition is left. A condition without which the rule set's confidence falls below
+``min_confidence`` earns its place whatever its gain.
+
+The counts of all the shorter rule sets of one round are computed together (chunks of rule-set masks, one host sync
+each) and summed over the shards of a DDP run, so a sharded run prunes as one process does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
+from torch_amore.rules.rules import Rule, RuleSet
+
+__all__ = ["prune_rule_sets"]
+
+#: Bytes of the temporary masks and columns built at once.
+_MASK_BYTES = 1 << 26
+
+
+_BITS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Set bits of every byte value.
+_POPCOUNT = tuple(bin(i).count("1") for i in range(256))
+
+
+def _packed(masks: torch.Tensor) -> torch.Tensor:
+    """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0)."""
+    if masks.shape[1] == 0:  # an empty shard of a DDP run
+        return torch.zeros(masks.shape[0], 0, dtype=torch.int64, device=masks.device)
+    m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64))
+    bits = torch.tensor(_BITS, dtype=torch.uint8, device=masks.device)
+    return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
+
+
+def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
+    """(len(rules), N) :meth:`Rule.mask` of each rule: on a floating ``X`` the rules' columns taken once (float64)
+    and compared with every bound at once (NaN satisfies no rule); rule by rule otherwise."""
+    if not X.is_floating_point() or X.device.type == "mps":
+        return torch.stack([r.mask(X) for r in rules])
+    feats = sorted({r.feature for r in rules})
+    at = {f: i for i, f in enumerate(feats)}
+    cols = X.index_select(1, torch.tensor(feats, device=X.device)).to(torch.float64).t()  # (F', N)
+    nan = math.nan
+    table = torch.tensor([[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value,
+                           at[r.feature]] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
+    low, high, value, which = table.unsqueeze(2).unbind(1)
+    c = cols.index_select(0, which.view(-1).long())  # (R, N)
+    return torch.where(torch.isnan(value), (c >= low) & ~(c >= high), c == value)
+
+
+class _Counter:
+    """Counts of conjunctions of ``rules`` (index tuples) on ``(X, target)``: each rule masked once per chunk of rows
+    and packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed
+    over DDP shards (one host sync per call)."""
+
+    def __init__(self, rules: list[Rule], X: torch.Tensor, target: torch.Tensor) -> None:
+        self.rules, self.X, self.target = rules, X, target
+        self._words: list[torch.Tensor] | None = None  # per chunk of rows: the packed masks, made once
+
+    def words(self) -> list[torch.Tensor]:
+        """Per chunk of rows, (rules + 2, words): each rule's packed mask, then every row's and the target's."""
+        if self._words is None:
+            n, n_rules = self.X.shape[0], len(self.rules)
+            # per row of a chunk: the rules' float64 columns and comparisons (about 16 bytes a rule), then the masks
+            step = max(64, _MASK_BYTES // (16 * (n_rules + 2)) // 64 * 64)
+            self._words = []
+            for r0 in range(0, max(1, n), step):
+                X, target = self.X[r0 : r0 + step], self.target[r0 : r0 + step]
+                every = torch.ones_like(target)
+                table = torch.cat([_rule_table(self.rules, X), torch.stack([every, target])])
+                self._words.append(_packed(table))
+        return self._words
+
+    def __call__(self, conjunctions: list[tuple[int, ...]]) -> list[tuple[int, int]]:
+        if not conjunctions:
+            return []
+        n_rules = len(self.rules)
+        depth = max(len(c) for c in conjunctions)
+        device = self.X.device
+        index = torch.tensor([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
+        popcount = torch.tensor(_POPCOUNT, dtype=torch.int32, device=device)
+        total = torch.zeros(2, len(conjunctions), dtype=torch.long, device=device)
+        for words in self.words():  # the padding rule (every row) and the target: the last two rows
+            masks = functools.reduce(torch.bitwise_and, words[index].unbind(1))  # (C, words)
+            for k, m in enumerate((masks & words[-1], masks)):
+                total[k] += popcount[m.view(torch.uint8).int()].sum(1)
+        both = D.all_reduce_sum(total).tolist()
+        return list(zip(both[0], both[1]))
+
+
+def prune_rule_sets(
+    rule_sets: Sequence[RuleSet],
+    X: torch.Tensor,
+    target: torch.Tensor,
+    n_target: int,
+    *,
+    min_gain: float,
+    min_confidence: float | None = None,
+) -> list[RuleSet]:
+    """``rule_sets`` in order, each without the conditions that do not earn ``min_gain`` fitness (see the module
+    docstring); a rule set that loses a condition is measured again on ``(X, target)`` (``n_target``: the subgroup's
+    size over all shards) and keeps its ``target_name`` and ``optimum`` (its per-step ``ratios`` no longer apply and
+    are dropped). ``min_gain <= 0`` returns them as they are.
+
+    Example:
+        >>> import torch
+        >>> X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+        >>> target = torch.tensor([False, True, True, True, False])
+        >>> a, b = Rule(0, "a", low=0.5), Rule(1, "b", low=0.5)
+        >>> rs = RuleSet((a, b), 2, 1.0, 2 / 3)  # b drops one target row: a alone is fitter
+        >>> print(prune_rule_sets([rs], X, target, 3, min_gain=0.001)[0])
+        IF a >= 0.5 THEN target  (support=3, confidence=1.000, fitness=1.000)
+    """
+    out = list(rule_sets)
+    if min_gain <= 0:
+        return out
+    bar = min_gain * n_target  # gains compared in counts: fitness x n_target = 2 hits - support
+    long = [i for i, rs in enumerate(out) if len(rs.rules) >= 2]
+    unique = list(dict.fromkeys(r for i in long for r in out[i].rules))
+    at = {r: k for k, r in enumerate(unique)}
+    count = _Counter(unique, X, target)
+    current = {i: tuple(at[r] for r in out[i].rules) for i in long}
+    known: dict[frozenset, tuple[int, int]] = {}  # (hits, support) of each conjunction counted (shared by many)
+    while current:
+        order = sorted(current)
+        wanted = [current[i] for i in order] + [current[i][:k] + current[i][k + 1 :] for i in order
+                                                for k in range(len(current[i]))]  # fmt: skip
+        todo = list(dict.fromkeys(frozenset(c) for c in wanted if frozenset(c) not in known))
+        known.update(zip(todo, count([tuple(sorted(c)) for c in todo])))
+        nxt: dict[int, tuple[int, ...]] = {}
+        for i in order:
+            rules = current[i]
+            hits, support = known[frozenset(rules)]
+            value = 2 * hits - support
+            worst: tuple[float, int, tuple[int, int]] | None = None
+            for k in range(len(rules)):
+                sub_hits, sub_support = known[frozenset(rules[:k] + rules[k + 1 :])]
+                gain = value - (2 * sub_hits - sub_support)
+                if gain >= bar:
+                    continue
+                if min_confidence is not None and confidence_of_counts(sub_hits, sub_support) < min_confidence:
+                    continue  # without it the rule set is no longer confident enough
+                if worst is None or (gain, -k) <= (worst[0], -worst[1]):
+                    worst = (gain, k, (sub_hits, sub_support))
+            if worst is None:
+                continue
+            _, k, counts = worst
+            kept = rules[:k] + rules[k + 1 :]
+            if len(kept) >= 2:
+                nxt[i] = kept
+            rs = out[i]
+            out[i] = RuleSet(
+                rules=tuple(unique[j] for j in kept),
+                support=counts[1],
+                confidence=confidence_of_counts(*counts),
+                fitness=fitness_of_counts(*counts, n_target),
+                target_name=rs.target_name,
+                optimum=rs.optimum,
+            )
+        current = nxt
+    return out

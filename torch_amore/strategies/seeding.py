@@ -1,0 +1,147 @@
+"""Seeds for the beam strategy: the best pairs of features on a coarse grid, found by one-hot matrix products.
+
+A beam that ranks single conditions by their own fitness drops conditions that are weak alone but strong together
+(two one-sided cuts on a latent layer, say). Before the beam's second length, the 2-D target and non-target counts of
+*every* pair of features on a coarse equal-frequency grid (``SEED_GRIDS`` cells per feature, cut from the fine grid's
+histogram: no sort) come from one-hot matrix products (:func:`torch_amore.grids.pair_counts.pair_histograms`); every
+rectangle of every pair is scored by fitness, and the conditions of the best ``n_pairs`` pairs join the beam
+(:meth:`torch_amore.strategies.beam.BeamSearch.run`'s ``seeds``), where refinement on the fine grid sharpens them. The
+exact search (:mod:`torch_amore.strategies.exact`) proves what this finds on its grid; here only a good start is wanted,
+so
+the
+rectangles need not be tight. The default strategy seeds only searches for rule sets of two conditions
+(``max_length=2``: longer ones it crowds).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore.grids.fine_grid import FineBinned
+from torch_amore.grids.pair_counts import pair_histograms
+
+#: Equal-frequency cells per numeric feature of the seed search.
+SEED_GRIDS = 5
+#: Features whose pairs the seed search scores: those with the best one-sided condition by weighted relative
+#: accuracy (hits - base rate x support: broad regions of high lift, the halves of a good pair).
+SEED_FEATURES = 64
+#: The seed search runs when N x F (its histogram pass) is at most this.
+SEED_BUDGET = 1 << 26
+#: Values (features x rows) counted at once: bounded working memory.
+_CHUNK = 1 << 22
+
+
+def seed_affordable(n_rows: int, n_features: int) -> bool:
+    """Whether :func:`pair_seeds` runs on data of this size (see :data:`SEED_BUDGET`).
+
+    Example:
+        >>> seed_affordable(10_000, 128), seed_affordable(100_000, 1_000)
+        (True, False)
+    """
+    return n_features >= 2 and n_rows * n_features <= SEED_BUDGET
+
+
+def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, W) counts of all and of the target samples (``target_rows``) per fine grid, over all DDP ranks; features
+    in chunks of about :data:`_CHUNK` values (bounded memory)."""
+    width = fine.n_bins_max
+    n_feat, n = fine.codes_t.shape
+    device = fine.codes_t.device
+    offsets = torch.arange(n_feat, dtype=torch.int32, device=device)[:, None] * (width + 1)
+    every = torch.zeros(n_feat * (width + 1), dtype=torch.long, device=device)
+    hits = torch.zeros_like(every)
+    step = max(1, _CHUNK // max(1, n))
+    for f0 in range(0, n_feat, step):
+        f1 = min(n_feat, f0 + step)
+        # int32 indices: half the traffic of int64, and bincount takes them
+        idx = torch.add(fine.codes_t[f0:f1], offsets[f0:f1] - f0 * (width + 1))
+        size = (f1 - f0) * (width + 1)
+        part = slice(f0 * (width + 1), f1 * (width + 1))
+        every[part] = torch.bincount(idx.reshape(-1), minlength=size)
+        hits[part] = torch.bincount(idx.index_select(1, target_rows).reshape(-1), minlength=size)
+    return tuple(D.all_reduce_sum(c.view(n_feat, width + 1)[:, :width].contiguous()) for c in (every, hits))
+
+
+def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
+    cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
+    total, t_total = cb[:, -1:], ct[:, -1:]
+    rate = t_total.max() / total.max().clamp(min=1.0)  # on the device: no host sync
+    below = ct - rate * cb  # x < cut
+    above = (t_total - ct) - rate * (total - cb)  # x >= cut
+    score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
+    return torch.sort(torch.argsort(-score, stable=True)[:n_keep]).values
+
+
+def _coarse_lut(fine: FineBinned, counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
+    """(F, W + 1) coarse cell of every fine cell (non-decreasing; ``n_coarse`` for missing values and for
+    categorical features, which the seeds leave out)."""
+    cum = counts.cumsum(1)
+    total = cum[:, -1:].clamp(min=1)
+    mid = 2 * cum - counts  # twice the rank of each cell's middle sample
+    lut = torch.div(mid * n_coarse, 2 * total, rounding_mode="floor").clamp(max=n_coarse - 1)
+    lut = torch.where(fine.is_cat[:, None], torch.full_like(lut, n_coarse), lut)
+    return torch.cat([lut, torch.full_like(lut[:, :1], n_coarse)], 1)
+
+
+def pair_seeds(
+    fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int
+) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Pairs of conditions ``(feature, g_low, g_high)`` on ``fine``'s grids: the best coarse rectangles of the
+    ``n_pairs`` pairs of numeric features (among the :data:`SEED_FEATURES` most promising) whose best rectangle
+    (support >= ``min_support``, a proper interval on both) has the highest fitness.
+
+    Example:
+        >>> import torch
+        >>> from torch_amore.grids.fine_grid import fine_binning
+        >>> from torch_amore.grids.binning import bin_features
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.rand(3000, 4, generator=g, dtype=torch.float64)
+        >>> target = (X[:, 1] < 0.33) & (X[:, 3] > 0.67)
+        >>> fine = fine_binning(X, bin_features(X, [0, 1, 2, 3], ["float"] * 4), 256)
+        >>> [[j for j, _, _ in pair] for pair in pair_seeds(fine, target, 50, 1)]
+        [[1, 3]]
+    """
+    t_rows = torch.nonzero(target, as_tuple=True)[0]
+    counts, hits = _fine_counts(fine, t_rows)
+    feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
+    codes_t = fine.codes_t[feats]
+    n_feat = codes_t.shape[0]
+    device = fine.codes_t.device
+    lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
+    exact32 = D.global_count(codes_t.shape[1]) < (1 << 24)
+    grams = [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
+    jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
+    tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
+    s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
+    proper = ~((s == 0) & (e == SEED_GRIDS))  # a cell range short of everything
+
+    def rect(h: torch.Tensor) -> torch.Tensor:
+        c = torch.zeros(h.shape[0], SEED_GRIDS + 1, SEED_GRIDS + 1, dtype=h.dtype, device=device)
+        c[:, 1:, 1:] = h.cumsum(1).cumsum(2)
+        rows = c.index_select(1, e) - c.index_select(1, s)  # (P, nI, G + 1): each interval of the first feature
+        return rows.index_select(2, e) - rows.index_select(2, s)  # (P, nI, nI)
+
+    sup, hits = rect(tot), rect(tgt)
+    numeric = ~(fine.is_cat[feats[jj]] | fine.is_cat[feats[kk]])
+    ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :] & numeric[:, None, None]
+    value = torch.where(ok, 2 * hits - sup, torch.full_like(sup, -(1 << 62))).flatten(1)
+    best, arg = value.max(1)
+    order = torch.argsort(-best, stable=True)[:n_pairs]
+    n_int = s.numel()
+    pick = arg[order]
+    rows = torch.stack([jj[order], kk[order]], 1)  # (P, 2) rows of ``feats``
+    ranges = torch.stack([pick // n_int, pick % n_int], 1)  # (P, 2) coarse interval of each
+    # the first and last fine cell of each coarse range: the cells before it, counted on the non-decreasing lut
+    # (numeric features: their ``n_fine`` grids)
+    cells_of = lut[rows][:, :, : fine.n_grids]  # (P, 2, n_fine)
+    lo = (cells_of < s[ranges][..., None]).sum(2)
+    hi = (cells_of < e[ranges][..., None]).sum(2) - 1
+    found = (best[order] > -(1 << 62)).long()
+    table = torch.stack([found, feats[rows[:, 0]], lo[:, 0], hi[:, 0], feats[rows[:, 1]], lo[:, 1], hi[:, 1]], 1)
+    out = []
+    for ok, j, lo_j, hi_j, k, lo_k, hi_k in table.tolist():  # with the target rows, the two host syncs
+        if ok:
+            out.append(((j, lo_j, hi_j), (k, lo_k, hi_k)))
+    return out

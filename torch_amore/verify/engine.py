@@ -1,0 +1,349 @@
+"""The engine of :meth:`RegionalExplanation.verify`: checks, one clean pass, then per rule set one patched pass per
+draw (the rule set's units, then each control draw) over the samples it concerns.
+
+Sufficiency and necessity act on disjoint samples (outside and not target, inside and target), so one patched pass
+moves the first into the rule set and the second out of it. Private; see :mod:`torch_amore.verify.verification`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_amore._utils.progress import progress_bar
+from torch_amore.data.validation import check_int
+from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer, run_model
+from torch_amore.model.subgroups import check_target, subgroup_mask
+from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.interventions import (
+    check_method,
+    clamp_by_rank,
+    clamp_unit,
+    patched_outputs,
+    random_units,
+    rank_bounds,
+    subset_args,
+)
+from torch_amore.verify.verification import ControlShare, RuleVerification, Share, Verification
+
+
+@dataclass
+class _Setup:
+    """Everything checked before the first forward pass."""
+
+    model: nn.Module
+    layer: nn.Module | None
+    layer_input: bool
+    n_units: int
+    target: Any
+    threshold: float | None
+    outputs: str
+    chosen: list[tuple[int, RuleSet]]
+    method: str
+    n_controls: int
+    level: float
+    seed: int
+    batch_size: int
+    input_key: Any
+    model_args: ModelArgs
+    progress: bool
+
+
+def verify(
+    explanation: Any,
+    inputs: Any,
+    *,
+    rule_sets: int | RuleSet | Sequence[RuleSet] = 5,
+    method: str = "resample",
+    n_controls: int = 10,
+    level: float = 0.95,
+    seed: int = 0,
+    target: Any = None,
+    model: nn.Module | None = None,
+    batch_size: int | None = None,
+    progress: bool = False,
+    input_key: Any = None,
+    additional_forward_args: Any = None,
+    forward_kwargs: dict[str, Any] | None = None,
+) -> Verification:
+    """See :meth:`torch_amore.RegionalExplanation.verify`."""
+    inputs, _ = as_inputs(inputs)
+    given = dict(
+        rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target, model=model,
+        batch_size=batch_size, progress=progress, input_key=input_key,
+        additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+    )  # fmt: skip
+    setup = _setup(explanation, inputs, given)
+    X, T = _clean_pass(setup, inputs)
+    bar = progress_bar(setup.progress, total=len(setup.chosen) * (1 + setup.n_controls), desc="verify", unit="pass")
+    try:
+        rows = [_verify_one(setup, inputs, X, T, pos, rs, bar) for pos, rs in setup.chosen]
+    finally:
+        bar.close()
+    return Verification(rows, setup.method, setup.n_controls, setup.level, setup.seed, int(X.shape[0]),
+                        explanation.target_name)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# checks
+
+
+def _setup(explanation: Any, inputs: Any, given: dict[str, Any]) -> _Setup:
+    model, layer, layer_input = _model_and_layer(explanation, given["model"])
+    n_units = len(explanation.feature_names)
+    target = _target(explanation, given["target"])
+    n_controls = check_int(given["n_controls"], "n_controls", 0)
+    level = given["level"]
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"Expected `level` to be a probability in (0, 1), e.g. 0.95, but got {level!r}.")
+    seed = check_int(given["seed"], "seed", 0)
+    if not isinstance(given["progress"], (bool, np.bool_)):
+        raise TypeError(f"Expected `progress` to be True or False, but got {given['progress']!r}.")
+    chosen = _chosen(explanation, given["rule_sets"])
+    longest = max(len(rs.rules) for _, rs in chosen)
+    if n_controls and n_units - longest < longest:
+        raise ValueError(
+            f"Expected at least {2 * longest} units for control draws of {longest} units besides the rule set's, but "
+            f"the explanation has {n_units}; pass n_controls=0."
+        )
+    _check_shape(inputs, explanation.params.get("input_shape"), n_units if layer is None else None)
+    batch_size = given["batch_size"] or explanation.data_options.get("batch_size", 256)
+    return _Setup(
+        model=model, layer=layer, layer_input=layer_input, n_units=n_units, target=target,
+        threshold=explanation.threshold if isinstance(target, (int, np.integer)) else None,
+        outputs=explanation.params.get("outputs", "auto"), chosen=chosen, method=check_method(given["method"]),
+        n_controls=n_controls, level=float(level), seed=seed, batch_size=check_int(batch_size, "batch_size", 1),
+        input_key=given["input_key"] if given["input_key"] is not None else explanation.data_options.get("input_key"),
+        model_args=_model_args(explanation, given["additional_forward_args"], given["forward_kwargs"]),
+        progress=bool(given["progress"]),
+    )  # fmt: skip
+
+
+def _model_and_layer(explanation: Any, model: nn.Module | None) -> tuple[nn.Module, nn.Module | None, bool]:
+    """The model and the explained layer: the explainer's, or ``model`` with the layer named in the parameters."""
+    params = explanation.params
+    if params.get("source") == "features":
+        raise ValueError(
+            "Expected rules on a layer or on the model inputs to verify by intervention, but these rules are on a "
+            "separate `features` matrix, which the model does not read."
+        )
+    explainer = explanation.explainer
+    if model is None:
+        if explainer is None:
+            raise ValueError(
+                "Expected `model` (the explained model) to verify rules of an explanation without an explainer "
+                "(e.g. read from JSON or written by the Lightning callback)."
+            )
+        if explainer.layer_name != params.get("layer", explainer.layer_name):
+            raise ValueError(
+                f"Expected the explainer's layer ({explainer.layer_name!r}) to be the explained layer "
+                f"({params.get('layer')!r})."
+            )
+        return explainer.model, explainer.layer, bool(explainer.layer_input)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"Expected `model` to be a torch.nn.Module, but got {type(model).__name__}.")
+    layer, _ = resolve_layer(model, params.get("layer"))
+    return model, layer, bool(params.get("layer_input", False))
+
+
+def _target(explanation: Any, target: Any) -> Any:
+    """The target definition on the outputs: the given one, that of ``explain``, or a class / range in params."""
+    if target is None:
+        target = explanation.data_options.get("target")
+    if target is None:
+        stored = explanation.params.get("target")
+        if isinstance(stored, int) and not isinstance(stored, bool):
+            target = stored
+        elif isinstance(stored, list) and len(stored) == 2:
+            target = tuple(stored)
+    if target is None or isinstance(target, (torch.Tensor, np.ndarray, list)):
+        raise ValueError(
+            "Expected a `target` defined on the model outputs (a class index, a callable or a (low, high) range) to "
+            "verify: a fixed mask cannot follow the patched outputs; pass `target=`."
+        )
+    check_target(target, None)
+    return target
+
+
+def _chosen(explanation: Any, rule_sets: Any) -> list[tuple[int, RuleSet]]:
+    """(1-based position, rule set) of the rule sets to verify: the first k shown, or the given ones."""
+    every = explanation.rule_sets
+    if isinstance(rule_sets, (int, np.integer)) and not isinstance(rule_sets, bool):
+        k = check_int(rule_sets, "rule_sets", 1)
+        chosen = explanation.shown()[:k] or list(enumerate(every, 1))[:k]
+    else:
+        given = [rule_sets] if isinstance(rule_sets, RuleSet) else list(rule_sets)
+        chosen = [(_position(every, rs), rs) for rs in given]
+    if not chosen:
+        raise ValueError("Expected rule sets to verify, but the explanation has none.")
+    return chosen
+
+
+def _position(every: list[RuleSet], rs: Any) -> int:
+    if not isinstance(rs, RuleSet):
+        raise TypeError(f"Expected `rule_sets` to hold RuleSets of the explanation, but got {type(rs).__name__}.")
+    for i, other in enumerate(every, 1):
+        if other is rs:
+            return i
+    for i, other in enumerate(every, 1):
+        if other == rs:
+            return i
+    raise ValueError(f"Expected rule sets of this explanation, but {rs.format()!r} is not one of its rule sets.")
+
+
+def _check_shape(inputs: Any, input_shape: Any, n_units: int | None) -> None:
+    """Tensor inputs must have the shape of one explained sample (``input_shape``, recorded by ``explain``) and, for
+    rules on raw inputs, as many features (flattened) as the explanation (``n_units``)."""
+    if not isinstance(inputs, torch.Tensor) or inputs.ndim < 1:
+        return
+    shape = tuple(inputs.shape[1:])
+    if input_shape is not None and shape != tuple(input_shape):
+        raise ValueError(
+            f"Expected `inputs` of shape (N, {', '.join(map(str, input_shape))}) like the explained samples, but got "
+            f"shape {tuple(inputs.shape)}."
+        )
+    if n_units is not None and math.prod(shape) != n_units:
+        raise ValueError(
+            f"Expected `inputs` with {n_units} features per sample (those the rules were built on), but got "
+            f"shape {tuple(inputs.shape)} ({math.prod(shape)} features)."
+        )
+
+
+def _model_args(explanation: Any, args: Any, kwargs: dict | None) -> ModelArgs:
+    if args is not None or kwargs is not None:
+        return ModelArgs.make(args, kwargs)
+    return explanation.data_options.get("model_args") or ModelArgs()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# passes
+
+
+def _clean_pass(setup: _Setup, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unit matrix (N, D) on the CPU and the target mask (N,) of the unpatched model."""
+    on_inputs = setup.layer is None
+    with torch.inference_mode():
+        fwd = run_model(
+            setup.model, inputs, layer=setup.layer, layer_name="layer", layer_input=setup.layer_input,
+            batch_size=setup.batch_size, progress=setup.progress, input_key=setup.input_key,
+            collect_inputs=on_inputs, require_inputs=on_inputs, model_args=setup.model_args,
+        )  # fmt: skip
+    X = (fwd.flat_inputs if on_inputs else fwd.activations).cpu()
+    if X.shape[1] != setup.n_units:
+        raise ValueError(
+            f"Expected the verified samples to have {setup.n_units} units (as the explained ones), but they have "
+            f"{X.shape[1]}: the model or the inputs differ from those explained."
+        )
+    return X, _target_mask(setup, fwd.outputs)
+
+
+def _target_mask(setup: _Setup, outputs: torch.Tensor) -> torch.Tensor:
+    return subgroup_mask(outputs, setup.target, setup.threshold, None, setup.outputs)[0].cpu()
+
+
+def _verify_one(
+    setup: _Setup, inputs: Any, X: torch.Tensor, T: torch.Tensor, position: int, rs: RuleSet, bar: Any
+) -> RuleVerification:
+    """One rule set: its patched pass and ``n_controls`` control passes over the samples it concerns."""
+    gen = torch.Generator().manual_seed(setup.seed * 1_000_003 + position)
+    units = [r.feature for r in rs.rules]
+    inside = rs.mask(X).cpu()
+    pool_in, pool_out = torch.nonzero(inside).flatten(), torch.nonzero(~inside).flatten()
+    S = torch.nonzero(~inside & ~T).flatten() if len(pool_in) else torch.zeros(0, dtype=torch.long)
+    Q = torch.nonzero(inside & T).flatten() if len(pool_out) else torch.zeros(0, dtype=torch.long)
+    donors = (pool_in[torch.randint(len(pool_in), (len(S),), generator=gen)] if len(S) else S,
+              pool_out[torch.randint(len(pool_out), (len(Q),), generator=gen)] if len(Q) else Q)  # fmt: skip
+    plan = _Plan(setup, inputs, X, S, Q, donors, pool_in, pool_out, list(rs.rules))
+    flipped = plan.run(torch.tensor(units))
+    bar.update(1)
+    others = torch.tensor([u for u in range(setup.n_units) if u not in set(units)], dtype=torch.long)
+    draws = [random_units(others, len(S) + len(Q), len(units), gen) for _ in range(setup.n_controls)]
+    control_flipped = []
+    for draw in draws:
+        control_flipped.append(plan.run(draw))
+        bar.update(1)
+    n_s, level = len(S), setup.level
+    # outcomes that share a donor are correlated: clusters for the intervals (each sample its own without donors)
+    cl = (torch.cat(donors) if setup.method == "resample" else torch.cat([S, Q])).tolist()
+    return RuleVerification(
+        position=position, rule_set=" AND ".join(r.format() for r in rs.rules), units=tuple(units),
+        sufficiency=Share.clustered(flipped[:n_s].tolist(), cl[:n_s], level),
+        necessity=Share.clustered(flipped[n_s:].tolist(), cl[n_s:], level),
+        control_sufficiency=ControlShare.of([f[:n_s].tolist() for f in control_flipped], level, cl[:n_s]),
+        control_necessity=ControlShare.of([f[n_s:].tolist() for f in control_flipped], level, cl[n_s:]),
+        details={"sufficiency_samples": S, "necessity_samples": Q, "donors": torch.cat(donors) if
+                 setup.method == "resample" else None, "flipped": flipped, "control_units": draws,
+                 "control_flipped": control_flipped},
+    )  # fmt: skip
+
+
+@dataclass
+class _Plan:
+    """The samples of one rule set (sufficiency ``S``, necessity ``Q``), its donors, and how to patch them."""
+
+    setup: _Setup
+    inputs: Any
+    X: torch.Tensor
+    S: torch.Tensor
+    Q: torch.Tensor
+    donors: tuple[torch.Tensor, torch.Tensor]
+    pool_in: torch.Tensor
+    pool_out: torch.Tensor
+    rules: list
+
+    def run(self, units: torch.Tensor) -> torch.Tensor:
+        """Whether each sample (``S`` then ``Q``) flipped (into the target, out of it) with ``units`` replaced: the
+        rule set's own (U,), or a control draw (M, U) of one row per sample."""
+        rows = torch.cat([self.S, self.Q])
+        if not len(rows):
+            return torch.zeros(0, dtype=torch.bool)
+        s = self.setup
+        values = self.values(units) if units.ndim == 1 else self.control_values(units)
+        out = patched_outputs(
+            s.model, self.inputs, rows, units, values, layer=s.layer, layer_input=s.layer_input,
+            batch_size=s.batch_size, input_key=s.input_key, model_args=subset_args(s.model_args, rows, self.X.shape[0]),
+        )  # fmt: skip
+        in_target = _target_mask(s, out)
+        return torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])
+
+    def values(self, units: torch.Tensor) -> torch.Tensor:
+        """The (|S| + |Q|, U) replacement values of the rule set's own ``units`` by the setup's method."""
+        X = self.X
+        if self.setup.method == "resample":
+            return X[torch.cat(self.donors)][:, units]
+        if self.setup.method == "mean":
+            into = X[self.pool_in][:, units].double().mean(0).expand(len(self.S), -1)
+            out = X[self.pool_out][:, units].double().mean(0).expand(len(self.Q), -1)
+            return torch.cat([into, out])
+        parts = []
+        for rows, into in ((self.S, True), (self.Q, False)):
+            moved = torch.stack([clamp_unit(X[:, r.feature].double(), rows, r, into) for r in self.rules], 1)
+            original = X[rows][:, units].double()
+            parts.append(torch.where(torch.isnan(moved), original, moved))  # no observed value there: unchanged
+        return torch.cat(parts)
+
+    def control_values(self, units: torch.Tensor) -> torch.Tensor:
+        """The (M, U) replacement values of a control draw (one row of units per sample) by the setup's method."""
+        X, rows = self.X, torch.cat([self.S, self.Q])
+        if self.setup.method == "resample":
+            return X[torch.cat(self.donors)[:, None], units]
+        if self.setup.method == "mean":
+            into, out = X[self.pool_in].double().mean(0), X[self.pool_out].double().mean(0)
+            return torch.cat([into[units[: len(self.S)]], out[units[len(self.S) :]]])
+        values = X[rows[:, None], units].double()
+        into = torch.arange(len(rows)) < len(self.S)
+        for j, rule in enumerate(self.rules):  # by rank, one control unit at a time
+            a, b = rank_bounds(X[:, rule.feature].double(), rule)
+            for unit in torch.unique(units[:, j]).tolist():
+                for side in (True, False):
+                    pick = torch.nonzero((units[:, j] == unit) & (into == side)).flatten()
+                    if len(pick):
+                        moved = clamp_by_rank(X[:, unit].double(), rows[pick], a, b, side)
+                        values[pick, j] = torch.where(torch.isnan(moved), values[pick, j], moved)
+        return values

@@ -1,0 +1,374 @@
+"""Verification of rule sets by intervention: does the model *use* the units a rule set names?
+
+A rule on a hidden layer says that the samples in its region are mostly the target; it does not say that the model
+reads that region (two units can carry the same signal while the head reads one). :meth:`RegionalExplanation.verify`
+replaces the rule set's units and counts how often the model's decision follows:
+
+* **sufficiency**: of the verified samples *outside* the rule set that the model does *not* assign to the target,
+  the share it assigns to the target once the rule set's units are put inside the rule set's intervals;
+* **necessity**: of the samples *inside* the rule set that the model assigns to the target, the share that leave the
+  target once the units are moved out of the intervals (see :mod:`torch_amore.verify.interventions` for how each method
+  moves a multi-condition rule set out);
+* the same two shares for a **control**: ``n_controls`` draws in which each sample gets its own random units of the
+  layer, as many as the rule set names, drawn uniformly among the units the rule set does not name, replaced the
+  same way (``"resample"``/``"mean"``: from the same donors; ``"clamp"``: by rank, see
+  :mod:`torch_amore.verify.interventions`).
+
+Intervals (``level``, default 95 %): Wilson score intervals at an effective sample size (:func:`clustered_interval`):
+outcomes that share a source of chance are grouped in clusters, whose correlation the cluster-robust variance takes
+into account: with ``"resample"`` the samples that drew the same donor (for the rule set and the control); for the
+control, also the draws of one sample. Without such sharing (``"clamp"``, ``"mean"`` for the rule set) it is the plain
+Wilson interval. The intervals take the observed values (``"clamp"``) and the donors' means (``"mean"``) as given.
+The shares describe this model on these samples; they are not claims about the world the samples came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+#: Version of the dict layout of :meth:`Verification.to_dict`.
+VERIFICATION_VERSION = 1
+
+
+def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0);
+    ``n`` may be an effective sample size (and ``hits`` fractional).
+
+    Example:
+        >>> low, high = wilson_interval(45, 50)
+        >>> round(low, 4), round(high, 4)
+        (0.7864, 0.9565)
+    """
+    if n <= 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def clustered_interval(
+    hits: Sequence[float], clusters: Sequence[int], level: float = 0.95
+) -> tuple[float, float, float]:
+    """(share, low, high) of 0/1 outcomes ``hits`` grouped in ``clusters`` (outcomes of one cluster may be correlated,
+    clusters are independent): the Wilson interval at the effective sample size ``p (1 - p) / v``, ``v`` the
+    cluster-robust variance of the share (at most the number of outcomes; the number of clusters when ``p`` is 0 or
+    1). With one outcome per cluster it is the Wilson interval.
+
+    Example:
+        >>> [round(v, 4) for v in clustered_interval([1, 0, 1, 0], [0, 1, 2, 3])]
+        [0.5, 0.15, 0.85]
+        >>> [round(v, 4) for v in clustered_interval([1, 1, 0, 0], [0, 0, 1, 1])]  # two clusters of two
+        [0.5, 0.0945, 0.9055]
+    """
+    n = len(hits)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = sum(hits) / n
+    totals: dict[int, list[float]] = {}
+    for h, c in zip(hits, clusters):
+        t = totals.setdefault(c, [0.0, 0.0])
+        t[0], t[1] = t[0] + h, t[1] + 1
+    g = len(totals)
+    var = sum((h - p * m) ** 2 for h, m in totals.values()) / n**2
+    if p in (0.0, 1.0):
+        n_eff = float(g)
+    else:
+        n_eff = min(float(n), p * (1 - p) / var) if var > 0 else float(n)
+    return (p, *wilson_interval(p * n_eff, n_eff, level))
+
+
+@dataclass(frozen=True)
+class Share:
+    """A share ``hits / n`` with its interval (``value`` is NaN when ``n`` is 0)."""
+
+    hits: int
+    n: int
+    low: float
+    high: float
+
+    @property
+    def value(self) -> float:
+        return self.hits / self.n if self.n else math.nan
+
+    @classmethod
+    def of(cls, hits: int, n: int, level: float) -> Share:
+        return cls(int(hits), int(n), *wilson_interval(int(hits), int(n), level))
+
+    @classmethod
+    def clustered(cls, flipped: Sequence[bool], clusters: Sequence[int], level: float) -> Share:
+        """From the outcome of each sample and its cluster (e.g. its donor): :func:`clustered_interval`."""
+        _, low, high = clustered_interval([float(f) for f in flipped], clusters, level)
+        return cls(int(sum(flipped)), len(flipped), low, high)
+
+
+@dataclass(frozen=True)
+class ControlShare:
+    """The control's share over its draws, each on the same ``n`` samples: the per-draw shares, the pooled share
+    (``value``) and its interval (:func:`clustered_interval`)."""
+
+    shares: tuple[float, ...]
+    n: int
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, flipped: Sequence[Sequence[bool]], level: float, clusters: Sequence[int] | None = None) -> ControlShare:
+        """From ``flipped[k][i]``: whether draw k flipped sample i; ``clusters[i]``: the cluster of sample i (default:
+        each sample its own; e.g. its donor), the draws of a sample falling in its cluster."""
+        n = len(flipped[0]) if flipped else 0
+        clusters = list(range(n)) if clusters is None else list(clusters)
+        shares = tuple(sum(f) / n if n else math.nan for f in flipped)
+        hits = [float(f[i]) for f in flipped for i in range(n)]
+        return cls(shares, n, *clustered_interval(hits, clusters * len(flipped), level))
+
+
+@dataclass(frozen=True)
+class RuleVerification:
+    """The verification of one rule set.
+
+    Attributes:
+        position: the rule set's 1-based position in the explanation (the ``#`` of its tables).
+        rule_set: the rule set's conditions as text.
+        units: the units (columns of the layer, flattened) it names.
+        sufficiency, necessity: the shares (:class:`Share`) for the rule set's units.
+        control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`).
+        details: per-sample facts for audits (not serialized): ``sufficiency_samples``/``necessity_samples`` (row
+            indices of the verified samples), ``donors`` (the donor row of each, for ``"resample"``), ``flipped``
+            (bool per sample, sufficiency samples first), ``control_units`` (per draw, the (samples, units) tensor of
+            the units each sample had replaced) and ``control_flipped`` (per draw, like ``flipped``).
+    """
+
+    position: int
+    rule_set: str
+    units: tuple[int, ...]
+    sufficiency: Share
+    necessity: Share
+    control_sufficiency: ControlShare
+    control_necessity: ControlShare
+    details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("details")
+        for key in ("control_sufficiency", "control_necessity"):
+            out[key]["shares"] = list(out[key]["shares"])
+        out["units"] = list(self.units)
+        return _nan_to_none(out)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuleVerification:
+        f = lambda v: math.nan if v is None else float(v)  # noqa: E731
+        share = lambda d: Share(int(d["hits"]), int(d["n"]), f(d["low"]), f(d["high"]))  # noqa: E731
+        control = lambda d: ControlShare(  # noqa: E731
+            tuple(f(s) for s in d["shares"]), int(d["n"]), f(d["value"]), f(d["low"]), f(d["high"])
+        )
+        return cls(
+            position=int(data["position"]), rule_set=str(data["rule_set"]), units=tuple(int(u) for u in data["units"]),
+            sufficiency=share(data["sufficiency"]), necessity=share(data["necessity"]),
+            control_sufficiency=control(data["control_sufficiency"]),
+            control_necessity=control(data["control_necessity"]),
+        )  # fmt: skip
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _fmt(value: float, low: float, high: float, precision: int) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.{precision}f} [{low:.{precision}f}, {high:.{precision}f}]"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What :meth:`RegionalExplanation.verify` found: one :class:`RuleVerification` per verified rule set.
+
+    Attributes:
+        rows: the rule sets' verifications, in the order asked for.
+        method: the replacement method (``"resample"``, ``"clamp"`` or ``"mean"``).
+        n_controls: the number of control draws per rule set.
+        level: the confidence level of the intervals.
+        seed: the seed of the donors and control draws.
+        n_samples: the number of verified samples.
+        target_name: what the target is (e.g. ``"predicted 7"``).
+
+    Example:
+        >>> control = ControlShare.of([[False] * 20, [True] + [False] * 19], 0.95)  # 2 draws on 20 samples
+        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(20, 20, 0.95), control,
+        ...                        ControlShare.of([[False] * 20] * 2, 0.95))
+        >>> result = Verification([row], "resample", 2, 0.95, 0, 40, "predicted 1")
+        >>> result
+        Verification(method='resample', rule_sets=1, n_controls=2, n_samples=40)
+        >>> print(result)
+        Verification by intervention (method 'resample', 2 control draws, 95% intervals, 40 samples)
+           #  sufficiency            necessity              control suff.          control nec.           rule set
+           1  0.950 [0.764, 0.991]   1.000 [0.839, 1.000]   0.025 [0.004, 0.129]   0.000 [0.000, 0.161]   z_0 >= 1
+        >>> Verification.from_dict(result.to_dict()) == result
+        True
+        >>> float(result.to_frame().loc[1, "sufficiency"])
+        0.95
+    """
+
+    rows: list[RuleVerification]
+    method: str
+    n_controls: int
+    level: float
+    seed: int
+    n_samples: int
+    target_name: str = "target"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(method={self.method!r}, rule_sets={len(self.rows)}, n_controls={self.n_controls}, "
+            f"n_samples={self.n_samples})"
+        )
+
+    def row(self, position: int) -> RuleVerification | None:
+        """The verification of the rule set at 1-based ``position`` (``None`` when it was not verified)."""
+        return next((r for r in self.rows if r.position == position), None)
+
+    def format(self, precision: int = 3) -> str:
+        """A readable table: each share with its interval, the rule set's ``#`` and conditions."""
+        w = 3 * (precision + 2) + 8
+        head = (
+            f"Verification by intervention (method {self.method!r}, {self.n_controls} control draws, "
+            f"{self.level:.0%} intervals, {self.n_samples} samples)"
+        )
+        cols = ["sufficiency", "necessity", "control suff.", "control nec."]
+        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + "rule set"]
+        for r in self.rows:
+            cells = [_fmt(s.value, s.low, s.high, precision) for s in
+                     (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)]  # fmt: skip
+            lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + r.rule_set)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (NaN as ``None``); :meth:`from_dict` reads it back (without the per-sample details)."""
+        return {
+            "version": VERIFICATION_VERSION, "method": self.method, "n_controls": self.n_controls,
+            "level": self.level, "seed": self.seed, "n_samples": self.n_samples, "target_name": self.target_name,
+            "rows": [r.to_dict() for r in self.rows],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verification:
+        """The verification written by :meth:`to_dict`."""
+        if not isinstance(data, dict) or data.get("version") != VERIFICATION_VERSION:
+            got = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"Expected a verification dict of version {VERIFICATION_VERSION}, but got {got!r}.")
+        return cls(
+            rows=[RuleVerification.from_dict(r) for r in data["rows"]], method=str(data["method"]),
+            n_controls=int(data["n_controls"]), level=float(data["level"]), seed=int(data["seed"]),
+            n_samples=int(data["n_samples"]), target_name=str(data.get("target_name", "target")),
+        )  # fmt: skip
+
+    def to_frame(self) -> Any:
+        """A pandas DataFrame, one row per rule set (index ``#``): each share, its interval bounds and its ``n``."""
+        import pandas as pd
+
+        records = []
+        for r in self.rows:
+            rec: dict[str, Any] = {"rule_set": r.rule_set, "units": r.units}
+            shares = {"sufficiency": r.sufficiency, "necessity": r.necessity, "control_sufficiency":
+                      r.control_sufficiency, "control_necessity": r.control_necessity}  # fmt: skip
+            for name, s in shares.items():
+                rec.update({name: s.value, f"{name}_low": s.low, f"{name}_high": s.high, f"{name}_n": s.n})
+            records.append(rec)
+        index = pd.Index([r.position for r in self.rows], name="#")
+        return pd.DataFrame(records, index=index)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the HTML report's column group (used by :mod:`torch_amore.report.html`)
+
+_HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control necessity")
+
+
+def verification_header() -> str:
+    """The header cells of the report's verification column group."""
+    return "".join(f'<th class="verified">{name}</th>' for name in _HTML_COLUMNS)
+
+
+def verification_cells(row: RuleVerification | None) -> str:
+    """The cells of one rule set (each share with its interval; empty cells when it was not verified).
+
+    Example:
+        >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(0, 0, 0.95),
+        ...                        ControlShare.of([[False] * 20], 0.95), ControlShare.of([], 0.95))
+        >>> verification_cells(row).count("<td"), "0.950 [0.764, 0.991]" in verification_cells(row)
+        (4, True)
+    """
+    if row is None:
+        return '<td class="verified"></td>' * len(_HTML_COLUMNS)
+    shares = (row.sufficiency, row.necessity, row.control_sufficiency, row.control_necessity)
+    return "".join(
+        f'<td class="verified" data-value="{s.value!r}">{_fmt(s.value, s.low, s.high, 3)}</td>' for s in shares
+    )
+
+
+def verification_note(verification: Verification | None) -> str:
+    """The report's short explanation of the verification columns ('' without a verification)."""
+    if verification is None:
+        return ""
+    v = verification
+    return (
+        f'<p class="note">Verification by intervention ({v.method!r}, {v.n_controls} control draws, '
+        f"{v.level:.0%} intervals, {v.n_samples} samples). Sufficiency: of the samples outside the rule set that the "
+        "model does not assign to the target, the share it assigns to the target once the rule set's units are put "
+        "inside its intervals. Necessity: of the samples inside the rule set that the model assigns to the target, "
+        "the share that leave it once the units are moved out. The control columns replace as many random units of "
+        "the same layer the same way: a rule set the model uses stands well above its control. These numbers test "
+        "this model on these samples, not the world the samples come from.</p>"
+    )
+
+
+#: The options of :meth:`RegionalExplanation.verify` a caller such as the Lightning callback may pass on.
+VERIFY_OPTIONS = ("rule_sets", "method", "n_controls", "level", "seed", "batch_size", "progress")
+
+
+def check_verify_options(verify: Any, target: Any) -> dict[str, Any] | None:
+    """The options of ``verify=`` (``True``: the defaults, ``False``: ``None``), checked before any training.
+
+    Example:
+        >>> check_verify_options({"n_controls": 3}, 1)
+        {'n_controls': 3}
+        >>> check_verify_options({"n_control": 3}, 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: Unexpected option 'n_control' in `verify` (did you mean 'n_controls'?).
+    """
+    if verify is False or verify is None:
+        return None
+    if verify is not True and not isinstance(verify, dict):
+        raise TypeError(f"Expected `verify` to be a bool or a dict of verify options, but got {verify!r}.")
+    options = {} if verify is True else dict(verify)
+    for key in options:
+        if key not in VERIFY_OPTIONS:
+            close = difflib.get_close_matches(str(key), VERIFY_OPTIONS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"Unexpected option {key!r} in `verify`{hint}.")
+    if "method" in options:
+        from torch_amore.verify.interventions import check_method
+
+        check_method(options["method"])
+    if hasattr(target, "__len__") and not isinstance(target, tuple) and not callable(target):
+        raise ValueError("Expected a `target` on the model outputs (class, callable, range) with `verify`, not a mask.")
+    return options
