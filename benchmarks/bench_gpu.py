@@ -63,6 +63,7 @@ from sync_count import count_syncs  # noqa: E402
 import torch_amore as ta  # noqa: E402
 from torch_amore._utils.threads import done  # noqa: E402
 from torch_amore.search import extract as search  # noqa: E402
+from torch_amore.search import extractor  # noqa: E402
 
 STAGES = ("prepare", "tree", "exact", "beam", "polish")
 #: the CUDA runtime calls that block the host until the device is done
@@ -133,10 +134,10 @@ def stage_clock(device: torch.device) -> Iterator[dict[str, float]]:
         return wrapper
 
     E = search.Extractor
-    patched = [(search, "prepare"), (search, "beside"), (E, "run"), (E, "run_exact"), (E, "run_beam"), (E, "polish")]
+    patched = [(search, "prepare"), (extractor, "beside"), (E, "run"), (E, "run_exact"), (E, "run_beam"), (E, "polish")]
     saved = [(owner, name, getattr(owner, name)) for owner, name in patched]
     search.prepare = clocked("prepare", search.prepare)
-    search.beside = lambda fn, n_elements: done(fn())  # one stage after the other
+    extractor.beside = lambda fn, n_elements: done(fn())  # one stage after the other
     E.run, E.run_exact = clocked("tree", E.run), clocked("exact", E.run_exact)
     E.run_beam, E.polish = clocked("beam", E.run_beam), clocked("polish", E.polish)
     try:

@@ -215,6 +215,7 @@ def test_the_routes_a_gpu_takes_give_the_cpu_rules_on_the_cpu(monkeypatch, strat
     import torch_amore._utils.sorting as sorting
     import torch_amore._utils.threads as threads
     import torch_amore.search.extract as search
+    import torch_amore.search.extractor as extractor
 
     X, target, types = mixed_table()
     kw = dict(strategy=strategy, bin_strategy=bin_strategy, feature_types=types, max_length=2, min_support=40)
@@ -235,7 +236,7 @@ def test_the_routes_a_gpu_takes_give_the_cpu_rules_on_the_cpu(monkeypatch, strat
     cpu_sorts = seen.count("torch.sort")
     seen.clear()
     monkeypatch.setattr(sorting, "_NUMPY_DTYPES", frozenset())  # torch.sort, as for CUDA tensors
-    monkeypatch.setattr(search, "search_threads", lambda device: contextlib.nullcontext())  # as off the CPU
+    monkeypatch.setattr(extractor, "search_threads", lambda device: contextlib.nullcontext())  # as off the CPU
     got = extract_rules(X, target, **kw)
     assert seen[0] is None and seen.count("torch.sort") > cpu_sorts  # the device's routes were taken
     assert expected and got == expected

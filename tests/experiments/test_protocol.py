@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_amore.search.extract as search_mod
+import torch_amore.search.extractor as extractor_mod
 from torch_amore import DecisionList, RuleSet, SearchOptions, rule_metrics, search_hyperparameters, sequential_covering
 from torch_amore.search.extract import prepare
 
@@ -37,7 +38,7 @@ def _pick(rule_sets, bound):
 def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
     X, target = _toy()
     calls = {"bin": 0, "root": 0}
-    real_bin, real_counts = search_mod.bin_features, search_mod.grid_counts
+    real_bin, real_counts = search_mod.bin_features, extractor_mod.grid_counts
 
     def counting_bin(*args, **kwargs):
         calls["bin"] += 1
@@ -49,7 +50,7 @@ def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
         return real_counts(codes, rows, *args, **kwargs)
 
     monkeypatch.setattr(search_mod, "bin_features", counting_bin)
-    monkeypatch.setattr(search_mod, "grid_counts", counting_counts)
+    monkeypatch.setattr(extractor_mod, "grid_counts", counting_counts)
     result = search_hyperparameters(
         X, target, bin_strategies=("uniform", "quantile"), n_grids=[4, 8], min_supports=[20, 50, 100, 200, 400],
         max_length=2,

@@ -76,7 +76,7 @@ def _explanation():
         [Rule(0, "x", low=80.0)],
         [Rule(0, "x", high=30.0)],  # negative fitness
     ]
-    rule_sets = torch_amore.search.extract.sort_rule_sets(
+    rule_sets = torch_amore.search.extractor.sort_rule_sets(
         [RuleSet.from_rules(r, X, target, target_name="predicted 1") for r in rules]
     )
     params = {"n_samples": 400, "subgroup_size": int(target.sum()), "max_length": 2, "min_support": 20}

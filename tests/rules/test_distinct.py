@@ -82,7 +82,7 @@ def _random_rule_sets(seed: int):
             if two:
                 rules.append(Rule(int(k), f"x{k}", low=lo2 + jitter))
             rule_sets.append(RuleSet.from_rules(rules, X, target))
-    return X, torch_amore.search.extract.sort_rule_sets(rule_sets)
+    return X, torch_amore.search.extractor.sort_rule_sets(rule_sets)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -38,7 +38,7 @@ def no_search(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the search ran")
 
-    monkeypatch.setattr("torch_amore.search.extract.Extractor.extract", fail)
+    monkeypatch.setattr("torch_amore.search.extractor.Extractor.extract", fail)
 
 
 def test_one_shot_generator():

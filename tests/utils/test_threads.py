@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torch_amore as ta
-import torch_amore.search.extract as search_module
+import torch_amore.search.extractor as search_module
 import torch_amore.strategies.tree as tree_module
 from torch_amore._utils.threads import BESIDE_MAX_ELEMENTS, PARALLEL_MIN_ELEMENTS, beside, parallel_pass, search_threads
 

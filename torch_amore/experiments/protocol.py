@@ -24,7 +24,8 @@ from torch_amore.data import validation as V
 from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules.rules import RuleSet, load_rule_sets
-from torch_amore.search.extract import capped_max_length, prepare, search_scope
+from torch_amore.search.extract import prepare
+from torch_amore.search.extractor import capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -50,7 +50,7 @@ from torch_amore.grids.binning import Binned, bin_features, codes_from_threshold
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extract import Extractor
+from torch_amore.search.extractor import Extractor
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.polish import polish_many, polish_one
@@ -426,7 +426,7 @@ def extract_stream(
         >>> print(extract_stream(batches, SearchOptions(min_support=50))[0])
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
     """
-    from torch_amore.search.extract import search_scope
+    from torch_amore.search.extractor import search_scope
 
     with search_scope("cpu"):  # one thread for small operations, no autograd bookkeeping
         extractor = prepare_stream(source, options, features=features, feature_names=feature_names,
@@ -439,7 +439,7 @@ def extract_stream(
 
 def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: Any = None) -> list[RuleSet]:
     """The search of :func:`extract_stream` on a prepared extractor (``min_confidence`` filtered)."""
-    from torch_amore.search.extract import search_scope
+    from torch_amore.search.extractor import search_scope
     from torch_amore.strategies.exact import check_budget
 
     with search_scope("cpu"):
