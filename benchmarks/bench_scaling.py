@@ -189,8 +189,18 @@ def main() -> None:
         for f in args.f:
             for length in args.lengths:
                 for r in run_cell(n, f, length, args.repeat, args.methods):
-                    cells = [f"{n:,}", f, length, r["method"], f"{r['seconds']:.3f}", _fmt(r["fitness"], ".3f"),
-                             f"{r['mem_x']:.2f}", f"{r['passes']:.0f}", _fmt(r["ops"], "d"), _fmt(r["syncs"], "d")]
+                    cells = [
+                        f"{n:,}",
+                        f,
+                        length,
+                        r["method"],
+                        f"{r['seconds']:.3f}",
+                        _fmt(r["fitness"], ".3f"),
+                        f"{r['mem_x']:.2f}",
+                        f"{r['passes']:.0f}",
+                        _fmt(r["ops"], "d"),
+                        _fmt(r["syncs"], "d"),
+                    ]
                     print("| " + " | ".join(map(str, cells)) + " |", flush=True)  # fmt: skip
 
 

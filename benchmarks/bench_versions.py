@@ -108,8 +108,11 @@ def main() -> None:
         a_s = statistics.median(a[args.stat] for a, _ in pairs)
         b_s = statistics.median(b[args.stat] for _, b in pairs)
         fa, fb = pairs[-1][0]["fitness"], pairs[-1][1]["fitness"]
-        print(f"| {name} | {a_s:.3f} ({fa:.3f}) | {b_s:.3f} ({fb:.3f}) | {', '.join(f'{r:.2f}' for r in ratios)} "
-              f"| **{statistics.median(ratios):.2f}** |", flush=True)
+        print(
+            f"| {name} | {a_s:.3f} ({fa:.3f}) | {b_s:.3f} ({fb:.3f}) | {', '.join(f'{r:.2f}' for r in ratios)} "
+            f"| **{statistics.median(ratios):.2f}** |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,11 @@ CSV_NAME = "diabetes_prediction_dataset.csv"
 NPZ_NAME = "diabetes_paper_task.npz"
 CATEGORICAL = ["gender", "smoking_history"]
 NUMERIC_TYPES = {
-    "age": "float", "hypertension": "int", "heart_disease": "int", "bmi": "float", "HbA1c_level": "float",
+    "age": "float",
+    "hypertension": "int",
+    "heart_disease": "int",
+    "bmi": "float",
+    "HbA1c_level": "float",
     "blood_glucose_level": "int",
 }
 TARGET_NAME = "predicted diabetic"
@@ -174,20 +178,36 @@ def sklearn_split_text(rs, X) -> str:
     return f"{r.name} {op} {raw:.3f}"
 
 
-def compare(X, target, *, names, types, scale, offset, max_length, min_supports, n_grids, bin_strategies, test,
-            progress=False):
+def compare(
+    X, target, *, names, types, scale, offset, max_length, min_supports, n_grids, bin_strategies, test, progress=False
+):
     """The paper's grid search for AMORE and for the decision tree, and the side-by-side table."""
-    common = dict(feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset,
-                  target_name=TARGET_NAME)
+    common = dict(
+        feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset, target_name=TARGET_NAME
+    )
     t0 = time.perf_counter()
     amore = torch_amore.search_hyperparameters(
-        X, target, bin_strategies=bin_strategies, n_grids=n_grids, min_supports=min_supports, max_length=max_length,
-        confidence_lower_bound=BOUND, progress=progress, **common,
+        X,
+        target,
+        bin_strategies=bin_strategies,
+        n_grids=n_grids,
+        min_supports=min_supports,
+        max_length=max_length,
+        confidence_lower_bound=BOUND,
+        progress=progress,
+        **common,
     )
     t1 = time.perf_counter()
     dt = torch_amore.decision_tree_search(
-        X, target, max_depth=max_length, min_samples_leaf=min_supports, criteria=("gini", "entropy"),
-        class_weights=(None, "balanced"), confidence_lower_bound=BOUND, progress=progress, **common,
+        X,
+        target,
+        max_depth=max_length,
+        min_samples_leaf=min_supports,
+        criteria=("gini", "entropy"),
+        class_weights=(None, "balanced"),
+        confidence_lower_bound=BOUND,
+        progress=progress,
+        **common,
     )
     t2 = time.perf_counter()
     print(f"\nAMORE vs decision tree (l_max = max_depth = {max_length}; grid search, confidence lower bound {BOUND})")
@@ -198,18 +218,30 @@ def compare(X, target, *, names, types, scale, offset, max_length, min_supports,
     return amore, dt
 
 
-def local_rules(X, target, X_test, prob_test, *, names, types, scale, offset, n_grids=7, min_support=1000,
-                max_length=3):
+def local_rules(
+    X, target, X_test, prob_test, *, names, types, scale, offset, n_grids=7, min_support=1000, max_length=3
+):
     """Local rules (rules containing the sample) for the test samples nearest the paper's three probabilities."""
-    print(f"\nLocal rules for three test samples (max_length={max_length}, min_support={min_support}, "
-          f"n_grids={n_grids}, uniform; best fitness among confidence >= {BOUND})")
+    print(
+        f"\nLocal rules for three test samples (max_length={max_length}, min_support={min_support}, "
+        f"n_grids={n_grids}, uniform; best fitness among confidence >= {BOUND})"
+    )
     out = []
     for p in LOCAL_PROBABILITIES:
         i = int(torch.argmin((prob_test - p).abs()))
         t0 = time.perf_counter()
         rule_sets = torch_amore.extract_rules(
-            X, target, max_length=max_length, min_support=min_support, n_grids=n_grids, bin_strategy="uniform",
-            local_x=X_test[i], feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset,
+            X,
+            target,
+            max_length=max_length,
+            min_support=min_support,
+            n_grids=n_grids,
+            bin_strategy="uniform",
+            local_x=X_test[i],
+            feature_names=names,
+            feature_types=types,
+            feature_scale=scale,
+            feature_offset=offset,
             target_name=TARGET_NAME,
         )
         best = select_best(rule_sets, BOUND)
@@ -269,8 +301,9 @@ def run_csv(args) -> None:
     X_tr, X_te, y_tr, y_te, lo, span = split_and_scale(frame, y)
     X_tr, X_te = torch.from_numpy(X_tr), torch.from_numpy(X_te)
     y_tr, y_te = torch.from_numpy(y_tr), torch.from_numpy(y_te)
-    print(f"{csv.name}: {len(frame)} patients, {len(names)} features after one-hot; train {len(y_tr)}, "
-          f"test {len(y_te)}")
+    print(
+        f"{csv.name}: {len(frame)} patients, {len(names)} features after one-hot; train {len(y_tr)}, test {len(y_te)}"
+    )
 
     model = train_model(X_tr, y_tr, max_iter=50 if args.quick else 200)
     with torch.no_grad():
@@ -284,11 +317,15 @@ def run_csv(args) -> None:
 
     unit = dict(names=names, types=types, scale=span.tolist(), offset=lo.tolist())
     amore, dt = compare(
-        X_tr, target, max_length=args.max_length,
+        X_tr,
+        target,
+        max_length=args.max_length,
         min_supports=QUICK_MIN_SUPPORTS if args.quick else MIN_SUPPORTS,
         n_grids=(5, 7) if args.quick else range(2, 11),
         bin_strategies=("uniform",) if args.quick else ("uniform", "kmeans"),
-        test=(X_te, target_te), progress=args.progress, **unit,
+        test=(X_te, target_te),
+        progress=args.progress,
+        **unit,
     )
     local_rules(X_tr, target, X_te, prob_te, max_length=2 if args.quick else 3, **unit)
     out = Path(args.out)
@@ -308,22 +345,37 @@ def run_paper_task(args) -> None:
     names = [str(n) for n in d["feature_names"]]
     types = [str(t) for t in d["feature_types"]]
     scale, offset = (d["raw_max"] - d["raw_min"]).tolist(), d["raw_min"].tolist()
-    common = dict(feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset,
-                  target_name=TARGET_NAME)
-    print(f"{npz.name}: {X.shape[0]} training samples x {X.shape[1]} features; target subgroup (model predicts "
-          f"diabetic, threshold {float(d['threshold']):.3f}): {int(target.sum())} samples")
+    common = dict(
+        feature_names=names, feature_types=types, feature_scale=scale, feature_offset=offset, target_name=TARGET_NAME
+    )
+    print(
+        f"{npz.name}: {X.shape[0]} training samples x {X.shape[1]} features; target subgroup (model predicts "
+        f"diabetic, threshold {float(d['threshold']):.3f}): {int(target.sum())} samples"
+    )
 
     # AMORE with the paper's hyperparameters: a one-setting search runs the paper's rule tree exactly
     amore = torch_amore.search_hyperparameters(
-        X, target, bin_strategies=PAPER_AMORE["bin_strategy"], n_grids=PAPER_AMORE["n_grids"],
-        min_supports=PAPER_AMORE["min_support"], max_length=PAPER_AMORE["max_length"], top_k=PAPER_AMORE["top_k"],
-        confidence_lower_bound=BOUND, **common,
+        X,
+        target,
+        bin_strategies=PAPER_AMORE["bin_strategy"],
+        n_grids=PAPER_AMORE["n_grids"],
+        min_supports=PAPER_AMORE["min_support"],
+        max_length=PAPER_AMORE["max_length"],
+        top_k=PAPER_AMORE["top_k"],
+        confidence_lower_bound=BOUND,
+        **common,
     ).best
     # the decision tree: max_depth = l_max = 1 and the paper's grid search over criterion x min_samples_leaf x
     # class_weight (every setting with criterion gini and class_weight None gives the same split)
     dt = torch_amore.decision_tree_search(
-        X, target, max_depth=PAPER_DT["max_depth"], min_samples_leaf=MIN_SUPPORTS, criteria=("gini", "entropy"),
-        class_weights=(None, "balanced"), confidence_lower_bound=BOUND, **common,
+        X,
+        target,
+        max_depth=PAPER_DT["max_depth"],
+        min_samples_leaf=MIN_SUPPORTS,
+        criteria=("gini", "entropy"),
+        class_weights=(None, "balanced"),
+        confidence_lower_bound=BOUND,
+        **common,
     )
     print("\nAMORE (max_length=1, min_support=2000, n_grids=7, bin_strategy=uniform, top_k=3):")
     print(f"  {amore}")
@@ -341,23 +393,41 @@ def run_paper_task(args) -> None:
     print(f"| fitness | {pa[3]:.3f} | {amore.fitness:.3f} | {pd_[3]:.3f} | {dt.best.fitness:.3f} |")
 
     if args.local:
-        local_rules(X, target, torch.from_numpy(d["X_test"]), torch.from_numpy(d["prob_test"]), names=names,
-                    types=types, scale=scale, offset=offset)
+        local_rules(
+            X,
+            target,
+            torch.from_numpy(d["X_test"]),
+            torch.from_numpy(d["prob_test"]),
+            names=names,
+            types=types,
+            scale=scale,
+            offset=offset,
+        )
     if args.search:
         t0 = time.perf_counter()
         search = torch_amore.search_hyperparameters(
-            X, target, bin_strategies=("uniform", "kmeans"), n_grids=range(2, 11), min_supports=MIN_SUPPORTS,
-            max_length=1, confidence_lower_bound=BOUND, **common,
+            X,
+            target,
+            bin_strategies=("uniform", "kmeans"),
+            n_grids=range(2, 11),
+            min_supports=MIN_SUPPORTS,
+            max_length=1,
+            confidence_lower_bound=BOUND,
+            **common,
         )
         rec = search.records
         top = rec[np.isclose(rec["fitness"], search.best.fitness) & rec["meets_bound"].astype(bool)]
         paper_row = rec[(rec["bin_strategy"] == "uniform") & (rec["n_grids"] == 7) & (rec["min_support"] == 2000)]
-        print(f"\nAMORE grid search (uniform/kmeans x n_grids 2..10 x min_support {list(MIN_SUPPORTS)}, "
-              f"{len(rec)} settings, {time.perf_counter() - t0:.1f} s):")
+        print(
+            f"\nAMORE grid search (uniform/kmeans x n_grids 2..10 x min_support {list(MIN_SUPPORTS)}, "
+            f"{len(rec)} settings, {time.perf_counter() - t0:.1f} s):"
+        )
         print(f"  best: {search.best}")
-        print(f"  {len(top)} settings reach fitness {search.best.fitness:.3f} with confidence >= {BOUND}, all with "
-              f"support {sorted(set(top['support']))}; the paper's setting is among them: "
-              f"{bool(len(paper_row)) and bool(np.isclose(paper_row['fitness'].iloc[0], search.best.fitness))}")
+        print(
+            f"  {len(top)} settings reach fitness {search.best.fitness:.3f} with confidence >= {BOUND}, all with "
+            f"support {sorted(set(top['support']))}; the paper's setting is among them: "
+            f"{bool(len(paper_row)) and bool(np.isclose(paper_row['fitness'].iloc[0], search.best.fitness))}"
+        )
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
 
 
@@ -365,12 +435,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="../shared/data", help="data directory, or the CSV / npz file")
     parser.add_argument("--out", default="diabetes_out", help="directory for the figure and the records tables")
-    parser.add_argument("--paper-task", action="store_true",
-                        help="run on diabetes_paper_task.npz and print the paper's table")
-    parser.add_argument("--search", action="store_true",
-                        help="with --paper-task: also run AMORE's full grid search (about a minute)")
-    parser.add_argument("--local", action="store_true",
-                        help="with --paper-task: also the local rules of the paper's three test samples")
+    parser.add_argument(
+        "--paper-task", action="store_true", help="run on diabetes_paper_task.npz and print the paper's table"
+    )
+    parser.add_argument(
+        "--search", action="store_true", help="with --paper-task: also run AMORE's full grid search (about a minute)"
+    )
+    parser.add_argument(
+        "--local", action="store_true", help="with --paper-task: also the local rules of the paper's three test samples"
+    )
     parser.add_argument("--quick", action="store_true", help="small grids and fewer iterations (for tests)")
     parser.add_argument("--max-length", type=int, default=1, help="l_max = max_depth for the comparison (paper: 1)")
     parser.add_argument("--progress", action="store_true", help="progress bars")

@@ -131,8 +131,16 @@ def small_csv(tmp_path_factory) -> Path:
 def test_module_on_diabetes_matches_pandas(tmp_path):
     out = tmp_path / "rules.json"
     proc = _run_module(
-        "rules", str(DIABETES), "--target", "diabetes == 1", "--max-length", "1", "--min-support", "500",
-        "--json", str(out),
+        "rules",
+        str(DIABETES),
+        "--target",
+        "diabetes == 1",
+        "--max-length",
+        "1",
+        "--min-support",
+        "500",
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -147,12 +155,30 @@ def test_module_on_diabetes_matches_pandas(tmp_path):
 @needs_diabetes
 def test_main_on_diabetes_with_features_and_limit(tmp_path, capsys):
     out = tmp_path / "rules.json"
-    code = main([
-        "rules", str(DIABETES), "--target", "diabetes == 1 and age >= 40", "--max-length", "2",
-        "--min-support", "0.01", "--features", "bmi,HbA1c_level,blood_glucose_level,gender", "--limit", "4",
-        "--strategy", "paper", "--min-confidence", "0.6", "--json", str(out),
-        "--min-gain", "0",  # the paper's rule tree as it is (with its ratios): four rule sets to keep
-    ])
+    code = main(
+        [
+            "rules",
+            str(DIABETES),
+            "--target",
+            "diabetes == 1 and age >= 40",
+            "--max-length",
+            "2",
+            "--min-support",
+            "0.01",
+            "--features",
+            "bmi,HbA1c_level,blood_glucose_level,gender",
+            "--limit",
+            "4",
+            "--strategy",
+            "paper",
+            "--min-confidence",
+            "0.6",
+            "--json",
+            str(out),
+            "--min-gain",
+            "0",  # the paper's rule tree as it is (with its ratios): four rule sets to keep
+        ]
+    )
     stdout = capsys.readouterr().out
     assert code == 0
     assert "min_gain=0.0" in stdout
@@ -172,8 +198,20 @@ def test_main_on_diabetes_with_features_and_limit(tmp_path, capsys):
 
 def test_string_categorical_columns(small_csv, tmp_path, capsys):
     out = tmp_path / "rules.json"
-    code = main(["rules", str(small_csv), "--target", "label == 'yes'", "--min-support", "40", "--exclude", "pred",
-                 "--json", str(out)])
+    code = main(
+        [
+            "rules",
+            str(small_csv),
+            "--target",
+            "label == 'yes'",
+            "--min-support",
+            "40",
+            "--exclude",
+            "pred",
+            "--json",
+            str(out),
+        ]
+    )
     stdout = capsys.readouterr().out
     assert code == 0
     df = pd.read_csv(small_csv)
@@ -190,8 +228,24 @@ def test_string_categorical_columns(small_csv, tmp_path, capsys):
 
 def test_target_column_of_predictions(small_csv, tmp_path, capsys):
     out = tmp_path / "rules.json"
-    code = main(["rules", str(small_csv), "--target-column", "pred", "--min-support", "30", "--exclude", "label",
-                 "--json", str(out), "--n-grids", "8", "--bin-strategy", "kmeans"])
+    code = main(
+        [
+            "rules",
+            str(small_csv),
+            "--target-column",
+            "pred",
+            "--min-support",
+            "30",
+            "--exclude",
+            "label",
+            "--json",
+            str(out),
+            "--n-grids",
+            "8",
+            "--bin-strategy",
+            "kmeans",
+        ]
+    )
     stdout = capsys.readouterr().out
     assert code == 0
     df = pd.read_csv(small_csv)
@@ -462,8 +516,9 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
         feature_scale=[1, 1, 1, 2.5, 1, 1, 1, 10], feature_offset=[0, 0, 0, -1, 0, 0, 0, 0], exact_budget=123456789,
         progress=True, optimum_budget=0, min_gain=0.004,
     )  # fmt: skip
-    assert set(SearchOptions.names()) == {f for f in options.to_dict() if options.to_dict()[f] != getattr(
-        SearchOptions(), f)}, "every option is set to a non-default value by a flag"
+    assert set(SearchOptions.names()) == {
+        f for f in options.to_dict() if options.to_dict()[f] != getattr(SearchOptions(), f)
+    }, "every option is set to a non-default value by a flag"
     expected = extract_rules(X, (df["label"] == "yes").to_numpy(), options=options, feature_names=names,
                              target_name="label == 'yes'")  # fmt: skip
     got = RegionalExplanation.from_json(out)
@@ -503,12 +558,16 @@ def test_header_says_what_the_rows_are_and_negative_fitness_is_flagged(small_csv
     assert negative, "the case must have negative-fitness rule sets"
     # paper strategy, max_length=2, top_k=3: at most 3 + 9 rule sets (every node of the tree)
     assert len(all_rows) <= 3 + 9
-    assert f"{len(all_rows)} rule sets found: every node of the rule tree (the top_k=3 candidate intervals at each " \
-           "node, up to max_length=2 conditions), best fitness first" in default
+    assert (
+        f"{len(all_rows)} rule sets found: every node of the rule tree (the top_k=3 candidate intervals at each "
+        "node, up to max_length=2 conditions), best fitness first" in default
+    )
     assert all(r[1:] in [a[1:] for a in all_rows] and r[4] >= 0 for r in rows)
-    assert f"{len(all_rows) - len(rows)} of {len(all_rows)} rule sets not shown: near-duplicates of a fitter one, " \
-           f"or negative fitness ({len(negative)}: covering more rows outside the subgroup than inside); --all " \
-           "shows them" in default
+    assert (
+        f"{len(all_rows) - len(rows)} of {len(all_rows)} rule sets not shown: near-duplicates of a fitter one, "
+        f"or negative fitness ({len(negative)}: covering more rows outside the subgroup than inside); --all "
+        "shows them" in default
+    )
     flagged = [line for line in everything.splitlines() if line.endswith("negative fitness")]
     assert len(flagged) == len(negative)
     assert "not shown" not in everything

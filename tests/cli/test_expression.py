@@ -18,14 +18,16 @@ def df() -> pd.DataFrame:
     b[rng.random(n) < 0.1] = np.nan
     s = rng.choice(["red", "green", "blue"], size=n).astype(object)
     s[rng.random(n) < 0.1] = None
-    return pd.DataFrame({
-        "a": rng.integers(0, 10, size=n),
-        "b": b,
-        "s": s,
-        "f": rng.random(n) < 0.5,
-        "blood glucose": rng.integers(60, 250, size=n),
-        "class": rng.integers(0, 3, size=n),
-    })
+    return pd.DataFrame(
+        {
+            "a": rng.integers(0, 10, size=n),
+            "b": b,
+            "s": s,
+            "f": rng.random(n) < 0.5,
+            "blood glucose": rng.integers(60, 250, size=n),
+            "class": rng.integers(0, 3, size=n),
+        }
+    )
 
 
 def _np(df: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -185,12 +187,14 @@ def test_dates_are_refused_with_advice():
 
 
 def test_nullable_and_category_columns():
-    df = pd.DataFrame({
-        "n": pd.array([1, None, 3], dtype="Int64"),
-        "c": pd.Categorical(["x", "y", None]),
-        "t": pd.array(["u", None, "v"], dtype="string"),
-        "g": pd.array([True, None, False], dtype="boolean"),
-    })
+    df = pd.DataFrame(
+        {
+            "n": pd.array([1, None, 3], dtype="Int64"),
+            "c": pd.Categorical(["x", "y", None]),
+            "t": pd.array(["u", None, "v"], dtype="string"),
+            "g": pd.array([True, None, False], dtype="boolean"),
+        }
+    )
     assert parse_expression("n >= 1", df.columns).evaluate(df).tolist() == [True, False, True]
     assert parse_expression("c == 'y'", df.columns).evaluate(df).tolist() == [False, True, False]
     assert parse_expression("t != 'u'", df.columns).evaluate(df).tolist() == [False, True, True]

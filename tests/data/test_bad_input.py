@@ -58,47 +58,101 @@ def _scipy_sparse():
 X0, T0 = _data()
 BAD = {
     # pandas columns that are not numbers
-    "string column": (lambda: (_frame(s=pd.array(["u", "v"] * 100, dtype="string")), T0, {}),
-                      TypeError, ["`X`", "pd.get_dummies(X, columns=['s'], dtype=float)"]),
-    "object column": (lambda: (_frame(s=np.array(["u", "v"] * 100, dtype=object)), T0, {}),
-                      TypeError, ["`X`", "pd.get_dummies(X, columns=['s']"]),
-    "category column": (lambda: (_frame(s=pd.Categorical(["u", "v"] * 100)), T0, {}),
-                        TypeError, ["`X`", "pd.get_dummies(X, columns=['s']"]),
-    "numeric category column": (lambda: (_frame(s=pd.Categorical([1, 2] * 100)), T0, {}),
-                                TypeError, ["`X`", "get_dummies"]),
-    "two text columns": (lambda: (_frame(s=["u", "v"] * 100, t=pd.Categorical(["x", "y"] * 100)), T0, {}),
-                         TypeError, ["columns=['s', 't']"]),
-    "datetime column": (lambda: (_frame(d=pd.date_range("2020-01-01", periods=N)), T0, {}),
-                        TypeError, ["`X`", "['d']", "pd.Timestamp('1970-01-01')", "days"]),
-    "tz datetime column": (lambda: (_frame(d=pd.date_range("2020-01-01", periods=N, tz="UTC")), T0, {}),
-                           TypeError, ["`X`", "['d']", "dates"]),
-    "timedelta column": (lambda: (_frame(d=pd.to_timedelta(np.arange(N), unit="h")), T0, {}),
-                         TypeError, ["`X`", "durations"]),
-    "period column": (lambda: (_frame(d=pd.period_range("2020-01", periods=N, freq="M")), T0, {}),
-                      TypeError, ["`X`", "dates"]),
-    "text and date columns": (lambda: (_frame(s=["u", "v"] * 100, d=pd.date_range("2020", periods=N)), T0, {}),
-                              TypeError, ["['s']", "['d']"]),
-    "complex column": (lambda: (_frame(z=np.ones(N, dtype=np.complex128)), T0, {}),
-                       TypeError, ["`X`", "['z']", "complex128"]),
-    "huge Int64 column": (lambda: (_frame(big=pd.array([2**60 + 1, None] * 100, dtype="Int64")), T0, {}),
-                          ValueError, ["`X['big']`", "2**53", "1152921504606846977"]),
-    "duplicate DataFrame columns": (lambda: (_frame().set_axis(["a", "b", "a"], axis=1), T0, {}),
-                                    ValueError, ["columns of `X`", "['a']"]),
+    "string column": (
+        lambda: (_frame(s=pd.array(["u", "v"] * 100, dtype="string")), T0, {}),
+        TypeError,
+        ["`X`", "pd.get_dummies(X, columns=['s'], dtype=float)"],
+    ),
+    "object column": (
+        lambda: (_frame(s=np.array(["u", "v"] * 100, dtype=object)), T0, {}),
+        TypeError,
+        ["`X`", "pd.get_dummies(X, columns=['s']"],
+    ),
+    "category column": (
+        lambda: (_frame(s=pd.Categorical(["u", "v"] * 100)), T0, {}),
+        TypeError,
+        ["`X`", "pd.get_dummies(X, columns=['s']"],
+    ),
+    "numeric category column": (
+        lambda: (_frame(s=pd.Categorical([1, 2] * 100)), T0, {}),
+        TypeError,
+        ["`X`", "get_dummies"],
+    ),
+    "two text columns": (
+        lambda: (_frame(s=["u", "v"] * 100, t=pd.Categorical(["x", "y"] * 100)), T0, {}),
+        TypeError,
+        ["columns=['s', 't']"],
+    ),
+    "datetime column": (
+        lambda: (_frame(d=pd.date_range("2020-01-01", periods=N)), T0, {}),
+        TypeError,
+        ["`X`", "['d']", "pd.Timestamp('1970-01-01')", "days"],
+    ),
+    "tz datetime column": (
+        lambda: (_frame(d=pd.date_range("2020-01-01", periods=N, tz="UTC")), T0, {}),
+        TypeError,
+        ["`X`", "['d']", "dates"],
+    ),
+    "timedelta column": (
+        lambda: (_frame(d=pd.to_timedelta(np.arange(N), unit="h")), T0, {}),
+        TypeError,
+        ["`X`", "durations"],
+    ),
+    "period column": (
+        lambda: (_frame(d=pd.period_range("2020-01", periods=N, freq="M")), T0, {}),
+        TypeError,
+        ["`X`", "dates"],
+    ),
+    "text and date columns": (
+        lambda: (_frame(s=["u", "v"] * 100, d=pd.date_range("2020", periods=N)), T0, {}),
+        TypeError,
+        ["['s']", "['d']"],
+    ),
+    "complex column": (
+        lambda: (_frame(z=np.ones(N, dtype=np.complex128)), T0, {}),
+        TypeError,
+        ["`X`", "['z']", "complex128"],
+    ),
+    "huge Int64 column": (
+        lambda: (_frame(big=pd.array([2**60 + 1, None] * 100, dtype="Int64")), T0, {}),
+        ValueError,
+        ["`X['big']`", "2**53", "1152921504606846977"],
+    ),
+    "duplicate DataFrame columns": (
+        lambda: (_frame().set_axis(["a", "b", "a"], axis=1), T0, {}),
+        ValueError,
+        ["columns of `X`", "['a']"],
+    ),
     "pandas Series": (lambda: (_frame()["a"], T0, {}), TypeError, ["`X`", "to_frame()"]),
     # numpy arrays that are not numbers
-    "datetime64 array": (lambda: (np.arange(3 * N).reshape(N, 3).astype("datetime64[D]"), T0, {}),
-                         TypeError, ["`X`", "datetime64[D]", "np.datetime64"]),
-    "timedelta64 array": (lambda: (np.arange(3 * N).reshape(N, 3).astype("timedelta64[s]"), T0, {}),
-                          TypeError, ["`X`", "timedelta64[s]"]),
+    "datetime64 array": (
+        lambda: (np.arange(3 * N).reshape(N, 3).astype("datetime64[D]"), T0, {}),
+        TypeError,
+        ["`X`", "datetime64[D]", "np.datetime64"],
+    ),
+    "timedelta64 array": (
+        lambda: (np.arange(3 * N).reshape(N, 3).astype("timedelta64[s]"), T0, {}),
+        TypeError,
+        ["`X`", "timedelta64[s]"],
+    ),
     "string array": (lambda: (np.full((N, 3), "x"), T0, {}), TypeError, ["`X`", "<U1", "get_dummies"]),
     "object array": (lambda: (X0.numpy().astype(object), T0, {}), TypeError, ["`X`", "object"]),
     "complex array": (lambda: (X0.numpy().astype(np.complex64), T0, {}), TypeError, ["`X`", "complex64"]),
-    "lossy int64 array": (lambda: (np.full((N, 3), 2**53 + 1, dtype=np.int64), T0, {}),
-                          ValueError, ["`X`", "2**53", "9007199254740993"]),
-    "lossy uint64 array": (lambda: (np.full((N, 3), 2**64 - 1, dtype=np.uint64), T0, {}),
-                           ValueError, ["`X`", "18446744073709551615"]),
-    "lossy int64 tensor": (lambda: (torch.full((N, 3), 2**63 - 1, dtype=torch.int64), T0, {}),
-                           ValueError, ["`X`", "9223372036854775807"]),
+    "lossy int64 array": (
+        lambda: (np.full((N, 3), 2**53 + 1, dtype=np.int64), T0, {}),
+        ValueError,
+        ["`X`", "2**53", "9007199254740993"],
+    ),
+    "lossy uint64 array": (
+        lambda: (np.full((N, 3), 2**64 - 1, dtype=np.uint64), T0, {}),
+        ValueError,
+        ["`X`", "18446744073709551615"],
+    ),
+    "lossy int64 tensor": (
+        lambda: (torch.full((N, 3), 2**63 - 1, dtype=torch.int64), T0, {}),
+        ValueError,
+        ["`X`", "9223372036854775807"],
+    ),
     # tensors that hold no dense real numbers
     "complex tensor": (lambda: (X0.to(torch.complex64), T0, {}), TypeError, ["`X`", "complex64"]),
     "sparse COO tensor": (lambda: (X0.to_sparse(), T0, {}), TypeError, ["`X`", "sparse_coo", "to_dense()"]),
@@ -115,24 +169,41 @@ BAD = {
     "all missing": (lambda: (torch.full((N, 3), float("nan")), T0, {}), ValueError, ["`X`", "NaN"]),
     "searched features all missing": (
         lambda: (torch.cat([X0[:, :1], torch.full((N, 2), float("nan"))], 1), T0, {"features": [1, 2]}),
-        ValueError, ["`features`", "[1, 2]", "NaN"]),
-    "infinite value": (lambda: (X0.clone().index_fill_(0, torch.tensor([3]), float("inf")), T0, {}),
-                       ValueError, ["`X`", "+-inf"]),
-    "range overflows": (lambda: (torch.cat([X0[:, :2], (X0[:, 2:] - 0.5) * 1.7e308 * 2], 1), T0, {}),
-                        ValueError, ["`X`", "column 2", "`feature_scale`"]),
+        ValueError,
+        ["`features`", "[1, 2]", "NaN"],
+    ),
+    "infinite value": (
+        lambda: (X0.clone().index_fill_(0, torch.tensor([3]), float("inf")), T0, {}),
+        ValueError,
+        ["`X`", "+-inf"],
+    ),
+    "range overflows": (
+        lambda: (torch.cat([X0[:, :2], (X0[:, 2:] - 0.5) * 1.7e308 * 2], 1), T0, {}),
+        ValueError,
+        ["`X`", "column 2", "`feature_scale`"],
+    ),
     # target
     "string target": (lambda: (X0, "y", {}), TypeError, ["`target`", "str"]),
     "scalar target": (lambda: (X0, 0.5, {}), TypeError, ["`target`", "float"]),
     "fractional target": (lambda: (X0, T0.double() * 0.5, {}), TypeError, ["`target`", "0.5"]),
-    "NaN target": (lambda: (X0, T0.double().index_fill_(0, torch.tensor([0]), float("nan")), {}),
-                   ValueError, ["`target`", "NaN"]),
+    "NaN target": (
+        lambda: (X0, T0.double().index_fill_(0, torch.tensor([0]), float("nan")), {}),
+        ValueError,
+        ["`target`", "NaN"],
+    ),
     "string array target": (lambda: (X0, np.array(["yes", "no"] * 100), {}), TypeError, ["`target`", "'yes'"]),
     "string list target": (lambda: (X0, ["yes", "no"] * 100, {}), TypeError, ["`target`", "<U3"]),
-    "object string target": (lambda: (X0, np.array(["yes", 1] * 100, dtype=object), {}),
-                             TypeError, ["`target`", "'yes'"]),
+    "object string target": (
+        lambda: (X0, np.array(["yes", 1] * 100, dtype=object), {}),
+        TypeError,
+        ["`target`", "'yes'"],
+    ),
     "datetime target": (lambda: (X0, np.arange(N).astype("datetime64[D]"), {}), TypeError, ["`target`"]),
-    "NA target": (lambda: (X0, pd.Series(pd.array([True, None] * 100, dtype="boolean")), {}),
-                  ValueError, ["`target`", "missing"]),
+    "NA target": (
+        lambda: (X0, pd.Series(pd.array([True, None] * 100, dtype="boolean")), {}),
+        ValueError,
+        ["`target`", "missing"],
+    ),
     "short target": (lambda: (X0, T0[:-1], {}), ValueError, ["`target`", "(200)", "199"]),
     "2-D target": (lambda: (X0, torch.stack([T0, T0], 1), {}), ValueError, ["`target`", "(200, 2)"]),
     "ragged target": (lambda: (X0, [[True], [False, True]], {}), ValueError, ["`target`", "ragged"]),
@@ -149,10 +220,16 @@ BAD = {
     "min_confidence high": (lambda: (X0, T0, {"min_confidence": "high"}), TypeError, ["`min_confidence`", "'high'"]),
     "min_support 1.0": (lambda: (X0, T0, {"min_support": 1.0}), ValueError, ["`min_support`", "int 1"]),
     "min_support above N": (lambda: (X0, T0, {"min_support": 201}), ValueError, ["`min_support`", "201"]),
-    "duplicate feature_names": (lambda: (X0, T0, {"feature_names": ["a", "a", "b"]}),
-                                ValueError, ["`feature_names`", "['a']"]),
-    "feature_names equal as text": (lambda: (X0, T0, {"feature_names": [1, "1", 2]}),
-                                    ValueError, ["`feature_names`", "['1']"]),
+    "duplicate feature_names": (
+        lambda: (X0, T0, {"feature_names": ["a", "a", "b"]}),
+        ValueError,
+        ["`feature_names`", "['a']"],
+    ),
+    "feature_names equal as text": (
+        lambda: (X0, T0, {"feature_names": [1, "1", 2]}),
+        ValueError,
+        ["`feature_names`", "['1']"],
+    ),
     "short feature_names": (lambda: (X0, T0, {"feature_names": ["a", "b"]}), ValueError, ["`feature_names`", "3"]),
     "feature_names string": (lambda: (X0, T0, {"feature_names": "abc"}), TypeError, ["`feature_names`"]),
     "feature out of range": (lambda: (X0, T0, {"features": [0, 3]}), ValueError, ["`features`", "[3]"]),
@@ -189,8 +266,17 @@ def test_bad_input_names_the_argument(case, no_binning):
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("case", ["no rows", "n_grids above the int16 codes", "duplicate feature_names",
-                                  "string column", "meta target", "all missing"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no rows",
+        "n_grids above the int16 codes",
+        "duplicate feature_names",
+        "string column",
+        "meta target",
+        "all missing",
+    ],
+)
 def test_prepare_checks_too(case, no_binning):
     build, error, parts = BAD[case]
     X, target, kwargs = build()
@@ -271,14 +357,16 @@ def test_exactly_representable_big_integers():
 
 def test_mixed_dataframe_of_numbers():
     X, target = _data()
-    df = pd.DataFrame({
-        "a": X[:, 0].numpy(),
-        "flag": [True, False] * 100,
-        "maybe": pd.array([True, None] * 100, dtype="boolean"),
-        "count": pd.array([1, None, 3, 4] * 50, dtype="Int64"),
-        "obj": np.array(list(range(N)), dtype=object),
-        7: np.arange(N, dtype=np.int16),
-    })
+    df = pd.DataFrame(
+        {
+            "a": X[:, 0].numpy(),
+            "flag": [True, False] * 100,
+            "maybe": pd.array([True, None] * 100, dtype="boolean"),
+            "count": pd.array([1, None, 3, 4] * 50, dtype="Int64"),
+            "obj": np.array(list(range(N)), dtype=object),
+            7: np.arange(N, dtype=np.int16),
+        }
+    )
     rule_sets = ta.extract_rules(df, target)
     numbers = df.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     assert_correct(rule_sets, numbers, target)

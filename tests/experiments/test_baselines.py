@@ -138,8 +138,15 @@ def test_features_subset_names_and_units():
     scale = [2.0, 10.0, 1.0, 1.0]
     offset = [1.0, 0.0, 0.0, 0.0]
     rule_sets = decision_tree_rules(
-        X, target, max_depth=2, min_samples_leaf=30, features=[1, 2], feature_names=["a", "b", "c", "d"],
-        feature_scale=scale, feature_offset=offset, target_name="positive",
+        X,
+        target,
+        max_depth=2,
+        min_samples_leaf=30,
+        features=[1, 2],
+        feature_names=["a", "b", "c", "d"],
+        feature_scale=scale,
+        feature_offset=offset,
+        target_name="positive",
     )
     for rs in rule_sets:
         assert {r.feature for r in rs.rules} <= {1, 2}
@@ -233,7 +240,12 @@ def test_decision_tree_search_applies_the_confidence_bound(bound):
     X, target = _toy(seed=6)
     leaves, crits, weights = [20, 200], ["gini", "entropy"], [None, "balanced"]
     result = decision_tree_search(
-        X, target, max_depth=2, min_samples_leaf=leaves, criteria=crits, class_weights=weights,
+        X,
+        target,
+        max_depth=2,
+        min_samples_leaf=leaves,
+        criteria=crits,
+        class_weights=weights,
         confidence_lower_bound=bound,
     )
     settings = list(itertools.product(crits, leaves, weights))
@@ -258,8 +270,13 @@ def test_paper_diabetes_decision_tree_rule():
     d = np.load(DATA / "diabetes_paper_task.npz")
     X, target = d["X"], d["target"]
     best = decision_tree_rules(
-        X, target, max_depth=1, min_samples_leaf=1000, feature_names=[str(n) for n in d["feature_names"]],
-        feature_scale=d["raw_max"] - d["raw_min"], feature_offset=d["raw_min"],
+        X,
+        target,
+        max_depth=1,
+        min_samples_leaf=1000,
+        feature_names=[str(n) for n in d["feature_names"]],
+        feature_scale=d["raw_max"] - d["raw_min"],
+        feature_offset=d["raw_min"],
     )[0]
     # the paper's table: HbA1c_level > 6.349, support 14501, confidence 0.515, fitness 0.033
     assert [r.name for r in best.rules] == ["HbA1c_level"]

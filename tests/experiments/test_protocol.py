@@ -52,7 +52,11 @@ def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
     monkeypatch.setattr(search_mod, "bin_features", counting_bin)
     monkeypatch.setattr(extractor_mod, "grid_counts", counting_counts)
     result = search_hyperparameters(
-        X, target, bin_strategies=("uniform", "quantile"), n_grids=[4, 8], min_supports=[20, 50, 100, 200, 400],
+        X,
+        target,
+        bin_strategies=("uniform", "quantile"),
+        n_grids=[4, 8],
+        min_supports=[20, 50, 100, 200, 400],
         max_length=2,
     )
     assert len(result.records) == 2 * 2 * 5
@@ -65,8 +69,15 @@ def test_selection_within_and_across_settings(bound):
     X, target = _toy(seed=1)
     strategies, grids, supports = ["uniform", "kmeans"], [3, 6], [30, 300]
     result = search_hyperparameters(
-        X, target, bin_strategies=strategies, n_grids=grids, min_supports=supports, max_length=2, top_k=2,
-        confidence_lower_bound=bound, min_gain=0,  # the rule tree's own rule sets, compared with extractor.run below
+        X,
+        target,
+        bin_strategies=strategies,
+        n_grids=grids,
+        min_supports=supports,
+        max_length=2,
+        top_k=2,
+        confidence_lower_bound=bound,
+        min_gain=0,  # the rule tree's own rule sets, compared with extractor.run below
     )
     picks = []
     for (bs, ng, sm), (_, row) in zip(itertools.product(strategies, grids, supports), result.records.iterrows()):
@@ -94,10 +105,12 @@ def test_selection_within_and_across_settings(bound):
 
 def test_bound_prefers_confident_rule_sets_over_fitter_ones():
     X, target = _toy(seed=2)
-    loose = search_hyperparameters(X, target, bin_strategies="uniform", n_grids=5, min_supports=50,
-                                   confidence_lower_bound=0.0)
-    strict = search_hyperparameters(X, target, bin_strategies="uniform", n_grids=5, min_supports=50,
-                                    confidence_lower_bound=0.97)
+    loose = search_hyperparameters(
+        X, target, bin_strategies="uniform", n_grids=5, min_supports=50, confidence_lower_bound=0.0
+    )
+    strict = search_hyperparameters(
+        X, target, bin_strategies="uniform", n_grids=5, min_supports=50, confidence_lower_bound=0.97
+    )
     assert loose.best.fitness >= strict.best.fitness
     if strict.records["meets_bound"].iloc[0]:
         assert strict.best.confidence >= 0.97
@@ -107,8 +120,9 @@ def test_fractional_min_supports_and_dataframe_names():
     pd = pytest.importorskip("pandas")
     X, target = _toy(seed=3)
     frame = pd.DataFrame(X.numpy(), columns=["a", "b", "c", "flag"])
-    result = search_hyperparameters(frame, target.numpy(), bin_strategies="uniform", n_grids=[5],
-                                    min_supports=[0.01, 0.1], max_length=1)
+    result = search_hyperparameters(
+        frame, target.numpy(), bin_strategies="uniform", n_grids=[5], min_supports=[0.01, 0.1], max_length=1
+    )
     assert list(result.records["min_support"]) == [30, 300]
     assert all(r.name in {"a", "b", "c", "flag"} for r in result.best.rules)
 
@@ -207,8 +221,9 @@ def test_decision_list_text_and_json_round_trip():
 def test_local_search_returns_rules_containing_the_sample():
     X, target = _toy(seed=7)
     x = X[int(torch.nonzero(target)[0])]
-    result = search_hyperparameters(X, target, bin_strategies="uniform", n_grids=[4, 8], min_supports=[30, 90],
-                                    max_length=2, local_x=x)
+    result = search_hyperparameters(
+        X, target, bin_strategies="uniform", n_grids=[4, 8], min_supports=[30, 90], max_length=2, local_x=x
+    )
     for rs in result.records["rule_set"]:
         if rs is not None:
             assert bool(rs.mask(x[None, :])[0])
@@ -229,7 +244,8 @@ def test_beam_strategy_in_the_grid_search_is_at_least_the_paper_strategy():
     beam = search_hyperparameters(X, target, strategy="beam", **kw)
     assert beam.best.fitness >= paper.best.fitness
     m = rule_metrics(beam.best.mask(X), target)
-    assert (m.support, m.confidence, m.fitness) == pytest.approx((beam.best.support, beam.best.confidence,
-                                                                  beam.best.fitness))
+    assert (m.support, m.confidence, m.fitness) == pytest.approx(
+        (beam.best.support, beam.best.confidence, beam.best.fitness)
+    )
     with pytest.raises(ValueError, match="strategy"):
         search_hyperparameters(X, target, strategy="greedy", **kw)

@@ -22,6 +22,7 @@ def shared_file(name: str) -> Path:
         pytest.skip(f"shared data file {path} not found")
     return path
 
+
 RULE_ROW = re.compile(r"^\s+1\s+(\d+)\s+([01]\.\d{3})\s+(-?\d\.\d{3})\s+\S", re.M)
 
 

@@ -143,9 +143,7 @@ def test_both_code_layouts_hold_each_values_grid(data):
     b = bin_features(data, [0, 1, 2], ["float"] * 3, n_grids=6)
     assert b.codes_t is None  # a plain binning stores one layout only
     thr, x = b.thresholds.numpy(), data.numpy()
-    expected = np.array(
-        [[b.nan_code if np.isnan(v) else int((v >= thr[f]).sum()) for v in x[:, f]] for f in range(3)]
-    )
+    expected = np.array([[b.nan_code if np.isnan(v) else int((v >= thr[f]).sum()) for v in x[:, f]] for f in range(3)])
     np.testing.assert_array_equal(b.codes.numpy().T, expected)
     np.testing.assert_array_equal(b.column_major().numpy(), expected)
     assert b.column_major().is_contiguous() and b.column_major() is b.codes_t  # made once, then kept

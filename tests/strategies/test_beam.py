@@ -73,6 +73,7 @@ def test_fine_grid_thresholds_agree_with_codes(dtype):
 @pytest.mark.parametrize("chunk", [None, 700])  # one chunk; several, the last one shorter
 def test_fine_codes_of_numeric_and_categorical_columns_with_missing_values(monkeypatch, chunk):
     from torch_amore.grids import fine_grid
+
     if chunk is not None:
         monkeypatch.setattr(fine_grid, "_FINE_CHUNK", chunk)
     g = torch.Generator().manual_seed(1)
@@ -247,6 +248,7 @@ def test_masked_counts_without_weights_agree(monkeypatch):
     """Both counts from one bincount over ``2 * bin + is_target``: the weighted path and the spare-bin path (for CUDA
     under deterministic algorithms) count exactly what a literal count of each state's samples does."""
     from torch_amore.strategies import beam
+
     g = torch.Generator().manual_seed(1)
     idx = (
         torch.randint(0, 30, (3, 200), generator=g, dtype=torch.int32)
@@ -270,6 +272,7 @@ def test_masked_counts_without_weights_agree(monkeypatch):
 
 def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):
     from torch_amore.strategies import beam
+
     g = torch.Generator().manual_seed(0)
     tot = torch.randint(0, 20, (50, 64), generator=g)
     tgt = (tot * torch.rand(50, 64, generator=g)).long()

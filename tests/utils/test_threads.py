@@ -132,8 +132,11 @@ def test_without_the_grid_optimum_the_beam_is_seeded_as_when_run_alone(monkeypat
     """At max_length 2 the beam skips its pair seeds when the grid's optimum is a candidate; run beside the tree, it
     starts before knowing whether the optimum found anything, and reruns seeded when it did not."""
     X, target = _mixed_task()
-    monkeypatch.setattr(search_module.Extractor, "grid_optima",  # the grid's optima of lengths 1 and 2 find nothing
-                        lambda self, options, min_support: {k: [] for k in (1, 2) if k <= options.max_length})
+    monkeypatch.setattr(
+        search_module.Extractor,
+        "grid_optima",  # the grid's optima of lengths 1 and 2 find nothing
+        lambda self, options, min_support: {k: [] for k in (1, 2) if k <= options.max_length},
+    )
     seeded = _record(monkeypatch, search_module, "pair_seeds", lambda: True)
     before = torch.get_num_threads()
     try:

@@ -145,8 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='Example: torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500. '
         "Exit status: 0 on success, 2 for bad input (one line on stderr), 1 for an internal error.",
     )
-    rules.add_argument("table", help="path of a .csv/.tsv file (optionally compressed: .gz, .bz2, .xz, .zip) or a "
-                       ".parquet file (needs pyarrow); every CSV row must have as many fields as the header")
+    rules.add_argument(
+        "table",
+        help="path of a .csv/.tsv file (optionally compressed: .gz, .bz2, .xz, .zip) or a "
+        ".parquet file (needs pyarrow); every CSV row must have as many fields as the header",
+    )
     _add_target_arguments(rules)
     _add_search_arguments(rules)
     _add_feature_arguments(rules)
@@ -161,8 +164,8 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--target",
         metavar="EXPR",
-        help="the subgroup as a condition on the columns, e.g. \"diabetes == 1\" or \"gender == 'Female' and "
-        f"50 <= age < 70\". The language allows only {GRAMMAR}. Nothing else (attribute access, calls, "
+        help='the subgroup as a condition on the columns, e.g. "diabetes == 1" or "gender == \'Female\' and '
+        f'50 <= age < 70". The language allows only {GRAMMAR}. Nothing else (attribute access, calls, '
         "indexing, '@' names, lambdas) is accepted, and no code is run. A missing value satisfies no comparison "
         "except != and 'not in'. The columns it uses are excluded from the features.",
     )
@@ -177,73 +180,159 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     group = parser.add_argument_group("search options (the fields of torch_amore.SearchOptions)")
-    group.add_argument("--max-length", type=_integer, metavar="L",
-                       help=f"l_max: at most L conditions per rule set (default: {d.max_length})")
-    group.add_argument("--min-support", type=_number, metavar="S",
-                       help="s_min: at least S rows per rule set, an integer count (500) or a fraction of the rows "
-                       "in (0, 1) (0.05) (default: 5%% of the rows, at most half the subgroup)")
-    group.add_argument("--n-grids", type=_integer, metavar="G",
-                       help=f"n_g: initial value grids per numeric feature (default: {d.n_grids})")
-    group.add_argument("--bin-strategy", choices=BIN_STRATEGIES,
-                       help=f"how the grids are placed (default: {d.bin_strategy})")
-    group.add_argument("--top-k", type=_integer, metavar="K",
-                       help=f"K: candidate rules kept at each node of the rule tree (default: {d.top_k})")
-    group.add_argument("--strategy", choices=STRATEGIES,
-                       help="paper: the paper's ratio-driven rule tree exactly; beam: that tree plus a beam search "
-                       f"over fitness-optimal intervals (default: {d.strategy})")
-    group.add_argument("--min-confidence", type=_float, metavar="C",
-                       help="report only rule sets with confidence >= C, in [0, 1] (default: all)")
-    group.add_argument("--beam-width", type=_integer, metavar="W",
-                       help=f"rule sets kept per length by the beam strategy (default: {d.beam_width})")
-    group.add_argument("--feature-types", type=_per_feature(_feature_type), metavar="SPEC",
-                       help="feature types, float/int/cat: one per feature (int,float,cat,...) or per name "
-                       "(age=int,bmi=float; a string column's name sets all its one-hot columns) (default: one-hot "
-                       "and bool columns cat, integer columns int, others float)")
-    group.add_argument("--feature-scale", type=_per_feature(_float), metavar="SPEC",
-                       help="print bounds in original units, raw = value * scale + offset: one scale per feature "
-                       "(1,2.5,...) or per name (age=12.3) (default: 1)")
-    group.add_argument("--feature-offset", type=_per_feature(_float), metavar="SPEC",
-                       help="offsets for --feature-scale, one per feature or per name (default: 0)")
-    group.add_argument("--exact-budget", type=_integer, metavar="B",
-                       help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
-                       f"thread); a search that would need more is refused up front (default: {d.exact_budget})")
-    group.add_argument("--optimum-budget", type=_integer, metavar="B",
-                       help="work allowed to compute the grid's optimum that beam/paper results are compared with "
-                       f"(max length <= 2; grid-cell updates; 0: never) (default: {d.optimum_budget})")
-    group.add_argument("--min-gain", type=_float, metavar="G",
-                       help="the fitness each condition must add to its rule set; a condition adding less is dropped "
-                       f"(0: keep every condition found) (default: {d.min_gain})")
-    group.add_argument("--progress", action="store_true", default=None,
-                       help="show progress bars over the rule tree and the beam search (on stderr)")
+    group.add_argument(
+        "--max-length",
+        type=_integer,
+        metavar="L",
+        help=f"l_max: at most L conditions per rule set (default: {d.max_length})",
+    )
+    group.add_argument(
+        "--min-support",
+        type=_number,
+        metavar="S",
+        help="s_min: at least S rows per rule set, an integer count (500) or a fraction of the rows "
+        "in (0, 1) (0.05) (default: 5%% of the rows, at most half the subgroup)",
+    )
+    group.add_argument(
+        "--n-grids",
+        type=_integer,
+        metavar="G",
+        help=f"n_g: initial value grids per numeric feature (default: {d.n_grids})",
+    )
+    group.add_argument(
+        "--bin-strategy", choices=BIN_STRATEGIES, help=f"how the grids are placed (default: {d.bin_strategy})"
+    )
+    group.add_argument(
+        "--top-k",
+        type=_integer,
+        metavar="K",
+        help=f"K: candidate rules kept at each node of the rule tree (default: {d.top_k})",
+    )
+    group.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        help="paper: the paper's ratio-driven rule tree exactly; beam: that tree plus a beam search "
+        f"over fitness-optimal intervals (default: {d.strategy})",
+    )
+    group.add_argument(
+        "--min-confidence",
+        type=_float,
+        metavar="C",
+        help="report only rule sets with confidence >= C, in [0, 1] (default: all)",
+    )
+    group.add_argument(
+        "--beam-width",
+        type=_integer,
+        metavar="W",
+        help=f"rule sets kept per length by the beam strategy (default: {d.beam_width})",
+    )
+    group.add_argument(
+        "--feature-types",
+        type=_per_feature(_feature_type),
+        metavar="SPEC",
+        help="feature types, float/int/cat: one per feature (int,float,cat,...) or per name "
+        "(age=int,bmi=float; a string column's name sets all its one-hot columns) (default: one-hot "
+        "and bool columns cat, integer columns int, others float)",
+    )
+    group.add_argument(
+        "--feature-scale",
+        type=_per_feature(_float),
+        metavar="SPEC",
+        help="print bounds in original units, raw = value * scale + offset: one scale per feature "
+        "(1,2.5,...) or per name (age=12.3) (default: 1)",
+    )
+    group.add_argument(
+        "--feature-offset",
+        type=_per_feature(_float),
+        metavar="SPEC",
+        help="offsets for --feature-scale, one per feature or per name (default: 0)",
+    )
+    group.add_argument(
+        "--exact-budget",
+        type=_integer,
+        metavar="B",
+        help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
+        f"thread); a search that would need more is refused up front (default: {d.exact_budget})",
+    )
+    group.add_argument(
+        "--optimum-budget",
+        type=_integer,
+        metavar="B",
+        help="work allowed to compute the grid's optimum that beam/paper results are compared with "
+        f"(max length <= 2; grid-cell updates; 0: never) (default: {d.optimum_budget})",
+    )
+    group.add_argument(
+        "--min-gain",
+        type=_float,
+        metavar="G",
+        help="the fitness each condition must add to its rule set; a condition adding less is dropped "
+        f"(0: keep every condition found) (default: {d.min_gain})",
+    )
+    group.add_argument(
+        "--progress",
+        action="store_true",
+        default=None,
+        help="show progress bars over the rule tree and the beam search (on stderr)",
+    )
 
 
 def _add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("features")
-    group.add_argument("--features", type=_name_list, metavar="A,B,C",
-                       help="only these columns as features (a string column name selects all its one-hot columns; "
-                       "one-hot names such as gender_Female select one)")
-    group.add_argument("--exclude", type=_name_list, action="append", default=[], metavar="A,B",
-                       help="leave these columns out of the features (repeatable, comma-separated)")
-    group.add_argument("--max-categories", type=_positive, default=100, metavar="M",
-                       help="a string column with more than M distinct values is an error (exclude it, e.g. an id "
-                       "column) (default: 100)")
+    group.add_argument(
+        "--features",
+        type=_name_list,
+        metavar="A,B,C",
+        help="only these columns as features (a string column name selects all its one-hot columns; "
+        "one-hot names such as gender_Female select one)",
+    )
+    group.add_argument(
+        "--exclude",
+        type=_name_list,
+        action="append",
+        default=[],
+        metavar="A,B",
+        help="leave these columns out of the features (repeatable, comma-separated)",
+    )
+    group.add_argument(
+        "--max-categories",
+        type=_positive,
+        default=100,
+        metavar="M",
+        help="a string column with more than M distinct values is an error (exclude it, e.g. an id "
+        "column) (default: 100)",
+    )
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps "
-                        "(default: cpu)")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device for the search: cpu, cuda, cuda:N or mps (default: cpu)"
+    )
     group = parser.add_argument_group("output")
-    group.add_argument("--all", action="store_true", dest="all_rule_sets",
-                       help="print every rule set found, those with negative fitness (covering more rows outside the "
-                       "subgroup than inside) flagged; by default near-duplicates (covered rows with a Jaccard index "
-                       ">= 0.9: the fitter one is kept) and negative-fitness rule sets are left out with a note")
-    group.add_argument("--limit", type=_positive, metavar="N",
-                       help="keep only the N best rule sets (printed and in --json) (default: all)")
-    group.add_argument("--json", metavar="PATH",
-                       help="also write the rule sets (all kept ones, negative fitness included) as a "
-                       "torch_amore.RegionalExplanation JSON file (read it with RegionalExplanation.from_json)")
-    group.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report (rule table, a plot "
-                       "per top rule set, options)")
+    group.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_rule_sets",
+        help="print every rule set found, those with negative fitness (covering more rows outside the "
+        "subgroup than inside) flagged; by default near-duplicates (covered rows with a Jaccard index "
+        ">= 0.9: the fitter one is kept) and negative-fitness rule sets are left out with a note",
+    )
+    group.add_argument(
+        "--limit",
+        type=_positive,
+        metavar="N",
+        help="keep only the N best rule sets (printed and in --json) (default: all)",
+    )
+    group.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the rule sets (all kept ones, negative fitness included) as a "
+        "torch_amore.RegionalExplanation JSON file (read it with RegionalExplanation.from_json)",
+    )
+    group.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write a self-contained HTML report (rule table, a plot per top rule set, options)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------- target
@@ -368,8 +457,10 @@ def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> s
     """What the rows of the table are, in one line."""
     tree = (f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
             f"max_length={options.max_length} conditions)")  # fmt: skip
-    what = tree if options.strategy == "paper" else (
-        f"{tree}, plus the beam search's best rule sets (beam_width={options.beam_width} per length)"
+    what = (
+        tree
+        if options.strategy == "paper"
+        else (f"{tree}, plus the beam search's best rule sets (beam_width={options.beam_width} per length)")
     )
     if options.min_confidence is not None:
         what += f", with confidence >= {options.min_confidence:g}"

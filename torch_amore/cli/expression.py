@@ -261,7 +261,7 @@ def _replace_backquotes(text: str) -> tuple[str, dict[str, str]]:
             i += 1
         elif ch == "@":
             raise ExpressionError(
-                f"not allowed: '@' (at column {i + 1}: {text[i:i + 30]!r}); an expression may only use the table's "
+                f"not allowed: '@' (at column {i + 1}: {text[i : i + 30]!r}); an expression may only use the table's "
                 f"columns and literals; allowed are {ALLOWED}"
             )
         else:
@@ -377,8 +377,10 @@ def _column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
         if not series.isna().any():
             return "bool", series.to_numpy(dtype=bool)
         return "num", series.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype) or isinstance(
-        dtype, pd.PeriodDtype
+    if (
+        pd.api.types.is_datetime64_any_dtype(dtype)
+        or pd.api.types.is_timedelta64_dtype(dtype)
+        or isinstance(dtype, pd.PeriodDtype)
     ):
         raise ExpressionError(
             f"column {name!r} holds dates or durations ({dtype}), which the expression cannot compare; convert it "

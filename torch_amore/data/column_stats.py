@@ -201,8 +201,9 @@ def accumulate_facts(acc: list[torch.Tensor] | None, new: list[torch.Tensor]) ->
     return out + [torch.maximum(acc[2], new[2])] if len(new) > 2 else out  # NaN (infinite values) propagates
 
 
-def finish_facts(acc: list[torch.Tensor] | None, n_cols: int, dt: torch.dtype, device: torch.device,
-            integers: bool) -> ColumnStats:
+def finish_facts(
+    acc: list[torch.Tensor] | None, n_cols: int, dt: torch.dtype, device: torch.device, integers: bool
+) -> ColumnStats:
     """Reduce the per-rank facts over the shards and mark all-missing columns."""
     if acc is None:  # no rows on this rank
         inf = torch.full((n_cols,), math.inf, dtype=dt, device=device)

@@ -392,8 +392,9 @@ def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int,
     )
 
 
-def check_range(lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int],
-                name: str = "X") -> None:
+def check_range(
+    lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int], name: str = "X"
+) -> None:
     """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
 
     ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing), and
@@ -410,8 +411,9 @@ def check_range(lo: Sequence[float], hi: Sequence[float], overflow: Sequence[boo
         )
 
 
-def check_units(spread: Sequence[float], columns: Sequence[int], scale: Sequence[float],
-                offset: Sequence[float]) -> None:
+def check_units(
+    spread: Sequence[float], columns: Sequence[int], scale: Sequence[float], offset: Sequence[float]
+) -> None:
     """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
 
     ``spread`` is each searched column's ``|max - min|`` (0 where all missing). An offset more than 2**50 times the

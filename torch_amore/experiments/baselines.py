@@ -327,4 +327,3 @@ def decision_tree_search(
         bar.update(1)
     bar.close()
     return result_from_rows(rows, bound)
-

@@ -282,6 +282,7 @@ class RegionalExplanation:
         """JSON-safe dict (rules with their lift, recall and base rate, threshold, features, names, parameters, the
         feature selection, the format and library versions; not the data)."""
         from torch_amore._version import __version__
+
         selection = getattr(self.selection, "to_dict", None)
         return {
             "format": _FORMAT,
@@ -313,8 +314,9 @@ class RegionalExplanation:
         data = S.expect_mapping(data)
         if data.get("format") != _FORMAT:
             raise S.FieldError(
-                "format", f"expected {_FORMAT!r} (a dict written by RegionalExplanation.to_dict), but got "
-                f"{data.get('format')!r}."
+                "format",
+                f"expected {_FORMAT!r} (a dict written by RegionalExplanation.to_dict), but got "
+                f"{data.get('format')!r}.",
             )
         key = "format_version" if "format_version" in data else "version"
         version = data.get(key)
@@ -330,8 +332,9 @@ class RegionalExplanation:
             features=S.load_items(data.get("features", []), lambda f: S.expect_int(f, "", low=0), "features"),
             feature_names=S.load_items(data.get("feature_names", []), _load_name, "feature_names"),
             params=dict(S.expect_mapping(data.get("params", {}), "params")),
-            sample=None if sample is None else torch.tensor(S.load_items(sample, _load_value, "sample"),
-                                                              dtype=torch.float64),
+            sample=None
+            if sample is None
+            else torch.tensor(S.load_items(sample, _load_value, "sample"), dtype=torch.float64),
             message=S.expect_str(data.get("message", ""), "message"),
             selection=_load_selection(data.get("selection")),
             explainer=explainer,
@@ -412,6 +415,7 @@ class RegionalExplanation:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
         """
         from torch_amore.data import validation as V
+
         opts = self.data_options
         if target is None:
             target = opts.get("target")

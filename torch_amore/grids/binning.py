@@ -49,8 +49,9 @@ def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return stats.lo, stats.hi
 
 
-def uniform_edges(X: torch.Tensor | None, n_grids: int, *,
-                  value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def uniform_edges(
+    X: torch.Tensor | None, n_grids: int, *, value_range: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
     """(F, n_grids + 1) equal-width edges between each column's min and max (``value_range`` when known: then
     ``X`` is not read)."""
     lo, hi = nan_min_max(X) if value_range is None else value_range
@@ -96,8 +97,9 @@ def _comparable(thresholds: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Ten
     return torch.where(t32.double() < thresholds, up, t32), torch.float32
 
 
-def _count_reached(chunk: torch.Tensor, thresholds: Sequence[torch.Tensor], acc: torch.Tensor,
-                   hit: torch.Tensor) -> None:
+def _count_reached(
+    chunk: torch.Tensor, thresholds: Sequence[torch.Tensor], acc: torch.Tensor, hit: torch.Tensor
+) -> None:
     """``acc`` (float32) = how many of ``thresholds`` (each (F,)) each value of ``chunk`` reaches; ``hit`` is
     scratch. A comparison written as float32 is about four times faster on CPU than one written as bool, and the
     sums are exact small integers."""
@@ -163,8 +165,15 @@ def _check_convergence(iteration: int) -> bool:
     return iteration in (2, 4, 8) or iteration % 16 == 0
 
 
-def _lloyd_on_host(vals: np.ndarray, prefix: np.ndarray, n_valid: np.ndarray, centres: np.ndarray,
-                   scale: np.ndarray, tol: np.ndarray, max_iter: int) -> np.ndarray:
+def _lloyd_on_host(
+    vals: np.ndarray,
+    prefix: np.ndarray,
+    n_valid: np.ndarray,
+    centres: np.ndarray,
+    scale: np.ndarray,
+    tol: np.ndarray,
+    max_iter: int,
+) -> np.ndarray:
     """The Lloyd iterations of :func:`_kmeans_sorted` for columns in host memory, column by column in numpy: the
     same float64 arithmetic, so the same centres bit for bit, without a torch dispatch per small operation (a
     column's iterations do not depend on the other columns'). Arrays as there: ``vals`` (f, N) sorted with missing
@@ -188,8 +197,9 @@ def _lloyd_on_host(vals: np.ndarray, prefix: np.ndarray, n_valid: np.ndarray, ce
     return out
 
 
-def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, tol: torch.Tensor,
-                   max_iter: int) -> torch.Tensor:
+def _kmeans_sorted(
+    X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, tol: torch.Tensor, max_iter: int
+) -> torch.Tensor:
     """Lloyd iterations for one process: each column is sorted once, then every iteration only needs a
     ``searchsorted`` of the cluster bounds and differences of prefix sums (O(G log N) per column); few operations
     per iteration, as the iterations are many and small."""
@@ -211,8 +221,9 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
         c = torch.sort(out[f0:f1], dim=1).values
         if X.device.type == "cpu" and f1 - f0 <= _HOST_LLOYD_COLUMNS:  # few columns in host memory: numpy
             out[f0:f1] = torch.from_numpy(
-                _lloyd_on_host(vals.numpy(), prefix.numpy(), n_valid.numpy(), c.numpy(), scale.numpy(),
-                               col_tol.numpy(), max_iter)  # fmt: skip
+                _lloyd_on_host(
+                    vals.numpy(), prefix.numpy(), n_valid.numpy(), c.numpy(), scale.numpy(), col_tol.numpy(), max_iter
+                )  # fmt: skip
             )
             continue
         active = torch.ones(f1 - f0, 1, dtype=torch.bool, device=X.device)
@@ -230,8 +241,14 @@ def _kmeans_sorted(X: torch.Tensor, centres: torch.Tensor, exps: torch.Tensor, t
     return out
 
 
-def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float = 1e-8, *,
-                 value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def kmeans_edges(
+    X: torch.Tensor,
+    n_grids: int,
+    max_iter: int = 300,
+    tol: float = 1e-8,
+    *,
+    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """(F, n_grids + 1) edges of a 1-D k-means per column, all columns at once and deterministic.
 
     Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
@@ -281,8 +298,13 @@ def kmeans_edges(X: torch.Tensor, n_grids: int, max_iter: int = 300, tol: float 
     return torch.cat([lo[:, None], bounds, hi[:, None]], dim=1)
 
 
-def grid_edges(X: torch.Tensor, n_grids: int, bin_strategy: str = "uniform", *,
-               value_range: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def grid_edges(
+    X: torch.Tensor,
+    n_grids: int,
+    bin_strategy: str = "uniform",
+    *,
+    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Edges (F, n_grids + 1) of the value grids of every column of ``X``, computed on X's device in float64.
 
     ``value_range``: each column's (min, max) over its non-missing values (NaN where none), when already known
@@ -481,8 +503,14 @@ def bin_features(
     )
 
 
-def _numeric_edges(sub: torch.Tensor, num_idx: list[int], n_grids: int, bin_strategy: str,
-                   value_range: tuple[torch.Tensor, torch.Tensor], mixed: bool) -> torch.Tensor:
+def _numeric_edges(
+    sub: torch.Tensor,
+    num_idx: list[int],
+    n_grids: int,
+    bin_strategy: str,
+    value_range: tuple[torch.Tensor, torch.Tensor],
+    mixed: bool,
+) -> torch.Tensor:
     """Grid edges of the numeric columns ``num_idx`` of ``sub`` (``mixed``: ``sub`` has categorical columns too)."""
     lo, hi = value_range
     if mixed:
@@ -492,8 +520,9 @@ def _numeric_edges(sub: torch.Tensor, num_idx: list[int], n_grids: int, bin_stra
     return grid_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, value_range=(lo, hi))
 
 
-def _category_table(sub: torch.Tensor, cat_idx: list[int], binary: list[bool],
-                    dt: torch.dtype) -> tuple[torch.Tensor | None, list[int]]:
+def _category_table(
+    sub: torch.Tensor, cat_idx: list[int], binary: list[bool], dt: torch.dtype
+) -> tuple[torch.Tensor | None, list[int]]:
     """Sorted distinct non-missing values of the categorical columns ``cat_idx`` of ``sub`` (over all shards) as a
     (len(cat_idx), width) table padded with NaN, and their number per column.
 

@@ -4,4 +4,11 @@
 from torch_amore.report.html import explanation_html, figure_data_uri, write_html
 from torch_amore.report.plot import plot_rule, plot_rule_attributions, plot_rule_means
 
-__all__ = ["explanation_html", "figure_data_uri", "plot_rule", "plot_rule_attributions", "plot_rule_means", "write_html"]
+__all__ = [
+    "explanation_html",
+    "figure_data_uri",
+    "plot_rule",
+    "plot_rule_attributions",
+    "plot_rule_means",
+    "write_html",
+]

@@ -175,6 +175,7 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
 
 def _options_table(explanation: Any) -> str:
     from torch_amore._version import __version__
+
     rows = [("torch_amore version", __version__), ("python", platform.python_version())]
     try:
         import torch

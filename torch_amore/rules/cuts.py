@@ -159,7 +159,6 @@ def _shortest_of(c: float) -> tuple[int, int]:
     return (m if c >= 0 else -m), k
 
 
-
 def _text(m: int, k: int) -> str:
     """``m * 10**k`` as text the way Python prints floats: plain between 1e-4 and 1e16, else ``1.5e+300``."""
     if m == 0:

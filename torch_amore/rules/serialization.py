@@ -53,8 +53,9 @@ def parse_json(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise FieldError("", "the JSON is nested too deeply to read (more levels than Python's recursion limit "
-                             "allows).") from None
+        raise FieldError(
+            "", "the JSON is nested too deeply to read (more levels than Python's recursion limit allows)."
+        ) from None
     except UnicodeDecodeError as err:
         raise FieldError("", f"expected UTF-8 JSON text, but the bytes do not decode ({err.reason}).") from None
     except json.JSONDecodeError as err:

@@ -7,4 +7,12 @@ from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.search.stream import StreamExtractor, prepare_stream
 
-__all__ = ["Extractor", "ReadableRules", "SearchOptions", "StreamExtractor", "extract_rules", "prepare_stream", "search_scope"]
+__all__ = [
+    "Extractor",
+    "ReadableRules",
+    "SearchOptions",
+    "StreamExtractor",
+    "extract_rules",
+    "prepare_stream",
+    "search_scope",
+]

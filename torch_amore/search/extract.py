@@ -198,8 +198,9 @@ def extract_rules(
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
     names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
     with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
-        extractor = prepare(X_t, target, options, features=features, feature_names=names, target_name=target_name,
-                            memory_checked=True)
+        extractor = prepare(
+            X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True
+        )
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
         min_s = options.support_count(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)

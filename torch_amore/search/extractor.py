@@ -150,6 +150,7 @@ class Extractor:
 
         optimal: list[RuleSet] = []
         if o.strategy == "beam" and local_codes is None:
+
             def tree_and_optima() -> tuple[list[RuleSet], dict[int, list[RuleSet]]]:
                 # the grid's optimum of every length up to 2 is a candidate (length 1 always: one pass over counts)
                 return tree_only(), self.grid_optima(o, min_support)
