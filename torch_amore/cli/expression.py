@@ -295,26 +295,35 @@ class _Checker:
             self.column(node)
         elif isinstance(node, ast.Constant):
             self.constant(node)
-        elif isinstance(node, ast.BoolOp):
-            for v in node.values:
-                self.check(v, in_list=False)
-        elif isinstance(node, ast.UnaryOp):  # not, ~, -, +
-            self.check(node.operand, in_list=False)
-        elif isinstance(node, ast.BinOp):
-            if type(node.op) in _OTHER_BINOPS:
-                raise self.refuse(f"the {_OTHER_BINOPS[type(node.op)]!r} operator", node)
-            self.check(node.left, in_list=False)
-            self.check(node.right, in_list=False)
+        elif isinstance(node, (ast.BoolOp, ast.UnaryOp, ast.BinOp)):  # and/or; not, ~, -, +; arithmetic
+            self.operands(node)
         elif isinstance(node, ast.Compare):
             self.compare(node)
-        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)) and in_list:
-            for elt in node.elts:
-                if _literal(elt) is None:
-                    raise self.refuse("anything but numbers, strings and True/False inside 'in [...]'", elt)
         elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            raise self.refuse("lists outside 'x in [...]'", node)
+            self.literal_list(node, in_list=in_list)
         else:
             raise self.refuse(f"{type(node).__name__} expressions", node)  # e.g. bare lists, sets
+
+    def operands(self, node: ast.BoolOp | ast.UnaryOp | ast.BinOp) -> None:
+        """The operands of a boolean, unary or binary operator, each checked (some binary operators refused)."""
+        if isinstance(node, ast.BoolOp):
+            operands = node.values
+        elif isinstance(node, ast.UnaryOp):
+            operands = [node.operand]
+        else:
+            if type(node.op) in _OTHER_BINOPS:
+                raise self.refuse(f"the {_OTHER_BINOPS[type(node.op)]!r} operator", node)
+            operands = [node.left, node.right]
+        for v in operands:
+            self.check(v, in_list=False)
+
+    def literal_list(self, node: ast.List | ast.Tuple | ast.Set, *, in_list: bool) -> None:
+        """A list of literals, allowed only as the right side of ``in``."""
+        if not in_list:
+            raise self.refuse("lists outside 'x in [...]'", node)
+        for elt in node.elts:
+            if _literal(elt) is None:
+                raise self.refuse("anything but numbers, strings and True/False inside 'in [...]'", elt)
 
     def column(self, node: ast.Name) -> None:
         name = self.names.get(node.id, node.id)

@@ -380,6 +380,38 @@ def plot_rule_attributions(
         >>> float(fig.axes[2].images[0].get_array().max())  # flipped: lowering z_1 satisfies z_1 < 2
         -1.0
     """
+    imgs, maps = _attribution_maps(images, attributions, scale)
+    n, n_rules = imgs.shape[0], maps.shape[0]
+    if target_name is None and isinstance(rules, RuleSet):
+        target_name = rules.target_name
+    rule_list = _rule_list(rules, n_rules)
+    values = _unit_values(features, rule_list, n)
+    titles = _column_titles(titles, row_labels, rule_list, n_rules, n)
+    maps, vmin, vmax = _scaled_maps(maps, rule_list, absolute=absolute, scale=scale)
+    cmap = cmap or ("magma" if absolute else "RdBu_r")
+    fig, grid = _axes_grid(axes, n, n_rules + 1, (panel_size * (n_rules + 1) + 1.2, panel_size * n + 0.7))
+    mappable = None
+    for i in range(n):
+        _draw_image_panel(grid[i, 0], imgs[i], i, row_labels, image_cmap)
+        for j in range(1, n_rules + 1):
+            ax = grid[i, j]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            mappable = ax.imshow(maps[j - 1, i], cmap=cmap, vmin=vmin, vmax=vmax)
+            if outline:
+                _outline(ax, imgs[i])
+            ax.set_title("\n".join(_panel_lines(i, j, titles, values, rule_list)), fontsize=8)
+    if mappable is not None:
+        cbar = fig.colorbar(mappable, ax=list(grid.ravel()), shrink=0.8, pad=0.02)
+        cbar.set_label(_colorbar_label(rule_list is not None, absolute, scale), fontsize=8)
+    what = "Pixel attributions of each rule's unit" + (f" (explaining: {target_name})" if target_name else "")
+    if axes is None:
+        fig.suptitle(what, fontsize=10)
+    return fig
+
+
+def _attribution_maps(images: Any, attributions: Any, scale: str) -> tuple[np.ndarray, np.ndarray]:
+    """The images as (N, H, W[, C]) and the maps as (R, N, H, W), their shapes and ``scale`` checked."""
     imgs = _as_hw(_to_numpy(images, "images"))
     attr = _to_numpy(attributions, "attributions")
     n = imgs.shape[0]
@@ -392,56 +424,63 @@ def plot_rule_attributions(
         raise ValueError(f"Expected maps of the images' size {imgs.shape[1:3]}, but got {maps.shape[2:4]}.")
     if scale not in ("shared", "panel"):
         raise ValueError(f"Expected `scale` to be 'shared' or 'panel', but got {scale!r}.")
-    n_rules = maps.shape[0]
-    if target_name is None and isinstance(rules, RuleSet):
-        target_name = rules.target_name
-    rule_list = _rule_list(rules, n_rules)
-    values = _unit_values(features, rule_list, n)
+    return imgs, maps
+
+
+def _column_titles(
+    titles: Sequence[str] | None,
+    row_labels: Sequence[str] | None,
+    rule_list: list[Rule] | None,
+    n_rules: int,
+    n: int,
+) -> list[str] | None:
+    """One title per rule column (the given ones or the rules' text, with the sign's note), the counts checked."""
     if titles is not None and len(titles) != n_rules:
         raise ValueError(f"Expected {n_rules} `titles` (one per rule), but got {len(titles)}.")
     if row_labels is not None and len(row_labels) != n:
         raise ValueError(f"Expected {n} `row_labels` (one per image), but got {len(row_labels)}.")
     titles = list(titles) if titles is not None else [r.format() for r in rule_list] if rule_list else None
     if rule_list is not None:
-        maps = maps * np.array([_direction(r) for r in rule_list])[:, None, None, None]
         titles = [f"{t}\n({_direction_note(r)})" for t, r in zip(titles, rule_list)]
+    return titles
+
+
+def _scaled_maps(
+    maps: np.ndarray, rule_list: list[Rule] | None, *, absolute: bool, scale: str
+) -> tuple[np.ndarray, float, float]:
+    """The maps signed towards satisfying each rule, made absolute or divided per panel, and the colour range."""
+    if rule_list is not None:
+        maps = maps * np.array([_direction(r) for r in rule_list])[:, None, None, None]
     if absolute:
         maps = np.abs(maps)
     if scale == "panel":
         peaks = np.abs(maps).max(axis=(2, 3), keepdims=True)
         maps = np.divide(maps, peaks, out=np.zeros_like(maps), where=peaks > 0)
     top = float(np.abs(maps).max()) or 1.0
-    vmin, vmax = (0.0 if absolute else -top), top
-    cmap = cmap or ("magma" if absolute else "RdBu_r")
-    fig, grid = _axes_grid(axes, n, n_rules + 1, (panel_size * (n_rules + 1) + 1.2, panel_size * n + 0.7))
-    mappable = None
-    for i in range(n):
-        for j in range(n_rules + 1):
-            ax = grid[i, j]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if j == 0:
-                ax.imshow(imgs[i], cmap=image_cmap if imgs[i].ndim == 2 else None)
-                ax.set_title("image" if i == 0 else "", fontsize=8)
-                ax.set_ylabel(str(row_labels[i]) if row_labels is not None else f"image {i + 1}", fontsize=8)
-                continue
-            mappable = ax.imshow(maps[j - 1, i], cmap=cmap, vmin=vmin, vmax=vmax)
-            if outline:
-                _outline(ax, imgs[i])
-            lines = [titles[j - 1] if titles is not None else f"rule {j}"] if i == 0 else []
-            if values is not None:
-                rule = rule_list[j - 1]
-                v = values[i, j - 1]
-                inside = rule.contains(_model_units(rule, v))
-                lines.append(f"{rule.name} = {v:.3g} ({'in' if inside else 'out'})")
-            ax.set_title("\n".join(lines), fontsize=8)
-    if mappable is not None:
-        cbar = fig.colorbar(mappable, ax=list(grid.ravel()), shrink=0.8, pad=0.02)
-        cbar.set_label(_colorbar_label(rule_list is not None, absolute, scale), fontsize=8)
-    what = "Pixel attributions of each rule's unit" + (f" (explaining: {target_name})" if target_name else "")
-    if axes is None:
-        fig.suptitle(what, fontsize=10)
-    return fig
+    return maps, (0.0 if absolute else -top), top
+
+
+def _draw_image_panel(ax: Any, image: np.ndarray, i: int, row_labels: Sequence[str] | None, image_cmap: str) -> None:
+    """The first column: image ``i`` itself, labelled."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.imshow(image, cmap=image_cmap if image.ndim == 2 else None)
+    ax.set_title("image" if i == 0 else "", fontsize=8)
+    ax.set_ylabel(str(row_labels[i]) if row_labels is not None else f"image {i + 1}", fontsize=8)
+
+
+def _panel_lines(
+    i: int, j: int, titles: list[str] | None, values: np.ndarray | None, rule_list: list[Rule] | None
+) -> list[str]:
+    """The title lines of the panel of image ``i`` and rule column ``j``: the column's title on the first row, and
+    the unit's value against the rule when the features are given."""
+    lines = [titles[j - 1] if titles is not None else f"rule {j}"] if i == 0 else []
+    if values is not None:
+        rule = rule_list[j - 1]
+        v = values[i, j - 1]
+        inside = rule.contains(_model_units(rule, v))
+        lines.append(f"{rule.name} = {v:.3g} ({'in' if inside else 'out'})")
+    return lines
 
 
 def _rule_list(rules: Any, n_rules: int) -> list[Rule] | None:

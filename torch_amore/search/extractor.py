@@ -54,6 +54,28 @@ def _two_feature_sets(ranked: list[RuleSet]) -> list[RuleSet]:
     return out
 
 
+def _to_polish(
+    tagged: list[tuple[int, RuleSet]],
+    optima: dict[int, list[RuleSet]],
+    max_length: int,
+    min_confidence: float | None,
+) -> list[tuple[RuleSet, float | None]]:
+    """What the search at each shorter ``max_length`` would have found and polished is a candidate here too: the
+    best two-feature-set picks of every length (and the confident ones, with their goal), once each."""
+    chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
+    for length in range(1, max_length + 1):
+        part = [rs for at, rs in tagged if at <= length] + [rs for k, opt in optima.items() if k <= length
+                                                             for rs in opt]  # fmt: skip
+        ranked = sort_rule_sets(part)
+        picks = [(rs, None) for rs in _two_feature_sets(ranked)]
+        if min_confidence is not None:
+            confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= min_confidence])
+            picks += [(rs, min_confidence) for rs in confident]
+        for rs, goal in picks:
+            chosen.setdefault((rs.rules, goal), (rs, goal))
+    return list(chosen.values())
+
+
 class Extractor:
     """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
 
@@ -133,69 +155,63 @@ class Extractor:
         """
         o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
         if o.strategy == "exact":
-            if local_codes is not None:
-                raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
-            found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
-                                   budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
-            return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
-
-        def tree_only() -> list[RuleSet]:  # the rule tree
-            return self.run(
-                max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
-                progress=o.progress,
-            )  # fmt: skip
-
-        def paper() -> tuple[list[RuleSet], list[RuleSet]]:  # the rule tree, and the grid's optimum
-            return tree_only(), self.grid_optimum(o, min_support) if local_codes is None else []
-
-        optimal: list[RuleSet] = []
+            return self._extract_exact(o, min_support, local_codes)
         if o.strategy == "beam" and local_codes is None:
-
-            def tree_and_optima() -> tuple[list[RuleSet], dict[int, list[RuleSet]]]:
-                # the grid's optimum of every length up to 2 is a candidate (length 1 always: one pass over counts)
-                return tree_only(), self.grid_optima(o, min_support)
-
-            # independent: on small data the tree and the grid's optima run beside the beam (progress bars: one
-            # after the other)
-            later = beside(tree_and_optima, self.binned.codes.numel()) if not o.progress else done(tree_and_optima())
-            # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
-            beam = functools.partial(
-                self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-                min_confidence=o.min_confidence, progress=o.progress,
-            )  # fmt: skip
-            seed = o.max_length >= 2 and not self.optimum_affordable(o.replace(max_length=2))
-            tagged = beam(seed=seed)
-            rule_sets, optima = later()
-            if o.max_length >= 2 and not seed and not optima[2]:  # that optimum found nothing: the beam as it runs
-                tagged = beam(seed=True)  # without one
-            optimal = optima.get(o.max_length, [])
-            for k in optima:
-                if k < o.max_length:  # a candidate; its optimum is that of a shorter search
-                    optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
-            # what the search at each shorter max_length would have found and polished is a candidate here too
-            chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
-            for length in range(1, o.max_length + 1):
-                part = [rs for at, rs in tagged if at <= length] + [rs for k, opt in optima.items() if k <= length
-                                                                     for rs in opt]  # fmt: skip
-                ranked = sort_rule_sets(part)
-                picks = [(rs, None) for rs in _two_feature_sets(ranked)]
-                if o.min_confidence is not None:
-                    confident = _two_feature_sets([rs for rs in ranked if rs.confidence >= o.min_confidence])
-                    picks += [(rs, o.min_confidence) for rs in confident]
-                for rs, goal in picks:
-                    chosen.setdefault((rs.rules, goal), (rs, goal))
-            to_polish = list(chosen.values())
-            polished = self.polish([rs for rs, _ in to_polish], min_support,
-                                   min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
-            found = [rs for _, rs in tagged] + [rs for opt in optima.values() for rs in opt]
-            rule_sets = self.finish(rule_sets + found + polished, o)
-        else:
-            rule_sets, optimal = paper()
+            rule_sets, optimal = self._extract_beam(o, min_support)
+        else:  # the rule tree, and the grid's optimum
+            rule_sets = self._tree(o, min_support, local_codes)
+            optimal = self.grid_optimum(o, min_support) if local_codes is None else []
             if o.min_gain > 0:
                 rule_sets = self.finish(rule_sets, o)
         if optimal:  # every result says how far it is from the best the grid can express
             rule_sets = [replace(rs, optimum=optimal[0].optimum) for rs in rule_sets]
         return rule_sets
+
+    def _extract_exact(self, o: SearchOptions, min_support: int, local_codes: list[int] | None) -> list[RuleSet]:
+        """The exact strategy of :meth:`extract`."""
+        if local_codes is not None:
+            raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
+        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
+                               budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
+        return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
+
+    def _tree(self, o: SearchOptions, min_support: int, local_codes: list[int] | None) -> list[RuleSet]:
+        """The rule tree of :meth:`run` with the options of ``o``."""
+        return self.run(
+            max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
+            progress=o.progress,
+        )  # fmt: skip
+
+    def _extract_beam(self, o: SearchOptions, min_support: int) -> tuple[list[RuleSet], list[RuleSet]]:
+        """The beam strategy of :meth:`extract`: the rule tree, the grid's optima and the beam, the best of each
+        length polished; with the grid's optimum at ``max_length`` (if one was searched)."""
+
+        def tree_and_optima() -> tuple[list[RuleSet], dict[int, list[RuleSet]]]:
+            # the grid's optimum of every length up to 2 is a candidate (length 1 always: one pass over counts)
+            return self._tree(o, min_support, None), self.grid_optima(o, min_support)
+
+        # independent: on small data the tree and the grid's optima run beside the beam (progress bars: one
+        # after the other)
+        later = beside(tree_and_optima, self.binned.codes.numel()) if not o.progress else done(tree_and_optima())
+        # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
+        beam = functools.partial(
+            self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
+            min_confidence=o.min_confidence, progress=o.progress,
+        )  # fmt: skip
+        seed = o.max_length >= 2 and not self.optimum_affordable(o.replace(max_length=2))
+        tagged = beam(seed=seed)
+        rule_sets, optima = later()
+        if o.max_length >= 2 and not seed and not optima[2]:  # that optimum found nothing: the beam as it runs
+            tagged = beam(seed=True)  # without one
+        optimal = optima.get(o.max_length, [])
+        for k in optima:
+            if k < o.max_length:  # a candidate; its optimum is that of a shorter search
+                optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
+        to_polish = _to_polish(tagged, optima, o.max_length, o.min_confidence)
+        polished = self.polish([rs for rs, _ in to_polish], min_support,
+                               min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
+        found = [rs for _, rs in tagged] + [rs for opt in optima.values() for rs in opt]
+        return self.finish(rule_sets + found + polished, o), optimal
 
     def finish(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
         """Every condition earning ``options.min_gain`` (:meth:`prune`), rule sets sorted (:func:`sort_rule_sets`)

@@ -643,21 +643,7 @@ def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, torch.device | 
 
 
 def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.Tensor, list[str] | None]:
-    names = None
-    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
-        names = [str(c) for c in inputs.columns]
-        try:
-            inputs = inputs.to_numpy(dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError("Expected `inputs` to hold numeric columns only; one-hot encode categories first.") from err
-    if isinstance(inputs, np.ndarray):
-        if not (np.issubdtype(inputs.dtype, np.number) or inputs.dtype == bool):
-            raise TypeError(f"Expected `inputs` to have a numeric dtype, but got {inputs.dtype}.")
-        inputs = torch.from_numpy(np.ascontiguousarray(inputs))
-    if not isinstance(inputs, torch.Tensor):
-        raise TypeError(
-            f"Expected `inputs` to be a torch.Tensor, numpy array or DataFrame, but got {type(inputs).__name__}."
-        )
+    inputs, names = _inputs_tensor(inputs)
     if inputs.ndim < 2 or inputs.shape[0] == 0:
         raise ValueError(f"Expected `inputs` to have shape (N, ...) with N >= 1, but got {tuple(inputs.shape)}.")
     dtype, device = _model_dtype_device(model)
@@ -678,19 +664,28 @@ def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.T
     return inputs, names
 
 
-def _to_labels(labels: Any, n: int) -> torch.Tensor:
-    if hasattr(labels, "to_numpy"):
-        labels = labels.to_numpy()
-    if isinstance(labels, (list, tuple)):
-        labels = np.asarray(labels)
-    if isinstance(labels, np.ndarray):
-        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
-            raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
-        labels = torch.from_numpy(np.ascontiguousarray(labels))
-    if not isinstance(labels, torch.Tensor):
+def _inputs_tensor(inputs: Any) -> tuple[torch.Tensor, list[str] | None]:
+    """A DataFrame, numpy array or tensor as a tensor, with the DataFrame's column names (else ``None``)."""
+    names = None
+    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
+        names = [str(c) for c in inputs.columns]
+        try:
+            inputs = inputs.to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError("Expected `inputs` to hold numeric columns only; one-hot encode categories first.") from err
+    if isinstance(inputs, np.ndarray):
+        if not (np.issubdtype(inputs.dtype, np.number) or inputs.dtype == bool):
+            raise TypeError(f"Expected `inputs` to have a numeric dtype, but got {inputs.dtype}.")
+        inputs = torch.from_numpy(np.ascontiguousarray(inputs))
+    if not isinstance(inputs, torch.Tensor):
         raise TypeError(
-            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
+            f"Expected `inputs` to be a torch.Tensor, numpy array or DataFrame, but got {type(inputs).__name__}."
         )
+    return inputs, names
+
+
+def _to_labels(labels: Any, n: int) -> torch.Tensor:
+    labels = _labels_tensor(labels)
     labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"Expected `labels` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
@@ -706,6 +701,23 @@ def _to_labels(labels: Any, n: int) -> torch.Tensor:
         raise ValueError(
             f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
             "(labels must be class indices 0..C-1)."
+        )
+    return labels
+
+
+def _labels_tensor(labels: Any) -> torch.Tensor:
+    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
+    if hasattr(labels, "to_numpy"):
+        labels = labels.to_numpy()
+    if isinstance(labels, (list, tuple)):
+        labels = np.asarray(labels)
+    if isinstance(labels, np.ndarray):
+        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
+            raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(
+            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
         )
     return labels
 

@@ -367,6 +367,57 @@ class _State:
     support: int
 
 
+@dataclass
+class _Refining:
+    """The working tensors of :meth:`BeamSearch._refine` for a batch of ``n_states`` states of ``length``
+    conditions: ``st`` (S, 2 L + 2) holds the lows, highs, hits and support; ``codes`` and ``sat`` one (S, N)
+    tensor per position (the doubled codes and whether each sample satisfies that condition)."""
+
+    length: int
+    n_states: int
+    device: torch.device
+    st: torch.Tensor
+    cols: list[torch.Tensor]
+    codes: tuple[torch.Tensor, ...]
+    weights: torch.Tensor
+    wide: int
+    offsets: torch.Tensor
+    sat: list[torch.Tensor]
+    n_bins: tuple[torch.Tensor, ...]
+    is_cat: tuple[torch.Tensor, ...]
+    cat_at: list[bool]
+    kappas: tuple[float, ...]
+    n_k: int
+    tie: torch.Tensor
+    score: torch.Tensor
+
+
+def _refined_states(states: list[_State], out_rows: list[list], length: int) -> list[_State]:
+    """The states of :meth:`BeamSearch._refine` from the rows it read (a state that did not move is returned)."""
+    out = []
+    for state, row in zip(states, out_rows):
+        score = (row[2 * length], row[2 * length + 1])
+        conds = tuple(zip([c[0] for c in state.conds], row[:length], row[length : 2 * length]))
+        out.append(_State(conds, *score) if score != (state.hits, state.support) else state)
+    return out
+
+
+def _first_per_features(pool: dict[tuple, _State], obj: Objective) -> list[_State]:
+    """The best state of ``pool`` (by ``obj``) on each set of features: children on the same features tend to
+    climb to the same optimum, so only these are refined."""
+    first: dict[tuple, _State] = {}
+    for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
+        first.setdefault(tuple(c[0] for c in st.conds), st)
+    return list(first.values())
+
+
+def _seed_beam(seeds: list[tuple[tuple, ...]], chosen: dict[tuple, _State]) -> list[_State]:
+    """The conditions of the seed pairs none of whose features the beam (``chosen``) expands already."""
+    held = {c[0] for conds in chosen for c in conds}
+    new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
+    return [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
+
+
 def packed_keys(parts: list[tuple[torch.Tensor, int, int]]) -> list[torch.Tensor]:
     """Lexicographic integer keys ``(values, low, high)`` (most significant first) combined into as few int64 keys as
     fit below 2**62, in the same lexicographic order."""
@@ -643,6 +694,52 @@ class BeamSearch:
                 for i in range(0, len(states), per_call)
                 for s in self._refine(states[i : i + per_call], min_support, obj)
             ]
+        r = self._refine_tables(states, obj)
+        length = r.length
+        # when each position was last cut and last moved (for some state of the batch), counted in steps
+        cut, move = [-1] * length, [-1] * length
+        steps, out_rows = 0, []
+        for rnd in range(8):
+            out_rows, any_move, steps = self._refine_round(r, rnd, cut, move, steps, min_support, obj, out_rows)
+            if not any_move:
+                break
+        return _refined_states(states, out_rows, length)
+
+    def _refine_round(
+        self,
+        r: _Refining,
+        rnd: int,
+        cut: list[int],
+        move: list[int],
+        steps: int,
+        min_support: int,
+        obj: Objective,
+        out_rows: list,
+    ) -> tuple[list, bool, int]:
+        """Round ``rnd`` of :meth:`_refine`: each position cut unless it holds its best. ``cut`` and ``move`` (the
+        step at which each position was last cut, last moved) are updated in place; returns the rows read last,
+        whether some position moved, and the step count."""
+        length = r.length
+        moved = torch.zeros(r.n_states, length, dtype=torch.long, device=r.device)
+        any_move = False
+        for k in range(length):
+            if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
+                continue  # its other intervals are where they were when it was last cut: it holds its best
+            moved[:, k] = self._cut_position(r, k, min_support, obj)
+            cut[k], steps = steps, steps + 1
+            if rnd:  # after the first round, a read after each step tells the next position whether it is stale
+                out_rows = torch.cat([r.st, moved], 1).tolist()  # the result, and which positions moved
+                if any(row[2 * length + 2 + k] for row in out_rows):
+                    move[k], any_move = cut[k], True
+        if not rnd:  # every position was cut once: one read
+            out_rows = torch.cat([r.st, moved], 1).tolist()
+            for k in range(length):
+                if any(row[2 * length + 2 + k] for row in out_rows):
+                    move[k], any_move = cut[k], True
+        return out_rows, any_move, steps
+
+    def _refine_tables(self, states: list[_State], obj: Objective) -> _Refining:
+        """The working tensors of :meth:`_refine` for a batch of states of one length."""
         fine = self.fine
         device = self.codes_t.device
         n_states, length = len(states), len(states[0].conds)
@@ -671,54 +768,32 @@ class BeamSearch:
         n_k = len(kappas)
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
         score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
-        out_rows: list = []
-        # when each position was last cut and last moved (for some state of the batch), counted in steps
-        cut, move = [-1] * length, [-1] * length
-        steps = 0
-        for rnd in range(8):
-            moved = torch.zeros(n_states, length, dtype=torch.long, device=device)
-            any_move = False
-            for k in range(length):
-                if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
-                    continue  # its other intervals are where they were when it was last cut: it holds its best
-                inside = functools.reduce(torch.logical_and, [sat[m] for m in range(length) if m != k])
-                tot, tgt = _masked_counts(codes[k].reshape(-1), inside.view(-1), n_states * wide, weights)
-                tot = D.all_reduce_sum(tot).view(n_states, wide)[:, : self.width]
-                tgt = D.all_reduce_sum(tgt).view(n_states, wide)[:, : self.width]
-                b = best_intervals_dense(
-                    tot, tgt, n_bins[k], is_cat[k], min_support, kappas, positive=False, max_count=self.n_rows,
-                    any_cat=cat_at[k], budget=self.budget,
-                )  # fmt: skip
-                found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
-                new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
-                if n_k > 1:
-                    pick = (found * n_k + tie).argmax(1, keepdim=True)  # (S, 1)
-                    found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=device) * n_k)
-                better = found[:, 0] > score
-                score = torch.where(better, found[:, 0], score)
-                new = torch.where(better[:, None], new, st.index_select(1, cols[k]))
-                st.index_copy_(1, cols[k], new)
-                lo_hi = (2 * (new[:, :2] + offsets)).to(torch.int32)
-                sat[k] = (codes[k] >= lo_hi[:, :1]) & (codes[k] <= lo_hi[:, 1:] + 1)
-                moved[:, k] = better
-                cut[k], steps = steps, steps + 1
-                if rnd:  # after the first round, a read after each step tells the next position whether it is stale
-                    out_rows = torch.cat([st, moved], 1).tolist()  # the result, and which positions moved
-                    if any(row[2 * length + 2 + k] for row in out_rows):
-                        move[k], any_move = cut[k], True
-            if not rnd:  # every position was cut once: one read
-                out_rows = torch.cat([st, moved], 1).tolist()
-                for k in range(length):
-                    if any(row[2 * length + 2 + k] for row in out_rows):
-                        move[k], any_move = cut[k], True
-            if not any_move:
-                break
-        out = []
-        for state, row in zip(states, out_rows):
-            score = (row[2 * length], row[2 * length + 1])
-            conds = tuple(zip([c[0] for c in state.conds], row[:length], row[length : 2 * length]))
-            out.append(_State(conds, *score) if score != (state.hits, state.support) else state)
-        return out
+        return _Refining(length, n_states, device, st, cols, codes, weights, wide, offsets, sat, n_bins, is_cat,
+                         cat_at, kappas, n_k, tie, score)  # fmt: skip
+
+    def _cut_position(self, r: _Refining, k: int, min_support: int, obj: Objective) -> torch.Tensor:
+        """One step of :meth:`_refine`: every state's condition at position ``k`` re-optimised given the others;
+        ``r`` updated in place. Returns which states moved."""
+        inside = functools.reduce(torch.logical_and, [r.sat[m] for m in range(r.length) if m != k])
+        tot, tgt = _masked_counts(r.codes[k].reshape(-1), inside.view(-1), r.n_states * r.wide, r.weights)
+        tot = D.all_reduce_sum(tot).view(r.n_states, r.wide)[:, : self.width]
+        tgt = D.all_reduce_sum(tgt).view(r.n_states, r.wide)[:, : self.width]
+        b = best_intervals_dense(
+            tot, tgt, r.n_bins[k], r.is_cat[k], min_support, r.kappas, positive=False, max_count=self.n_rows,
+            any_cat=r.cat_at[k], budget=self.budget,
+        )  # fmt: skip
+        found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
+        new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
+        if r.n_k > 1:
+            pick = (found * r.n_k + r.tie).argmax(1, keepdim=True)  # (S, 1)
+            found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=r.device) * r.n_k)
+        better = found[:, 0] > r.score
+        r.score = torch.where(better, found[:, 0], r.score)
+        new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
+        r.st.index_copy_(1, r.cols[k], new)
+        lo_hi = (2 * (new[:, :2] + r.offsets)).to(torch.int32)
+        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:] + 1)
+        return better
 
     def run(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
@@ -755,60 +830,81 @@ class BeamSearch:
             # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
             lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
             children, lifted = self._expand(beam, rows, groups, min_support, set(found), chooser + lift)
-            seeded: dict[tuple, _State] = {}
-            if seed_beam:
-                s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
-                seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
-                                         chooser)  # fmt: skip
+            seeded = self._expand_seeds(seed_beam, min_support, found, children, chooser)
             if not children and not seeded and not lifted:
                 break
             for state in itertools.chain(children.values(), seeded.values(), lifted.values()):
                 found.setdefault(state.conds, state)
             # every child is refined before the beam is chosen: a refined rule set can overtake its siblings
-            chosen: dict[tuple, _State] = {}
-            for obj in self.objectives:
-                # children on the same features tend to climb to the same optimum: refine the best of each set
-                firsts = []
-                for pool in (children, seeded):
-                    first: dict[tuple, _State] = {}
-                    for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
-                        first.setdefault(tuple(c[0] for c in st.conds), st)
-                    firsts.append(list(first.values()))
-                done = self._refine(firsts[0] + firsts[1], min_support, obj)
-                for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
-                                            ({**children, **seeded}, done, False)):  # fmt: skip
-                    refined: dict[tuple, _State] = dict(pool)
-                    for state in tops:
-                        refined.setdefault(state.conds, state)
-                        found.setdefault(state.conds, state)
-                    ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
-                    ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
-                    for state in ranked[: self.beam_width]:
-                        if goes_on:
-                            chosen.setdefault(state.conds, state)
-                        best.setdefault(state.conds, (length, state))
-                    if not seeded:
-                        break  # the same pool: ranked once
+            chosen = self._choose(children, seeded, found, best, length, min_support)
             bar.update(1)
             if length == max_length:
                 break
-            level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
-            level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
-            for state in level[: max(1, self.beam_width // 2)]:
-                chosen.setdefault(state.conds, state)
-            beam = list(chosen.values())
+            beam = self._next_beam(chosen, found, length)
             if not beam:
                 break
             rows, groups = self._node_rows([s.conds for s in beam])
-            seed_beam = []
-            if length == 1:  # seed pairs none of whose features the beam expands already
-                held = {c[0] for conds in chosen for c in conds}
-                new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
-                seed_beam = [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
+            seed_beam = _seed_beam(seeds, chosen) if length == 1 else []  # seed pairs after the first length
         bar.close()
         lengths = {conds: length for conds, (length, _) in best.items()}
         states = self._without_idle_conditions({conds: st for conds, (_, st) in best.items()}, found, lengths)
         return states
+
+    def _expand_seeds(
+        self,
+        seed_beam: list[_State],
+        min_support: int,
+        found: dict[tuple, _State],
+        children: dict[tuple, _State],
+        chooser: list,
+    ) -> dict[tuple, _State]:
+        """The children of the seed pairs' conditions (none when there are none), beside the beam's."""
+        if not seed_beam:
+            return {}
+        s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
+        seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
+                                 chooser)  # fmt: skip
+        return seeded
+
+    def _choose(
+        self,
+        children: dict[tuple, _State],
+        seeded: dict[tuple, _State],
+        found: dict[tuple, _State],
+        best: dict[tuple, tuple[int, _State]],
+        length: int,
+        min_support: int,
+    ) -> dict[tuple, _State]:
+        """The beam's next nodes of one length: per objective the best children (and seeded children) refined,
+        ranked, the best ``beam_width`` kept; ``found`` and ``best`` updated in place."""
+        chosen: dict[tuple, _State] = {}
+        for obj in self.objectives:
+            # children on the same features tend to climb to the same optimum: refine the best of each set
+            firsts = [_first_per_features(pool, obj) for pool in (children, seeded)]
+            done = self._refine(firsts[0] + firsts[1], min_support, obj)
+            for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
+                                        ({**children, **seeded}, done, False)):  # fmt: skip
+                refined: dict[tuple, _State] = dict(pool)
+                for state in tops:
+                    refined.setdefault(state.conds, state)
+                    found.setdefault(state.conds, state)
+                ranked = sorted(refined.values(), key=lambda s: s.conds)  # ties: the smaller conditions first
+                ranked.sort(key=lambda s: obj.key(s.hits, s.support), reverse=True)
+                for state in ranked[: self.beam_width]:
+                    if goes_on:
+                        chosen.setdefault(state.conds, state)
+                    best.setdefault(state.conds, (length, state))
+                if not seeded:
+                    break  # the same pool: ranked once
+        return chosen
+
+    def _next_beam(self, chosen: dict[tuple, _State], found: dict[tuple, _State], length: int) -> list[_State]:
+        """The next beam: ``chosen`` and a few rule sets of ``length`` of high lift (added to ``chosen``)."""
+        level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
+        level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
+        for state in level[: max(1, self.beam_width // 2)]:
+            chosen.setdefault(state.conds, state)
+        return list(chosen.values())
 
     def _without_idle_conditions(
         self, best: dict[tuple, _State], found: dict[tuple, _State], lengths: dict[tuple, int]

@@ -360,21 +360,14 @@ def polish_many(
         return list(rule_sets)
     depth = max(len(rules[s]) for s in todo)
     flat = [r for s in todo for r in rules[s]]
-    pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
-    every = torch.cat(_rule_masks(flat, X) + [pad])
-    at, i = [], 0
-    for s in todo:
-        at.append(list(range(i, i + len(rules[s]))) + [len(flat)] * (depth - len(rules[s])))
-        i += len(rules[s])
-    masks = every[torch.tensor(at, device=X.device)]  # (S, L, N)
-    del every
+    masks = _stacked_masks(flat, [len(rules[s]) for s in todo], depth, X)  # (S, L, N)
     conf = None  # the confidence goal of each rule set: -1 for none
     if any(goals[s] is not None for s in todo):
         conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
                             device=X.device)  # fmt: skip
     full = all_along(masks, 1)
     best = _keys(count_true(full & target), count_true(full), conf)
-    del full, pad
+    del full
     kappas = _kappa_table([goals[s] for s in todo], X.device)
     several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
@@ -393,24 +386,7 @@ def polish_many(
             part = [None if t is None else t[sel] for t in (masks, several, conf, kappas, best)]
             out, new_best = _step(part[0], k, columns, cols, target, min_support, *part[1:])
             best = best.index_copy(0, sel, new_best)
-        changed = []
-        for i, row in zip(rows, out.tolist()):
-            s = todo[i]
-            drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
-            a_low, a_high, b_low, b_high = (_from_bits(v, columns.dtype) for v in row[8:])
-            if drop:
-                del rules[s][k]
-                counts[s] = (t_o, n_o)
-                live.remove(i)
-                changed.append((i, None))
-            elif swap:
-                rule = rules[s][k]
-                units = (rule.scale, rule.offset)
-                low = -math.inf if open_low else short_cut(a_low, b_low, *units)
-                high = math.inf if open_high else short_cut(a_high, b_high, *units)
-                rules[s][k] = replace(rule, low=low, high=high)
-                counts[s] = (hits, support)
-                changed.append((i, rules[s][k]))
+        changed = _apply_step(out.tolist(), rows, todo, rules, k, counts, live, columns.dtype)
         if k + 1 < depth:
             masks = _update(masks, k, changed, X)
     out_sets = list(rule_sets)
@@ -423,6 +399,52 @@ def polish_many(
             target_name=target_name,
         )
     return out_sets
+
+
+def _stacked_masks(flat: list[Rule], lengths: list[int], depth: int, X: torch.Tensor) -> torch.Tensor:
+    """The (S, L, N) masks of the rules of each rule set (``lengths``: how many of ``flat`` each holds), padded to
+    ``depth`` with all-true masks."""
+    pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
+    every = torch.cat(_rule_masks(flat, X) + [pad])
+    at, i = [], 0
+    for n_rules in lengths:
+        at.append(list(range(i, i + n_rules)) + [len(flat)] * (depth - n_rules))
+        i += n_rules
+    return every[torch.tensor(at, device=X.device)]
+
+
+def _apply_step(
+    out_rows: list[list],
+    rows: list[int],
+    todo: list[int],
+    rules: list[list[Rule]],
+    k: int,
+    counts: dict[int, tuple[int, int]],
+    live: list[int],
+    dtype: torch.dtype,
+) -> list[tuple[int, Rule | None]]:
+    """The results of one step of :func:`polish_many` at position ``k``: each rule dropped or moved to its new cut
+    points (``rules``, ``counts`` and ``live`` updated in place). Returns the rows that changed, with the new rule
+    (``None``: dropped)."""
+    changed = []
+    for i, row in zip(rows, out_rows):
+        s = todo[i]
+        drop, swap, open_low, open_high, t_o, n_o, hits, support = row[:8]
+        a_low, a_high, b_low, b_high = (_from_bits(v, dtype) for v in row[8:])
+        if drop:
+            del rules[s][k]
+            counts[s] = (t_o, n_o)
+            live.remove(i)
+            changed.append((i, None))
+        elif swap:
+            rule = rules[s][k]
+            units = (rule.scale, rule.offset)
+            low = -math.inf if open_low else short_cut(a_low, b_low, *units)
+            high = math.inf if open_high else short_cut(a_high, b_high, *units)
+            rules[s][k] = replace(rule, low=low, high=high)
+            counts[s] = (hits, support)
+            changed.append((i, rules[s][k]))
+    return changed
 
 
 def _from_bits(bits: int, dtype: torch.dtype) -> float:
