@@ -33,7 +33,7 @@ import _tasks  # noqa: E402
 from _tasks import latent_like  # noqa: E402
 
 import torch_amore  # noqa: E402
-from torch_amore.strategies import seeding  # noqa: E402
+import torch_amore.strategies.seeding as seeding  # noqa: E402
 
 
 def timed(fn) -> tuple[float, object]:

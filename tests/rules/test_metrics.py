@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 
 import torch_amore as ta
+from torch_amore.grids.intervals import candidate_intervals
 from torch_amore.grids.ratios import probability_ratios
-from torch_amore.strategies.intervals import candidate_intervals
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=200))

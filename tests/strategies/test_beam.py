@@ -12,7 +12,7 @@ from sklearn.tree import DecisionTreeClassifier
 import torch_amore as ta
 from torch_amore.grids.binning import bin_features
 from torch_amore.grids.fine_grid import fine_binning
-from torch_amore.strategies.beam import best_intervals
+from torch_amore.strategies.best_interval import best_intervals
 
 
 def brute_force_best(a: list[int], b: list[int], kappa: float, min_support: int):
@@ -271,7 +271,7 @@ def test_masked_counts_without_weights_agree(monkeypatch):
 
 
 def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):
-    from torch_amore.strategies import beam
+    from torch_amore.strategies import best_interval as beam
 
     g = torch.Generator().manual_seed(0)
     tot = torch.randint(0, 20, (50, 64), generator=g)

@@ -8,7 +8,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import torch_amore as ta
 from torch_amore.strategies import beam
-from torch_amore.strategies.beam import BeamSearch, best_intervals, best_intervals_dense
+from torch_amore.strategies.beam import BeamSearch
+from torch_amore.strategies.best_interval import best_intervals, best_intervals_dense
 
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_dim",
             "aten::unique_consecutive")  # fmt: skip

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_amore as ta
+from torch_amore.rules.pruning import prune_rule_sets
 from torch_amore.rules.rules import Rule, RuleSet
-from torch_amore.strategies.pruning import prune_rule_sets
 
 
 def literal(rules, X: torch.Tensor, target: torch.Tensor) -> tuple[int, int, float, float]:

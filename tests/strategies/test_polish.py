@@ -14,7 +14,7 @@ from sync_count import count_syncs
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.rules import Rule, RuleSet
 from torch_amore.strategies import polish
-from torch_amore.strategies.beam import best_intervals
+from torch_amore.strategies.best_interval import best_intervals
 from torch_amore.strategies.polish import SortedColumns, best_cuts, polish_many, polish_one
 
 
@@ -59,9 +59,9 @@ def _starts(X: torch.Tensor, target: torch.Tensor, seed: int) -> list[RuleSet]:
 def _literal_best(v: np.ndarray, t: np.ndarray, min_support: int) -> tuple[int, int, np.ndarray] | None:
     """Brute force over every pair of cuts between the distinct observed values ``u`` of ``v`` (``lo``/``hi``:
     prefix indices, 0 and len(u) open): the pair of largest ``2 * hits - support`` with support >= min_support,
-    positive, not everything; ties as :func:`torch_amore.strategies.beam.best_intervals` breaks them (an end before the
-    last value: the smallest end, then the largest start; the end past it only when strictly better, then the smallest
-    start)."""
+    positive, not everything; ties as :func:`torch_amore.strategies.best_interval.best_intervals` breaks them (an end
+    before the last value: the smallest end, then the largest start; the end past it only when strictly better, then the
+    smallest start)."""
     u = np.unique(v)
     cb = np.concatenate([[0], np.cumsum([np.sum(v == x) for x in u])])
     ct = np.concatenate([[0], np.cumsum([np.sum(t[v == x]) for x in u])])

@@ -10,11 +10,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from torch_amore.grids import ratios
+from torch_amore.grids import intervals, ratios
 from torch_amore.grids.binning import bin_features
+from torch_amore.grids.intervals import candidate_intervals
 from torch_amore.grids.ratios import grid_counts, group_grid_counts, node_grid_counts
-from torch_amore.strategies import intervals
-from torch_amore.strategies.intervals import candidate_intervals
 from torch_amore.strategies.tree import grow_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

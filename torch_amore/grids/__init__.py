@@ -1,8 +1,10 @@
 """Grids: the binning of each feature (uniform, quantile, k-means), the fine grids of the beam, the per-grid counts
-and probability ratios, the counts of pairs of features, and the sketched thresholds of streamed data."""
+and probability ratios, the candidate intervals they give, the counts of pairs of features, and the sketched
+thresholds of streamed data."""
 
 from torch_amore.grids.binning import Binned, bin_features, grid_edges
 from torch_amore.grids.fine_grid import FineBinned, fine_binning
+from torch_amore.grids.intervals import candidate_intervals
 from torch_amore.grids.pair_counts import PairCounts, pair_histograms
 from torch_amore.grids.ratios import grid_counts, probability_ratios
 from torch_amore.grids.stream_sketch import HistogramSketch, sketch_thresholds
@@ -13,6 +15,7 @@ __all__ = [
     "HistogramSketch",
     "PairCounts",
     "bin_features",
+    "candidate_intervals",
     "fine_binning",
     "grid_counts",
     "grid_edges",

@@ -2,7 +2,7 @@
 
 The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.strategies.tree`: starting from all samples, each
 node's samples are counted per grid of every remaining feature, the counts become candidate intervals
-(:func:`torch_amore.strategies.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability
+(:func:`torch_amore.grids.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability
 ratios open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree
 is a
 candidate rule set. The beam strategy (:mod:`torch_amore.strategies.beam`) adds fitness-optimal intervals, and its best

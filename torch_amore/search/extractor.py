@@ -20,13 +20,13 @@ from torch_amore.grids.fine_grid import default_n_fine, fine_binning
 from torch_amore.grids.ratios import grid_counts
 from torch_amore.rules.masks import drop_same_mask
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
+from torch_amore.rules.pruning import prune_rule_sets
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.beam import BeamSearch
 from torch_amore.strategies.exact import estimate_cost, exact_search
 from torch_amore.strategies.polish import SortedColumns, polish_many, polish_one
-from torch_amore.strategies.pruning import prune_rule_sets
 from torch_amore.strategies.seeding import pair_seeds, seed_affordable
 from torch_amore.strategies.tree import grow_tree, insertion_order
 
@@ -151,7 +151,7 @@ class Extractor:
         optima of lengths 1 and 2 and the pair seeds are candidates at every longer length, and the best of what
         each shorter search found is polished too; the exact strategy keeps the pool of each shorter length), so the
         best fitness never drops when one more condition is allowed. Then every condition must earn
-        ``options.min_gain`` (:func:`torch_amore.strategies.pruning.prune_rule_sets`).
+        ``options.min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets`).
         """
         o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
         if o.strategy == "exact":
@@ -221,7 +221,7 @@ class Extractor:
         return self.drop_same_mask(sort_rule_sets(rule_sets))
 
     def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
-        """:func:`torch_amore.strategies.pruning.prune_rule_sets` on the searched data."""
+        """:func:`torch_amore.rules.pruning.prune_rule_sets` on the searched data."""
         if self.X is None:
             return rule_sets
         return prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=options.min_gain,
@@ -363,8 +363,8 @@ class Extractor:
         rules, or drop it; all ``rule_sets`` at once. ``min_confidence``: one for all, or one per rule set.
 
         Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
-        other rules (:func:`torch_amore.strategies.beam.exact_best_interval`), cut between observed values rather than
-        on a grid
+        other rules (:func:`torch_amore.strategies.best_interval.exact_best_interval`), cut between observed values
+        rather than on a grid
         (one sweep over the rules: the grid search before it has converged already). Fitness never decreases (with
         ``min_confidence``: a confident rule set stays confident). A sharded (DDP) run gives the single-process
         result.

@@ -49,12 +49,12 @@ from torch_amore.data.stream_source import BatchSource
 from torch_amore.grids.binning import Binned, bin_features, codes_from_thresholds
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
+from torch_amore.rules.pruning import prune_rule_sets
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.polish import polish_many, polish_one
-from torch_amore.strategies.pruning import prune_rule_sets
 
 __all__ = ["StreamExtractor", "prepare_stream"]
 
@@ -369,7 +369,7 @@ class StreamExtractor(Extractor):
         return [_moved(rs, back) for rs in out]
 
     def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
-        """:func:`torch_amore.strategies.pruning.prune_rule_sets` on the observed values of the rule sets' features only
+        """:func:`torch_amore.rules.pruning.prune_rule_sets` on the observed values of the rule sets' features only
         (one pass gathers them)."""
         cols = sorted({r.feature for rs in rule_sets if len(rs.rules) >= 2 for r in rs.rules})
         if not cols:

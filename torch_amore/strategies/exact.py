@@ -45,7 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.pair_counts import ExactGrid, PairCounts, compress
 from torch_amore.grids.ratios import group_grid_counts
-from torch_amore.strategies.beam import packed_keys
+from torch_amore.strategies.best_interval import packed_keys
 
 #: Value of an infeasible rule set (values are ``2 * hits - support``, integers far from it).
 _NEG = -(1 << 62)

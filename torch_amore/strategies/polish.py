@@ -4,15 +4,15 @@ Each numeric rule in turn gets the interval that is best given the other rules (
 than on a grid), or is dropped when it does nothing: the other rules alone are at least as good and keep
 ``min_support`` samples. One sweep over the rules (the grid searches before it have converged already). Fitness
 never decreases, and with ``min_confidence`` a confident rule set stays confident (rule sets are compared by
-:class:`torch_amore.strategies.beam.Objective`).
+:class:`torch_amore.strategies.best_interval.Objective`).
 
 In one process all rule sets move together, one rule position per step: each column is argsorted once
 (:class:`SortedColumns`), the best interval over a column's sorted values restricted to the other rules' rows comes
 from prefix sums on fixed-size tensors (:func:`best_cuts`, cuts only between distinct values), decisions are taken on
 device, and one ``.tolist()`` per step brings the few numbers the host needs (the new cuts' observed neighbours, for
 :func:`torch_amore.rules.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
-:func:`torch_amore.strategies.beam.exact_best_interval` on reduced counts (:func:`polish_one`): the single-process
-result.
+:func:`torch_amore.strategies.best_interval.exact_best_interval` on reduced counts (:func:`polish_one`): the
+single-process result.
 
 From ``_COMPACT_ROWS`` (2**18) samples on, each rule set's step instead sorts the values of its own samples (those
 satisfying its other rules; one host sync each for their count) and runs :func:`best_cuts` on them alone: the same
@@ -40,7 +40,7 @@ from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules.rules import Rule, RuleSet
-from torch_amore.strategies.beam import Objective, exact_best_interval
+from torch_amore.strategies.best_interval import Objective, exact_best_interval
 
 __all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
 
@@ -119,8 +119,8 @@ class SortedColumns:
 
 
 def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:
-    """:meth:`torch_amore.strategies.beam.Objective.key` as one exact integer: ``_OK * confident + 2 * hits - support``;
-    ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
+    """:meth:`torch_amore.strategies.best_interval.Objective.key` as one exact integer: ``_OK * confident + 2 * hits -
+    support``; ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
     if conf is None:
         return 2 * hits - support
     ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
@@ -136,8 +136,8 @@ def best_cuts(
     ``inside``/``hit`` (S, N) are 0/1 flags in sorted order, ``allowed`` (S, N + 1) the cut positions (between
     distinct values; 0 and N always), ``kappas`` (S, K) integer weights (1000 * kappa). The interval holding every
     row is no condition and is left out; ties and the opening of bounds with nothing beyond them follow
-    :func:`torch_amore.strategies.beam.best_intervals`, so the rows selected are the ones it selects on the distinct
-    values.
+    :func:`torch_amore.strategies.best_interval.best_intervals`, so the rows selected are the ones it selects on the
+    distinct values.
     Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K), and ``near``
     (S, 4K): the positions of the inside rows next to the cuts, in blocks of K: the last one before ``start``, before
     ``end``, the first one at or after ``start``, at or after ``end`` (clamped to ``[0, N)``: where there is none,
@@ -482,8 +482,9 @@ def polish_one(
     min_confidence: float | None = None,
     target_name: str = "target",
 ) -> RuleSet:
-    """:func:`polish_many` of one rule set, rule by rule with :func:`torch_amore.strategies.beam.exact_best_interval` on
-    counts reduced over the shards of a DDP run (so a sharded run gives the single-process result; slower)."""
+    """:func:`polish_many` of one rule set, rule by rule with
+    :func:`torch_amore.strategies.best_interval.exact_best_interval` on counts reduced over the shards of a DDP run (so
+    a sharded run gives the single-process result; slower)."""
     if not rule_set.rules:
         return rule_set
     key = Objective(min_confidence).key

@@ -2,7 +2,7 @@
 
 Every node of a level is counted in one pass over the grid codes of the rows it covers
 (:func:`torch_amore.grids.ratios.node_grid_counts`, the target samples counted in the same pass), the candidate
-intervals of all (node, feature) pairs come from one batched :func:`torch_amore.strategies.intervals.candidate_table`
+intervals of all (node, feature) pairs come from one batched :func:`torch_amore.grids.intervals.candidate_table`
 call in
 fixed-shape
 slots, each node's ``top_k`` candidates are chosen by sorts on the device (highest ratio, then larger support, then
@@ -24,8 +24,8 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.intervals import CandidateTable, candidate_table
 from torch_amore.grids.ratios import node_grid_counts
-from torch_amore.strategies.intervals import CandidateTable, candidate_table
 
 
 @dataclass(frozen=True)
