@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_amore import naive_extract  # noqa: E402
 
 import torch_amore as ta  # noqa: E402
-from torch_amore.grids.binning import grid_edges  # noqa: E402
+from torch_amore.grids.edges import grid_edges  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

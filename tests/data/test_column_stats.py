@@ -11,10 +11,11 @@ import torch
 from sync_count import count_syncs
 
 import torch_amore.data.column_stats as CS
-import torch_amore.grids.binning as B
+import torch_amore.grids.edges as B
 from torch_amore._utils import distributed as D
 from torch_amore.data.column_stats import column_stats, original_units
-from torch_amore.grids.binning import bin_features, codes_from_thresholds, nan_min_max
+from torch_amore.grids.binning import bin_features
+from torch_amore.grids.edges import codes_from_thresholds, nan_min_max
 from torch_amore.search.extract import prepare
 from torch_amore.search.options import SearchOptions
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 from sklearn.preprocessing import KBinsDiscretizer
 
-from torch_amore.grids import binning
-from torch_amore.grids.binning import bin_features, grid_edges, kmeans_edges
+from torch_amore.grids import edges
+from torch_amore.grids.binning import bin_features
+from torch_amore.grids.edges import grid_edges, kmeans_edges
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ def slow_column():
 def lloyd_path(request, monkeypatch):
     """The Lloyd loop of few CPU columns (numpy, column by column) or of many (batched torch operations)."""
     if request.param == "torch":
-        monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+        monkeypatch.setattr(edges, "_HOST_LLOYD_COLUMNS", 0)
     return request.param
 
 
@@ -104,9 +105,9 @@ def test_kmeans_host_loop_and_sparse_convergence_checks_change_nothing(slow_colu
     X[:, 4] = float("nan")  # a column without values
     iters = (1, 2, 3, 9, 16, 40, 300)
     host = {m: kmeans_edges(X, 10, m) for m in iters}
-    monkeypatch.setattr(binning, "_HOST_LLOYD_COLUMNS", 0)
+    monkeypatch.setattr(edges, "_HOST_LLOYD_COLUMNS", 0)
     sparse = {m: kmeans_edges(X, 10, m) for m in iters}
-    monkeypatch.setattr(binning, "_check_convergence", lambda iteration: True)  # ask after every iteration
+    monkeypatch.setattr(edges, "_check_convergence", lambda iteration: True)  # ask after every iteration
     for m in iters:
         every = kmeans_edges(X, 10, m)
         assert torch.equal(every.nan_to_num(-7.0), sparse[m].nan_to_num(-7.0)), m

@@ -101,7 +101,7 @@ def test_quantiles_exact_where_bins_hold_one_value():
     """Few distinct values: each bin holds one, so the edges are the in-memory ones exactly."""
     g = torch.Generator().manual_seed(0)
     X = torch.randint(0, 30, (4000, 3), generator=g).double() / 7
-    from torch_amore.grids.binning import quantile_edges
+    from torch_amore.grids.edges import quantile_edges
 
     sketch = HistogramSketch(X.amin(0), X.amax(0))
     for part in X.split(333):

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 import torch_amore as ta
 from torch_amore._utils import distributed as D
-from torch_amore.grids.binning import grid_edges, kmeans_edges, quantile_edges
+from torch_amore.grids.edges import grid_edges, kmeans_edges, quantile_edges
 from torch_amore.integrations.metric_classes import RuleSetMetrics
 
 STRATEGIES = ("uniform", "quantile", "kmeans")

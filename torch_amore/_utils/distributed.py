@@ -20,7 +20,7 @@ int-valuedness, 0/1 columns   logical and / or across ranks (:func:`all_ranks`, 
 ============================  ======================================================================  ============
 
 (*) Floating-point sums depend on the order of the additions, so k-means centres summed per rank and then across
-ranks could differ from a one-process sum by an ulp and move a grid edge. :func:`torch_amore.grids.binning.kmeans_edges`
+ranks could differ from a one-process sum by an ulp and move a grid edge. :func:`torch_amore.grids.edges.kmeans_edges`
 therefore sums integers: each value is rounded to a multiple of ``2**(e - 52)``, where ``2**e`` bounds the column's
 magnitude (the float64 resolution at the column's largest value), split into two int64 limbs of 26 bits, and the
 limbs are summed. Integer sums do not depend on the order, so every partition of the rows (one process, several
@@ -378,7 +378,7 @@ def order_statistics(sorted_keys: torch.Tensor, ranks: torch.Tensor, n_valid: to
 
 def sharded_quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     """(F, n_grids + 1) equal-frequency edges of the rows of all ranks, bit-identical to
-    :func:`torch_amore.grids.binning.quantile_edges` on the concatenated rows.
+    :func:`torch_amore.grids.edges.quantile_edges` on the concatenated rows.
 
     The order statistics that the one-process version reads from a sorted column are found by
     :func:`order_statistics` and interpolated with the same formula in the same dtype.

@@ -27,7 +27,8 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore.data.column_stats import pass_rows, work_dtype
-from torch_amore.grids.binning import Binned, nan_min_max
+from torch_amore.grids.binning import Binned
+from torch_amore.grids.edges import nan_min_max
 
 
 def uniform_code(x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, n_grids: int) -> torch.Tensor:
@@ -278,7 +279,7 @@ _FINE_MAX_CHUNKS = 128
 
 
 def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
-    """:func:`torch_amore.grids.binning.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
+    """:func:`torch_amore.grids.edges.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
     (F,) tensor of small integers read in the same sync): one ``aminmax`` over all of ``X``, redone with NaN masked
     (in chunks) only when some column holds a NaN."""
     dt = work_dtype(X.device)

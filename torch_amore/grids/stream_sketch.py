@@ -9,9 +9,9 @@ run (they are reduced once).
 
 Resolution: a bin spans ``(max - min) / SKETCH_BINS`` of its column. The order statistic of rank ``r`` lies in the bin
 whose counts reach ``r``; it is estimated between that bin's smallest and largest value, so a **quantile** edge (the
-linear interpolation of two order statistics, as :func:`torch_amore.grids.binning.quantile_edges`) is within one bin
+linear interpolation of two order statistics, as :func:`torch_amore.grids.edges.quantile_edges`) is within one bin
 width of the in-memory edge, and exact where a bin holds one distinct value (integer or few-valued columns). **k-means**
-(:func:`torch_amore.grids.binning.kmeans_edges`: the same start, tolerance and iteration cap) runs on the bins: a bin
+(:func:`torch_amore.grids.edges.kmeans_edges`: the same start, tolerance and iteration cap) runs on the bins: a bin
 goes whole to the cluster of its mean (of its value where it holds one distinct value: then exactly as in memory),
 except
 the bin holding a bound, split there (its smallest and largest values known, the others taken as evenly spread). Its
@@ -93,7 +93,7 @@ class HistogramSketch:
         return t.view(*t.shape[:-1], self.lo.shape[0], self.n_bins + 1)[..., : self.n_bins]
 
     def quantile_edges(self, n_grids: int) -> torch.Tensor:
-        """(F, n_grids + 1) equal-frequency edges, as :func:`torch_amore.grids.binning.quantile_edges`, each within one
+        """(F, n_grids + 1) equal-frequency edges, as :func:`torch_amore.grids.edges.quantile_edges`, each within one
         bin width."""
         counts = self._table(self.counts)
         dt = self.lo.dtype
@@ -119,7 +119,7 @@ class HistogramSketch:
 
     def kmeans_edges(self, n_grids: int, max_iter: int = 300, tol: float = 1e-8) -> torch.Tensor:
         """(F, n_grids + 1) edges of a 1-D k-means per column on the bins (see the module), started, stopped and
-        framed as :func:`torch_amore.grids.binning.kmeans_edges`."""
+        framed as :func:`torch_amore.grids.edges.kmeans_edges`."""
         lo, hi = self.lo, self.hi
         span = (hi - lo).nan_to_num(0.0)
         steps = (torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5) / n_grids

@@ -8,7 +8,7 @@ in passes, each with its progress bar:
    fingerprint. These facts are exact (minima, maxima and counts do not depend on how rows are cut into batches), so
    the uniform grids equal the in-memory ones. Quantile and k-means grids come from a histogram sketch
    (:mod:`torch_amore.grids.stream_sketch`), read in a pass of their own.
-2. **Codes**: each value's grid code (:func:`torch_amore.grids.binning.codes_from_thresholds`; one byte for up to 254
+2. **Codes**: each value's grid code (:func:`torch_amore.grids.edges.codes_from_thresholds`; one byte for up to 254
    grids), the target bits, and for the beam strategy the fine grids' codes
    (:func:`torch_amore.grids.fine_grid.fine_binning`, arithmetic on the column ranges; two bytes), column-major. With
    them, per (feature, grid) the smallest and
@@ -46,7 +46,8 @@ from torch_amore.data.column_stats import (
 )
 from torch_amore.data.stream_disk import DiskCodes
 from torch_amore.data.stream_source import BatchSource
-from torch_amore.grids.binning import Binned, bin_features, codes_from_thresholds
+from torch_amore.grids.binning import Binned, bin_features
+from torch_amore.grids.edges import codes_from_thresholds
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
 from torch_amore.rules.pruning import prune_rule_sets

@@ -14,7 +14,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore.data.column_stats import work_dtype
-from torch_amore.grids.binning import nan_min_max
+from torch_amore.grids.edges import nan_min_max
 from torch_amore.grids.fine_grid import uniform_code
 from torch_amore.rules.cuts import short_cut
 
