@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from torch_amore import FeatureSelection, RegionalRuleExplainer, extract_rules, select_features
+from torch_amore.selection.impact import _impact_matrix
 from torch_amore.selection.itemsets import longest_frequent_itemset
-from torch_amore.selection.selection import _impact_matrix, _threshold_scan
+from torch_amore.selection.thresholds import _threshold_scan
 
 
 def _linear(weight: torch.Tensor, bias: float = 0.0) -> nn.Linear:
@@ -255,9 +256,9 @@ def test_threshold_scan_matches_brute_force(seed, gamma):
 @pytest.mark.parametrize("block", [1, 5, 64])
 def test_blocked_scans_match_brute_force(monkeypatch, block):
     """The scans over J run in blocks of _BLOCK elements (bounded memory); tiny blocks give the same answers."""
-    import torch_amore.selection.selection as selection
+    import torch_amore.selection.thresholds as thresholds
 
-    monkeypatch.setattr(selection, "_BLOCK", block)
+    monkeypatch.setattr(thresholds, "_BLOCK", block)
     rng = np.random.default_rng(block)
     J = np.round(rng.gamma(2.0, size=(23, 6)) * rng.uniform(0.2, 2.0, size=6), 2)
     J[:, 4] *= 3.0  # one clearly dominant feature: no tie at the top

@@ -20,9 +20,8 @@ Captum and matplotlib are imported lazily, so ``import torch_amore`` stays light
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +31,31 @@ from torch import nn
 
 from torch_amore.data import validation as V
 from torch_amore.model.forward import resolve_layer
+from torch_amore.selection.impact import (
+    _baselines,
+    _check_differentiable,
+    _impact_matrix,
+    _importance_from_matrix,
+    _outputs,
+    _test_rows,
+    _to_inputs,
+    _to_labels,
+)
 from torch_amore.selection.itemsets import longest_frequent_itemset
+from torch_amore.selection.thresholds import (
+    _coverage_thresholds,
+    _min_count,
+    _natural_break,
+    _row_blocks,
+    _threshold_scan,
+    _used_columns,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-_BLOCK = 1 << 22  # elements of J per temporary block in the threshold scan and the column counts
 _IG_BYTES = 1 << 26  # at most this many bytes in one (path points x features) tensor of the integrated gradients
-_WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -336,153 +351,6 @@ def select_features(
 # ----------------------------------------------------------------------------------------------------- the maths
 
 
-def _impact_matrix(
-    model: Any,
-    samples: torch.Tensor,
-    base: torch.Tensor,
-    pair_b: torch.Tensor,
-    pair_x: torch.Tensor,
-    shift: torch.Tensor,
-    *,
-    target: int | None,
-    layer: nn.Module | None,
-    attribute_to_layer_input: bool,
-    n_steps: int,
-    internal_batch_size: int,
-) -> torch.Tensor:
-    """Rows ``|j / (y~ - y)|`` for the pairs (base[pair_b], samples[pair_x]); ``shift`` holds ``y~ - y`` per pair.
-
-    Pairs go through Captum in chunks of ``internal_batch_size // n_steps``, their samples gathered per chunk, and
-    each chunk's rows are written into the preallocated (P, D) result: the working memory is bounded by the chunk.
-
-    Captum integrates from ``baselines`` to ``inputs``, so with inputs = test sample and baselines = baseline,
-    ``sum_i j_i ~= y~ - y``; the paper's orientation (from x~ to x) flips the signs of both ``j_i`` and the shift and
-    leaves the ratio unchanged.
-    """
-    from captum.attr import IntegratedGradients, LayerIntegratedGradients
-
-    if layer is None:
-        ig, extra = IntegratedGradients(model), {}
-    else:
-        ig, extra = LayerIntegratedGradients(model, layer), {"attribute_to_layer_input": attribute_to_layer_input}
-    chunk = max(1, internal_batch_size // n_steps)
-    n_pairs = pair_b.numel()
-    J = None
-    for start in range(0, n_pairs, chunk):
-        b, m = pair_b[start : start + chunk], pair_x[start : start + chunk]
-        attr = ig.attribute(
-            samples[m],
-            baselines=base[b],
-            target=target,
-            n_steps=n_steps,
-            internal_batch_size=internal_batch_size,
-            **extra,
-        )
-        if isinstance(attr, (tuple, list)):
-            raise ValueError(
-                f"Expected `layer` to produce a single tensor, but its "
-                f"{'inputs' if attribute_to_layer_input else 'output'} hold {len(attr)} tensors."
-            )
-        attr = attr.detach().reshape(b.numel(), -1)
-        if J is None:
-            J = torch.empty(n_pairs, attr.shape[1], dtype=attr.dtype)
-        rows = (attr / shift[start : start + chunk, None].to(attr.dtype)).abs()
-        if not bool(torch.isfinite(rows).all()):
-            raise ValueError(
-                "The integrated gradients hold NaN or inf: check that the model is finite along the paths."
-            )
-        J[start : start + chunk] = rows.cpu()
-    return J
-
-
-def _coverage_thresholds(J: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Per feature, the highest threshold at which it still scores ``>= thr`` in at least ``gamma * N`` rows.
-
-    ``count_i(thr) >= gamma * N`` <=> ``count_i(thr) >= k`` with ``k = ceil(gamma * N)`` <=> ``thr <= `` the k-th
-    largest value of column i.
-    """
-    n, d = J.shape
-    k = min(n, _min_count(gamma, n))
-    step = max(1, _BLOCK // n)  # column blocks bound the buffers of topk
-    out = torch.empty(d, dtype=J.dtype)
-    for s in range(0, d, step):
-        out[s : s + step] = _kth_smallest(J[:, s : s + step], n - k + 1)
-    return out
-
-
-def _kth_smallest(block: torch.Tensor, kth: int) -> torch.Tensor:
-    """Per column, the ``kth`` smallest value (1-based): ``torch.topk`` from the nearer end (much faster than
-    ``torch.kthvalue`` along the rows when ``kth`` is near 1 or N, as for gamma = 0.99)."""
-    n = block.shape[0]
-    if kth <= n - kth + 1:
-        return torch.topk(block, kth, dim=0, largest=False).values[-1]
-    return torch.topk(block, n - kth + 1, dim=0, largest=True).values[-1]
-
-
-def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
-    """Views of at most ``_BLOCK`` elements of J, in row order (temporary masks stay small)."""
-    step = max(1, _BLOCK // max(1, J.shape[1]))
-    for s in range(0, J.shape[0], step):
-        yield J[s : s + step]
-
-
-def _threshold_scan(J: torch.Tensor, gamma: float, top: torch.Tensor | None = None) -> tuple[float, int]:
-    """The impact threshold j_th of eq. ``score_thd`` and the number of features reaching coverage at it.
-
-    With ``t_i`` the coverage threshold of feature i (:func:`_coverage_thresholds`), the number of features reaching
-    coverage at ``thr`` is ``#{i: t_i >= thr}``, non-increasing in ``thr``; it is exactly one for
-    ``t_(2) < thr <= t_(1)`` (first and second largest ``t``). The binarisation ``J >= thr`` only changes at values
-    of J, so the smallest such threshold is the smallest entry of J above ``t_(2)``: that is what a fine stepwise scan
-    from below stops at. When the top two tie (``t_(1) == t_(2)``) no threshold leaves exactly one feature: the count
-    drops from >= 2 straight to 0. Then j_th = ``t_(1)``, the highest threshold any feature still reaches, every tied
-    feature counts, and a warning says so.
-    """
-    top = _coverage_thresholds(J, gamma) if top is None else top
-    first = float(top.max())
-    if first <= 0:
-        raise ValueError(
-            f"No feature scores above 0 in a fraction gamma={gamma} of the {J.shape[0]} rows, so no impact threshold "
-            "can be found: lower `gamma`."
-        )
-    if top.numel() == 1:
-        return float(J.min()), 1
-    second = float(torch.topk(top, 2).values[1])
-    if second < first:
-        return min(float(blk[blk > second].min()) for blk in _row_blocks(J) if bool((blk > second).any())), 1
-    tied = torch.nonzero(top == first).flatten().tolist()
-    warnings.warn(
-        f"No impact threshold leaves exactly one feature with coverage >= gamma={gamma}: features {tied[:10]} tie at "
-        f"{first:.4g}. Using j_th = {first:.4g}, at which all {len(tied)} reach it.",
-        stacklevel=3,
-    )
-    return first, len(tied)
-
-
-def _min_count(min_frequency: float, n: int) -> int:
-    """The fewest rows (>= 1) that make a fraction ``min_frequency`` of ``n``: ``count >= min_frequency * n`` (the
-    product rounded to 9 decimals first, so that 0.3 * 10 means 3 rows)."""
-    return max(1, math.ceil(round(min_frequency * n, 9)))
-
-
-def _used_columns(J: torch.Tensor, threshold: float, min_count: int) -> tuple[torch.Tensor, np.ndarray]:
-    """The columns used (``J >= threshold``) in at least ``min_count`` rows, and the boolean (N, C) matrix of their use.
-
-    Columns used in fewer rows cannot be in a frequent itemset; the matrix is built by row blocks, so no float copy of
-    J is made."""
-    counts = sum((blk >= threshold).sum(dim=0) for blk in _row_blocks(J))
-    cols = torch.nonzero(counts >= min_count).flatten()
-    used = torch.cat([blk[:, cols] >= threshold for blk in _row_blocks(J)]) if cols.numel() else None
-    return cols, np.zeros((J.shape[0], 0), dtype=bool) if used is None else used.numpy()
-
-
-def _natural_break(values: np.ndarray) -> int:
-    """How many of the descending positive ``values`` lie before the largest ratio between neighbours."""
-    if values.size < 2:
-        return int(values.size)
-    logs = np.log(values)
-    return int(np.argmax(logs[:-1] - logs[1:])) + 1  # first largest drop: deterministic
-
-
 def _fallback(
     J: torch.Tensor, cols: torch.Tensor, used: np.ndarray, min_count: int, max_length: int | None
 ) -> tuple[list[int], int, int]:
@@ -604,223 +472,8 @@ def _check_fraction(value: Any, name: str) -> float:
     return float(value)
 
 
-def _importance_from_matrix(importance: Any) -> torch.Tensor:
-    if hasattr(importance, "to_numpy"):
-        importance = importance.to_numpy(dtype=np.float64)
-    if isinstance(importance, np.ndarray):
-        if not (np.issubdtype(importance.dtype, np.number) or importance.dtype == bool):
-            raise TypeError(f"Expected `importance` to have a numeric dtype, but got {importance.dtype}.")
-        importance = torch.from_numpy(np.ascontiguousarray(importance))
-    if not isinstance(importance, torch.Tensor):
-        raise TypeError(
-            "Expected `importance` to be an (N, D) tensor, numpy array or DataFrame, but got "
-            f"{type(importance).__name__}."
-        )
-    if importance.ndim != 2 or importance.shape[0] == 0 or importance.shape[1] == 0:
-        raise ValueError(
-            f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(importance.shape)}."
-        )
-    J = importance.detach().cpu()
-    J = (J if J.is_floating_point() else J.to(torch.float64)).abs()
-    if not bool(torch.isfinite(J).all()):
-        raise ValueError("Expected `importance` to hold finite values, but it holds NaN or inf.")
-    return J
-
-
 def _names(feature_names: Sequence[str] | None, frame: Any, n_features: int) -> list[str]:
     frame_names = [str(c) for c in frame.columns] if frame is not None and hasattr(frame, "columns") else frame
     if frame_names is not None and len(frame_names) != n_features:
         frame_names = None
     return V.resolve_names(feature_names, frame_names, n_features)
-
-
-def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, torch.device | None]:
-    if isinstance(model, nn.Module):
-        for p in model.parameters():
-            if p.is_floating_point():
-                return p.dtype, p.device
-    return None, None
-
-
-def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.Tensor, list[str] | None]:
-    inputs, names = _inputs_tensor(inputs)
-    if inputs.ndim < 2 or inputs.shape[0] == 0:
-        raise ValueError(f"Expected `inputs` to have shape (N, ...) with N >= 1, but got {tuple(inputs.shape)}.")
-    dtype, device = _model_dtype_device(model)
-    if not inputs.is_floating_point():
-        if not allow_integer:
-            raise TypeError(
-                f"Expected floating-point `inputs`, but got {inputs.dtype}: integer inputs cannot be differentiated. "
-                "Cast them to float if they are numeric features, attribute to an embedding with `layer=` and "
-                f"explicit `baselines`, or {_WAY_OUT}."
-            )
-    else:
-        if not bool(torch.isfinite(inputs).all()):
-            raise ValueError("Expected `inputs` to hold finite values, but they hold NaN or inf.")
-        if dtype is not None:
-            inputs = inputs.to(dtype)
-    if device is not None:
-        inputs = inputs.to(device)
-    return inputs, names
-
-
-def _inputs_tensor(inputs: Any) -> tuple[torch.Tensor, list[str] | None]:
-    """A DataFrame, numpy array or tensor as a tensor, with the DataFrame's column names (else ``None``)."""
-    names = None
-    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
-        names = [str(c) for c in inputs.columns]
-        try:
-            inputs = inputs.to_numpy(dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError("Expected `inputs` to hold numeric columns only; one-hot encode categories first.") from err
-    if isinstance(inputs, np.ndarray):
-        if not (np.issubdtype(inputs.dtype, np.number) or inputs.dtype == bool):
-            raise TypeError(f"Expected `inputs` to have a numeric dtype, but got {inputs.dtype}.")
-        inputs = torch.from_numpy(np.ascontiguousarray(inputs))
-    if not isinstance(inputs, torch.Tensor):
-        raise TypeError(
-            f"Expected `inputs` to be a torch.Tensor, numpy array or DataFrame, but got {type(inputs).__name__}."
-        )
-    return inputs, names
-
-
-def _to_labels(labels: Any, n: int) -> torch.Tensor:
-    labels = _labels_tensor(labels)
-    labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"Expected `labels` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
-    if labels.is_floating_point():
-        if not bool((labels == labels.round()).all()):
-            raise TypeError("Expected `labels` to hold integer class indices, but they hold fractional values.")
-    labels = labels.to(torch.int64)
-    if bool((labels < 0).any()):
-        raise ValueError(f"Expected `labels` to be class indices >= 0, but got {int(labels.min())}.")
-    counts = torch.bincount(labels, minlength=2)
-    empty = torch.nonzero(counts == 0).flatten().tolist()
-    if empty:
-        raise ValueError(
-            f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
-            "(labels must be class indices 0..C-1)."
-        )
-    return labels
-
-
-def _labels_tensor(labels: Any) -> torch.Tensor:
-    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
-    if hasattr(labels, "to_numpy"):
-        labels = labels.to_numpy()
-    if isinstance(labels, (list, tuple)):
-        labels = np.asarray(labels)
-    if isinstance(labels, np.ndarray):
-        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
-            raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
-        labels = torch.from_numpy(np.ascontiguousarray(labels))
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(
-            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
-        )
-    return labels
-
-
-def _baselines(baselines: Any, X: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
-    if isinstance(baselines, str):
-        if baselines != "class_means":
-            raise ValueError(f"Expected `baselines` to be 'class_means' or a tensor, but got {baselines!r}.")
-        if labels is None:
-            raise ValueError("Expected `labels` for baselines='class_means' (the class centres), but got None.")
-        lab = labels.to(X.device)
-        return torch.stack([X[lab == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
-    if isinstance(baselines, np.ndarray):
-        baselines = torch.from_numpy(np.ascontiguousarray(baselines))
-    if not isinstance(baselines, torch.Tensor):
-        raise TypeError(f"Expected `baselines` to be 'class_means' or a tensor, but got {type(baselines).__name__}.")
-    if tuple(baselines.shape) == tuple(X.shape[1:]):
-        baselines = baselines[None]
-    if tuple(baselines.shape[1:]) != tuple(X.shape[1:]) or baselines.shape[0] == 0:
-        raise ValueError(
-            f"Expected `baselines` of shape (B, {', '.join(map(str, X.shape[1:]))}), but got {tuple(baselines.shape)}."
-        )
-    return baselines.to(X.device, X.dtype)
-
-
-def _test_rows(labels: torch.Tensor | None, n: int, per_class: int, seed: int) -> torch.Tensor:
-    """A seeded, class-balanced draw: ``per_class`` rows of each class without replacement (all of smaller ones)."""
-    g = torch.Generator().manual_seed(seed)
-    groups = (
-        [torch.arange(n)]
-        if labels is None
-        else [torch.nonzero(labels == c).flatten() for c in range(int(labels.max()) + 1)]
-    )
-    picks = [rows[torch.randperm(rows.numel(), generator=g)[:per_class]].sort().values for rows in groups]
-    return torch.cat(picks)
-
-
-def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, to_layer_input: bool) -> int:
-    """Run two samples and check that the output carries a gradient w.r.t. the inputs (or the layer activations).
-
-    Returns the number of values per sample of the attributed tensor (inputs or layer activations)."""
-    handle = None
-    seen: list[int] = []
-
-    def width(t: Any) -> int:
-        return t[0].numel() if torch.is_tensor(t) and t.ndim > 0 and t.shape[0] == x.shape[0] else 0
-
-    if layer is None:
-        x = x.detach().clone().requires_grad_(True)
-    elif to_layer_input:
-
-        def pre_hook(module: nn.Module, args: tuple) -> tuple:
-            seen.append(max((width(a) for a in args), default=0))
-            return tuple(
-                a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
-            )
-
-        handle = layer.register_forward_pre_hook(pre_hook)
-    else:
-
-        def hook(module: nn.Module, args: tuple, out: Any) -> Any:
-            seen.append(width(out))
-            return out.detach().requires_grad_(True) if torch.is_tensor(out) and out.is_floating_point() else out
-
-        handle = layer.register_forward_hook(hook)
-    try:
-        with torch.enable_grad():
-            out = model(x)
-    finally:
-        if handle is not None:
-            handle.remove()
-    if layer is not None and not seen:
-        raise ValueError("Expected `layer` to run in model's forward pass, but it was never called.")
-    if not torch.is_tensor(out) or not out.requires_grad:
-        where = "the inputs" if layer is None else "the layer activations"
-        raise TypeError(
-            f"The model output is not differentiable with respect to {where} (does the forward run under "
-            f"torch.no_grad(), detach, or cast to integers?); integrated gradients need gradients: {_WAY_OUT}."
-        )
-    return max([x[0].numel(), *seen])
-
-
-@torch.no_grad()
-def _outputs(
-    model: Any, x: torch.Tensor, rows: torch.Tensor | None, target: int | None, batch: int
-) -> tuple[torch.Tensor, int]:
-    """The explained model output for ``x[rows]`` (all rows if None): column ``target`` of (N, C) outputs; and the
-    number of output dimensions."""
-    parts, ndim = [], 1
-    n = x.shape[0] if rows is None else rows.numel()
-    for start in range(0, n, batch):
-        out = model(x[start : start + batch] if rows is None else x[rows[start : start + batch]])
-        if not torch.is_tensor(out) or out.ndim > 2 or out.ndim == 0:
-            shape = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
-            raise ValueError(f"Expected the model to return (N,), (N, 1) or (N, C) outputs, but got {shape}.")
-        ndim = out.ndim
-        out = out.reshape(out.shape[0], -1)
-        if out.shape[1] > 1 and target is None:
-            raise ValueError(
-                f"The model returns {out.shape[1]} outputs per sample: pass `target` (the class index to explain)."
-            )
-        col = 0 if target is None else target
-        if col >= out.shape[1]:
-            raise ValueError(f"Expected `target` in [0, {out.shape[1] - 1}], but got {target}.")
-        parts.append(out[:, col])
-    return torch.cat(parts), ndim

@@ -1,0 +1,288 @@
+"""The impact matrix of feature selection: integrated gradients (Captum) of the model's output for each sample's
+class, on the inputs or a layer's units, or a precomputed importance matrix (SHAP, LIME); the inputs, labels and
+baselines converted and checked for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+_WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
+
+
+def _impact_matrix(
+    model: Any,
+    samples: torch.Tensor,
+    base: torch.Tensor,
+    pair_b: torch.Tensor,
+    pair_x: torch.Tensor,
+    shift: torch.Tensor,
+    *,
+    target: int | None,
+    layer: nn.Module | None,
+    attribute_to_layer_input: bool,
+    n_steps: int,
+    internal_batch_size: int,
+) -> torch.Tensor:
+    """Rows ``|j / (y~ - y)|`` for the pairs (base[pair_b], samples[pair_x]); ``shift`` holds ``y~ - y`` per pair.
+
+    Pairs go through Captum in chunks of ``internal_batch_size // n_steps``, their samples gathered per chunk, and
+    each chunk's rows are written into the preallocated (P, D) result: the working memory is bounded by the chunk.
+
+    Captum integrates from ``baselines`` to ``inputs``, so with inputs = test sample and baselines = baseline,
+    ``sum_i j_i ~= y~ - y``; the paper's orientation (from x~ to x) flips the signs of both ``j_i`` and the shift and
+    leaves the ratio unchanged.
+    """
+    from captum.attr import IntegratedGradients, LayerIntegratedGradients
+
+    if layer is None:
+        ig, extra = IntegratedGradients(model), {}
+    else:
+        ig, extra = LayerIntegratedGradients(model, layer), {"attribute_to_layer_input": attribute_to_layer_input}
+    chunk = max(1, internal_batch_size // n_steps)
+    n_pairs = pair_b.numel()
+    J = None
+    for start in range(0, n_pairs, chunk):
+        b, m = pair_b[start : start + chunk], pair_x[start : start + chunk]
+        attr = ig.attribute(
+            samples[m],
+            baselines=base[b],
+            target=target,
+            n_steps=n_steps,
+            internal_batch_size=internal_batch_size,
+            **extra,
+        )
+        if isinstance(attr, (tuple, list)):
+            raise ValueError(
+                f"Expected `layer` to produce a single tensor, but its "
+                f"{'inputs' if attribute_to_layer_input else 'output'} hold {len(attr)} tensors."
+            )
+        attr = attr.detach().reshape(b.numel(), -1)
+        if J is None:
+            J = torch.empty(n_pairs, attr.shape[1], dtype=attr.dtype)
+        rows = (attr / shift[start : start + chunk, None].to(attr.dtype)).abs()
+        if not bool(torch.isfinite(rows).all()):
+            raise ValueError(
+                "The integrated gradients hold NaN or inf: check that the model is finite along the paths."
+            )
+        J[start : start + chunk] = rows.cpu()
+    return J
+
+
+def _importance_from_matrix(importance: Any) -> torch.Tensor:
+    if hasattr(importance, "to_numpy"):
+        importance = importance.to_numpy(dtype=np.float64)
+    if isinstance(importance, np.ndarray):
+        if not (np.issubdtype(importance.dtype, np.number) or importance.dtype == bool):
+            raise TypeError(f"Expected `importance` to have a numeric dtype, but got {importance.dtype}.")
+        importance = torch.from_numpy(np.ascontiguousarray(importance))
+    if not isinstance(importance, torch.Tensor):
+        raise TypeError(
+            "Expected `importance` to be an (N, D) tensor, numpy array or DataFrame, but got "
+            f"{type(importance).__name__}."
+        )
+    if importance.ndim != 2 or importance.shape[0] == 0 or importance.shape[1] == 0:
+        raise ValueError(
+            f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(importance.shape)}."
+        )
+    J = importance.detach().cpu()
+    J = (J if J.is_floating_point() else J.to(torch.float64)).abs()
+    if not bool(torch.isfinite(J).all()):
+        raise ValueError("Expected `importance` to hold finite values, but it holds NaN or inf.")
+    return J
+
+
+def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, torch.device | None]:
+    if isinstance(model, nn.Module):
+        for p in model.parameters():
+            if p.is_floating_point():
+                return p.dtype, p.device
+    return None, None
+
+
+def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.Tensor, list[str] | None]:
+    inputs, names = _inputs_tensor(inputs)
+    if inputs.ndim < 2 or inputs.shape[0] == 0:
+        raise ValueError(f"Expected `inputs` to have shape (N, ...) with N >= 1, but got {tuple(inputs.shape)}.")
+    dtype, device = _model_dtype_device(model)
+    if not inputs.is_floating_point():
+        if not allow_integer:
+            raise TypeError(
+                f"Expected floating-point `inputs`, but got {inputs.dtype}: integer inputs cannot be differentiated. "
+                "Cast them to float if they are numeric features, attribute to an embedding with `layer=` and "
+                f"explicit `baselines`, or {_WAY_OUT}."
+            )
+    else:
+        if not bool(torch.isfinite(inputs).all()):
+            raise ValueError("Expected `inputs` to hold finite values, but they hold NaN or inf.")
+        if dtype is not None:
+            inputs = inputs.to(dtype)
+    if device is not None:
+        inputs = inputs.to(device)
+    return inputs, names
+
+
+def _inputs_tensor(inputs: Any) -> tuple[torch.Tensor, list[str] | None]:
+    """A DataFrame, numpy array or tensor as a tensor, with the DataFrame's column names (else ``None``)."""
+    names = None
+    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
+        names = [str(c) for c in inputs.columns]
+        try:
+            inputs = inputs.to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError("Expected `inputs` to hold numeric columns only; one-hot encode categories first.") from err
+    if isinstance(inputs, np.ndarray):
+        if not (np.issubdtype(inputs.dtype, np.number) or inputs.dtype == bool):
+            raise TypeError(f"Expected `inputs` to have a numeric dtype, but got {inputs.dtype}.")
+        inputs = torch.from_numpy(np.ascontiguousarray(inputs))
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(
+            f"Expected `inputs` to be a torch.Tensor, numpy array or DataFrame, but got {type(inputs).__name__}."
+        )
+    return inputs, names
+
+
+def _to_labels(labels: Any, n: int) -> torch.Tensor:
+    labels = _labels_tensor(labels)
+    labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"Expected `labels` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
+    if labels.is_floating_point():
+        if not bool((labels == labels.round()).all()):
+            raise TypeError("Expected `labels` to hold integer class indices, but they hold fractional values.")
+    labels = labels.to(torch.int64)
+    if bool((labels < 0).any()):
+        raise ValueError(f"Expected `labels` to be class indices >= 0, but got {int(labels.min())}.")
+    counts = torch.bincount(labels, minlength=2)
+    empty = torch.nonzero(counts == 0).flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
+            "(labels must be class indices 0..C-1)."
+        )
+    return labels
+
+
+def _labels_tensor(labels: Any) -> torch.Tensor:
+    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
+    if hasattr(labels, "to_numpy"):
+        labels = labels.to_numpy()
+    if isinstance(labels, (list, tuple)):
+        labels = np.asarray(labels)
+    if isinstance(labels, np.ndarray):
+        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
+            raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(
+            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
+        )
+    return labels
+
+
+def _baselines(baselines: Any, X: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(baselines, str):
+        if baselines != "class_means":
+            raise ValueError(f"Expected `baselines` to be 'class_means' or a tensor, but got {baselines!r}.")
+        if labels is None:
+            raise ValueError("Expected `labels` for baselines='class_means' (the class centres), but got None.")
+        lab = labels.to(X.device)
+        return torch.stack([X[lab == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
+    if isinstance(baselines, np.ndarray):
+        baselines = torch.from_numpy(np.ascontiguousarray(baselines))
+    if not isinstance(baselines, torch.Tensor):
+        raise TypeError(f"Expected `baselines` to be 'class_means' or a tensor, but got {type(baselines).__name__}.")
+    if tuple(baselines.shape) == tuple(X.shape[1:]):
+        baselines = baselines[None]
+    if tuple(baselines.shape[1:]) != tuple(X.shape[1:]) or baselines.shape[0] == 0:
+        raise ValueError(
+            f"Expected `baselines` of shape (B, {', '.join(map(str, X.shape[1:]))}), but got {tuple(baselines.shape)}."
+        )
+    return baselines.to(X.device, X.dtype)
+
+
+def _test_rows(labels: torch.Tensor | None, n: int, per_class: int, seed: int) -> torch.Tensor:
+    """A seeded, class-balanced draw: ``per_class`` rows of each class without replacement (all of smaller ones)."""
+    g = torch.Generator().manual_seed(seed)
+    groups = (
+        [torch.arange(n)]
+        if labels is None
+        else [torch.nonzero(labels == c).flatten() for c in range(int(labels.max()) + 1)]
+    )
+    picks = [rows[torch.randperm(rows.numel(), generator=g)[:per_class]].sort().values for rows in groups]
+    return torch.cat(picks)
+
+
+def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, to_layer_input: bool) -> int:
+    """Run two samples and check that the output carries a gradient w.r.t. the inputs (or the layer activations).
+
+    Returns the number of values per sample of the attributed tensor (inputs or layer activations)."""
+    handle = None
+    seen: list[int] = []
+
+    def width(t: Any) -> int:
+        return t[0].numel() if torch.is_tensor(t) and t.ndim > 0 and t.shape[0] == x.shape[0] else 0
+
+    if layer is None:
+        x = x.detach().clone().requires_grad_(True)
+    elif to_layer_input:
+
+        def pre_hook(module: nn.Module, args: tuple) -> tuple:
+            seen.append(max((width(a) for a in args), default=0))
+            return tuple(
+                a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
+            )
+
+        handle = layer.register_forward_pre_hook(pre_hook)
+    else:
+
+        def hook(module: nn.Module, args: tuple, out: Any) -> Any:
+            seen.append(width(out))
+            return out.detach().requires_grad_(True) if torch.is_tensor(out) and out.is_floating_point() else out
+
+        handle = layer.register_forward_hook(hook)
+    try:
+        with torch.enable_grad():
+            out = model(x)
+    finally:
+        if handle is not None:
+            handle.remove()
+    if layer is not None and not seen:
+        raise ValueError("Expected `layer` to run in model's forward pass, but it was never called.")
+    if not torch.is_tensor(out) or not out.requires_grad:
+        where = "the inputs" if layer is None else "the layer activations"
+        raise TypeError(
+            f"The model output is not differentiable with respect to {where} (does the forward run under "
+            f"torch.no_grad(), detach, or cast to integers?); integrated gradients need gradients: {_WAY_OUT}."
+        )
+    return max([x[0].numel(), *seen])
+
+
+@torch.no_grad()
+def _outputs(
+    model: Any, x: torch.Tensor, rows: torch.Tensor | None, target: int | None, batch: int
+) -> tuple[torch.Tensor, int]:
+    """The explained model output for ``x[rows]`` (all rows if None): column ``target`` of (N, C) outputs; and the
+    number of output dimensions."""
+    parts, ndim = [], 1
+    n = x.shape[0] if rows is None else rows.numel()
+    for start in range(0, n, batch):
+        out = model(x[start : start + batch] if rows is None else x[rows[start : start + batch]])
+        if not torch.is_tensor(out) or out.ndim > 2 or out.ndim == 0:
+            shape = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
+            raise ValueError(f"Expected the model to return (N,), (N, 1) or (N, C) outputs, but got {shape}.")
+        ndim = out.ndim
+        out = out.reshape(out.shape[0], -1)
+        if out.shape[1] > 1 and target is None:
+            raise ValueError(
+                f"The model returns {out.shape[1]} outputs per sample: pass `target` (the class index to explain)."
+            )
+        col = 0 if target is None else target
+        if col >= out.shape[1]:
+            raise ValueError(f"Expected `target` in [0, {out.shape[1] - 1}], but got {target}.")
+        parts.append(out[:, col])
+    return torch.cat(parts), ndim
