@@ -400,7 +400,7 @@ def test_module_bad_input_has_no_traceback(small_csv):
 
 
 def test_library_memory_error_and_internal_errors_are_one_line(small_csv, monkeypatch, capsys):
-    import torch_amore.cli.commands as cli
+    import torch_amore.cli.rules_command as cli
 
     def too_big(*args, **kwargs):
         raise MemoryError("Expected the search to fit in memory, but it needs 12.0 GiB; lower `n_grids`.")
@@ -586,7 +586,7 @@ def test_limit_keeps_the_best(small_csv, capsys):
 def test_library_warnings_are_one_line(small_csv, monkeypatch, capsys):
     import warnings
 
-    import torch_amore.cli.commands as cli
+    import torch_amore.cli.rules_command as cli
 
     real = cli.extract_rules
 

@@ -154,7 +154,7 @@ def _check_default_tables(expl: RegionalExplanation) -> None:
 
 @pytest.mark.skipif(not (DATA / "diabetes_prediction_dataset.csv").exists(), reason="needs ../shared/data")
 def test_diabetes_default_tables_are_distinct_and_non_negative():
-    from torch_amore.cli.commands import encode_features, read_table
+    from torch_amore.cli.table import encode_features, read_table
 
     d = np.load(DATA / "diabetes_paper_task.npz", allow_pickle=False)
     names, types = [str(n) for n in d["feature_names"]], [str(t) for t in d["feature_types"]]

@@ -1,0 +1,326 @@
+"""The ``torch-amore rules`` command: read the table, make the subgroup from the target expression or column, search,
+print the rule table and write the files asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
+from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.rules.distinct import distinct_rule_sets
+from torch_amore.rules.rules import RuleSet
+from torch_amore.search.extract import extract_rules
+from torch_amore.search.options import SearchOptions
+
+
+class CLIError(Exception):
+    """Bad input: reported as one line on stderr with exit code 2."""
+
+
+def subgroup_from_expression(df: pd.DataFrame, expr: str) -> tuple[np.ndarray, list[str]]:
+    """Boolean (N,) mask of a target expression (:mod:`torch_amore.cli.expression`) and the columns it uses, in table
+    order.
+
+    Example:
+        >>> df = pd.DataFrame({"age": [30, 60, 70], "y": [1, 1, 0]})
+        >>> mask, used = subgroup_from_expression(df, "y == 1 and age > 40")
+        >>> mask.tolist(), used
+        ([False, True, False], ['age', 'y'])
+    """
+    columns = list(df.columns)
+    try:
+        parsed = parse_expression(expr, columns)
+        mask = parsed.evaluate(df)
+    except ExpressionError as err:
+        message = str(err)
+        if "columns are:" not in message:
+            message += f"; columns are: {show_columns(columns)}"
+        raise CLIError(f"--target {expr!r}: {message}") from None
+    return mask, [c for c in columns if c in parsed.columns]
+
+
+def _flag_names(message: str) -> str:
+    """A library message with option names (```min_support```) written as the command line's flags."""
+    for name in SearchOptions.names():
+        message = message.replace(f"`{name}`", "--" + name.replace("_", "-"))
+    return message
+
+
+def _expand(spec: list | dict, names: list[str], owners: dict[str, list[str]], flag: str, default: Any) -> list:
+    """Per-feature values from a ``--feature-*`` spec: a list with one value per feature, or a mapping of feature
+    (or string column) names to values (``default`` for the others)."""
+    if isinstance(spec, list):
+        if len(spec) != len(names):
+            values = f"{len(spec)} value{'s' if len(spec) != 1 else ''}"
+            raise CLIError(f"{flag} has {values}, but there are {len(names)} features ({show_columns(names)}); give "
+                           "one per feature or name=value pairs")  # fmt: skip
+        return spec
+    values = [default] * len(names)
+    index = {n: i for i, n in enumerate(names)}
+    for key, value in spec.items():
+        targets = [key] if key in index else owners.get(key, [])
+        if not targets:
+            raise CLIError(f"unknown feature {key!r} in {flag}; features are: {show_columns(names)}")
+        for name in targets:
+            values[index[name]] = value
+    return values
+
+
+def _build_options(
+    args: argparse.Namespace, names: list[str], types: list[str], owners: dict[str, list[str]]
+) -> SearchOptions:
+    """The one :class:`~torch_amore.SearchOptions` of a command line: its flags over the library's defaults, with
+    the encoded columns' types where ``--feature-types`` does not name them."""
+    given = {name: getattr(args, name) for name in SearchOptions.names() if getattr(args, name, None) is not None}
+    chosen = _expand(given.pop("feature_types", {}), names, owners, "--feature-types", None)
+    given["feature_types"] = [c or t for c, t in zip(chosen, types)]
+    for field, default in (("feature_scale", 1.0), ("feature_offset", 0.0)):
+        if field in given:
+            given[field] = _expand(given[field], names, owners, "--" + field.replace("_", "-"), default)
+    try:
+        return SearchOptions(**given)
+    except (ValueError, TypeError) as err:
+        raise CLIError(_flag_names(str(err))) from None
+
+
+def _device(text: str) -> torch.device:
+    """The ``--device``: cpu, or an available cuda/mps device."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CLIError(f"cannot use --device {text!r}: CUDA is not available here; use --device cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise CLIError(f"cannot use --device {text!r}: there {'is' if count == 1 else 'are'} {count} CUDA "
+                           f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})")  # fmt: skip
+        return device
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise CLIError(f"cannot use --device {text!r}: MPS is not available here; use --device cpu")
+        return device
+    raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps")
+
+
+def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -> str:
+    """The rule sets as an aligned text table: rank, rule, support, confidence, fitness (and, with
+    ``flag_negative``, a note on rule sets with negative fitness).
+
+    Example:
+        >>> from torch_amore.rules.rules import Rule
+        >>> rs = RuleSet((Rule(0, "age", low=50.0),), support=120, confidence=0.75, fitness=0.2)
+        >>> print(format_table([rs]))
+        rank  rule       support  confidence  fitness
+           1  age >= 50      120       0.750    0.200
+    """
+    rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
+    width = max([len("rule")] + [len(r) for r in rules])
+    lines = [f"{'rank':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
+    for i, (rs, text) in enumerate(zip(rule_sets, rules), start=1):
+        note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
+        lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{note}")
+    return "\n".join(lines)
+
+
+def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> str:
+    """What the rows of the table are, in one line."""
+    tree = (f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
+            f"max_length={options.max_length} conditions)")  # fmt: skip
+    what = (
+        tree
+        if options.strategy == "paper"
+        else (f"{tree}, plus the beam search's best rule sets (beam_width={options.beam_width} per length)")
+    )
+    if options.min_confidence is not None:
+        what += f", with confidence >= {options.min_confidence:g}"
+    kept = f"; kept the {limit} best" if limit is not None and n_found > limit else ""
+    return f"{n_found} rule set{'s' if n_found != 1 else ''} found: {what}, best fitness first{kept}"
+
+
+def _describe_options(options: SearchOptions, n: int, n_target: int) -> str:
+    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means."""
+    shown = []
+    for key, value in options.to_dict().items():
+        if key in ("feature_types", "feature_scale", "feature_offset", "progress"):
+            continue
+        if key == "min_support":
+            value = "auto" if value is None else value
+            shown.append(f"{key}={value} ({options.support_count(n, n_target)} rows)")
+        elif value is not None:
+            shown.append(f"{key}={value}")
+    return "options: " + ", ".join(shown)
+
+
+def _write(flag: str, path: str, explanation: RegionalExplanation) -> None:
+    """``--json`` (:meth:`RegionalExplanation.to_json`) or ``--html`` (:meth:`RegionalExplanation.to_html`)."""
+    try:
+        explanation.to_json(path) if flag == "--json" else explanation.to_html(path)
+    except OSError as err:
+        raise CLIError(f"cannot write {flag} {path}: {err.strerror or err}") from None
+
+
+def _one_hot_owners(df: pd.DataFrame, names: list[str]) -> dict[str, list[str]]:
+    """For each string column, the one-hot feature names it became."""
+    return {c: [n for n in names if n.startswith(c + "_") and n not in df.columns] for c in df.columns
+            if is_text(df[c])}  # fmt: skip
+
+
+def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, list[str], str, str]:
+    """The subgroup mask, the columns it uses, how the user gave it, and its name in printed rules."""
+    if args.target is not None:
+        target, used = subgroup_from_expression(df, args.target)
+        label, name = f"--target {args.target!r}", " ".join(args.target.split())
+    else:
+        try:
+            target, used = subgroup_from_column(df, args.target_column), [args.target_column]
+        except ValueError as err:
+            raise CLIError(str(err)) from None
+        label, name = f"--target-column {args.target_column!r}", f"{args.target_column} == 1"
+    n, n_target = len(df), int(target.sum())
+    if n_target == 0:
+        raise CLIError(f"the subgroup {label} selects no rows (of {n})")
+    if n_target == n:
+        raise CLIError(f"the subgroup {label} selects all {n} rows; rules need rows outside the subgroup")
+    return target, used, label, name
+
+
+def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: SearchOptions, names, name):
+    X_t = torch.from_numpy(X)
+    if device.type != "cpu":
+        X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
+    try:
+        found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
+    except torch.cuda.OutOfMemoryError:
+        raise CLIError(f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
+                       "--n-grids or --beam-width, or --device cpu") from None  # fmt: skip
+    except MemoryError as err:
+        raise CLIError(_flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller "
+                       "--n-grids") from None  # fmt: skip
+    except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
+        raise CLIError(_flag_names(str(err))) from None
+    return found
+
+
+@dataclass
+class _Run:
+    """What one ``rules`` command computed: the inputs of the search and its result."""
+
+    args: argparse.Namespace
+    n: int
+    target: np.ndarray
+    target_label: str
+    target_name: str
+    excluded: list[str]
+    X: np.ndarray
+    names: list[str]
+    options: SearchOptions
+    device: torch.device
+    n_found: int = 0
+    found: list[RuleSet] = dataclass_field(default_factory=list)
+
+    @property
+    def negative(self) -> list[RuleSet]:
+        return [rs for rs in self.found if rs.fitness < 0]
+
+    def shown(self) -> list[RuleSet]:
+        """The rule sets of the printed table: all with ``--all``, else the distinct ones with fitness >= 0
+        (:func:`torch_amore.rules.distinct.distinct_rule_sets`)."""
+        if self.args.all_rule_sets:
+            return list(self.found)
+        return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)
+
+    def explanation(self) -> RegionalExplanation:
+        """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
+        ``params`` hold every search option (as the explainer's do) and the facts of the run."""
+        params = {
+            **self.options.to_dict(), "min_support_count": self.options.support_count(self.n, int(self.target.sum())),
+            "source": "torch-amore rules", "table": str(self.args.table), "target": self.target_label,
+            "target_name": self.target_name, "n_samples": self.n, "subgroup_size": int(self.target.sum()),
+            "excluded": self.excluded, "device": str(self.device),
+        }  # fmt: skip
+        return RegionalExplanation(
+            rule_sets=list(self.found), subgroup=torch.from_numpy(self.target), threshold=None,
+            features=list(range(len(self.names))), feature_names=list(self.names), params=params,
+            features_matrix=torch.from_numpy(self.X), message="" if self.found else "no rule set found",
+        )  # fmt: skip
+
+
+def _prepare(args: argparse.Namespace) -> _Run:
+    """Everything before the search: device, table, subgroup, features and options (all checked)."""
+    device = _device(args.device)
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise CLIError(f"cannot write {flag} {path}: its folder does not exist")
+    try:
+        df = read_table(args.table)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    target, used, label, target_name = _subgroup(df, args)
+    exclude = list(dict.fromkeys(name for group in args.exclude for name in group))
+    unknown = [name for name in exclude if name not in df.columns]
+    if unknown:
+        raise CLIError(f"unknown column(s) {unknown} in --exclude; columns are: {show_columns(list(df.columns))}")
+    excluded = list(dict.fromkeys(list(used) + exclude))
+    try:
+        X, names, types = encode_features(df, exclude=excluded, features=args.features,
+                                          max_categories=args.max_categories)  # fmt: skip
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    options = _build_options(args, names, types, _one_hot_owners(df, names))
+    return _Run(args, len(df), target, label, target_name, excluded, X, names, options, device)
+
+
+def _report(run: _Run) -> None:
+    """Print what was run and the table of rule sets."""
+    n_target = int(run.target.sum())
+    features = f"{len(run.names)} feature{'s' if len(run.names) != 1 else ''}"
+    print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
+          f"(excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
+    print(_describe_options(run.options, run.n, n_target))
+    if not run.found:
+        print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
+              "--min-support")  # fmt: skip
+        return
+    print(_describe_rows(run.options, run.n_found, run.args.limit))
+    shown, negative = run.shown(), run.negative
+    if shown:
+        print(format_table(shown, flag_negative=run.args.all_rule_sets))
+    if run.found and run.found[0].optimum is not None:
+        print(f"best: {run.found[0].optimum_text()} (--strategy exact on the same grid)")
+    hidden = len(run.found) - len(shown)
+    if hidden:
+        print(f"{hidden} of {len(run.found)} rule sets not shown: near-duplicates of a fitter one, or negative fitness "
+              f"({len(negative)}: covering more rows outside the subgroup than inside); --all shows them")  # fmt: skip
+
+
+def _run_rules(args: argparse.Namespace) -> int:
+    run = _prepare(args)
+    found = _search(run.X, run.target, run.device, run.options, run.names, run.target_name)
+    run.n_found = len(found)
+    run.found = found if args.limit is None else found[: args.limit]
+    explanation = run.explanation()
+    for flag, path in (("--json", args.json), ("--html", args.html)):  # written first: a bad path fails early
+        if path is not None:
+            _write(flag, path, explanation)
+    _report(run)
+    if args.json is not None:
+        extra = f" ({len(run.negative)} with negative fitness)" if run.negative else ""
+        print(f"wrote {len(run.found)} rule sets{extra} to {args.json}")
+    if args.html is not None:
+        print(f"wrote the HTML report to {args.html}")
+    return 0
