@@ -45,6 +45,18 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import ModuleBatches, callback_streams, check_stream
+from torch_amore.integrations.callback_args import (
+    _describe_target,
+    _first_loader,
+    _is_mask,
+    _refuse_a_seen_key,
+    _rows_of,
+    _safe,
+    _same_names,
+    _support_count,
+    _target_param,
+)
+from torch_amore.integrations.callback_outputs import CallbackOutputs
 from torch_amore.model.forward import resolve_layer
 from torch_amore.model.lightning_batches import BatchKey, ModuleOutputs, eval_mode, limited_batches, run_module
 from torch_amore.model.subgroups import check_target, subgroup_mask
@@ -58,92 +70,9 @@ _SPLITS = ("train", "val", "test")
 _LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
 _LIMITS = {"train": "limit_train_batches", "val": "limit_val_batches", "test": "limit_test_batches"}
-_METRICS = ("support", "confidence", "fitness", "n_rule_sets")
 
 
-def _describe_target(target: Any) -> str:
-    """A short, stable description of ``target`` for the callback's ``state_key`` and default file name."""
-    if isinstance(target, (bool, int, float, str, np.integer, np.floating)) or target is None:
-        return repr(target)
-    if isinstance(target, tuple):
-        return repr(tuple(float(v) if v is not None else None for v in target))
-    if callable(target):
-        return getattr(target, "__qualname__", type(target).__name__)
-    return f"mask[{len(target)}]" if hasattr(target, "__len__") else type(target).__name__
-
-
-def _target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
-    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-        return int(target)
-    if isinstance(target, tuple) and len(target) == 2:
-        return [None if v is None or math.isinf(float(v)) else float(v) for v in target]
-    return desc
-
-
-def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -> int:
-    """The count ``options.min_support`` means on the data (``SearchOptions.support_count`` where it exists: main's
-    ``min_support=None`` depends on the subgroup size)."""
-    count = getattr(options, "support_count", None)
-    if callable(count):
-        return int(count(n_samples, subgroup_size))
-    return V.resolve_min_support(options.min_support, n_samples)
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
-
-
-def _same_names(extractor: RegionalRuleExtractor) -> str:
-    return (
-        "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one trainer, but two "
-        f"write {extractor.filename!r} (prefix {extractor.log_prefix!r}; default names coincide for the same target, "
-        "layer and data); pass filename=... (and log_prefix=...) to one of them."
-    )
-
-
-def _refuse_a_seen_key(extractor: RegionalRuleExtractor, key: str, caller: Any) -> None:
-    """Two extractors with one ``state_key`` would write the same files and checkpoint state. Lightning refuses them
-    when the Trainer is created, in a message that names no option of this class: when Lightning's check of the
-    callback list (``_validate_callbacks_list``, the caller) asks for a key it has already seen, say what to pass
-    instead. Any other caller gets the key."""
-    if caller.f_code.co_name != "_validate_callbacks_list":
-        return
-    seen = caller.f_locals.get("seen_callbacks")
-    if isinstance(seen, set) and key in seen:
-        raise ValueError(_same_names(extractor))
-
-
-def _first_loader(loader: Any) -> Any:
-    if isinstance(loader, (list, tuple)):
-        return loader[0] if loader else None
-    if isinstance(loader, Mapping):
-        return next(iter(loader.values()), None)
-    return loader
-
-
-def _is_mask(target: Any) -> bool:
-    return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
-
-
-def _rows_of(values: Any, rows: list[int] | None, n: int, name: str) -> Any:
-    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``; ``rows``
-    lists this rank's rows of the whole dataset, whose length ``values`` must have."""
-    size = values.shape[0] if hasattr(values, "shape") else len(values)
-    if rows is not None and D.global_count(len(rows)) != size:
-        raise ValueError(
-            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
-            f"but got {size}."
-        )
-    index = list(range(n)) if rows is None else rows[:n]
-    if hasattr(values, "iloc"):
-        return values.iloc[index]
-    if isinstance(values, torch.Tensor):
-        return values[torch.as_tensor(index, dtype=torch.long)]
-    return np.asarray(values)[index]
-
-
-class RegionalRuleExtractor(Callback):
+class RegionalRuleExtractor(CallbackOutputs, Callback):
     """Extract AMORE rules from the model being trained: at the end of training, every n validation epochs, or on
     ``trainer.test``.
 
@@ -619,105 +548,3 @@ class RegionalRuleExtractor(Callback):
         if X.shape[0] != n or mask.shape[0] != n:
             raise ValueError(f"Expected `features` and `target` with one row per sample of `data` ({n}).")
         return [rs.evaluate(X, mask.to(X.device)) for rs in explanation.rule_sets]
-
-    # --- output -------------------------------------------------------------------------------------------------------
-    def _write(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
-        dirpath = self.dirpath if self.dirpath is not None else Path(trainer.log_dir or trainer.default_root_dir)
-        self.last_path = dirpath / f"{self.filename}.json"
-        if trainer.is_global_zero:
-            dirpath.mkdir(parents=True, exist_ok=True)
-            explanation.to_json(self.last_path)
-            every = explanation.format(max_rows=None, distinct=False, include_negative=True)  # the full list
-            (dirpath / f"{self.filename}.txt").write_text(every + "\n")
-            if self.html:
-                explanation.to_html(dirpath / f"{self.filename}.html")
-        trainer.strategy.barrier("RegionalRuleExtractor.write")
-
-    def _metric_names(self) -> list[str]:
-        return [f"{self.log_prefix}{m}" for m in _METRICS]
-
-    def _metrics(self, explanation: RegionalExplanation) -> dict[str, float]:
-        """The best rule set's criteria (NaN when there is no rule set) and the number of rule sets."""
-        best = explanation.best
-        values = (best.support, best.confidence, best.fitness) if best is not None else (math.nan,) * 3
-        return dict(zip(self._metric_names(), [float(v) for v in values] + [float(len(explanation))]))
-
-    def _log_placeholders(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """NaN ("not extracted at this epoch") for the metrics a ModelCheckpoint monitors, which it requires at every
-        validation epoch; it ranks NaN below every extracted value."""
-        monitored = {getattr(cb, "monitor", None) for cb in trainer.callbacks} & set(self._metric_names())
-        for name in sorted(monitored):
-            pl_module.log(name, math.nan, on_step=False, on_epoch=True, sync_dist=False)
-
-    def _log(
-        self, trainer: Trainer, pl_module: LightningModule, explanation: RegionalExplanation, in_loop: bool
-    ) -> None:
-        metrics = self._metrics(explanation)
-        if in_loop:  # inside a loop: through Lightning, so that ModelCheckpoint and trainer.test's results see them
-            for name, value in metrics.items():
-                pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)  # equal on every rank
-        elif trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
-                logger.save()
-        if not trainer.is_global_zero:
-            return
-        text = "\n".join("    " + line for line in explanation.format().splitlines())  # markdown code block
-        for logger in trainer.loggers:
-            experiment = getattr(logger, "experiment", None)
-            if callable(getattr(experiment, "add_text", None)):
-                experiment.add_text(f"{self.log_prefix}rules", text, global_step=trainer.global_step)
-        if self.log_figures:
-            self._log_figures(trainer, explanation)
-
-    def _log_figures(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
-        """The rule table and the best rule set's :func:`~torch_amore.report.plot.plot_rule` figure, to every logger
-        that takes figures (``add_figure``, else ``log_image``); nothing without matplotlib."""
-        figures = {"table": _rule_table_figure(explanation)}
-        if figures["table"] is None:
-            return
-        if explanation.best is not None and explanation.best.rules and explanation.features_matrix is not None:
-            from torch_amore.report.plot import plot_rule
-
-            figures["best_rule_set"] = plot_rule(explanation)  # this rank's rows under DDP
-        step = trainer.global_step
-        for logger in trainer.loggers:
-            add_figure = getattr(getattr(logger, "experiment", None), "add_figure", None)
-            for name, figure in figures.items():
-                if callable(add_figure):
-                    add_figure(f"{self.log_prefix}{name}", figure, global_step=step, close=False)
-                elif callable(getattr(logger, "log_image", None)):
-                    logger.log_image(key=f"{self.log_prefix}{name}", images=[figure], step=step)
-        import matplotlib.pyplot as plt
-
-        for figure in figures.values():
-            plt.close(figure)
-
-
-def _rule_table_figure(explanation: RegionalExplanation, max_rows: int = 10) -> Any:
-    """The rule table as a matplotlib Figure (``None`` without matplotlib)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:  # pragma: no cover - depends on the environment
-        return None
-    rows = [
-        [
-            str(i),
-            str(rs.support),
-            f"{rs.confidence:.3f}",
-            f"{rs.fitness:.3f}",
-            " AND ".join(r.format() for r in rs.rules),
-        ]
-        for i, rs in explanation.shown()[:max_rows]
-    ] or [["", "", "", "", "(no rule sets with positive fitness)"]]
-    figure = Figure(figsize=(10, 0.35 * (len(rows) + 2)))
-    ax = figure.add_subplot()
-    ax.axis("off")
-    ax.set_title(explanation.format(max_rows=0).splitlines()[0], fontsize=9)
-    table = ax.table(
-        cellText=rows, colLabels=["#", "support", "confidence", "fitness", "rule set"], loc="center", cellLoc="left",
-        colWidths=[0.04, 0.09, 0.11, 0.09, 0.67],
-    )  # fmt: skip
-    table.auto_set_font_size(False)
-    table.set_fontsize(8)
-    return figure

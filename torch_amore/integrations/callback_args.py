@@ -1,0 +1,99 @@
+"""Helpers of the Lightning callback's arguments: the description of a target (for file names and the state key),
+the support count of the options, a dataloader of a split, the rows this rank explained.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore.data import validation as V
+from torch_amore.search.options import SearchOptions
+
+
+def _describe_target(target: Any) -> str:
+    """A short, stable description of ``target`` for the callback's ``state_key`` and default file name."""
+    if isinstance(target, (bool, int, float, str, np.integer, np.floating)) or target is None:
+        return repr(target)
+    if isinstance(target, tuple):
+        return repr(tuple(float(v) if v is not None else None for v in target))
+    if callable(target):
+        return getattr(target, "__qualname__", type(target).__name__)
+    return f"mask[{len(target)}]" if hasattr(target, "__len__") else type(target).__name__
+
+
+def _target_param(target: Any, desc: str) -> Any:
+    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        return int(target)
+    if isinstance(target, tuple) and len(target) == 2:
+        return [None if v is None or math.isinf(float(v)) else float(v) for v in target]
+    return desc
+
+
+def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -> int:
+    """The count ``options.min_support`` means on the data (``SearchOptions.support_count`` where it exists: main's
+    ``min_support=None`` depends on the subgroup size)."""
+    count = getattr(options, "support_count", None)
+    if callable(count):
+        return int(count(n_samples, subgroup_size))
+    return V.resolve_min_support(options.min_support, n_samples)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+def _same_names(extractor: Any) -> str:
+    return (
+        "Expected distinct `filename`s (and `log_prefix`es) for the RegionalRuleExtractors of one trainer, but two "
+        f"write {extractor.filename!r} (prefix {extractor.log_prefix!r}; default names coincide for the same target, "
+        "layer and data); pass filename=... (and log_prefix=...) to one of them."
+    )
+
+
+def _refuse_a_seen_key(extractor: Any, key: str, caller: Any) -> None:
+    """Two extractors with one ``state_key`` would write the same files and checkpoint state. Lightning refuses them
+    when the Trainer is created, in a message that names no option of this class: when Lightning's check of the
+    callback list (``_validate_callbacks_list``, the caller) asks for a key it has already seen, say what to pass
+    instead. Any other caller gets the key."""
+    if caller.f_code.co_name != "_validate_callbacks_list":
+        return
+    seen = caller.f_locals.get("seen_callbacks")
+    if isinstance(seen, set) and key in seen:
+        raise ValueError(_same_names(extractor))
+
+
+def _first_loader(loader: Any) -> Any:
+    if isinstance(loader, (list, tuple)):
+        return loader[0] if loader else None
+    if isinstance(loader, Mapping):
+        return next(iter(loader.values()), None)
+    return loader
+
+
+def _is_mask(target: Any) -> bool:
+    return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
+
+
+def _rows_of(values: Any, rows: list[int] | None, n: int, name: str) -> Any:
+    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``; ``rows``
+    lists this rank's rows of the whole dataset, whose length ``values`` must have."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if rows is not None and D.global_count(len(rows)) != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
+            f"but got {size}."
+        )
+    index = list(range(n)) if rows is None else rows[:n]
+    if hasattr(values, "iloc"):
+        return values.iloc[index]
+    if isinstance(values, torch.Tensor):
+        return values[torch.as_tensor(index, dtype=torch.long)]
+    return np.asarray(values)[index]
