@@ -247,7 +247,7 @@ def test_no_returned_beam_rule_set_has_an_idle_condition(box_data, pure, chunked
 def test_masked_counts_without_weights_agree(monkeypatch):
     """Both counts from one bincount over ``2 * bin + is_target``: the weighted path and the spare-bin path (for CUDA
     under deterministic algorithms) count exactly what a literal count of each state's samples does."""
-    from torch_amore.strategies import beam
+    from torch_amore.strategies import refine as beam
 
     g = torch.Generator().manual_seed(1)
     idx = (

@@ -36,10 +36,8 @@ beam strategy's best fitness is never below the paper strategy's.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -58,81 +56,23 @@ from torch_amore.strategies.best_interval import (
     packed_keys,
     table_budget,
 )
+from torch_amore.strategies.refine import Refinement, State
 
 
-@dataclass
-class _State:
-    conds: tuple[tuple[int, int, int], ...]  # (searched feature, g_low, g_high), sorted by feature
-    hits: int
-    support: int
-
-
-@dataclass
-class _Refining:
-    """The working tensors of :meth:`BeamSearch._refine` for a batch of ``n_states`` states of ``length``
-    conditions: ``st`` (S, 2 L + 2) holds the lows, highs, hits and support; ``codes`` and ``sat`` one (S, N)
-    tensor per position (the doubled codes and whether each sample satisfies that condition)."""
-
-    length: int
-    n_states: int
-    device: torch.device
-    st: torch.Tensor
-    cols: list[torch.Tensor]
-    codes: tuple[torch.Tensor, ...]
-    weights: torch.Tensor
-    wide: int
-    offsets: torch.Tensor
-    sat: list[torch.Tensor]
-    n_bins: tuple[torch.Tensor, ...]
-    is_cat: tuple[torch.Tensor, ...]
-    cat_at: list[bool]
-    kappas: tuple[float, ...]
-    n_k: int
-    tie: torch.Tensor
-    score: torch.Tensor
-
-
-def _refined_states(states: list[_State], out_rows: list[list], length: int) -> list[_State]:
-    """The states of :meth:`BeamSearch._refine` from the rows it read (a state that did not move is returned)."""
-    out = []
-    for state, row in zip(states, out_rows):
-        score = (row[2 * length], row[2 * length + 1])
-        conds = tuple(zip([c[0] for c in state.conds], row[:length], row[length : 2 * length]))
-        out.append(_State(conds, *score) if score != (state.hits, state.support) else state)
-    return out
-
-
-def _first_per_features(pool: dict[tuple, _State], obj: Objective) -> list[_State]:
+def _first_per_features(pool: dict[tuple, State], obj: Objective) -> list[State]:
     """The best state of ``pool`` (by ``obj``) on each set of features: children on the same features tend to
     climb to the same optimum, so only these are refined."""
-    first: dict[tuple, _State] = {}
+    first: dict[tuple, State] = {}
     for st in sorted(pool.values(), key=lambda s: obj.key(s.hits, s.support), reverse=True):
         first.setdefault(tuple(c[0] for c in st.conds), st)
     return list(first.values())
 
 
-def _seed_beam(seeds: list[tuple[tuple, ...]], chosen: dict[tuple, _State]) -> list[_State]:
+def _seed_beam(seeds: list[tuple[tuple, ...]], chosen: dict[tuple, State]) -> list[State]:
     """The conditions of the seed pairs none of whose features the beam (``chosen``) expands already."""
     held = {c[0] for conds in chosen for c in conds}
     new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
-    return [_State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
-
-
-def _masked_counts(
-    idx: torch.Tensor, inside: torch.Tensor, size: int, weights: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Counts of all and of the target samples per bin where ``inside``, from one ``bincount``: ``idx`` (flattened)
-    is ``2 * bin + is_target`` with bins in ``[0, size)``. Exact counts from 0/1 weights written into ``weights`` (a
-    float buffer as long as ``idx``, reused: fresh memory of this size is slow to touch), or, where weighted
-    ``bincount`` is not allowed (CUDA under ``torch.use_deterministic_algorithms``), from indices moved to a spare
-    bin."""
-    if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
-        spare = torch.full_like(idx, 2 * size)
-        both = torch.bincount(torch.where(inside, idx, spare), minlength=2 * size + 1)[: 2 * size]
-    else:
-        both = torch.bincount(idx, weights=weights.copy_(inside), minlength=2 * size).round_().long()
-    both = both.view(size, 2)
-    return both.sum(1), both[:, 1]
+    return [State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
 
 
 #: Bytes of the (rule sets x samples) masks and codes that :meth:`BeamSearch._without_idle_conditions` makes at once.
@@ -145,7 +85,7 @@ _REFINE_BUDGET = 1 << 27
 _REFINE_BUDGET_MIN = 1 << 22
 
 
-class BeamSearch:
+class BeamSearch(Refinement):
     """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
     The nodes of one length are expanded together: their samples come from one ``nonzero`` over their stacked
@@ -220,7 +160,7 @@ class BeamSearch:
         return rows, groups
 
     def _candidates(
-        self, beam: list[_State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
+        self, beam: list[State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
     ) -> torch.Tensor:
         """Candidate intervals of every node, as one (6, G, C) int64 table of ``feature``, ``g_low``, ``g_high``,
         ``hits``, ``support`` and ``valid`` (0/1) per node and candidate: the kappas of the objectives for all
@@ -261,9 +201,9 @@ class BeamSearch:
         return torch.cat(parts, 2)
 
     def _expand(
-        self, beam: list[_State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
+        self, beam: list[State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
         chooser: list,
-    ) -> tuple[dict[tuple, _State], dict[tuple, _State]]:  # fmt: skip
+    ) -> tuple[dict[tuple, State], dict[tuple, State]]:  # fmt: skip
         """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
         width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found; the
         children of the objectives, then those only :class:`Lift` chose (taken after every node's others: the
@@ -293,7 +233,7 @@ class BeamSearch:
             orders.append(order)
             fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
         lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
-        children: dict[tuple, _State] = {}
+        children: dict[tuple, State] = {}
         phases = [[o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
                   [o for o, (obj, _) in enumerate(chooser) if obj is self.lift]]  # fmt: skip
         for n_phase, phase in enumerate(phases):
@@ -312,7 +252,7 @@ class BeamSearch:
 
     @staticmethod
     def _take(
-        children: dict, parent: _State, entries, width: int, seen: set, first: bool, skip: int = 0, done: int = 0
+        children: dict, parent: State, entries, width: int, seen: set, first: bool, skip: int = 0, done: int = 0
     ) -> int:
         """Add to ``children`` the node's next children from its sorted candidates ``entries`` (the first ``skip``
         already walked, ``done`` taken) until ``width`` are taken; returns how many were taken."""
@@ -327,138 +267,14 @@ class BeamSearch:
                 continue  # the same interval from another kappa or another parent
             taken += 1
             if conds not in children:
-                children[conds] = _State(conds, h, n)
+                children[conds] = State(conds, h, n)
         return taken
-
-    def _refine(self, states: list[_State], min_support: int, obj: Objective) -> list[_State]:
-        """Coordinate ascent, all states at once: re-optimise each condition given the others until nothing changes.
-
-        The codes of the states' features and whether each sample satisfies each condition are gathered once,
-        (L, S, N); for condition position ``k`` one weighted ``bincount`` counts, for every state, the samples
-        satisfying its other conditions per grid of condition ``k``'s feature; a state takes the best interval
-        (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). A round
-        that moves nothing is a fixed point (at most 8 rounds). After the first round only the positions whose other
-        intervals moved since they were last cut are cut again: the others would find the interval they hold, which
-        never loses to itself, so the result is that of every position every round. One ``tolist`` reads the result
-        and which positions moved after the first round, then one after each later cut (a later round often cuts
-        one position, finds it in place, and stops early).
-        """
-        if not states or len(states[0].conds) < 2:
-            return states  # a single condition is already the best interval of its feature
-        n_rows = self.codes_t.shape[1]
-        per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
-        if len(states) > per_call:  # bounded working memory: states in batches
-            return [
-                s
-                for i in range(0, len(states), per_call)
-                for s in self._refine(states[i : i + per_call], min_support, obj)
-            ]
-        r = self._refine_tables(states, obj)
-        length = r.length
-        # when each position was last cut and last moved (for some state of the batch), counted in steps
-        cut, move = [-1] * length, [-1] * length
-        steps, out_rows = 0, []
-        for rnd in range(8):
-            out_rows, any_move, steps = self._refine_round(r, rnd, cut, move, steps, min_support, obj, out_rows)
-            if not any_move:
-                break
-        return _refined_states(states, out_rows, length)
-
-    def _refine_round(
-        self,
-        r: _Refining,
-        rnd: int,
-        cut: list[int],
-        move: list[int],
-        steps: int,
-        min_support: int,
-        obj: Objective,
-        out_rows: list,
-    ) -> tuple[list, bool, int]:
-        """Round ``rnd`` of :meth:`_refine`: each position cut unless it holds its best. ``cut`` and ``move`` (the
-        step at which each position was last cut, last moved) are updated in place; returns the rows read last,
-        whether some position moved, and the step count."""
-        length = r.length
-        moved = torch.zeros(r.n_states, length, dtype=torch.long, device=r.device)
-        any_move = False
-        for k in range(length):
-            if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
-                continue  # its other intervals are where they were when it was last cut: it holds its best
-            moved[:, k] = self._cut_position(r, k, min_support, obj)
-            cut[k], steps = steps, steps + 1
-            if rnd:  # after the first round, a read after each step tells the next position whether it is stale
-                out_rows = torch.cat([r.st, moved], 1).tolist()  # the result, and which positions moved
-                if any(row[2 * length + 2 + k] for row in out_rows):
-                    move[k], any_move = cut[k], True
-        if not rnd:  # every position was cut once: one read
-            out_rows = torch.cat([r.st, moved], 1).tolist()
-            for k in range(length):
-                if any(row[2 * length + 2 + k] for row in out_rows):
-                    move[k], any_move = cut[k], True
-        return out_rows, any_move, steps
-
-    def _refine_tables(self, states: list[_State], obj: Objective) -> _Refining:
-        """The working tensors of :meth:`_refine` for a batch of states of one length."""
-        fine = self.fine
-        device = self.codes_t.device
-        n_states, length = len(states), len(states[0].conds)
-        table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
-        feats = table[:, :length, 0]
-        st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
-        cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
-        n = self.codes_t.shape[1]
-        # exact integer counts from float weights: float32 below 2**24 samples
-        wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
-        weights = torch.empty(n_states * n, dtype=wdt, device=device)  # reused by every count below
-        wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
-        offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
-        # per position (S, N): 2 x (code shifted to its state's bins) + is_target, the bincount index of both counts
-        # (code >= low <=> index >= 2 low, code <= high <=> index <= 2 high + 1: conditions on doubled bounds)
-        codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
-        codes = codes.add_(offsets.to(torch.int32)).mul_(2).add_(self.target.to(torch.int32)).unbind(0)  # in place
-        # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
-        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(torch.int32) for h in (0, 1))
-        bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
-        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
-        n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
-        # per position: whether some state's feature there is a category (else the tables skip the categories' path)
-        cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
-        kappas = obj.kappas(False)
-        n_k = len(kappas)
-        tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
-        score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
-        return _Refining(length, n_states, device, st, cols, codes, weights, wide, offsets, sat, n_bins, is_cat,
-                         cat_at, kappas, n_k, tie, score)  # fmt: skip
-
-    def _cut_position(self, r: _Refining, k: int, min_support: int, obj: Objective) -> torch.Tensor:
-        """One step of :meth:`_refine`: every state's condition at position ``k`` re-optimised given the others;
-        ``r`` updated in place. Returns which states moved."""
-        inside = functools.reduce(torch.logical_and, [r.sat[m] for m in range(r.length) if m != k])
-        tot, tgt = _masked_counts(r.codes[k].reshape(-1), inside.view(-1), r.n_states * r.wide, r.weights)
-        tot = D.all_reduce_sum(tot).view(r.n_states, r.wide)[:, : self.width]
-        tgt = D.all_reduce_sum(tgt).view(r.n_states, r.wide)[:, : self.width]
-        b = best_intervals_dense(
-            tot, tgt, r.n_bins[k], r.is_cat[k], min_support, r.kappas, positive=False, max_count=self.n_rows,
-            any_cat=r.cat_at[k], budget=self.budget,
-        )  # fmt: skip
-        found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
-        new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
-        if r.n_k > 1:
-            pick = (found * r.n_k + r.tie).argmax(1, keepdim=True)  # (S, 1)
-            found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=r.device) * r.n_k)
-        better = found[:, 0] > r.score
-        r.score = torch.where(better, found[:, 0], r.score)
-        new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
-        r.st.index_copy_(1, r.cols[k], new)
-        lo_hi = (2 * (new[:, :2] + r.offsets)).to(torch.int32)
-        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:] + 1)
-        return better
 
     def run(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
-    ) -> list[_State]:
+    ) -> list[State]:
         """The rule sets of :meth:`run_by_length`, once each."""
-        out: dict[tuple, _State] = {}
+        out: dict[tuple, State] = {}
         for _, state in self.run_by_length(max_length=max_length, min_support=min_support, progress=progress,
                                            seeds=seeds):  # fmt: skip
             out.setdefault(state.conds, state)
@@ -466,7 +282,7 @@ class BeamSearch:
 
     def run_by_length(
         self, *, max_length: int, min_support: int, progress: bool = False, seeds: list[tuple[tuple, ...]] = ()
-    ) -> list[tuple[int, _State]]:
+    ) -> list[tuple[int, State]]:
         """The best rule sets of every length (``beam_width`` per objective), each with the length at which the beam
         chose it, unsorted, without those that a rule set with one condition fewer matches or beats in both fitness
         and confidence (a condition that adds nothing).
@@ -477,14 +293,14 @@ class BeamSearch:
         already holds a node on one of their features (its expansion covers the pair); their children count among
         that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
-        beam = [_State((), self.n_target, self.n_rows)]
+        beam = [State((), self.n_target, self.n_rows)]
         rows, groups = self._node_rows([()])
-        found: dict[tuple, _State] = {}  # every rule set visited
-        best: dict[tuple, tuple[int, _State]] = {}  # the best of each length and objective, with that length
+        found: dict[tuple, State] = {}  # every rule set visited
+        best: dict[tuple, tuple[int, State]] = {}  # the best of each length and objective, with that length
         chooser = [
             (obj, self.beam_width if i == 0 else max(1, self.beam_width // 2)) for i, obj in enumerate(self.objectives)
         ]
-        seed_beam: list[_State] = []
+        seed_beam: list[State] = []
         for length in range(1, max_length + 1):
             # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
             lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
@@ -511,12 +327,12 @@ class BeamSearch:
 
     def _expand_seeds(
         self,
-        seed_beam: list[_State],
+        seed_beam: list[State],
         min_support: int,
-        found: dict[tuple, _State],
-        children: dict[tuple, _State],
+        found: dict[tuple, State],
+        children: dict[tuple, State],
         chooser: list,
-    ) -> dict[tuple, _State]:
+    ) -> dict[tuple, State]:
         """The children of the seed pairs' conditions (none when there are none), beside the beam's."""
         if not seed_beam:
             return {}
@@ -527,23 +343,23 @@ class BeamSearch:
 
     def _choose(
         self,
-        children: dict[tuple, _State],
-        seeded: dict[tuple, _State],
-        found: dict[tuple, _State],
-        best: dict[tuple, tuple[int, _State]],
+        children: dict[tuple, State],
+        seeded: dict[tuple, State],
+        found: dict[tuple, State],
+        best: dict[tuple, tuple[int, State]],
         length: int,
         min_support: int,
-    ) -> dict[tuple, _State]:
+    ) -> dict[tuple, State]:
         """The beam's next nodes of one length: per objective the best children (and seeded children) refined,
         ranked, the best ``beam_width`` kept; ``found`` and ``best`` updated in place."""
-        chosen: dict[tuple, _State] = {}
+        chosen: dict[tuple, State] = {}
         for obj in self.objectives:
             # children on the same features tend to climb to the same optimum: refine the best of each set
             firsts = [_first_per_features(pool, obj) for pool in (children, seeded)]
             done = self._refine(firsts[0] + firsts[1], min_support, obj)
             for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
                                         ({**children, **seeded}, done, False)):  # fmt: skip
-                refined: dict[tuple, _State] = dict(pool)
+                refined: dict[tuple, State] = dict(pool)
                 for state in tops:
                     refined.setdefault(state.conds, state)
                     found.setdefault(state.conds, state)
@@ -557,7 +373,7 @@ class BeamSearch:
                     break  # the same pool: ranked once
         return chosen
 
-    def _next_beam(self, chosen: dict[tuple, _State], found: dict[tuple, _State], length: int) -> list[_State]:
+    def _next_beam(self, chosen: dict[tuple, State], found: dict[tuple, State], length: int) -> list[State]:
         """The next beam: ``chosen`` and a few rule sets of ``length`` of high lift (added to ``chosen``)."""
         level = sorted((st for st in found.values() if len(st.conds) == length), key=lambda s: s.conds)
         level.sort(key=lambda s: self.lift.key(s.hits, s.support), reverse=True)
@@ -566,8 +382,8 @@ class BeamSearch:
         return list(chosen.values())
 
     def _without_idle_conditions(
-        self, best: dict[tuple, _State], found: dict[tuple, _State], lengths: dict[tuple, int]
-    ) -> list[tuple[int, _State]]:
+        self, best: dict[tuple, State], found: dict[tuple, State], lengths: dict[tuple, int]
+    ) -> list[tuple[int, State]]:
         """``best``'s rule sets, each replaced by its rule set with one condition fewer while that one has at least its
         fitness and confidence (exact integer comparisons; the sub-rule sets the search did not visit are counted
         first, all in one batched pass); each with the length of ``lengths`` at which its rule set was chosen (once
@@ -588,8 +404,8 @@ class BeamSearch:
                 parts.append(torch.stack([count_true(masks & self.target), count_true(masks)]))
             both = D.all_reduce_sum(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             for conds, h, n in zip(todo, *both.tolist()):
-                found[conds] = _State(conds, h, n)
-        out: dict[tuple, tuple[int, _State]] = {}
+                found[conds] = State(conds, h, n)
+        out: dict[tuple, tuple[int, State]] = {}
         for key, state in best.items():
             changed = True
             while changed and len(state.conds) > 1:
