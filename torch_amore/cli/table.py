@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from torch_amore.cli.expression import show_columns
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -251,7 +252,7 @@ def _encode_column(
         if np.isinf(values).any():
             raise TableError(f"column {name!r} holds infinite values; replace them or remove the column with "
                              f"--exclude {name}")  # fmt: skip
-        return values[:, None], [name], V.infer_feature_types(torch.from_numpy(values[:, None]))
+        return values[:, None], [name], A.infer_feature_types(torch.from_numpy(values[:, None]))
     if is_text(col):
         return _one_hot(col, name, keep, max_categories)
     raise TableError(f"column {name!r} has unsupported dtype {col.dtype}; remove it with --exclude {name}")

@@ -32,6 +32,7 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.experiments.protocol import SearchResult, as_grid, check_bound, result_from_rows, select_best
 from torch_amore.rules.rules import Rule, RuleSet
@@ -79,7 +80,7 @@ def _check_class_weight(value: Any) -> Any:
 
 
 def _check_max_depth(value: Any) -> int | None:
-    return None if value is None else V.check_int(value, "max_depth", 1)
+    return None if value is None else A.check_int(value, "max_depth", 1)
 
 
 class _TreeData:
@@ -100,10 +101,10 @@ class _TreeData:
         n, n_features = X_t.shape
         if n == 0 or n_features == 0:
             raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X_t.shape)}.")
-        self.names = V.resolve_names(feature_names, frame_names, n_features)
-        self.columns = V.resolve_features(features, n_features)
-        self.scale = V.resolve_affine(feature_scale, "feature_scale", n_features, 1.0)
-        self.offset = V.resolve_affine(feature_offset, "feature_offset", n_features, 0.0)
+        self.names = A.resolve_names(feature_names, frame_names, n_features)
+        self.columns = A.resolve_features(features, n_features)
+        self.scale = A.resolve_affine(feature_scale, "feature_scale", n_features, 1.0)
+        self.offset = A.resolve_affine(feature_offset, "feature_offset", n_features, 0.0)
         if any(s == 0 for s in self.scale):
             raise ValueError("Expected non-zero entries in `feature_scale`.")
         self.target = V.to_target(target, n, torch.device("cpu")).numpy()
@@ -114,7 +115,7 @@ class _TreeData:
                 "Expected `X` without missing values (NaN) for the decision-tree baseline: a tree routes NaN to one "
                 "side of a split, which an interval rule cannot express. Impute or drop the missing values first."
             )
-        self.kinds = V.resolve_feature_types(feature_types, torch.from_numpy(self.X))
+        self.kinds = A.resolve_feature_types(feature_types, torch.from_numpy(self.X))
         self.n_target = int(self.target.sum())
         self._distinct: dict[int, np.ndarray] = {}
 
@@ -237,7 +238,7 @@ def decision_tree_rules(
         IF feature_1 >= 0.6 THEN target  (support=384, confidence=1.000, fitness=1.000)
     """
     max_depth = _check_max_depth(max_depth)
-    V.check_choice(criterion, "criterion", CRITERIA)
+    A.check_choice(criterion, "criterion", CRITERIA)
     class_weight = _check_class_weight(class_weight)
     data = _TreeData(X, target, features, feature_names, feature_types, feature_scale, feature_offset)
     msl = _check_min_samples_leaf(min_samples_leaf, data.X.shape[0])
@@ -304,7 +305,7 @@ def decision_tree_search(
     bound = check_bound(confidence_lower_bound)
     crits = as_grid(criteria, "criteria", str)
     for c in crits:
-        V.check_choice(c, "criteria", CRITERIA)
+        A.check_choice(c, "criteria", CRITERIA)
     weights = [_check_class_weight(w) for w in as_grid(class_weights, "class_weights", str)]
     data = _TreeData(X, target, features, feature_names, feature_types, feature_scale, feature_offset)
     leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in as_grid(min_samples_leaf, "min_samples_leaf")]

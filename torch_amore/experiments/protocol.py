@@ -20,6 +20,7 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
@@ -202,14 +203,14 @@ def search_hyperparameters(
     options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
     progress = options.progress
     options = options.replace(progress=False)
-    strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]
-    grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+    strategies = [A.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]
+    grids = [A.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
-    options = capped_max_length(options, len(V.resolve_features(features, n_features)))  # said once, not per setting
-    names = V.resolve_names(feature_names, frame_names, n_features)
-    supports = [V.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
+    options = capped_max_length(options, len(A.resolve_features(features, n_features)))  # said once, not per setting
+    names = A.resolve_names(feature_names, frame_names, n_features)
+    supports = [A.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
     local = V.to_local_x(local_x, n_features)
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
@@ -422,21 +423,21 @@ def sequential_covering(
     """
     min_confidence = check_bound(min_confidence, "min_confidence")
     if max_rules is not None:
-        max_rules = V.check_int(max_rules, "max_rules", 1)
-    max_length = V.check_int(max_length, "max_length", 1)
-    top_k = V.check_int(top_k, "top_k", 1)
-    strategies = [V.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
-    grids = [V.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
+        max_rules = A.check_int(max_rules, "max_rules", 1)
+    max_length = A.check_int(max_length, "max_length", 1)
+    top_k = A.check_int(top_k, "top_k", 1)
+    strategies = [A.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
+    grids = [A.check_int(g, "n_grids", 2) for g in as_grid(n_grids, "n_grids")]
     target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
-    n_searched = len(V.resolve_features(features, n_features))
+    n_searched = len(A.resolve_features(features, n_features))
     max_length = capped_max_length(SearchOptions(max_length=max_length), n_searched).max_length  # said once
-    names = V.resolve_names(feature_names, frame_names, n_features)
-    supports = [V.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
+    names = A.resolve_names(feature_names, frame_names, n_features)
+    supports = [A.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)
     V.check_finite(X_t)
-    kinds = V.resolve_feature_types(feature_types, X_t)  # fixed on the full data, not re-inferred on subsets
+    kinds = A.resolve_feature_types(feature_types, X_t)  # fixed on the full data, not re-inferred on subsets
     n_target = int(target_t.sum())
 
     remaining = torch.ones(n, dtype=torch.bool, device=X_t.device)

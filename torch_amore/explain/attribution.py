@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.model.forward import eval_mode, resolve_layer
 from torch_amore.rules.rules import Rule, RuleSet
@@ -145,8 +146,8 @@ class RuleAttribution:
         if isinstance(self.model, torch.nn.Module):
             V.check_model_device(self.model)
         units = rule_units(rules)
-        n_steps = V.check_int(n_steps, "n_steps", 1)
-        batch_size = V.check_int(batch_size, "batch_size", 1)
+        n_steps = A.check_int(n_steps, "n_steps", 1)
+        batch_size = A.check_int(batch_size, "batch_size", 1)
         device = next((p.device for p in self.model.parameters()), inputs.device)
         method = NeuronIntegratedGradients(self.model, self.layer, multiply_by_inputs=self.multiply_by_inputs)
         out = torch.zeros((len(units), *inputs.shape), dtype=inputs.dtype, device=inputs.device)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torch_amore._utils import distributed as D
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import ExplainRequest, resolve_names
@@ -296,7 +297,7 @@ class RegionalRuleExplainer:
                  "target": _target_param(request.target, desc),
                  "input_shape": None if fwd.input_shape is None else list(fwd.input_shape)}  # fmt: skip
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=V.resolve_features(features, X.shape[1]),
+            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=A.resolve_features(features, X.shape[1]),
             feature_names=names, params=self._params(request, options, facts), features_matrix=X,
             sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
             explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),

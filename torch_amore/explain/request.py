@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.model.forward import BatchKey, ModelArgs, as_labels, check_row_order, n_rows
 from torch_amore.model.subgroups import check_outputs, check_target
@@ -87,7 +88,7 @@ class ExplainRequest:
             target=target, threshold=threshold, outputs=check_outputs(outputs), labels=labels, matrix=matrix,
             matrix_names=matrix_names, indices=indices, select=select_features, scaler=scaler, options=opts,
             feature_names=None if feature_names is None else [str(n) for n in feature_names],
-            batch_size=V.check_int(batch_size, "batch_size", 1), input_key=input_key, label_key=label_key,
+            batch_size=A.check_int(batch_size, "batch_size", 1), input_key=input_key, label_key=label_key,
             target_name=target_name, model_args=ModelArgs.make(additional_forward_args, forward_kwargs), local=local,
         )  # fmt: skip
 
@@ -109,7 +110,7 @@ class ExplainRequest:
         if n == 0:
             raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
         if n is not None and self.options.min_support is not None:
-            V.resolve_min_support(self.options.min_support, D.global_count(n))  # all ranks of a DDP run
+            A.resolve_min_support(self.options.min_support, D.global_count(n))  # all ranks of a DDP run
         if n is not None and self.matrix is not None and self.matrix.shape[0] != n:
             raise ValueError(
                 f"Expected `features` to have one row per sample of `inputs` ({n}), got {self.matrix.shape[0]} rows."
@@ -176,4 +177,4 @@ def resolve_names(
             names = candidate
     if names is None:
         names = [f"{prefix}_{i}" for i in range(n_features)]
-    return V.resolve_names(names, None, n_features)
+    return A.resolve_names(names, None, n_features)

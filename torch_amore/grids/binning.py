@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore.data.arguments import check_bin_strategy, check_n_grids
 from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats, work_dtype
-from torch_amore.data.validation import MAX_CATEGORIES, check_bin_strategy, check_n_grids
+from torch_amore.data.validation import MAX_CATEGORIES
 from torch_amore.grids.edges import codes_from_thresholds, grid_edges, uniform_edges
 
 

@@ -12,8 +12,8 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.sorting import sort_values
+from torch_amore.data.arguments import check_bin_strategy, check_n_grids
 from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows, work_dtype
-from torch_amore.data.validation import check_bin_strategy, check_n_grids
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
-from torch_amore.data import validation as V
+from torch_amore.data import arguments as A
 from torch_amore.search.options import SearchOptions
 
 
@@ -43,7 +43,7 @@ def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -
     count = getattr(options, "support_count", None)
     if callable(count):
         return int(count(n_samples, subgroup_size))
-    return V.resolve_min_support(options.min_support, n_samples)
+    return A.resolve_min_support(options.min_support, n_samples)
 
 
 def _safe(text: str) -> str:

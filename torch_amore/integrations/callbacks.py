@@ -42,6 +42,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore._utils import distributed as D
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import ModuleBatches, callback_streams, check_stream
@@ -167,8 +168,8 @@ class RegionalRuleExtractor(CallbackOutputs, Callback):
             raise TypeError(f"Expected `layer` to be an nn.Module, a dotted submodule name or None, got {layer!r}.")
         check_target(target, threshold)
         if every_n_val_epochs is not None:
-            V.check_int(every_n_val_epochs, "every_n_val_epochs", 1)
-        V.check_int(batch_size, "batch_size", 1)
+            A.check_int(every_n_val_epochs, "every_n_val_epochs", 1)
+        A.check_int(batch_size, "batch_size", 1)
         if filename is not None and (not isinstance(filename, str) or not filename or re.search(r"[\\/]", filename)):
             raise ValueError(f"Expected `filename` to be a file stem such as 'rules', but got {filename!r}.")
         if forward_kwargs is not None and not isinstance(forward_kwargs, Mapping):
@@ -434,7 +435,7 @@ class RegionalRuleExtractor(CallbackOutputs, Callback):
         params = self._params(desc, n_all, n_sub, source, layer_name)
         return RegionalExplanation(
             rule_sets=rule_sets, subgroup=mask, threshold=thr_used,
-            features=V.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
+            features=A.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
             features_matrix=X, message=message, selection=selection,
         )  # fmt: skip
 
@@ -487,7 +488,7 @@ class RegionalRuleExtractor(CallbackOutputs, Callback):
         if names is None:
             prefix = "z" if source == "layer" else "feature"
             names = [f"{prefix}_{i}" for i in range(X.shape[1])]
-        return X, V.resolve_names(names, None, X.shape[1]), source, indices
+        return X, A.resolve_names(names, None, X.shape[1]), source, indices
 
     def _select(self, pl_module: LightningModule, fwd: ModuleOutputs, mask: torch.Tensor, names: list, layer: Any):
         """:func:`torch_amore.select_features` on the explained inputs (classes: the labels for a class target)."""

@@ -18,7 +18,8 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 from torch_amore._utils.typing import BatchKey
-from torch_amore.data.validation import check_int, check_model_device, check_not_meta
+from torch_amore.data.arguments import check_int
+from torch_amore.data.validation import check_model_device, check_not_meta
 
 # --------------------------------------------------------------------------------------------------------------------
 # layers, modes, hooks

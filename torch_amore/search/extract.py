@@ -23,6 +23,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import parallel_pass
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.data import arguments as A
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.data.column_stats import column_stats
@@ -63,22 +64,22 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
-    n_grids = V.check_n_grids(options.n_grids)
+    n_grids = A.check_n_grids(options.n_grids)
     target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
     n, n_features = X.shape
-    names = V.resolve_names(feature_names, frame_names, n_features)
-    columns = V.resolve_features(features, n_features)
+    names = A.resolve_names(feature_names, frame_names, n_features)
+    columns = A.resolve_features(features, n_features)
     options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
     if not memory_checked:  # before the target's checks and the pass over X
         M.check_memory(X, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
                        bin_strategy=o.bin_strategy, features=columns)  # fmt: skip
-    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
-    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
+    scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
+    offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
-    given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X)
+    given = None if options.feature_types is None else A.resolve_feature_types(options.feature_types, X)
     # types are inferred in the user's units when feature_scale/feature_offset are given
     in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
     with parallel_pass(X.numel()):  # all columns: +-inf anywhere in X is an error
@@ -86,9 +87,9 @@ def prepare(
     facts = stats.fetch()
     V.check_finite(X, any_inf=any(facts.has_inf))
     lo, hi = [facts.lo[c] for c in columns], [facts.hi[c] for c in columns]
-    V.check_observed(lo, columns, n_features)
-    V.check_range(lo, hi, [facts.overflow[c] for c in columns], columns)
-    V.check_units([facts.spread[c] for c in columns], columns, scale, offset)
+    A.check_observed(lo, columns, n_features)
+    A.check_range(lo, hi, [facts.overflow[c] for c in columns], columns)
+    A.check_units([facts.spread[c] for c in columns], columns, scale, offset)
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
@@ -180,23 +181,23 @@ def extract_rules(
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
     o = options
-    searched = V.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
+    searched = A.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
     M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
                    bin_strategy=o.bin_strategy, features=searched)  # before the conversion copies X  # fmt: skip
     target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
-    options = capped_max_length(options, len(V.resolve_features(features, X_t.shape[1])))
+    options = capped_max_length(options, len(A.resolve_features(features, X_t.shape[1])))
     n_all = D.global_count(X_t.shape[0])
     if options.min_support is not None:  # a bad count fails before the binning
-        V.resolve_min_support(options.min_support, n_all)
+        A.resolve_min_support(options.min_support, n_all)
     if options.strategy == "exact":  # refused before any binning when it would take too long
         n_feat = X_t.shape[1] if features is None else len(features)
         check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
     local = V.to_local_x(local_x, X_t.shape[1])
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    names = V.resolve_names(feature_names, frame_names, X_t.shape[1])
+    names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
     with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
         extractor = prepare(
             X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True

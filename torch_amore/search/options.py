@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from torch_amore._utils.typing import FEATURE_TYPES
-from torch_amore.data import validation as V
+from torch_amore.data import arguments as A
 
 #: Search strategies understood by :func:`torch_amore.extract_rules`.
 STRATEGIES = ("beam", "paper", "exact")
@@ -147,15 +147,15 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
-        set_(self, "max_length", V.check_int(self.max_length, "max_length", 1))
+        set_(self, "max_length", A.check_int(self.max_length, "max_length", 1))
         if self.min_support is not None:
-            set_(self, "min_support", V.check_min_support(self.min_support))
-        set_(self, "n_grids", V.check_n_grids(self.n_grids))
-        set_(self, "bin_strategy", V.check_bin_strategy(self.bin_strategy))
-        set_(self, "top_k", V.check_int(self.top_k, "top_k", 1))
-        set_(self, "strategy", V.check_choice(self.strategy, "strategy", STRATEGIES))
+            set_(self, "min_support", A.check_min_support(self.min_support))
+        set_(self, "n_grids", A.check_n_grids(self.n_grids))
+        set_(self, "bin_strategy", A.check_bin_strategy(self.bin_strategy))
+        set_(self, "top_k", A.check_int(self.top_k, "top_k", 1))
+        set_(self, "strategy", A.check_choice(self.strategy, "strategy", STRATEGIES))
         set_(self, "min_confidence", _check_fraction(self.min_confidence, "min_confidence"))
-        set_(self, "beam_width", V.check_int(self.beam_width, "beam_width", 1))
+        set_(self, "beam_width", A.check_int(self.beam_width, "beam_width", 1))
         set_(self, "feature_types", _types_tuple(self.feature_types))
         set_(self, "feature_scale", _float_tuple(self.feature_scale, "feature_scale"))
         set_(self, "feature_offset", _float_tuple(self.feature_offset, "feature_offset"))
@@ -164,8 +164,8 @@ class SearchOptions:
         if not isinstance(self.progress, (bool, np.bool_)):
             raise TypeError(f"Expected `progress` to be True or False, but got {self.progress!r}.")
         set_(self, "progress", bool(self.progress))
-        set_(self, "exact_budget", V.check_int(self.exact_budget, "exact_budget", 1))
-        set_(self, "optimum_budget", V.check_int(self.optimum_budget, "optimum_budget", 0))
+        set_(self, "exact_budget", A.check_int(self.exact_budget, "exact_budget", 1))
+        set_(self, "optimum_budget", A.check_int(self.optimum_budget, "optimum_budget", 0))
         set_(self, "min_gain", _check_gain(self.min_gain))
 
     @classmethod
@@ -200,7 +200,7 @@ class SearchOptions:
         """The count of samples meant by :attr:`min_support` on ``n_samples`` rows with a subgroup of that size."""
         if self.min_support is None:
             return auto_min_support(n_samples, subgroup_size)
-        return V.resolve_min_support(self.min_support, n_samples)
+        return A.resolve_min_support(self.min_support, n_samples)
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-safe dict (tuples as lists); :meth:`from_dict` (or ``SearchOptions(**d)``) gives

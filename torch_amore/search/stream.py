@@ -34,6 +34,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.data.column_stats import (
     ColumnStats,
@@ -121,9 +122,9 @@ def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tup
 
 def _resolve_columns(options: SearchOptions, X: torch.Tensor) -> tuple[list[float], list[float], list[str] | None]:
     n_features = X.shape[1]
-    scale = V.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
-    offset = V.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
-    given = None if options.feature_types is None else V.resolve_feature_types(options.feature_types, X[:0])
+    scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
+    offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
+    given = None if options.feature_types is None else A.resolve_feature_types(options.feature_types, X[:0])
     return scale, offset, given
 
 
@@ -139,9 +140,9 @@ def _check_facts(facts: _Facts, stats: ColumnStats, columns: list[int], scale: l
         )
     n_features = len(host.lo)
     lo, hi = [host.lo[c] for c in columns], [host.hi[c] for c in columns]
-    V.check_observed(lo, columns, n_features)
-    V.check_range(lo, hi, [host.overflow[c] for c in columns], columns)
-    V.check_units([host.spread[c] for c in columns], columns, scale, offset)
+    A.check_observed(lo, columns, n_features)
+    A.check_range(lo, hi, [host.overflow[c] for c in columns], columns)
+    A.check_units([host.spread[c] for c in columns], columns, scale, offset)
     n_t = int(D.all_reduce_sum(facts.n_target))
     if n_t == 0:
         raise ValueError("Expected `target` to select at least one sample, but the subgroup is empty.")
@@ -235,18 +236,18 @@ def prepare_stream(
         (torch.Size([1000, 3]), torch.uint8, 156)
     """
     o = SearchOptions() if options is None else options
-    n_grids = V.check_n_grids(o.n_grids)
+    n_grids = A.check_n_grids(o.n_grids)
     src = source if isinstance(source, BatchSource) else BatchSource(source)
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features, n_all = src.width, D.global_count(src.rows)
     if feature_names is None:
         feature_names = [f"{name_prefix}_{i}" for i in range(n_features)]
-    names = V.resolve_names(feature_names, None, n_features)
-    columns = V.resolve_features(features, n_features)
+    names = A.resolve_names(feature_names, None, n_features)
+    columns = A.resolve_features(features, n_features)
     _check_facts(facts, stats, columns, scale, offset, n_all)
     if o.min_support is not None:
-        V.resolve_min_support(o.min_support, n_all)
+        A.resolve_min_support(o.min_support, n_all)
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.model.forward import resolve_layer
 from torch_amore.selection.impact import (
@@ -286,7 +287,7 @@ def select_features(
             f"and min_frequency={min_frequency}."
         )
     if max_length is not None:
-        max_length = V.check_int(max_length, "max_length", 1)
+        max_length = A.check_int(max_length, "max_length", 1)
     budget = _check_budget(max_itemsets, max_bytes, max_seconds)
 
     if importance is not None:
@@ -295,12 +296,12 @@ def select_features(
         names = _names(feature_names, frame, J.shape[1])
         return _select(J, names, gamma, min_frequency, max_length, budget, pairs=None, n_skipped=0)
 
-    n_test_per_class = V.check_int(n_test_per_class, "n_test_per_class", 1)
-    n_steps = V.check_int(n_steps, "n_steps", 1)
-    internal_batch_size = V.check_int(internal_batch_size, "internal_batch_size", 1)
-    seed = V.check_int(seed, "seed", 0)
+    n_test_per_class = A.check_int(n_test_per_class, "n_test_per_class", 1)
+    n_steps = A.check_int(n_steps, "n_steps", 1)
+    internal_batch_size = A.check_int(internal_batch_size, "internal_batch_size", 1)
+    seed = A.check_int(seed, "seed", 0)
     if target is not None:
-        target = V.check_int(target, "target", 0)
+        target = A.check_int(target, "target", 0)
     if model is None or not callable(model):
         raise TypeError(f"Expected `model` to be a callable torch model (or pass `importance=`), but got {model!r}.")
     if isinstance(model, nn.Module):
@@ -451,8 +452,8 @@ def _select(
 
 def _check_budget(max_itemsets: Any, max_bytes: Any, max_seconds: Any) -> dict[str, Any]:
     budget: dict[str, Any] = {
-        "max_itemsets": None if max_itemsets is None else V.check_int(max_itemsets, "max_itemsets", 1),
-        "max_bytes": None if max_bytes is None else V.check_int(max_bytes, "max_bytes", 1),
+        "max_itemsets": None if max_itemsets is None else A.check_int(max_itemsets, "max_itemsets", 1),
+        "max_bytes": None if max_bytes is None else A.check_int(max_bytes, "max_bytes", 1),
     }
     if max_seconds is not None:
         if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float, np.integer, np.floating)):
@@ -476,4 +477,4 @@ def _names(feature_names: Sequence[str] | None, frame: Any, n_features: int) -> 
     frame_names = [str(c) for c in frame.columns] if frame is not None and hasattr(frame, "columns") else frame
     if frame_names is not None and len(frame_names) != n_features:
         frame_names = None
-    return V.resolve_names(feature_names, frame_names, n_features)
+    return A.resolve_names(feature_names, frame_names, n_features)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from torch_amore._utils.progress import progress_bar
-from torch_amore.data.validation import check_int
+from torch_amore.data.arguments import check_int
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer, run_model
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules.rules import RuleSet

@@ -1,0 +1,221 @@
+"""Checks of the arguments (not the data) at the public boundary: grid counts, supports, integers and choices,
+feature names and indices, units, feature types. :mod:`torch_amore.data.validation` re-exports them, so that callers
+keep one module of checks (``V``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_amore._utils.typing import BIN_STRATEGIES, FEATURE_TYPES
+from torch_amore.data.column_stats import column_stats
+
+#: Largest number of grids per feature: bin codes are int16 and the code after the last grid marks a missing value.
+MAX_GRIDS = 32767
+
+
+def check_n_grids(value: Any) -> int:
+    """``n_grids`` as an int in [2, :data:`MAX_GRIDS`]."""
+    n_grids = check_int(value, "n_grids", 2)
+    if n_grids > MAX_GRIDS:
+        raise ValueError(
+            f"Expected `n_grids` to be an integer in [2, {MAX_GRIDS}] (bin codes are int16), but got {n_grids}."
+        )
+    return n_grids
+
+
+def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int, name: str = "X") -> None:
+    """At least one searched column holds a non-missing value (else no rule could select anything).
+
+    ``lo`` is the per-column minimum of the searched ``columns`` over all shards (NaN where a column is all missing).
+    """
+    if not all(math.isnan(v) for v in lo):
+        return
+    if len(columns) == n_features:
+        raise ValueError(f"Expected `{name}` to hold some non-missing values, but every value is NaN (missing).")
+    raise ValueError(
+        f"Expected the searched `features` {list(columns)[:10]} to hold some non-missing values, but all their values "
+        f"in `{name}` are NaN (missing)."
+    )
+
+
+def check_range(
+    lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int], name: str = "X"
+) -> None:
+    """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
+
+    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing), and
+    ``overflow`` whether ``hi - lo`` overflows in the binning dtype
+    (:class:`torch_amore.data.column_stats.HostColumnStats`).
+    """
+    over = [k for k, v in enumerate(overflow) if v]
+    if over:
+        k = over[0]
+        raise ValueError(
+            f"Expected the range (max - min) of each column of `{name}` to be finite in float64, but column "
+            f"{columns[k]} spans [{lo[k]:g}, {hi[k]:g}]; divide it by a constant s and pass "
+            "`feature_scale` (s for that column) to print bounds in the original units."
+        )
+
+
+def check_units(
+    spread: Sequence[float], columns: Sequence[int], scale: Sequence[float], offset: Sequence[float]
+) -> None:
+    """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
+
+    ``spread`` is each searched column's ``|max - min|`` (0 where all missing). An offset more than 2**50 times the
+    column's spread in original units swamps it in float64: every bound would print as (nearly) the offset itself,
+    so the rules could not be read in those units.
+    """
+    for k, c in enumerate(columns):
+        width = spread[k] * abs(scale[c]) or abs(scale[c])
+        if abs(offset[c]) > 2.0**50 * width:
+            raise ValueError(
+                f"Expected `feature_offset` of feature {c} ({offset[c]:g}) to be small enough for its values "
+                f"(spread {width:g} in original units) to stay apart in float64, but it is more than 2**50 times "
+                "the spread: bounds in those units could not be told apart; pass a smaller offset."
+            )
+
+
+def check_min_support(min_support: Any) -> int | float:
+    """``min_support`` as given, checked: an int count >= 1 or a float fraction in (0, 1).
+
+    A float is always a fraction: ``1.0`` or ``50.0`` are refused (write ``1`` or ``50`` for a count).
+    """
+    if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), but got {min_support!r}.")
+    if isinstance(min_support, (float, np.floating)):
+        if not 0.0 < float(min_support) < 1.0:
+            whole = float(min_support).is_integer()
+            hint = f" (for a count of samples pass the int {int(min_support)})" if whole else ""
+            raise ValueError(f"Expected a float `min_support` to be a fraction in (0, 1), but got {min_support}{hint}.")
+        return float(min_support)
+    if min_support < 1:
+        raise ValueError(f"Expected an int `min_support` to be a count >= 1, but got {min_support}.")
+    return int(min_support)
+
+
+def resolve_min_support(min_support: Any, n: int) -> int:
+    """The count of samples meant by ``min_support`` (see :func:`check_min_support`) on ``n`` samples."""
+    value = check_min_support(min_support)
+    if isinstance(value, float):
+        value = int(math.ceil(value * n))
+    if value > n:
+        raise ValueError(f"Expected `min_support` to lie in [1, {n}] (the number of samples), but got {min_support}.")
+    return value
+
+
+def check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Expected `{name}` to be an integer >= {low}, but got {value!r}.")
+    if value < low:
+        raise ValueError(f"Expected `{name}` to be an integer >= {low}, but got {value}.")
+    return int(value)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"Expected `{name}` to be one of {list(choices)}, but got {value!r}.")
+    return value
+
+
+def check_bin_strategy(value: Any) -> str:
+    return check_choice(value, "bin_strategy", BIN_STRATEGIES)
+
+
+def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
+    """Feature names: ``feature_names``, else a DataFrame's columns, else ``feature_{i}``; all distinct."""
+    if feature_names is None:
+        names = frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
+        arg = "feature_names" if frame_names is None else "the columns of `X`"
+    else:
+        if isinstance(feature_names, str) or not isinstance(feature_names, Iterable):
+            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+        names = [str(n) for n in feature_names]
+        if len(names) != n_features:
+            raise ValueError(
+                f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}."
+            )
+        arg = "`feature_names`"
+    dup = sorted(name for name, count in Counter(names).items() if count > 1)
+    if dup:
+        raise ValueError(
+            f"Expected {arg} to be distinct (rules on different columns would print the same), but got "
+            f"duplicates {dup[:10]}."
+        )
+    return names
+
+
+def resolve_features(features: Any, n_features: int) -> list[int]:
+    """Feature indices to search (``None``: all); accepts a ``FeatureSelection``-like object with ``.features``."""
+    if features is None:
+        return list(range(n_features))
+    if hasattr(features, "features") and not isinstance(features, (torch.Tensor, np.ndarray)):
+        features = features.features
+    if isinstance(features, torch.Tensor):
+        features = features.tolist()
+    if isinstance(features, np.ndarray):
+        features = features.tolist()
+    try:
+        idx = [int(f) for f in features]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
+    bad = [f for f in idx if f < 0 or f >= n_features]
+    if bad:
+        raise ValueError(f"Expected `features` indices in [0, {n_features - 1}], but got {bad[:5]}.")
+    if not idx:
+        raise ValueError("Expected `features` to name at least one feature, but it is empty.")
+    return sorted(set(idx))
+
+
+def resolve_affine(values: Any, name: str, n_features: int, default: float) -> list[float]:
+    if values is None:
+        return [default] * n_features
+    vals = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+    if len(vals) != n_features:
+        raise ValueError(f"Expected `{name}` to have {n_features} entries (columns of X), but got {len(vals)}.")
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"Expected `{name}` to hold finite numbers, but got {vals}.")
+    return vals
+
+
+def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
+
+    Beyond 2**53 every float64 is a whole number, so a column with such values does not count as integer-valued.
+    One chunked pass over X, vectorized over columns (:func:`torch_amore.data.column_stats.column_stats`).
+    """
+    stats = column_stats(X)
+    return stats.is_int, stats.binary()
+
+
+def infer_feature_types(X: torch.Tensor) -> list[str]:
+    """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``.
+
+    Example:
+        >>> import torch
+        >>> infer_feature_types(torch.tensor([[0.0, 2.0, 0.5], [1.0, 3.0, 1.0]]))
+        ['cat', 'int', 'float']
+    """
+    return column_stats(X).fetch().kinds()
+
+
+def resolve_feature_types(feature_types: Sequence[str] | None, X: torch.Tensor) -> list[str]:
+    n_features = X.shape[1]
+    if feature_types is None:
+        return infer_feature_types(X)
+    if isinstance(feature_types, str):
+        raise TypeError("Expected `feature_types` to be a sequence such as ['float', 'int', 'cat'], got a string.")
+    types = [str(t) for t in feature_types]
+    if len(types) != n_features:
+        raise ValueError(f"Expected `feature_types` to have {n_features} entries (columns of X), but got {len(types)}.")
+    bad = sorted({t for t in types if t not in FEATURE_TYPES})
+    if bad:
+        raise ValueError(f"Expected `feature_types` entries in {list(FEATURE_TYPES)}, but got {bad}.")
+    return types
