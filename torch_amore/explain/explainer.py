@@ -27,7 +27,14 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.request import ExplainRequest, resolve_names
+from torch_amore.explain.request import (
+    ExplainRequest,
+    _data_options,
+    _evaluation_args,
+    _one_sample,
+    _target_param,
+    resolve_names,
+)
 from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
 from torch_amore.explain.units import with_units
 from torch_amore.model.forward import (
@@ -36,7 +43,6 @@ from torch_amore.model.forward import (
     ModelArgs,
     as_inputs,
     as_labels,
-    is_graph,
     resolve_layer,
     run_model,
 )
@@ -46,15 +52,6 @@ from torch_amore.search.options import SearchOptions
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
 TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
-
-
-def _target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
-    if isinstance(target, (int, np.integer)):
-        return int(target)
-    if isinstance(target, tuple) and len(target) == 2 and not callable(target):
-        return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
-    return desc
 
 
 class RegionalRuleExplainer:
@@ -498,41 +495,3 @@ def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: boo
             "subgroup separates"
         )
     return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""
-
-
-def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
-    """One model input as a batch of one: a graph as a list of one graph, a tensor with a batch dimension."""
-    if is_graph(x):
-        return [x]
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"Expected `x` to be a tensor (one model input), a graph or an index, got {type(x).__name__}.")
-    if input_shape is not None and tuple(x.shape) == input_shape:
-        return x.unsqueeze(0)
-    if input_shape is not None and tuple(x.shape) != (1, *input_shape):
-        raise ValueError(f"Expected `x` to have the shape of one model input {input_shape}, but got {tuple(x.shape)}.")
-    return x
-
-
-def _data_options(request: ExplainRequest, n: int) -> dict[str, Any]:
-    """What :meth:`RegionalExplanation.evaluate` reuses on new data."""
-    target = request.target if not isinstance(request.target, (torch.Tensor, np.ndarray, list)) else None
-    return {
-        "target": target, "input_key": request.input_key, "label_key": request.label_key,
-        "batch_size": request.batch_size, "model_args": request.model_args,
-        "per_sample_args": request.model_args.has_per_sample(n),
-    }  # fmt: skip
-
-
-def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict | None) -> ModelArgs:
-    """The model arguments for new data: the given ones, else those of ``explain`` unless they were per sample."""
-    if args is not None or kwargs is not None:
-        return ModelArgs.make(args, kwargs)
-    opts = explanation.data_options
-    if opts.get("per_sample_args"):
-        raise ValueError(
-            "Expected `additional_forward_args`/`forward_kwargs` for the new data: explain had per-sample model "
-            "arguments, which do not fit other samples."
-        )
-    return opts.get("model_args") or ModelArgs()
