@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,6 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore.explain.loading import (
+    _json_safe,
+    _load_name,
+    _load_rule_set,
+    _load_selection,
+    _load_value,
+    _verification,
+)
 from torch_amore.rules import serialization as S
 from torch_amore.rules.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules.metrics import RuleMetrics
@@ -24,45 +31,6 @@ _FORMAT = "torch_amore.RegionalExplanation"
 #: rate; the library version; the options and the feature selection; 3: the optional verification by intervention).
 #: Version 1 and 2 files are read too.
 FORMAT_VERSION = 3
-#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
-_DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
-
-
-def _load_rule_set(data: Any) -> RuleSet:
-    """One entry of a serialized ``rule_sets`` list (the derived columns of :meth:`RegionalExplanation.stats`
-    dropped)."""
-    data = S.expect_mapping(data)
-    return RuleSet.from_dict({k: v for k, v in data.items() if k not in _DERIVED})
-
-
-def _load_name(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise S.FieldError("", f"expected a feature name (a string), but got {type(value).__name__} {value!r:.80}.")
-    return str(value)
-
-
-def _load_value(value: Any) -> float:
-    """A sample's feature value: a number, NaN (missing) and infinities included."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise S.FieldError("", f"expected a number, but got {type(value).__name__} {value!r:.80}.")
-    return float(value)
-
-
-def _load_selection(value: Any) -> dict[str, Any] | None:
-    """The feature selection's dict (kept as read), or ``None``."""
-    return None if value is None else dict(S.expect_mapping(value, "selection"))
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
 
 
 @dataclass(repr=False)
@@ -496,14 +464,6 @@ class RegionalExplanation:
             additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
         )  # fmt: skip
         return self.verification
-
-
-def _verification(data: Any) -> Any:
-    if data is None:
-        return None
-    from torch_amore.verify.verification import Verification
-
-    return Verification.from_dict(data)
 
 
 def _mask(target: Any, n: int) -> torch.Tensor:
