@@ -2,7 +2,8 @@
 (:mod:`~torch_amore.report.html`)."""
 
 from torch_amore.report.html import explanation_html, figure_data_uri, write_html
-from torch_amore.report.plot import plot_rule, plot_rule_attributions, plot_rule_means
+from torch_amore.report.pixel_maps import plot_rule_attributions
+from torch_amore.report.plot import plot_rule, plot_rule_means
 
 __all__ = [
     "explanation_html",
