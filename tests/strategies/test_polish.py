@@ -13,9 +13,10 @@ from sync_count import count_syncs
 
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.rules import Rule, RuleSet
-from torch_amore.strategies import polish
+from torch_amore.strategies import polish, sorted_columns
 from torch_amore.strategies.best_interval import best_intervals
-from torch_amore.strategies.polish import SortedColumns, best_cuts, polish_many, polish_one
+from torch_amore.strategies.polish import best_cuts, polish_many, polish_one
+from torch_amore.strategies.sorted_columns import SortedColumns
 
 
 def _data(seed: int, n: int = 240) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,6 +157,7 @@ def test_polish_many_equals_the_sequential_reference(seed, goal):
 def test_best_cuts_selects_the_rows_best_intervals_selects_on_distinct_values(seed, chunk, monkeypatch):
     if chunk is not None:
         monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one kappa at a time
+        monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", chunk)
     g = torch.Generator().manual_seed(seed)
     n = 200
     v = torch.randint(0, 25, (n,), generator=g).double().sort().values
@@ -217,6 +219,7 @@ def _literal_tables(X: torch.Tensor, target: torch.Tensor, col: int) -> dict[str
 def test_sorted_columns_equal_a_literal_sort(chunk, monkeypatch):
     if chunk is not None:
         monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one column sorted at a time
+        monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", chunk)
     X, target = _data(3, n=120)
     columns = SortedColumns(X, target)
     columns.get([3, 0, 1], only_sort=True)
@@ -240,6 +243,7 @@ def test_polish_many_in_chunks_equals_the_literal_brute_force(seed, monkeypatch)
     n_t = int(target.sum())
     whole = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
     monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)  # rows, kappas, columns and rule masks one at a time
+    monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", 1)
     got = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
     for rs, new, one in zip(starts, got, whole):
         want = literal_polish(rs, X, target, 15)
@@ -265,6 +269,7 @@ def _equals_the_sequential_reference(seed: int, goals: list) -> list[RuleSet]:
 @pytest.mark.parametrize("seed", range(3))
 def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch):
     monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", 1)
     _equals_the_sequential_reference(200 + seed, [0.8, None, 0.7, 0.9])  # several kappas per row, one at a time
 
 

@@ -41,81 +41,15 @@ from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules.rules import Rule, RuleSet
 from torch_amore.strategies.best_interval import Objective, exact_best_interval
+from torch_amore.strategies.sorted_columns import _CHUNK_BYTES, SortedColumns
 
-__all__ = ["SortedColumns", "best_cuts", "polish_many", "polish_one"]
+__all__ = ["best_cuts", "polish_many", "polish_one"]
 
 _BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
 _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
-_CHUNK_BYTES = 8 << 20  # about the size of one working table: rows, kappas and columns are taken this many at a time
 #: From this many samples on, each rule set's step sorts the values of its own samples (those satisfying its other
 #: rules) instead of taking whole sorted columns: less work where the other rules hold a part of the samples.
 _COMPACT_ROWS = 1 << 18
-
-
-class SortedColumns:
-    """Per column of ``X``: an ascending order (ties in any order, NaN last), which of its values are observed, the
-    target flags in that order and the allowed cut positions (0, N and between distinct values; NaN counts as one
-    run with no cut inside it). One argsort per column, cached; new columns are sorted together, a few at a time
-    (about ``_CHUNK_BYTES`` of work each). Cuts fall only between distinct values, so the order within a tie changes
-    nothing. The order is int32 where ``N < 2**31``: 7 bytes per row and column; the values themselves are read from
-    ``X`` only where they are needed (the few that become cuts).
-
-    Example:
-        >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
-        >>> t = SortedColumns(X, torch.tensor([True, False, False])).get([0, 1])
-        >>> t["order"][0].tolist(), t["observed"][1].tolist(), t["allowed"][1].tolist(), t["column"].tolist()
-        ([1, 2, 0], [True, True, False], [True, False, True, True], [[0], [1]])
-    """
-
-    _FIELDS = ("order", "observed", "hit", "allowed", "column")
-
-    def __init__(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        self.X, self.target = X, target
-        self.dtype = torch.float32 if X.device.type == "mps" else torch.float64  # of the cut values on the host
-        self._index = torch.int32 if X.shape[0] < 2**31 else torch.int64
-        self._slot: dict[int, int] = {}  # column -> row of the tables
-        self._tables: dict[str, torch.Tensor] = {}
-
-    def get(self, cols: Sequence[int], *, only_sort: bool = False) -> dict[str, torch.Tensor]:
-        """The tables of the columns ``cols``: ``order``, ``observed`` and ``hit`` (len(cols), N), ``allowed``
-        (len(cols), N + 1) and ``column`` (len(cols), 1) (``only_sort``: just sort the new ones). Not to be written
-        to (one column's tables are views of the cache)."""
-        new = sorted({c for c in cols if c not in self._slot})
-        if new:
-            per = max(1, _CHUNK_BYTES // (8 * self.X.shape[0] + 8))  # columns sorted at once
-            tables = self._sort(new[:per])
-            if len(new) > per:  # all into one table each, a few columns at a time
-                part, tables = tables, {name: t.new_empty((len(new), *t.shape[1:])) for name, t in tables.items()}
-                for i in range(0, len(new), per):
-                    for name, t in (part if i == 0 else self._sort(new[i : i + per])).items():
-                        tables[name][i : i + per] = t
-                del part
-            for name in self._FIELDS:
-                held = self._tables.get(name)
-                self._tables[name] = tables[name] if held is None else torch.cat([held, tables[name]])
-            self._slot.update({c: len(self._slot) + i for i, c in enumerate(new)})
-        if only_sort:
-            return {}
-        if len(cols) == 1:  # one column (a large N is taken row by row): views, no copies
-            at = self._slot[cols[0]]
-            return {name: self._tables[name][at : at + 1] for name in self._FIELDS}
-        idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
-        return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
-
-    def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
-        """The tables of the columns ``cols``, sorted together."""
-        column = torch.tensor(cols, device=self.X.device)
-        values = self.X.t().index_select(0, column)
-        if not values.is_floating_point():
-            values = values.to(self.dtype)
-        order = argsort_values(values, dim=1)  # ties in any order: cuts fall only between distinct values
-        values = values.gather(1, order)  # X's own values: equal exactly where they are equal in float64
-        observed = ~torch.isnan(values)
-        values.masked_fill_(~observed, math.inf)
-        edge = torch.ones(len(cols), 1, dtype=torch.bool, device=values.device)
-        allowed = torch.cat([edge, values[:, 1:] != values[:, :-1], edge], 1)
-        hit = self.target[order] & observed
-        return dict(order=order.to(self._index), observed=observed, hit=hit, allowed=allowed, column=column[:, None])
 
 
 def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) -> torch.Tensor:
