@@ -16,14 +16,8 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.model.forward import (
-    BatchKey,
-    ModelArgs,
-    as_labels,
-    check_row_order,
-    is_graph,
-    n_rows,
-)
+from torch_amore.model.batches import check_row_order, is_graph, n_rows
+from torch_amore.model.forward import BatchKey, ModelArgs, as_labels
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 

@@ -20,16 +20,15 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
+from torch_amore.model.batches import iter_batches, n_rows
 from torch_amore.model.forward import (
     batch_args,
     check_finite_outputs,
     eval_mode,
     hooked,
-    iter_batches,
     layer_activations,
     model_device,
     model_dtype,
-    n_rows,
     output_tensor,
     to_device,
 )

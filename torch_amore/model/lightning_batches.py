@@ -26,7 +26,8 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
 from torch_amore._utils.typing import BatchKey
-from torch_amore.model.forward import eval_mode, layer_activations, split_batch
+from torch_amore.model.batches import split_batch
+from torch_amore.model.forward import eval_mode, layer_activations
 
 
 @dataclass

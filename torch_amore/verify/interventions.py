@@ -29,11 +29,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore._utils.typing import BatchKey
+from torch_amore.model.batches import iter_batches
 from torch_amore.model.forward import (
     ModelArgs,
     batch_args,
     eval_mode,
-    iter_batches,
     model_device,
     model_dtype,
     output_tensor,
