@@ -35,6 +35,7 @@ from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.experiments.protocol import SearchResult, as_grid, check_bound, result_from_rows, select_best
+from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules.rules import Rule, RuleSet
 from torch_amore.search.readable import between
 
@@ -177,8 +178,8 @@ def _tree_rule_sets(
                     RuleSet(
                         rules=rules,
                         support=s,
-                        confidence=h / s if s else 0.0,
-                        fitness=(2 * h - s) / data.n_target,
+                        confidence=confidence_of_counts(h, s),
+                        fitness=fitness_of_counts(h, s, data.n_target),
                         target_name=target_name,
                     ),
                 )

@@ -13,7 +13,7 @@ Definitions (``T`` = number of target samples):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -84,6 +84,17 @@ def confidence_of_counts(hits: int, support: int) -> float:
     return hits / support if support else 0.0
 
 
+def fitness_value(hits: Any, support: Any) -> Any:
+    """The integer the searches rank by, ``2 * hits - support``: the target samples covered minus the others
+    (``fitness * n_target``), on ints or integer tensors alike.
+
+    Example:
+        >>> fitness_value(3, 4)
+        2
+    """
+    return 2 * hits - support
+
+
 def fitness_of_counts(hits: int, support: int, n_target: int) -> float:
     """Fitness from counts: ``(hits - (support - hits)) / n_target`` (0 without target samples); the searches' form
     of :func:`fitness`.
@@ -92,7 +103,7 @@ def fitness_of_counts(hits: int, support: int, n_target: int) -> float:
         >>> fitness_of_counts(3, 4, 5)
         0.4
     """
-    return (2 * hits - support) / n_target if n_target else 0.0
+    return fitness_value(hits, support) / n_target if n_target else 0.0
 
 
 def support(mask: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from torch_amore._utils import distributed as D
-from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
+from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
 from torch_amore.rules.rules import Rule, RuleSet
 
 __all__ = ["prune_rule_sets"]
@@ -144,7 +144,7 @@ def prune_rule_sets(
         for i in order:
             rules = current[i]
             hits, support = known[frozenset(rules)]
-            value = 2 * hits - support
+            value = fitness_value(hits, support)
             worst: tuple[float, int, tuple[int, int]] | None = None
             for k in range(len(rules)):
                 sub_hits, sub_support = known[frozenset(rules[:k] + rules[k + 1 :])]

@@ -46,6 +46,7 @@ from torch_amore._utils.progress import progress_bar
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
+from torch_amore.rules.metrics import fitness_value
 from torch_amore.strategies.best_interval import (
     DenseBest,
     Lift,
@@ -190,7 +191,7 @@ class BeamSearch(Refinement):
         if rest:
             top = self.beam_width + 1
             if n_feat > top:
-                fit = (2 * b.hits[:, 0] - b.support[:, 0]).double()
+                fit = (fitness_value(b.hits[:, 0], b.support[:, 0])).double()
                 score = torch.where(b.valid[:, 0] & free, fit, torch.full_like(fit, -math.inf))
                 order = torch.sort(score.view(g, n_feat), dim=1, descending=True, stable=True).indices[:, :top]
                 sel = (torch.arange(g, device=device)[:, None] * n_feat + order).reshape(-1)
@@ -413,7 +414,7 @@ class BeamSearch(Refinement):
                 for k in range(len(state.conds)):
                     sub = found[state.conds[:k] + state.conds[k + 1 :]]
                     if (
-                        2 * sub.hits - sub.support >= 2 * state.hits - state.support
+                        fitness_value(sub.hits, sub.support) >= fitness_value(state.hits, state.support)
                         and sub.hits * state.support >= state.hits * sub.support
                     ):
                         state, changed = sub, True

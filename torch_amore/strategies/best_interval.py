@@ -17,6 +17,7 @@ from torch_amore.data.column_stats import work_dtype
 from torch_amore.grids.edges import nan_min_max
 from torch_amore.grids.fine_grid import uniform_code
 from torch_amore.rules.cuts import short_cut
+from torch_amore.rules.metrics import fitness_value
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -274,7 +275,7 @@ class Objective:
 
     def key(self, hits: int, support: int) -> tuple[bool, int]:
         ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
-        return ok, 2 * hits - support
+        return ok, fitness_value(hits, support)
 
     def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
         """:meth:`key` on int64 tensors of counts at most ``n``, as ``(values, low, high)`` parts (for
@@ -284,13 +285,13 @@ class Objective:
         else:
             ratio = hits.double() / support.double().clamp(min=1)
             ok = ((support > 0) & (ratio >= self.min_confidence)).long()
-        return [(ok, 0, 1), (2 * hits - support, -n, n)]
+        return [(ok, 0, 1), (fitness_value(hits, support), -n, n)]
 
     def tensor_score(
         self, hits: torch.Tensor, support: torch.Tensor, valid: torch.Tensor | None = None
     ) -> torch.Tensor:
         """:meth:`key` as one int64 per entry (counts below 2**40), the lowest where not ``valid``."""
-        score = 2 * hits - support
+        score = fitness_value(hits, support)
         if self.min_confidence is not None:
             ratio = hits.double() / support.double().clamp(min=1)
             score = score + ((support > 0) & (ratio >= self.min_confidence)).long() * (1 << 42)
@@ -317,11 +318,11 @@ class Lift:
         self.k = round(1000 * rate)
 
     def key(self, hits: int, support: int) -> tuple[int, int]:
-        return 1000 * hits - self.k * support, 2 * hits - support
+        return 1000 * hits - self.k * support, fitness_value(hits, support)
 
     def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
         """:meth:`key` on int64 tensors (see :meth:`Objective.tensor_key`)."""
-        return [(1000 * hits - self.k * support, -self.k * n, 1000 * n), (2 * hits - support, -n, n)]
+        return [(1000 * hits - self.k * support, -self.k * n, 1000 * n), (fitness_value(hits, support), -n, n)]
 
     def kappas(self, candidates: bool = True) -> tuple[float, ...]:
         return (self.k / 1000,)

@@ -45,6 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.pair_counts import ExactGrid, PairCounts, compress
 from torch_amore.grids.ratios import group_grid_counts
+from torch_amore.rules.metrics import fitness_value
 from torch_amore.strategies.best_interval import packed_keys
 
 #: Value of an infeasible rule set (values are ``2 * hits - support``, integers far from it).
@@ -187,7 +188,7 @@ def _singles(grid: ExactGrid, s: torch.Tensor, e: torch.Tensor, min_support: int
     sup = grid.cb[:, e] - grid.cb[:, s]
     hits = grid.ct[:, e] - grid.ct[:, s]
     ok = valid_intervals(grid, feats, s, e) & (sup >= min_support)
-    return sup, hits, torch.where(ok, 2 * hits - sup, torch.full_like(sup, _NEG))
+    return sup, hits, torch.where(ok, fitness_value(hits, sup), torch.full_like(sup, _NEG))
 
 
 # ------------------------------------------------------------------------------------------------------- pairs
@@ -196,7 +197,7 @@ def _singles(grid: ExactGrid, s: torch.Tensor, e: torch.Tensor, min_support: int
 def _row_bounds(cb: torch.Tensor, ct: torch.Tensor, min_support: int) -> torch.Tensor:
     """For rows of cumulative counts over a feature's grids, the best value ``2 * hits - support`` of any interval
     with ``support >= min_support`` (a relaxation: no interval is excluded), ``_NEG`` when none."""
-    pw = 2 * ct - cb
+    pw = fitness_value(ct, cb)
     last = torch.searchsorted(cb, cb - min_support, right=True) - 1  # the last start leaving min_support samples
     run_min = torch.cummin(pw, 1).values.gather(1, last.clamp(min=0))
     best = (pw - run_min).masked_fill_(last < 0, torch.iinfo(pw.dtype).min).amax(1).long()
@@ -228,7 +229,7 @@ def _pair_candidates(ctx: _Context, ctot, ctgt, p, i, j, k, kth: int) -> torch.T
     face_hi = _interval_rows(ctot, p, ej - 1, ej)
     sup = cbk[:, e] - cbk[:, s]
     hits = ctk[:, e] - ctk[:, s]
-    value = 2 * hits - sup
+    value = fitness_value(hits, sup)
     ok = ctx.valid[k] & (sup >= ctx.min_support) & (value >= kth)
     ok &= (sup < ctx.sup1[j, i][:, None]) & (sup < ctx.sup1[k])  # non-idle
     ok &= (cbk[:, s + 1] - cbk[:, s] > 0) & (cbk[:, e] - cbk[:, e - 1] > 0)  # tight on k
@@ -374,7 +375,7 @@ def _expand(ctx: _Context, nodes: torch.Tensor, target: torch.Tensor, ctot: torc
         return c[..., e] - c[..., s]  # (..., F, nI)
 
     sup, hits = span(cb[0]), span(ct[0])
-    value = 2 * hits - sup
+    value = fitness_value(hits, sup)
     m = torch.arange(n_feat, device=device)
     ok = ctx.valid[None] & (m[None, :, None] > k[:, None, None]) & (sup >= ctx.min_support) & (value >= kth)
     ok &= sup < nodes[:, 1][:, None, None]  # the third condition drops samples

@@ -38,7 +38,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.sorting import argsort_values
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
-from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
+from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
 from torch_amore.rules.rules import Rule, RuleSet
 from torch_amore.strategies.best_interval import Objective, exact_best_interval
 from torch_amore.strategies.sorted_columns import _CHUNK_BYTES, SortedColumns
@@ -56,9 +56,9 @@ def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) 
     """:meth:`torch_amore.strategies.best_interval.Objective.key` as one exact integer: ``_OK * confident + 2 * hits -
     support``; ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
     if conf is None:
-        return 2 * hits - support
+        return fitness_value(hits, support)
     ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
-    return ((conf < 0) | (ratio >= conf)).long() * _OK + 2 * hits - support
+    return ((conf < 0) | (ratio >= conf)).long() * _OK + fitness_value(hits, support)
 
 
 def best_cuts(

@@ -20,6 +20,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore.grids.fine_grid import FineBinned
 from torch_amore.grids.pair_counts import pair_histograms
+from torch_amore.rules.metrics import fitness_value
 
 #: Equal-frequency cells per numeric feature of the seed search.
 SEED_GRIDS = 5
@@ -126,7 +127,7 @@ def pair_seeds(
     sup, hits = rect(tot), rect(tgt)
     numeric = ~(fine.is_cat[feats[jj]] | fine.is_cat[feats[kk]])
     ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :] & numeric[:, None, None]
-    value = torch.where(ok, 2 * hits - sup, torch.full_like(sup, -(1 << 62))).flatten(1)
+    value = torch.where(ok, fitness_value(hits, sup), torch.full_like(sup, -(1 << 62))).flatten(1)
     best, arg = value.max(1)
     order = torch.argsort(-best, stable=True)[:n_pairs]
     n_int = s.numel()
