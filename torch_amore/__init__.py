@@ -5,6 +5,7 @@ An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extractio
 
 import sys
 
+from torch_amore import integrations
 from torch_amore._version import __version__
 from torch_amore.experiments.baselines import decision_tree_rules, decision_tree_search
 from torch_amore.experiments.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
@@ -24,21 +25,12 @@ from torch_amore.verify.verification import Verification
 sys.modules[f"{__name__}.plot"] = plot
 sys.modules[f"{__name__}.metrics"] = metrics
 
-# torchmetrics and Lightning take seconds to import: these public names load on first use
-_LAZY = {
-    "RegionalRuleExtractor": "torch_amore.integrations.callbacks",
-    "RuleConfidence": "torch_amore.integrations.metric_classes",
-    "RuleFitness": "torch_amore.integrations.metric_classes",
-    "RuleSetMetrics": "torch_amore.integrations.metric_classes",
-    "RuleSupport": "torch_amore.integrations.metric_classes",
-}
+# torchmetrics and Lightning take seconds to import: integrations/ loads these public names on first use
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in integrations.__all__:
+        return getattr(integrations, name)
     raise AttributeError(f"module 'torch_amore' has no attribute {name!r}")
 
 
