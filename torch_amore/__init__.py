@@ -15,7 +15,8 @@ from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.report import plot
 from torch_amore.rules import metrics
 from torch_amore.rules.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 from torch_amore.selection.selection import FeatureSelection, select_features

@@ -80,7 +80,7 @@ def _recompute(df: pd.DataFrame, target: pd.Series, rule_set: dict, string_colum
 def _check_against_pandas(stdout: str, json_path: Path, df: pd.DataFrame, target: pd.Series, string_columns):
     """Every rule set of the JSON file recomputed with pandas; the table shows some of them (distinct, fitness >= 0),
     in order, and a note counts the others."""
-    from torch_amore.rules.rules import Rule
+    from torch_amore.rules.rule import Rule
 
     rows = _parse_rows(stdout)
     data = json.loads(json_path.read_text())

@@ -220,7 +220,7 @@ def test_command_line_writes_the_report_and_prints_distinct_rule_sets(tmp_path, 
     out = capsys.readouterr().out
     assert RegionalExplanation.from_json(tmp_path / "d.json").rule_sets == every  # --json keeps every rule set
     X = torch.tensor(df[["age", "bmi"]].to_numpy(dtype=np.float64))
-    shown = torch_amore.rules.distinct.distinct_rule_sets(every, X, min_fitness=0.0)
+    shown = torch_amore.report.distinct.distinct_rule_sets(every, X, min_fitness=0.0)
     assert [r[1:] for r in _printed_rows(out)] == [
         (" AND ".join(r.format() for r in rs.rules), rs.support) for rs in shown
     ]

@@ -16,7 +16,8 @@ from torch_amore.grids.binning import bin_features
 from torch_amore.grids.fine_grid import fine_binning
 from torch_amore.rules.cuts import format_bound
 from torch_amore.rules.masks import drop_same_mask, rule_masks
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.search import readable
 from torch_amore.search.readable import ReadableRules
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import torch_amore as ta
 from torch_amore.rules.pruning import prune_rule_sets
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 
 def literal(rules, X: torch.Tensor, target: torch.Tensor) -> tuple[int, int, float, float]:

@@ -12,7 +12,8 @@ import torch
 from sync_count import count_syncs
 
 from torch_amore.rules.cuts import short_cut
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.strategies import polish, sorted_columns
 from torch_amore.strategies.best_interval import best_intervals
 from torch_amore.strategies.polish import best_cuts, polish_many, polish_one

@@ -79,7 +79,7 @@ def run_cases() -> dict[str, dict]:
 @contextlib.contextmanager
 def polish_off(off: bool):
     """Switch off the beam strategy's final exact polish (if this version of the search has one)."""
-    from torch_amore.search.extract import Extractor
+    from torch_amore.search.extractor import Extractor
 
     original = getattr(Extractor, "polish", None)
     if off and original is not None:

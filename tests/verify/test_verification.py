@@ -9,7 +9,8 @@ from torch import nn
 
 from torch_amore import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import Verification, wilson_interval
 
 METHODS = ("resample", "clamp", "mean")

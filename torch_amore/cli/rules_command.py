@@ -18,7 +18,7 @@ import torch
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.rules.distinct import distinct_rule_sets
+from torch_amore.report.distinct import distinct_rule_sets
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
@@ -122,7 +122,7 @@ def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -
     ``flag_negative``, a note on rule sets with negative fitness).
 
     Example:
-        >>> from torch_amore.rules.rules import Rule
+        >>> from torch_amore.rules.rule import Rule
         >>> rs = RuleSet((Rule(0, "age", low=50.0),), support=120, confidence=0.75, fitness=0.2)
         >>> print(format_table([rs]))
         rank  rule       support  confidence  fitness
@@ -239,7 +239,7 @@ class _Run:
 
     def shown(self) -> list[RuleSet]:
         """The rule sets of the printed table: all with ``--all``, else the distinct ones with fitness >= 0
-        (:func:`torch_amore.rules.distinct.distinct_rule_sets`)."""
+        (:func:`torch_amore.report.distinct.distinct_rule_sets`)."""
         if self.args.all_rule_sets:
             return list(self.found)
         return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)

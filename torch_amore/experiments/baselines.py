@@ -36,7 +36,8 @@ from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.experiments.protocol import SearchResult, as_grid, check_bound, result_from_rows, select_best
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.search.readable import between
 
 #: Split criteria of :class:`sklearn.tree.DecisionTreeClassifier`.

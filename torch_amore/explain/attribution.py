@@ -18,7 +18,8 @@ from torch import nn
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.model.forward import eval_mode, resolve_layer
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 #: Which latent units to attribute: a rule set, rules, or flat unit indices.
 UnitsType = RuleSet | Rule | int | Sequence[Rule | int]

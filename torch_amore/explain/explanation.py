@@ -21,8 +21,8 @@ from torch_amore.explain.loading import (
     _load_value,
     _verification,
 )
+from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules import serialization as S
-from torch_amore.rules.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.rules.rules import RuleSet
 
@@ -184,7 +184,7 @@ class RegionalExplanation:
 
     def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
         """Near-duplicates collapsed into the fitter one (covered rows with a Jaccard index >= ``max_jaccard``) and,
-        by default, no negative fitness; see :mod:`torch_amore.rules.distinct`. :attr:`rule_sets` keeps the full
+        by default, no negative fitness; see :mod:`torch_amore.report.distinct`. :attr:`rule_sets` keeps the full
         list."""
         X = self.features_matrix
         return distinct_rule_sets(self.rule_sets, X, max_jaccard=max_jaccard, min_fitness=min_fitness)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_amore.rules.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import verification_cells, verification_header, verification_note
@@ -290,7 +290,7 @@ def write_html(explanation: Any, path: str | Path, **kwargs: Any) -> Path:
         plot_rules: a :func:`~torch_amore.report.plot.plot_rule` figure for this many of the best distinct rule sets
         (when
             the explanation holds its data); ``0`` for none.
-        max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.rules.distinct`).
+        max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.report.distinct`).
         dpi: resolution of the inlined figures.
 
     Returns:

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 
 def _pyplot() -> Any:

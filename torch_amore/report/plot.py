@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from torch_amore.report.pixel_maps import _as_hw, _axes_grid, _to_numpy, plot_rule_attributions
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 __all__ = ["plot_rule", "plot_rule_attributions", "plot_rule_means"]
 

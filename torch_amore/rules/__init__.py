@@ -1,26 +1,23 @@
 """Rules: :class:`Rule` and :class:`RuleSet`, the one functional source of support, confidence and fitness
-(:mod:`~torch_amore.rules.metrics`), readable cut points, boolean masks, near-duplicates, pruning by ``min_gain`` and
+(:mod:`~torch_amore.rules.metrics`), readable cut points, boolean masks, pruning by ``min_gain`` and
 the JSON helpers."""
 
 from torch_amore.rules.cuts import format_bound, short_cut
-from torch_amore.rules.distinct import distinct_rule_sets, duplicate_of, row_jaccard
 from torch_amore.rules.masks import rule_masks, rule_set_masks
 from torch_amore.rules.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
 from torch_amore.rules.pruning import prune_rule_sets
-from torch_amore.rules.rules import Rule, RuleSet, load_rule_sets
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet, load_rule_sets
 
 __all__ = [
     "Rule",
     "RuleMetrics",
     "RuleSet",
     "confidence",
-    "distinct_rule_sets",
-    "duplicate_of",
     "fitness",
     "format_bound",
     "load_rule_sets",
     "prune_rule_sets",
-    "row_jaccard",
     "rule_masks",
     "rule_metrics",
     "rule_set_masks",

@@ -1,6 +1,6 @@
 """Masks of many rules and rule sets at once, and rule sets that select the same rows.
 
-:func:`rule_masks` computes :meth:`torch_amore.rules.rules.Rule.mask` of many rules in a few batched operations (one
+:func:`rule_masks` computes :meth:`torch_amore.rules.rule.Rule.mask` of many rules in a few batched operations (one
 index tensor, one comparison per bound); :func:`rule_set_masks` combines them per rule set; :func:`drop_same_mask`
 keeps the shortest of rule sets on the same (or nested) features that select exactly the same samples, comparing all
 candidate pairs in one batched operation and one host sync.
@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from torch_amore._utils import distributed as D
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 __all__ = ["all_along", "all_of", "count_true", "drop_same_mask", "rule_masks", "rule_set_masks"]
 
@@ -63,7 +64,7 @@ def count_true(masks: torch.Tensor) -> torch.Tensor:
 
 
 def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
-    """(len(rules), N) :meth:`torch_amore.rules.rules.Rule.mask` of each rule, in a few batched operations on a floating
+    """(len(rules), N) :meth:`torch_amore.rules.rule.Rule.mask` of each rule, in a few batched operations on a floating
     ``X`` (rule by rule otherwise).
 
     Example:

@@ -23,7 +23,8 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 __all__ = ["prune_rule_sets"]
 

@@ -19,7 +19,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
 from torch_amore.rules.cuts import short_cut
-from torch_amore.rules.rules import Rule
+from torch_amore.rules.rule import Rule
 
 __all__ = ["ReadableRules", "between"]
 
@@ -49,7 +49,7 @@ def between(a: float, b: float, bound: float, units: tuple[float, float]) -> flo
 
 
 class ReadableRules:
-    """Builds :class:`torch_amore.rules.rules.Rule` objects from grid intervals of any binning of ``X``.
+    """Builds :class:`torch_amore.rules.rule.Rule` objects from grid intervals of any binning of ``X``.
 
     Args:
         X: (N, F) the searched data (``None``: bounds stay on the grid edges).

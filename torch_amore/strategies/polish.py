@@ -39,7 +39,8 @@ from torch_amore._utils.sorting import argsort_values
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 from torch_amore.strategies.best_interval import Objective, exact_best_interval
 from torch_amore.strategies.sorted_columns import _CHUNK_BYTES, SortedColumns
 

@@ -39,7 +39,7 @@ from torch_amore.model.forward import (
     output_tensor,
     to_device,
 )
-from torch_amore.rules.rules import Rule
+from torch_amore.rules.rule import Rule
 
 #: The replacement methods :func:`torch_amore.verify.verification.verify` accepts.
 METHODS = ("resample", "clamp", "mean")

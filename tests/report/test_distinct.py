@@ -1,4 +1,4 @@
-"""torch_amore.rules.distinct: near-duplicate rule sets (row Jaccard >= 0.9) collapsed into the fitter one; the default
+"""torch_amore.report.distinct: near-duplicate rule sets (row Jaccard >= 0.9) collapsed into the fitter one; the default
 tables of an explanation on the diabetes and Tox21 data hold no such pair and no negative fitness (issue 17, acc. 1)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 import torch_amore
 from torch_amore import RegionalExplanation, Rule, RuleSet
-from torch_amore.rules.distinct import distinct_rule_sets, duplicate_of, row_jaccard
+from torch_amore.report.distinct import distinct_rule_sets, duplicate_of, row_jaccard
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from torch_amore.rules.rules import Rule, RuleSet
+from torch_amore.rules.rule import Rule
+from torch_amore.rules.rules import RuleSet
 
 #: Default Jaccard index of covered rows from which two rule sets are near-duplicates.
 MAX_JACCARD = 0.9
