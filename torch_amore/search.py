@@ -337,7 +337,8 @@ def prepare(
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
 
     The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
-    ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`)."""
+    ``X`` and one transfer to the host (:func:`torch_amore.column_stats.column_stats`). ``X`` may also be a source of
+    ``(X_batch, target_batch)`` batches with ``target=None`` (:func:`torch_amore.stream.prepare_stream`)."""
     options = SearchOptions() if options is None else options
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.stream`)
         _no_target(target)
