@@ -7,7 +7,8 @@ in passes, each with its progress bar:
    too when asked for), the target's count, the distinct values of declared categorical columns and the rows'
    fingerprint. These facts are exact (minima, maxima and counts do not depend on how rows are cut into batches), so
    the uniform grids equal the in-memory ones. Quantile and k-means grids come from a histogram sketch
-   (:mod:`torch_amore.stream_sketch`), read in a pass of their own.
+   (:mod:`torch_amore.stream_sketch`), read in a pass of their own (k-means: and a few passes reading the values
+   of the bins its cluster bounds fall in, after which its edges equal the in-memory ones).
 2. **Codes**: each value's grid code (:func:`torch_amore.binning.codes_from_thresholds`; one byte for up to 254
    grids), the target bits, and for the beam strategy the fine grids' codes (:func:`torch_amore.fine_grid.fine_binning`,
    arithmetic on the column ranges; two bytes), column-major. With them, per (feature, grid) the smallest and
