@@ -51,7 +51,7 @@ from torch_amore.polish import polish_many, polish_one
 from torch_amore.pruning import prune_rule_sets
 from torch_amore.readable import ReadableRules
 from torch_amore.rules import RuleSet
-from torch_amore.search import _Extractor
+from torch_amore.search import _Extractor, capped_max_length
 from torch_amore.stream_disk import DiskCodes
 from torch_amore.stream_source import BatchSource
 
@@ -441,6 +441,7 @@ def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: A
     from torch_amore.exact import check_budget
     from torch_amore.search import search_scope
 
+    options = capped_max_length(options, len(extractor.binned.columns))
     with search_scope("cpu"):
         n_all = D.global_count(extractor.binned.codes.shape[0])
         if options.strategy == "exact":
