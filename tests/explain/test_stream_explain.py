@@ -91,6 +91,9 @@ def test_stream_refuses_what_it_cannot_do(task):
         explainer.explain(images, 1, threshold="roc", labels=torch.arange(1200) % 2, stream=True)
     with pytest.raises(ValueError, match=r"no a mask `target`"):
         explainer.explain(images, torch.arange(1200) % 2 == 0, stream=True)
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match=r"no a mask `target`"):  # a pandas Series is a mask too
+        explainer.explain(images, pd.Series((torch.arange(1200) % 2 == 0).numpy()), stream=True)
     with pytest.raises(ValueError, match="True, False or 'auto'"):
         explainer.explain(images, 1, stream="yes")
     shuffled = DataLoader(TensorDataset(images), batch_size=64, shuffle=True)

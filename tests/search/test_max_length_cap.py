@@ -96,3 +96,16 @@ def test_the_default_max_length_on_a_single_feature_is_capped_silently(data):
     _check_metrics(one, X[:, :1], target, 1)
     _, said = _run(lambda: ta.extract_rules(X[:, :1], target, max_length=3, **OPTS))
     assert len(said) == 1 and "1 searched features" in str(said[0].message)
+
+
+def test_a_source_of_batches_is_capped_like_a_tensor(data):
+    X, target = data
+
+    def source():
+        return iter([(X[i : i + 100], target[i : i + 100]) for i in range(0, 600, 100)])
+
+    capped, said = _run(lambda: ta.extract_rules(source, max_length=9, **OPTS))
+    assert len(said) == 1 and "max_length=9" in str(said[0].message)
+    expected, _ = _run(lambda: ta.extract_rules(X, target, max_length=4, **OPTS))
+    _check_metrics(capped, X, target, 4)
+    assert [str(rs) for rs in capped] == [str(rs) for rs in expected]

@@ -561,7 +561,8 @@ def test_html_report_shows_the_verification(tmp_path) -> None:
     assert '<th class="verified">control sufficiency</th>' in text
     assert "test this model on these samples, not the world" in text
     s = row.sufficiency
-    assert f'data-value="{s.value!r}">{s.value:.3f} [{s.low:.3f}, {s.high:.3f}]</td>' in text
+    interval = f'<span class="interval">[{s.low:.3f}, {s.high:.3f}]</span>'
+    assert f'data-value="{s.value!r}">{s.value:.3f}<br>{interval}</td>' in text
 
 
 def test_lightning_callback_verifies_and_writes_it(tmp_path) -> None:

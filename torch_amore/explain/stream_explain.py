@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
+from torch_amore.data import validation as V
 from torch_amore.model.batches import iter_batches, n_rows
 from torch_amore.model.forward import (
     batch_args,
@@ -59,7 +60,8 @@ def unsupported(request: Any) -> str:
         return "local rules (explain_local)"
     if request.threshold == "roc":
         return "threshold='roc' (it needs all outputs at once)"
-    if isinstance(request.target, (torch.Tensor, np.ndarray, list)):
+    target = request.target
+    if isinstance(target, (torch.Tensor, np.ndarray, list)) or hasattr(target, "iloc"):  # iloc: a pandas Series
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
     if request.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
@@ -140,8 +142,11 @@ class ModelBatches:
         it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
         device, dtype = model_device(model), model_dtype(model)
         start = 0
+        V.check_not_meta(r.model_args.args, "additional_forward_args")
+        V.check_not_meta(dict(r.model_args.kwargs), "forward_kwargs")
         with eval_mode(model), hooked(ex.layer, ex.layer_input) as capture, torch.no_grad():
             for inp, lab in it:
+                V.check_not_meta(inp, "inputs")  # before the model sees the batch
                 inp = to_device(inp, device)
                 args, kwargs = to_device(batch_args(r.model_args, inp, start, self.n), device, dtype)
                 fed = to_device(inp, device, dtype)

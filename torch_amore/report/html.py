@@ -22,14 +22,17 @@ from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import verification_cells, verification_header, verification_note
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; padding: 0 1em; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 90em; color: #222; padding: 0 1em; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; cursor: pointer; user-select: none; }
 td.rule, th.rule, td.key { text-align: left; font-family: ui-monospace, monospace; }
+td.rule { min-width: 16em; }
 tr.negative td { color: #a00; }
 tr.duplicate td { color: #888; }
 th.verified, td.verified { background: #f2f6fb; }
+td.verified { white-space: nowrap; }
+.interval { font-size: 0.8em; color: #555; }
 figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }

@@ -57,7 +57,9 @@ def prepare(
 
     The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
     ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
-    is checked first (:func:`torch_amore.data.memory.check_memory`; ``memory_checked``: the caller did so)."""
+    is checked first (:func:`torch_amore.data.memory.check_memory`; ``memory_checked``: the caller did so). ``X``
+    may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
+    (:func:`torch_amore.search.stream.prepare_stream`)."""
     options = SearchOptions() if options is None else options
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
         _no_target(target)

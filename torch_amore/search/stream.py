@@ -7,12 +7,13 @@ in passes, each with its progress bar:
    too when asked for), the target's count, the distinct values of declared categorical columns and the rows'
    fingerprint. These facts are exact (minima, maxima and counts do not depend on how rows are cut into batches), so
    the uniform grids equal the in-memory ones. Quantile and k-means grids come from a histogram sketch
-   (:mod:`torch_amore.grids.stream_sketch`), read in a pass of their own.
+   (:mod:`torch_amore.grids.stream_sketch`), read in a pass of their own (k-means: and a few passes reading the values
+   of the bins its cluster bounds fall in, after which its edges equal the in-memory ones).
 2. **Codes**: each value's grid code (:func:`torch_amore.grids.edges.codes_from_thresholds`; one byte for up to 254
    grids), the target bits, and for the beam strategy the fine grids' codes
    (:func:`torch_amore.grids.fine_grid.fine_binning`, arithmetic on the column ranges; two bytes), column-major. With
-   them, per (feature, grid) the smallest and
-   largest observed value of both binnings: what readable bounds between observed neighbours need
+   them, per (feature, grid) the smallest and largest observed value of both binnings: what readable bounds between
+   observed neighbours need
    (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
 
 The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
@@ -53,7 +54,7 @@ from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
 from torch_amore.rules.pruning import prune_rule_sets
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extractor import Extractor
+from torch_amore.search.extractor import Extractor, capped_max_length
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.polish import polish_many, polish_one
@@ -444,6 +445,7 @@ def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: A
     from torch_amore.search.extractor import search_scope
     from torch_amore.strategies.exact import check_budget
 
+    options = capped_max_length(options, len(extractor.binned.columns))
     with search_scope("cpu"):
         n_all = D.global_count(extractor.binned.codes.shape[0])
         if options.strategy == "exact":

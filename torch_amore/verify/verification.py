@@ -313,15 +313,21 @@ def verification_cells(row: RuleVerification | None) -> str:
     Example:
         >>> row = RuleVerification(1, "z_0 >= 1", (0,), Share.of(19, 20, 0.95), Share.of(0, 0, 0.95),
         ...                        ControlShare.of([[False] * 20], 0.95), ControlShare.of([], 0.95))
-        >>> verification_cells(row).count("<td"), "0.950 [0.764, 0.991]" in verification_cells(row)
+        >>> cells = verification_cells(row)
+        >>> cells.count("<td"), '0.950<br><span class="interval">[0.764, 0.991]' in cells
         (4, True)
     """
     if row is None:
         return '<td class="verified"></td>' * len(_HTML_COLUMNS)
     shares = (row.sufficiency, row.necessity, row.control_sufficiency, row.control_necessity)
-    return "".join(
-        f'<td class="verified" data-value="{s.value!r}">{_fmt(s.value, s.low, s.high, 3)}</td>' for s in shares
-    )
+    return "".join(f'<td class="verified" data-value="{s.value!r}">{_html_share(s)}</td>' for s in shares)
+
+
+def _html_share(share: Share | ControlShare) -> str:
+    """The share, and its interval small on a line of its own (the cells stay narrow beside the rule sets)."""
+    if math.isnan(share.value):
+        return "n/a"
+    return f'{share.value:.3f}<br><span class="interval">[{share.low:.3f}, {share.high:.3f}]</span>'
 
 
 def verification_note(verification: Verification | None) -> str:
