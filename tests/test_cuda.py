@@ -177,8 +177,8 @@ def test_three_conditions_float64_and_min_confidence(device, strategy):
     X, target, types = mixed_table()
     kw = dict(min_confidence=0.6) if strategy == "beam" else {}
     got = check_extract(device, X.double(), target, strategy=strategy, bin_strategy="quantile", feature_types=types,
-                        max_length=3, min_support=30, n_grids=5, **kw)  # fmt: skip
-    assert max(len(rs.rules) for rs in got) == 3
+                        max_length=3, min_support=30, n_grids=5, min_gain=0, **kw)  # fmt: skip
+    assert max(len(rs.rules) for rs in got) == 3  # min_gain=0: every rule set found, three conditions included
 
 
 @pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
