@@ -1,4 +1,5 @@
-"""Shared helpers below every stage: collectives across ranks, CPU threads, stable sorting, progress bars, type
-aliases. Import the modules themselves (``from torch_amore._utils import distributed as D``)."""
+"""Shared helpers below every stage: sync-free counting, device-independent division, collectives across ranks,
+CPU threads, stable sorting, sync-free host-to-device copies, progress bars, type aliases. Import the modules
+themselves (``from torch_amore._utils import distributed as D``)."""
 
-__all__ = ["distributed", "progress", "sorting", "threads", "typing"]
+__all__ = ["counting", "distributed", "division", "progress", "sorting", "threads", "transfer", "typing"]

@@ -47,7 +47,9 @@ from typing import Any
 
 import torch
 
+from torch_amore._utils.division import divide
 from torch_amore._utils.sorting import sort_values
+from torch_amore._utils.transfer import tensor_on
 
 _STATE = threading.local()
 
@@ -191,7 +193,7 @@ def all_gather_unique(values: torch.Tensor) -> torch.Tensor:
     local = torch.unique(values)
     dev = _comm_device(local)
     sizes = [torch.zeros((), dtype=torch.int64, device=dev) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, torch.tensor(local.numel(), dtype=torch.int64, device=dev))
+    dist.all_gather(sizes, tensor_on(local.numel(), dtype=torch.int64, device=dev))
     width = max(int(s) for s in sizes)
     padded = torch.full((width,), float("nan"), dtype=local.dtype, device=dev)
     padded[: local.numel()] = local.to(dev)
@@ -385,8 +387,8 @@ def sharded_quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     """
     dt = torch.float32 if X.device.type == "mps" else torch.float64
     n_feat = X.shape[1]
-    n_max = int(all_reduce_max(torch.tensor(X.shape[0], dtype=torch.int64, device=X.device)))
-    q = torch.arange(n_grids + 1, dtype=dt, device=X.device) / n_grids
+    n_max = int(all_reduce_max(tensor_on(X.shape[0], dtype=torch.int64, device=X.device)))
+    q = divide(torch.arange(n_grids + 1, dtype=dt, device=X.device), n_grids)
     out = torch.empty(n_feat, n_grids + 1, dtype=dt, device=X.device)
     step = max(1, _CHUNK_ELEMENTS // max(1, n_max))  # the same chunks on every rank
     for f0 in range(0, n_feat, step):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 
 #: Elements per temporary chunk (rows x features) in the passes over X that keep several temporaries per element.
 CHUNK_ELEMENTS = 1 << 22
@@ -245,7 +246,7 @@ def column_stats(
     # in original units: several float64 temporaries per value, so chunks of CHUNK_ELEMENTS
     step = pass_rows(n, n_cols, _FACTS_CHUNK) if units is None else chunk_len(n, n_cols)
     if units is not None:
-        scale, offset = (torch.tensor(list(v), dtype=torch.float64, device=X.device) for v in units)
+        scale, offset = (tensor_on(list(v), dtype=torch.float64, device=X.device) for v in units)
     acc = raw_acc = buf = raw_buf = None
     for r0 in range(0, n, step):
         chunk = X[r0 : r0 + step]

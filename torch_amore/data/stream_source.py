@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data import validation as V
 
 __all__ = ["DATASET_BATCH", "FINGERPRINT_COLUMNS", "BatchSource", "RowFingerprint", "is_source"]
@@ -79,10 +80,10 @@ class RowFingerprint:
 
     def __init__(self, width: int, device: torch.device) -> None:
         k = min(width, FINGERPRINT_COLUMNS)
-        self._columns = torch.tensor([j * width // k for j in range(k)], device=device)
+        self._columns = tensor_on([j * width // k for j in range(k)], device=device)
         self._all = k == width
         w = [_signed(j * 0x9E3779B97F4A7C15 + 0xBF58476D1CE4E5B9) for j in range(k)]
-        self._weights = torch.tensor(w, dtype=torch.int64, device=device)
+        self._weights = tensor_on(w, dtype=torch.int64, device=device)
         self._weights32 = torch.tensor([((v >> 32) ^ v) & 0xFFFFFFFF | 1 for v in w], dtype=torch.int64)
         self._weights32 = torch.where(self._weights32 >= 2**31, self._weights32 - 2**32, self._weights32).to(
             device=device, dtype=torch.int32

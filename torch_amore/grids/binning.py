@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
 from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats, work_dtype
 from torch_amore.data.validation import MAX_CATEGORIES
@@ -177,7 +178,7 @@ def bin_features(
         thresholds[num_idx if cat_idx else slice(None), : n_grids - 1] = edges[:, 1:-1].nan_to_num(float("inf"))
     if cat_idx:
         m = max(sizes)
-        n_bins[cat_idx] = torch.tensor([max(v, 1) for v in sizes], dtype=torch.long, device=device)
+        n_bins[cat_idx] = tensor_on([max(v, 1) for v in sizes], dtype=torch.long, device=device)
         if m > 1:  # grid g >= 1 of a category starts at its value; +inf pads columns with fewer categories
             thresholds[cat_idx, : m - 1] = table[:, 1:m].nan_to_num(math.inf, math.inf, -math.inf)
         if m > 0:
@@ -190,7 +191,7 @@ def bin_features(
         codes=codes,
         thresholds=thresholds,
         n_bins=n_bins,
-        is_cat=torch.tensor(is_cat, dtype=torch.bool, device=device),
+        is_cat=tensor_on(is_cat, dtype=torch.bool, device=device),
         categories=categories,
         columns=list(columns),
         kinds=list(kinds),

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
+from torch_amore._utils.division import divide
 from torch_amore._utils.sorting import sort_values
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
 from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows, work_dtype
@@ -49,7 +51,7 @@ def uniform_edges(
     """(F, n_grids + 1) equal-width edges between each column's min and max (``value_range`` when known: then
     ``X`` is not read)."""
     lo, hi = nan_min_max(X) if value_range is None else value_range
-    steps = torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device) / n_grids
+    steps = divide(torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device), n_grids)
     edges = lo[:, None] + (hi - lo)[:, None] * steps
     edges[:, -1] = hi  # exact max despite rounding
     return edges
@@ -61,7 +63,7 @@ def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
         return D.sharded_quantile_edges(X, n_grids)
     dt = work_dtype(X.device)
     n, n_features = X.shape
-    q = torch.arange(n_grids + 1, dtype=dt, device=X.device) / n_grids
+    q = divide(torch.arange(n_grids + 1, dtype=dt, device=X.device), n_grids)
     out = torch.empty(n_features, n_grids + 1, dtype=dt, device=X.device)
     step = max(1, CHUNK_ELEMENTS // max(1, n))
     for f0 in range(0, n_features, step):
@@ -255,7 +257,7 @@ def kmeans_edges(
     lo, hi = nan_min_max(X) if value_range is None else value_range
     span = (hi - lo).nan_to_num(0.0)
     lo0 = lo.nan_to_num(0.0)
-    steps = (torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5) / n_grids
+    steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
     centres = lo0[:, None] + span[:, None] * steps
     n_features = X.shape[1]
     exps = D.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
@@ -277,7 +279,7 @@ def kmeans_edges(
                 idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
                 vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
                 sums.index_add_(1, idx, vals)
-                counts += torch.bincount(idx, minlength=counts.numel())
+                counts += counting.bincount(idx, counts.numel())
             sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
             sums = sums.view(2, n_features, -1)[:, :, :n_grids]
             counts = counts.view(n_features, -1)[:, :n_grids]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import pass_rows, work_dtype
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.edges import nan_min_max
@@ -48,12 +49,12 @@ _SIGN = -(2**63)
 def _float_key(x: torch.Tensor) -> torch.Tensor:
     """Order-preserving int64 key of float64 values (-0.0 and 0.0 share the key 0)."""
     bits = x.view(torch.int64)
-    return torch.where(bits < 0, -(bits & ~torch.tensor(_SIGN, device=x.device)), bits)
+    return torch.where(bits < 0, -(bits & ~tensor_on(_SIGN, device=x.device)), bits)
 
 
 def _key_float(key: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`_float_key`."""
-    bits = torch.where(key < 0, (-key) | torch.tensor(_SIGN, device=key.device), key)
+    bits = torch.where(key < 0, (-key) | tensor_on(_SIGN, device=key.device), key)
     return bits.view(torch.float64)
 
 
@@ -218,7 +219,7 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     scale_host = [n_fine / max(b - a, 1e-300) if b - a > 0 else 0.0 for a, b in zip(lo_host, hi_host)]
     lo_host = [0.0 if math.isnan(a) else a for a in lo_host]
     hi_host = [0.0 if math.isnan(b) else b for b in hi_host]
-    scale = torch.tensor(scale_host, dtype=torch.float64, device=device).to(dt)
+    scale = tensor_on(scale_host, dtype=torch.float64, device=device).to(dt)
     lo0 = lo.nan_to_num(0.0)
     width = max(n_fine, base.n_bins_max)
     nan_code = width
@@ -291,7 +292,7 @@ def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor,
     lo_host, hi_host, extra_host = torch.stack([lo, hi, extra.to(dt)]).tolist()
     redo = any(map(math.isnan, lo_host))  # a NaN, or no rows
     if D.is_sharded():  # every rank takes the same path (and the same collectives)
-        redo = float(D.all_reduce_max(torch.tensor([float(redo)], dtype=dt, device=X.device))[0]) > 0
+        redo = float(D.all_reduce_max(tensor_on([float(redo)], dtype=dt, device=X.device))[0]) > 0
         lo, hi = nan_min_max(X) if redo else (D.all_reduce_min(lo), D.all_reduce_max(hi))
         lo_host, hi_host = torch.stack([lo, hi]).tolist()
     elif redo:

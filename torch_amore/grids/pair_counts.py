@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import parallel_pass
 from torch_amore.grids.binning import Binned
@@ -147,7 +148,7 @@ class PairCounts:
             for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # (a, b > a): slices of the codes, no gathered copies
                 torch.add(codes[b0 : b0 + hi - lo], scaled[a], out=idx[lo - p0 : hi - p0])
             idx += torch.arange(p1 - p0, device=codes.device, dtype=idx.dtype)[:, None] * cells
-            out = torch.bincount(idx.view(-1), minlength=(p1 - p0) * cells)
+            out = counting.bincount(idx.view(-1), (p1 - p0) * cells)
             return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
@@ -158,9 +159,7 @@ class PairCounts:
                     q1 = min(hi, q + step)
                     idx = codes[b0 + q - lo : b0 + q1 - lo] + off[: q1 - q]
                     idx += scaled[a]
-                    out[(q - p0) * cells : (q1 - p0) * cells] += torch.bincount(
-                        idx.view(-1), minlength=(q1 - q) * cells
-                    )
+                    out[(q - p0) * cells : (q1 - p0) * cells] += counting.bincount(idx.view(-1), (q1 - q) * cells)
         return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])  # a view: cumulate copies it once
 
     def prefix(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import parallel_pass
 
@@ -68,7 +69,7 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
             f1 = min(n_features, f0 + step)
             flat = buffer[: n * (f1 - f0)]
             flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
-            parts.append(torch.bincount(flat, minlength=(f1 - f0) * width))
+            parts.append(counting.bincount(flat, (f1 - f0) * width))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
@@ -113,7 +114,7 @@ def node_grid_counts(
             torch.index_select(codes[:, f0:f1], 0, rows, out=got)
             idx = flat.view(n, f1 - f0).copy_(got).add_(node_base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            parts.append(torch.bincount(flat, minlength=(f1 - f0) * block))
+            parts.append(counting.bincount(flat, (f1 - f0) * block))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max]
     return D.all_reduce_sum(out.contiguous())
@@ -161,7 +162,7 @@ def group_grid_counts(
             torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=got)  # 2x faster than index_select
             idx = flat.view(f1 - f0, n).copy_(got).add_(base)
             idx += offsets if f1 - f0 == step else offsets[: f1 - f0]
-            counts = torch.bincount(flat, minlength=(f1 - f0) * block).view(f1 - f0, n_groups, width)
+            counts = counting.bincount(flat, (f1 - f0) * block).view(f1 - f0, n_groups, width)
             out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
     return D.all_reduce_sum(out)
 

@@ -31,8 +31,11 @@ import math
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
+from torch_amore._utils.division import divide
 from torch_amore._utils.progress import progress_bar
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import work_dtype
 from torch_amore.data.stream_source import BatchSource
 from torch_amore.grids.binning import Binned
@@ -91,7 +94,7 @@ class HistogramSketch:
     def update(self, X: torch.Tensor) -> None:
         """Add the rows ``X`` (n, F) (NaN: missing)."""
         idx, flat = self.bin_keys(X)
-        self.counts += torch.bincount(idx, minlength=self.counts.numel())
+        self.counts += counting.bincount(idx, self.counts.numel())
         vals = flat.view(X.shape).nan_to_num(0.0)
         self.sums.index_add_(1, idx, D.to_fixed_point(vals, self.exps).view(2, -1))
         self.mins.scatter_reduce_(0, idx, flat, "amin")
@@ -113,7 +116,7 @@ class HistogramSketch:
         dt = self.lo.dtype
         cum = counts.cumsum(1)  # rows up to and with each bin
         valid = cum[:, -1:]
-        q = torch.arange(n_grids + 1, dtype=dt, device=counts.device) / n_grids
+        q = divide(torch.arange(n_grids + 1, dtype=dt, device=counts.device), n_grids)
         pos = q[None, :] * (valid - 1).clamp(min=0).to(dt)  # (F, G+1)
         below = pos.floor().long()
         above = torch.minimum(below + 1, (valid - 1).clamp(min=0))
@@ -142,7 +145,7 @@ class HistogramSketch:
         iterations on the same values."""
         lo, hi = self.lo, self.hi
         span = (hi - lo).nan_to_num(0.0)
-        steps = (torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5) / n_grids
+        steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
         centres = lo.nan_to_num(0.0)[:, None] + span[:, None] * steps
         counts, sums = self._table(self.counts), self._table(self.sums)
         scale = D.fixed_point_scale(self.exps, lo.dtype)[:, None]
@@ -268,7 +271,7 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
     dt = work_dtype(binned.thresholds.device)
     lo, hi = binned.value_min[num].to(dt), binned.value_max[num].to(dt)
     sketch = HistogramSketch(lo, hi, n_bins)
-    cols = torch.tensor([binned.columns[j] for j in num], device=lo.device)
+    cols = tensor_on([binned.columns[j] for j in num], device=lo.device)
     bar = progress_bar(progress, desc="grid sketch", unit="rows", total=source.rows)
     for X, _ in source.batches(f"{bin_strategy} sketch"):
         for part in X.split(max(1, (1 << 20) // max(1, X.shape[1]))):  # temporaries of about 2**20 values
@@ -281,7 +284,7 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
         edges = sketch.quantile_edges(g)
     else:
         edges = _exact_kmeans(source, sketch, cols, g, progress)
-    binned.thresholds[torch.tensor(num, device=lo.device), : g - 1] = edges[:, 1:-1].nan_to_num(math.inf)
+    binned.thresholds[tensor_on(num, device=lo.device), : g - 1] = edges[:, 1:-1].nan_to_num(math.inf)
     return sketch
 
 

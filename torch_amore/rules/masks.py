@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 
@@ -75,7 +76,7 @@ def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
     if not X.is_floating_point() or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
     nan = math.nan
-    bounds = torch.tensor([[r.low, r.high if r.high < math.inf else nan, nan, r.feature] if r.value is None
+    bounds = tensor_on([[r.low, r.high if r.high < math.inf else nan, nan, r.feature] if r.value is None
                            else [nan, nan, r.value, r.feature] for r in rules], dtype=torch.float64,
                           device=X.device)  # fmt: skip
     low, high, value, feature = bounds.unsqueeze(2).unbind(1)
@@ -101,7 +102,7 @@ def rule_set_masks(rule_sets: Sequence[RuleSet], X: torch.Tensor) -> torch.Tenso
     for rs in rule_sets:
         at.append(list(range(i, i + len(rs.rules))) + [len(flat)] * (depth - len(rs.rules)))
         i += len(rs.rules)
-    return all_along(table[torch.tensor(at, device=X.device)], 1)
+    return all_along(table[tensor_on(at, device=X.device)], 1)
 
 
 #: ``compare(rule_sets, later, earlier)`` of :func:`drop_same_mask`: for each pair ``(later[p], earlier[p])`` of

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
@@ -42,7 +43,7 @@ def _packed(masks: torch.Tensor) -> torch.Tensor:
     if masks.shape[1] == 0:  # an empty shard of a DDP run
         return torch.zeros(masks.shape[0], 0, dtype=torch.int64, device=masks.device)
     m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64))
-    bits = torch.tensor(_BITS, dtype=torch.uint8, device=masks.device)
+    bits = tensor_on(_BITS, dtype=torch.uint8, device=masks.device)
     return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
 
 
@@ -53,9 +54,9 @@ def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
         return torch.stack([r.mask(X) for r in rules])
     feats = sorted({r.feature for r in rules})
     at = {f: i for i, f in enumerate(feats)}
-    cols = X.index_select(1, torch.tensor(feats, device=X.device)).to(torch.float64).t()  # (F', N)
+    cols = X.index_select(1, tensor_on(feats, device=X.device)).to(torch.float64).t()  # (F', N)
     nan = math.nan
-    table = torch.tensor([[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value,
+    table = tensor_on([[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value,
                            at[r.feature]] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
     low, high, value, which = table.unsqueeze(2).unbind(1)
     c = cols.index_select(0, which.view(-1).long())  # (R, N)
@@ -91,8 +92,8 @@ class _Counter:
         n_rules = len(self.rules)
         depth = max(len(c) for c in conjunctions)
         device = self.X.device
-        index = torch.tensor([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
-        popcount = torch.tensor(_POPCOUNT, dtype=torch.int32, device=device)
+        index = tensor_on([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
+        popcount = tensor_on(_POPCOUNT, dtype=torch.int32, device=device)
         total = torch.zeros(2, len(conjunctions), dtype=torch.long, device=device)
         for words in self.words():  # the padding rule (every row) and the target: the last two rows
             masks = functools.reduce(torch.bitwise_and, words[index].unbind(1))  # (C, words)

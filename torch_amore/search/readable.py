@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.rule import Rule
@@ -141,8 +142,8 @@ class ReadableRules:
         if self.X is not None and edges:
             parts.append(self._neighbours(binned, edges).reshape(-1))
         if cells:
-            j = torch.tensor([c[0] for c in cells], device=binned.categories.device)
-            g = torch.tensor([c[1] for c in cells], device=binned.categories.device)
+            j = tensor_on([c[0] for c in cells], device=binned.categories.device)
+            g = tensor_on([c[1] for c in cells], device=binned.categories.device)
             parts.append(binned.categories[j, g])
         if not parts:
             return {}, {}
@@ -165,7 +166,7 @@ class ReadableRules:
         width = binned.n_bins_max + 1  # the last cell: missing values, unused
         nf = len(feats)
         host = [feats, [binned.columns[j] for j in feats], [row[j] for j, _ in edges], [g for _, g in edges]]
-        fidx, cidx, r, g = torch.tensor([v for part in host for v in part], device=X.device).split(
+        fidx, cidx, r, g = tensor_on([v for part in host for v in part], device=X.device).split(
             [nf, nf, len(edges), len(edges)]
         )
         # minima and maxima in X's own floating dtype (exact: they are values of X), converted once at the end

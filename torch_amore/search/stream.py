@@ -35,6 +35,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.data.column_stats import (
@@ -74,7 +75,7 @@ class _Facts:
         self.acc = self.raw_acc = None
         self.units = None
         if units is not None:
-            self.units = tuple(torch.tensor(v, dtype=torch.float64, device=device) for v in units)
+            self.units = tuple(tensor_on(v, dtype=torch.float64, device=device) for v in units)
         self.n_target = torch.zeros((), dtype=torch.int64, device=device)
         self.cat_cols = cat_cols
         self.distinct = [torch.empty(0, dtype=work_dtype(device), device=device) for _ in cat_cols]
@@ -289,12 +290,12 @@ class _StreamReadable(ReadableRules):
         dt = binned.thresholds.dtype
         feats = sorted({j for j, _ in edges})
         row = {j: r for r, j in enumerate(feats)}
-        at = torch.tensor(feats, device=lows.device)
+        at = tensor_on(feats, device=lows.device)
         lows, highs = lows.index_select(0, at)[:, :-1].to(dt), highs.index_select(0, at)[:, :-1].to(dt)
         above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
         below = highs.cummax(1).values  # the largest value in grids <= g
-        r = torch.tensor([row[j] for j, _ in edges], device=lows.device)
-        g = torch.tensor([g for _, g in edges], device=lows.device)
+        r = tensor_on([row[j] for j, _ in edges], device=lows.device)
+        g = tensor_on([g for _, g in edges], device=lows.device)
         return torch.stack([below[r, g - 1], above[r, g]])
 
 
@@ -335,7 +336,7 @@ class StreamExtractor(Extractor):
     def gather(self, cols: list[int], what: str) -> torch.Tensor:
         """(N, len(cols)) the columns ``cols`` of the source, in its dtype, from one pass."""
         out = torch.empty((self.source.rows, len(cols)), dtype=self.source.dtype, device=self.source.device)
-        at = torch.tensor(cols, device=self.source.device)
+        at = tensor_on(cols, device=self.source.device)
         r0 = 0
         bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
         for X, _ in self.source.batches(what):

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from torch_amore._utils import counting
+
 _WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
 
@@ -157,7 +159,7 @@ def _to_labels(labels: Any, n: int) -> torch.Tensor:
     labels = labels.to(torch.int64)
     if bool((labels < 0).any()):
         raise ValueError(f"Expected `labels` to be class indices >= 0, but got {int(labels.min())}.")
-    counts = torch.bincount(labels, minlength=2)
+    counts = counting.bincount(labels, 2)
     empty = torch.nonzero(counts == 0).flatten().tolist()
     if empty:
         raise ValueError(

@@ -316,7 +316,7 @@ def select_features(
     n = X.shape[0]
     y_labels = None if labels is None else _to_labels(labels, n)
     base = _baselines(baselines, X, y_labels)
-    test_rows = _test_rows(y_labels, n, n_test_per_class, seed)
+    test_rows = _test_rows(y_labels, n, n_test_per_class, seed).to(X.device)  # indexed by pairs on the device
 
     width = _check_differentiable(model, X[:2], layer, attribute_to_layer_input)
     points = max(1, min(internal_batch_size, _IG_BYTES // (max(width, X[0].numel()) * X.element_size())))

@@ -43,6 +43,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
@@ -142,9 +143,9 @@ class BeamSearch(Refinement):
         dtype = self.codes_t.dtype
         pad = [(0, 0, torch.iinfo(dtype).max)] * length  # a condition every code satisfies
         rows = [list(c) + pad[len(c) :] for c in nodes]
-        feats = torch.tensor([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
+        feats = tensor_on([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
         # bounds in the codes' dtype: a comparison of mixed integer dtypes is several times slower
-        bounds = torch.tensor([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
+        bounds = tensor_on([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
         mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
         for m in range(length):
             c = self.codes_t.index_select(0, feats[:, m])
@@ -180,7 +181,7 @@ class BeamSearch(Refinement):
         used = [k * n_feat + j for k, parent in enumerate(beam) for j, _, _ in parent.conds]
         free = torch.ones(g * n_feat, dtype=torch.bool, device=device)
         if used:
-            free[torch.tensor(used, device=device)] = False
+            free[tensor_on(used, device=device)] = False
 
         def table(feat: torch.Tensor, d: DenseBest, ok: torch.Tensor) -> torch.Tensor:  # (6, G, rows x kappas)
             n_k = d.valid.shape[1]

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import work_dtype
 from torch_amore.grids.edges import nan_min_max
 from torch_amore.grids.fine_grid import uniform_code
@@ -170,7 +172,7 @@ def best_intervals_dense(
 def _kappa_weights(kappas: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """(1, K, 1) integer weights ``-round(1000 * kappa)`` in ``dtype`` (cached: one tensor per kappas, device and
     dtype)."""
-    return torch.tensor([-round(1000 * kp) for kp in kappas], dtype=dtype, device=device).view(1, -1, 1)
+    return tensor_on([-round(1000 * kp) for kp in kappas], dtype=dtype, device=device).view(1, -1, 1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -182,7 +184,7 @@ def _positions(n: int, device: torch.device) -> torch.Tensor:
 @functools.lru_cache(maxsize=16)
 def _infinity(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """A 0-d ``inf`` of ``dtype`` on ``device`` (cached: ``torch.where`` with ``out=`` takes no Python scalar)."""
-    return torch.tensor(math.inf, dtype=dtype, device=device)
+    return tensor_on(math.inf, dtype=dtype, device=device)
 
 
 def _over_kappas(t: torch.Tensor, n_k: int) -> torch.Tensor:
@@ -375,8 +377,8 @@ def _best_of_row(
     """The interval of grids of one feature's counts that ``objective`` ranks highest over its kappas (ties: the
     smallest kappa), as ``(g_low, g_high, hits, support)``; ``None`` when no proper interval has positive value."""
     device = counts.device
-    no = torch.tensor([False], device=device)
-    b = best_intervals(counts[None], hits[None], torch.tensor([counts.numel()], device=device), no, min_support,
+    no = tensor_on([False], device=device)
+    b = best_intervals(counts[None], hits[None], tensor_on([counts.numel()], device=device), no, min_support,
                        kappas=objective.kappas(False), any_cat=False)  # fmt: skip
     rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
     if not rows:
@@ -445,18 +447,18 @@ def exact_best_interval(
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
         return None
     device = v.device
-    scale = torch.tensor(n_cells / (hi - lo), dtype=torch.float64, device=device)
-    lo_t = torch.tensor(lo, dtype=torch.float64, device=device)
+    scale = tensor_on(n_cells / (hi - lo), dtype=torch.float64, device=device)
+    lo_t = tensor_on(lo, dtype=torch.float64, device=device)
     cell = uniform_code(v, lo_t, scale, n_cells).to(torch.long)
-    counts = D.all_reduce_sum(torch.bincount(cell, minlength=n_cells))
-    hits = D.all_reduce_sum(torch.bincount(cell[t], minlength=n_cells))
+    counts = D.all_reduce_sum(counting.bincount(cell, n_cells))
+    hits = D.all_reduce_sum(counting.bincount(cell[t], n_cells))
     found = _best_of_row(counts, hits, min_support, objective)
     if found is None:
         return None
     lo_g, hi_g, n_hits, support = found
 
     def cut(g: int) -> float:  # between the values in cells < g and those in cells >= g
-        inf = torch.tensor([math.inf], dtype=torch.float64, device=device)
+        inf = tensor_on([math.inf], dtype=torch.float64, device=device)
         below = v[cell < g].max().reshape(1) if bool((cell < g).any()) else -inf
         above = v[cell >= g].min().reshape(1) if bool((cell >= g).any()) else inf
         a, c = float(D.all_reduce_max(below)[0]), float(D.all_reduce_min(above)[0])

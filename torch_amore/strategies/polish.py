@@ -36,6 +36,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.sorting import argsort_values
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
@@ -169,7 +170,7 @@ def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.T
     last one (a repeat never wins: ties go to the first kappa)."""
     rows = [[round(1000 * k) for k in Objective(c).kappas(False)] for c in goals]
     width = max(len(r) for r in rows)
-    return torch.tensor([r + r[-1:] * (width - len(r)) for r in rows], device=device)
+    return tensor_on([r + r[-1:] * (width - len(r)) for r in rows], device=device)
 
 
 def _cuts(
@@ -298,13 +299,13 @@ def polish_many(
     masks = _stacked_masks(flat, [len(rules[s]) for s in todo], depth, X)  # (S, L, N)
     conf = None  # the confidence goal of each rule set: -1 for none
     if any(goals[s] is not None for s in todo):
-        conf = torch.tensor([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
+        conf = tensor_on([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
                             device=X.device)  # fmt: skip
     full = all_along(masks, 1)
     best = _keys(count_true(full & target), count_true(full), conf)
     del full
     kappas = _kappa_table([goals[s] for s in todo], X.device)
-    several = torch.tensor([len(rules[s]) > 1 for s in todo], device=X.device)
+    several = tensor_on([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
     live = list(range(len(todo)))  # rows of ``masks`` still being polished
     if X.shape[0] < _COMPACT_ROWS:  # (larger: each step sorts its rows' values only)
@@ -317,7 +318,7 @@ def polish_many(
         if rows == list(range(len(todo))):  # every rule set takes part (the usual case): no selection
             out, best = _step(masks, k, columns, cols, target, min_support, several, conf, kappas, best)
         else:
-            sel = torch.tensor(rows, device=X.device)
+            sel = tensor_on(rows, device=X.device)
             part = [None if t is None else t[sel] for t in (masks, several, conf, kappas, best)]
             out, new_best = _step(part[0], k, columns, cols, target, min_support, *part[1:])
             best = best.index_copy(0, sel, new_best)
@@ -345,7 +346,7 @@ def _stacked_masks(flat: list[Rule], lengths: list[int], depth: int, X: torch.Te
     for n_rules in lengths:
         at.append(list(range(i, i + n_rules)) + [len(flat)] * (depth - n_rules))
         i += n_rules
-    return every[torch.tensor(at, device=X.device)]
+    return every[tensor_on(at, device=X.device)]
 
 
 def _apply_step(
@@ -401,7 +402,7 @@ def _update(masks: torch.Tensor, k: int, changed: list[tuple[int, Rule | None]],
     rule; the row is not polished further)."""
     new = [(i, r) for i, r in changed if r is not None]
     if new:
-        idx = torch.tensor([i for i, _ in new], device=X.device)
+        idx = tensor_on([i for i, _ in new], device=X.device)
         parts = _rule_masks([r for _, r in new], X)
         masks[idx, k] = parts[0] if len(parts) == 1 else torch.cat(parts)
     return masks

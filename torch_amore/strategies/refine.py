@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.strategies.best_interval import Objective, best_intervals_dense
 
 
@@ -67,9 +69,9 @@ def _masked_counts(
     bin."""
     if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
         spare = torch.full_like(idx, 2 * size)
-        both = torch.bincount(torch.where(inside, idx, spare), minlength=2 * size + 1)[: 2 * size]
+        both = counting.bincount(torch.where(inside, idx, spare), 2 * size + 1)[: 2 * size]
     else:
-        both = torch.bincount(idx, weights=weights.copy_(inside), minlength=2 * size).round_().long()
+        both = counting.bincount(idx, 2 * size, weights.copy_(inside)).round_().long()
     both = both.view(size, 2)
     return both.sum(1), both[:, 1]
 
@@ -150,10 +152,10 @@ class Refinement:
         fine = self.fine
         device = self.codes_t.device
         n_states, length = len(states), len(states[0].conds)
-        table = torch.tensor([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
+        table = tensor_on([[list(c) for c in s.conds] + [[s.hits, s.support, 0]] for s in states], device=device)
         feats = table[:, :length, 0]
         st = torch.cat([table[:, :length, 1], table[:, :length, 2], table[:, length, :2]], 1)  # lows, highs, hits, n
-        cols = [torch.tensor([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
+        cols = [tensor_on([k, length + k, 2 * length, 2 * length + 1], device=device) for k in range(length)]
         n = self.codes_t.shape[1]
         # exact integer counts from float weights: float32 below 2**24 samples
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64

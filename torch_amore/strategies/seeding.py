@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore.grids.fine_grid import FineBinned
 from torch_amore.grids.pair_counts import pair_histograms
@@ -59,8 +60,8 @@ def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Ten
         idx = torch.add(fine.codes_t[f0:f1], offsets[f0:f1] - f0 * (width + 1))
         size = (f1 - f0) * (width + 1)
         part = slice(f0 * (width + 1), f1 * (width + 1))
-        every[part] = torch.bincount(idx.reshape(-1), minlength=size)
-        hits[part] = torch.bincount(idx.index_select(1, target_rows).reshape(-1), minlength=size)
+        every[part] = counting.bincount(idx.reshape(-1), size)
+        hits[part] = counting.bincount(idx.index_select(1, target_rows).reshape(-1), size)
     return tuple(D.all_reduce_sum(c.view(n_feat, width + 1)[:, :width].contiguous()) for c in (every, hits))
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from torch_amore._utils.sorting import argsort_values
+from torch_amore._utils.transfer import tensor_on
 
 __all__ = ["SortedColumns"]
 
@@ -64,12 +65,12 @@ class SortedColumns:
         if len(cols) == 1:  # one column (a large N is taken row by row): views, no copies
             at = self._slot[cols[0]]
             return {name: self._tables[name][at : at + 1] for name in self._FIELDS}
-        idx = torch.tensor([self._slot[c] for c in cols], device=self.X.device)
+        idx = tensor_on([self._slot[c] for c in cols], device=self.X.device)
         return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
 
     def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
         """The tables of the columns ``cols``, sorted together."""
-        column = torch.tensor(cols, device=self.X.device)
+        column = tensor_on(cols, device=self.X.device)
         values = self.X.t().index_select(0, column)
         if not values.is_floating_point():
             values = values.to(self.dtype)

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.intervals import CandidateTable, candidate_table
 from torch_amore.grids.ratios import node_grid_counts
@@ -69,7 +71,7 @@ def _count_level(binned: Binned, target: torch.Tensor, rows: torch.Tensor, nodes
     groups = nodes * 2 + target[rows]
     n_feat, width = binned.codes.shape[1], binned.n_bins_max
     counts = node_grid_counts(binned.codes, rows, groups, 2 * n_nodes, width).view(n_nodes, 2, n_feat, width)
-    total = D.all_reduce_sum(torch.bincount(groups, minlength=2 * n_nodes).view(n_nodes, 2))
+    total = D.all_reduce_sum(counting.bincount(groups, 2 * n_nodes).view(n_nodes, 2))
     tgt = counts[:, 1]
     return _Level(rows, nodes, counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
 
@@ -78,7 +80,7 @@ def _root_level(binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], 
     """The root node: all rows, with the counts the caller made."""
     codes = binned.codes
     rows = torch.arange(codes.shape[0], device=codes.device)
-    counts = torch.tensor([D.global_count(codes.shape[0]), n_total_target], device=codes.device)
+    counts = tensor_on([D.global_count(codes.shape[0]), n_total_target], device=codes.device)
     return _Level(rows, torch.zeros_like(rows), root_counts[0][None], root_counts[1][None], counts[:1], counts[1:])
 
 
@@ -158,7 +160,7 @@ def grow_tree(
     codes, n_feat, width = binned.codes, len(binned.columns), binned.n_bins_max
     device = codes.device
     kinds = {k == "cat" for k in binned.kinds}  # host copies, fixed after binning
-    local = None if local_codes is None else torch.tensor(local_codes, device=device)
+    local = None if local_codes is None else tensor_on(local_codes, device=device)
     level = _root_level(binned, root_counts, n_total_target)
     paths: list[tuple[int, ...]] = [()]
     node_steps: list[tuple] = [()]
@@ -170,7 +172,7 @@ def grow_tree(
         # candidate (no ratio > 1), so it needs no mask
         allowed = torch.ones(n_nodes, n_feat, dtype=torch.bool, device=device)
         if depth:
-            allowed.scatter_(1, torch.tensor([[s[0] for s in steps] for steps in node_steps], device=device), False)
+            allowed.scatter_(1, tensor_on([[s[0] for s in steps] for steps in node_steps], device=device), False)
         table = candidate_table(
             level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1), None,
             binned.is_cat.repeat(n_nodes) if len(kinds) == 2 else None, allowed.view(-1), min_support,
