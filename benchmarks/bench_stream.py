@@ -8,7 +8,8 @@ peak resident memory (``resource.getrusage``), so the two do not mix.
 
 Reported: seconds per million rows of each and their ratio (target: streamed at most 2x per row), the codes' size
 (a byte per value for the paper's grids, two more for the beam's fine grids, a byte per row for the target), and the
-streamed peak RSS against ``1.5 x codes + 300 MB`` (with ``--codes-dir``, codes on disk: against 1 GB).
+streamed peak RSS against ``1.5 x codes + 300 MB`` (with ``--codes-dir``, codes on disk: against 1 GB); on CUDA also
+the peak device memory (``torch.cuda.max_memory_allocated``), where the codes then live.
 
     python benchmarks/bench_stream.py                         # 20,000,000 x 128 against 2,000,000 x 128 in memory
     python benchmarks/bench_stream.py --rows 1000000 --memory-rows 1000000
@@ -80,6 +81,7 @@ def run_one(args: argparse.Namespace) -> dict:
         "s_per_million_rows": seconds / (rows / 1e6), "peak_rss_mb": peak_rss_mb(), "start_rss_mb": base_rss,
         "codes_mb": codes_mb, "best": str(found[0]) if found else None, "device": args.device,
         "codes_on_disk": bool(args.codes_dir),
+        "peak_device_mb": torch.cuda.max_memory_allocated() / MB if args.device.startswith("cuda") else None,
     }  # fmt: skip
 
 
@@ -157,6 +159,7 @@ def main() -> None:
         print(
             f"{mode:7s} {r['rows']:>11,} x {r['features']}: {r['seconds']:8.1f} s, "
             f"{r['s_per_million_rows']:6.2f} s per million rows, peak RSS {r['peak_rss_mb']:8.0f} MB"
+            + (f", peak device memory {r['peak_device_mb']:8.0f} MB" if r["peak_device_mb"] is not None else "")
         )
         print(f"        best: {r['best']}")
     s = results[0]

@@ -181,6 +181,31 @@ def test_three_conditions_float64_and_min_confidence(device, strategy):
     assert max(len(rs.rules) for rs in got) == 3  # min_gain=0: every rule set found, three conditions included
 
 
+def test_host_syncs_of_the_default_search(device):
+    """The default search of a 200,000 x 128 latent-like layer (``max_length=2``) waits for the device at most 50
+    times, each wait counted by CUDA's sync debug mode: host copies of results and data-dependent sizes only (tables
+    sent to the device go through pinned memory, counts through ``index_add_``)."""
+    if device.type != "cuda":
+        pytest.skip("host syncs are counted by CUDA's sync debug mode (on the CPU: tests/search/test_engine_counts.py)")
+    import warnings
+
+    g = torch.Generator(device=device).manual_seed(0)
+    X = torch.randn(200_000, 128, generator=g, device=device)
+    X[:, :64].clamp_(min=0)
+    target = ((X[:, 10] > 0.3) & (X[:, 90] < 0.6)) ^ (torch.rand(200_000, generator=g, device=device) < 0.1)
+    extract_rules(X, target, max_length=2)  # warm-up: kernels loaded, pinned blocks cached
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            found = extract_rules(X, target, max_length=2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchronizing CUDA operation" in str(w.message)]
+    assert found and 0 < len(syncs) <= 50, len(syncs)
+
+
 @pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
 def test_deterministic_algorithms_mode(device, monkeypatch, strategy):
     """Under ``torch.use_deterministic_algorithms(True)`` (what ``Trainer(deterministic=True)`` sets) CUDA refuses

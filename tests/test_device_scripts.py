@@ -14,8 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: the skips a CPU run may show: the cases that need a GPU (16-bit mixed precision) or two of them (DDP)
-GPU_ONLY = ("16-mixed needs a GPU", "DDP on GPUs needs two CUDA devices")
+#: the skips a CPU run may show: the cases that need a GPU (16-bit mixed precision, CUDA's sync count) or two (DDP)
+GPU_ONLY = ("16-mixed needs a GPU", "DDP on GPUs needs two CUDA devices", "counted by CUDA's sync debug mode")
 
 
 def _env() -> dict[str, str]:
