@@ -1,24 +1,60 @@
 """Codes on disk: memory-mapped files in a folder the user names, removed afterwards.
 
 When even the codes of streamed extraction (:mod:`torch_amore.search.stream`) do not fit in memory, they are kept in
-files of a fresh folder inside ``codes_dir`` (:func:`torch.from_file`, shared: the operating system pages them in and
-out
-as the search reads them). The folder is removed when the extraction ends, also on an error; an extractor returned by
+files of a fresh folder inside ``codes_dir``, each mapped into memory (:mod:`mmap`, shared, read and written in
+place). Mapped pages that the search has touched would stay in the process's resident set until the mapping goes, so
+a background thread hands them back every :data:`TRIM_SECONDS` (``madvise(MADV_DONTNEED)``): they stay in the
+operating system's page cache, which it writes back and reclaims under pressure, and the next read faults them in
+again. The resident memory is then the search's working memory plus the pages read in the last interval, not the
+codes. The folder is removed when the extraction ends, also on an error; an extractor returned by
 :func:`torch_amore.search.extract.prepare` removes it when it is closed or collected.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
 import torch
 
-__all__ = ["DiskCodes"]
+__all__ = ["TRIM_SECONDS", "DiskCodes"]
+
+#: how often the mapped pages are handed back to the page cache (seconds)
+TRIM_SECONDS = 0.02
+
+
+class _Trimmer:
+    """A daemon thread that calls ``madvise(MADV_DONTNEED)`` on every mapping every ``interval`` seconds."""
+
+    def __init__(self, maps: list[mmap.mmap], interval: float) -> None:
+        self.maps, self.interval = maps, interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="torch_amore-codes-trim", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.trim()
+
+    def trim(self) -> None:
+        for mm in list(self.maps):
+            mm.madvise(mmap.MADV_DONTNEED)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def _cleanup(folder: Path, trimmer: list[_Trimmer]) -> None:
+    for t in trimmer:
+        t.stop()
+    shutil.rmtree(folder, True)
 
 
 class DiskCodes:
@@ -37,8 +73,11 @@ class DiskCodes:
         []
     """
 
-    def __init__(self, codes_dir: str | os.PathLike | None) -> None:
+    def __init__(self, codes_dir: str | os.PathLike | None, trim_seconds: float = TRIM_SECONDS) -> None:
         self.folder: Path | None = None
+        self._maps: list[mmap.mmap] = []
+        self._trimmer: list[_Trimmer] = []  # started with the first mapping
+        self._trim_seconds = trim_seconds
         if codes_dir is None:
             self._finalizer = None
             return
@@ -46,7 +85,7 @@ class DiskCodes:
         if not root.is_dir():
             raise ValueError(f"Expected `codes_dir` to be an existing folder, but got {str(root)!r}; create it first.")
         self.folder = Path(tempfile.mkdtemp(prefix="torch_amore_codes_", dir=root))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        self._finalizer = weakref.finalize(self, _cleanup, self.folder, self._trimmer)
         self._count = 0
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -58,12 +97,22 @@ class DiskCodes:
                 f"Expected batches on the CPU to keep the codes on disk (`codes_dir`), but they are on {device}; "
                 "pass codes_dir=None to keep them on the device, or yield CPU batches."
             )
+        numel = math.prod(shape)
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype, device=device)
         self._count += 1
         path = self.folder / f"codes_{self._count}.bin"
-        numel = math.prod(shape)
-        return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+        with open(path, "w+b") as f:
+            f.truncate(nbytes)  # a sparse file: blocks are allocated as the codes are written
+            mm = mmap.mmap(f.fileno(), nbytes)
+        self._maps.append(mm)
+        if not self._trimmer:
+            self._trimmer.append(_Trimmer(self._maps, self._trim_seconds))
+        return torch.frombuffer(mm, dtype=dtype, count=numel).view(shape)
 
     def close(self) -> None:
-        """Remove the folder and its files (the tensors stay readable until released, on POSIX systems)."""
+        """Stop handing pages back and remove the folder and its files (the tensors stay readable until released,
+        on POSIX systems)."""
         if self._finalizer is not None:
             self._finalizer()
