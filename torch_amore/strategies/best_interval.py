@@ -19,7 +19,7 @@ from torch_amore.data.column_stats import work_dtype
 from torch_amore.grids.edges import nan_min_max
 from torch_amore.grids.fine_grid import uniform_code
 from torch_amore.rules.cuts import short_cut
-from torch_amore.rules.metrics import fitness_value
+from torch_amore.rules.metrics import confidence_of_counts, confidence_ratio, fitness_value
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -276,7 +276,7 @@ class Objective:
         self.min_confidence = min_confidence
 
     def key(self, hits: int, support: int) -> tuple[bool, int]:
-        ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
+        ok = self.min_confidence is None or (support > 0 and confidence_of_counts(hits, support) >= self.min_confidence)
         return ok, fitness_value(hits, support)
 
     def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
@@ -285,8 +285,7 @@ class Objective:
         if self.min_confidence is None:
             ok = torch.ones_like(hits)
         else:
-            ratio = hits.double() / support.double().clamp(min=1)
-            ok = ((support > 0) & (ratio >= self.min_confidence)).long()
+            ok = (confidence_ratio(hits, support) >= self.min_confidence).long()  # never where support is 0
         return [(ok, 0, 1), (fitness_value(hits, support), -n, n)]
 
     def tensor_score(
@@ -295,8 +294,7 @@ class Objective:
         """:meth:`key` as one int64 per entry (counts below 2**40), the lowest where not ``valid``."""
         score = fitness_value(hits, support)
         if self.min_confidence is not None:
-            ratio = hits.double() / support.double().clamp(min=1)
-            score = score + ((support > 0) & (ratio >= self.min_confidence)).long() * (1 << 42)
+            score = score + (confidence_ratio(hits, support) >= self.min_confidence).long() * (1 << 42)
         return score if valid is None else score.masked_fill(~valid, -(1 << 50))
 
     def kappas(self, candidates: bool = True) -> tuple[float, ...]:
