@@ -23,7 +23,7 @@ from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.rules import serialization as S
-from torch_amore.rules.metrics import RuleMetrics, rule_metrics
+from torch_amore.rules.metrics import RuleMetrics, confidence_of_counts, hits_of_rates, recall, rule_metrics
 from torch_amore.rules.rules import RuleSet, load_rule_sets
 from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import capped_max_length, search_scope
@@ -282,7 +282,7 @@ class DecisionList:
     @property
     def hits(self) -> tuple[int, ...]:
         """Target samples newly covered by each entry."""
-        return tuple(int(round(r.confidence * r.support)) for r in self.rule_sets)
+        return tuple(hits_of_rates(r.confidence, r.support) for r in self.rule_sets)
 
     @property
     def support(self) -> int:
@@ -296,12 +296,12 @@ class DecisionList:
     @property
     def coverage(self) -> float:
         """Share of the target subgroup covered by the list."""
-        return self.covered_target / self.n_target if self.n_target else 0.0
+        return recall(self.covered_target, self.n_target)
 
     @property
     def confidence(self) -> float:
         """Support-weighted confidence of the entries (= share of target among the covered samples)."""
-        return self.covered_target / self.support if self.support else 0.0
+        return confidence_of_counts(self.covered_target, self.support)
 
     @property
     def fitness(self) -> float:

@@ -150,6 +150,17 @@ def recall(hits: int, n_target: int) -> float:
     return hits / n_target if n_target else 0.0
 
 
+def hits_of_rates(confidence: float, support: int) -> int:
+    """A rule set's target samples, given back from its confidence and support (the nearest integer to their
+    product: confidence is ``hits / support`` rounded to a float).
+
+    Example:
+        >>> hits_of_rates(2 / 3, 3)
+        2
+    """
+    return int(round(confidence * support))
+
+
 def base_rate(n_target: Any, n_samples: Any) -> Any:
     """The target's share of the samples, ``n_target / n_samples`` (0 without samples): a float from ints, or on the
     device from float tensors (no host sync).
