@@ -118,6 +118,7 @@ def test_count_forms_match_the_masks(pairs):
     assert M.base_rate(n_t, n) == (n_t / n if n else 0.0)
     conf = hits / s if s else 0.0
     assert M.confidence_of_counts(hits, s) == conf
+    assert M.hits_of_rates(conf, s) == hits  # the counts come back from the rounded rate
     rate = n_t / n if n else 0.0
     if rate:
         assert M.lift(conf, rate) == conf / rate
@@ -158,5 +159,6 @@ def test_lift_and_recall_of_a_rule_set():
     rs = ta.RuleSet.from_rules([ta.Rule(0, "x", low=0.6)], X, target)
     mask, t = rs.mask(X).tolist(), target.tolist()
     hits = sum(1 for m, y in zip(mask, t) if m and y)
+    assert M.hits_of_rates(rs.confidence, rs.support) == hits
     assert M.recall(hits, sum(t)) == hits / sum(t)
     assert M.lift(rs.confidence, M.base_rate(sum(t), len(t))) == (hits / sum(mask)) / (sum(t) / len(t))
