@@ -26,10 +26,9 @@ How
   a few host syncs per chunk of pairs.
 * ``max_length = 3``: branch and bound. Every tight rectangle of two features is a node; adding a condition can only
   drop samples, so a rule set's fitness never exceeds its target count / ``|target|`` (the optimistic estimate,
-  :func:`~torch_amore.rules.metrics.fitness_bound`), and
-  nodes are expanded best estimate first, in batches, only while their estimate reaches the ``top_k``-th best value
-  found. The work is capped by ``exact_budget``: when the cap is hit, a warning says so and the result carries the
-  best estimate not explored (:attr:`ExactResult.bound`).
+  ``rules.metrics.fitness_bound``), and nodes are expanded best estimate first, in batches, only while their estimate
+  reaches the ``top_k``-th best value found. The work is capped by ``exact_budget``: when the cap is hit, a warning
+  says so and the result carries the best estimate not explored (:attr:`ExactResult.bound`).
 
 The work of ``max_length <= 2`` is estimated up front (:func:`estimate_cost`, in grid-cell updates) and a search over
 ``exact_budget`` is refused with the estimate and how to narrow it (fewer ``features``, fewer ``n_grids``).
@@ -327,8 +326,7 @@ def _nodes(ctx: _Context, ctot: torch.Tensor, ctgt: torch.Tensor, kth: int):
         cp = ctot[p0 : p0 + per]
         sup = _rect_batch(cp, sa, ea, sb, eb).long()
         hits = _rect_batch(ctgt[p0 : p0 + per], sa, ea, sb, eb).long()
-        valid = ctx.valid[j][:, :, None] & ctx.valid[k][:, None, :]
-        ok = valid & (sup >= ctx.min_support) & (fitness_bound(hits) >= _bar(kth))
+        ok = ctx.valid[j][:, :, None] & ctx.valid[k][:, None, :] & (sup >= ctx.min_support) & (hits >= _bar(kth))
         for a0, a1, b0, b1 in faces:
             ok &= _rect_batch(cp, a0, a1, b0, b1) > 0  # tight
         q, ia, ib = torch.nonzero(ok, as_tuple=True)
