@@ -223,6 +223,11 @@ def test_bad_arguments_raise_clear_errors():
         decision_tree_rules(X_nan, target, max_depth=2, min_samples_leaf=5)
     with pytest.raises(ValueError, match="target"):
         decision_tree_rules(X, target[:-1], max_depth=2, min_samples_leaf=5)
+    # the feature arguments are keywords of their own: a misspelt one is refused as Python refuses any other
+    with pytest.raises(TypeError, match=r"^decision_tree_rules\(\) got an unexpected keyword argument 'feature'$"):
+        decision_tree_rules(X, target, max_depth=2, min_samples_leaf=5, feature=[0])
+    with pytest.raises(TypeError, match=r"^decision_tree_search\(\) got an unexpected keyword argument 'names'$"):
+        decision_tree_search(X, target, max_depth=2, names=["a", "b"])
 
 
 def _independent_pick(rule_sets: list[RuleSet], bound: float) -> RuleSet | None:

@@ -146,6 +146,8 @@ def test_bad_arguments_fail_before_binning(monkeypatch):
         search_hyperparameters(X, target, min_supports=[])
     with pytest.raises(ValueError, match="min_confidence"):
         sequential_covering(X, target, min_confidence=-0.1)
+    with pytest.raises(TypeError, match=r"^sequential_covering\(\) got an unexpected keyword argument 'scale'$"):
+        sequential_covering(X, target, scale=[1.0, 2.0])
 
 
 # ------------------------------------------------------------------------------------------- sequential covering
@@ -199,6 +201,22 @@ def test_sequential_covering_stops_for_the_documented_reasons():
     assert len(one) == 1 and one[0] == dl[0]
     none = sequential_covering(X, target, max_length=1, min_support=40, n_grids=10, min_confidence=1.0)
     assert all(r.confidence == 1.0 for r in none)
+
+
+def test_sequential_covering_passes_the_feature_arguments_on():
+    X, target = _toy(seed=5)
+    names, scale, offset = ["a", "b", "c", "d"], [10.0, 1.0, 2.0, 1.0], [5.0, 0.0, 0.0, 0.0]
+    dl = sequential_covering(X, target, max_length=2, min_support=40, n_grids=10, features=[0, 1],
+                             feature_names=names, feature_scale=scale, feature_offset=offset)  # fmt: skip
+    assert len(dl) >= 1
+    for rs in dl:
+        assert {r.feature for r in rs.rules} <= {0, 1}
+        assert all(r.name == names[r.feature] and (r.scale, r.offset) == (scale[r.feature], offset[r.feature])
+                   for r in rs.rules)  # fmt: skip
+    # the list's coverage and confidence, recounted from its masks
+    covered, t = dl.mask(X).tolist(), target.tolist()
+    hits = sum(1 for m, y in zip(covered, t) if m and y)
+    assert dl.coverage == hits / sum(t) and dl.confidence == hits / sum(covered)
 
 
 def test_decision_list_text_and_json_round_trip():

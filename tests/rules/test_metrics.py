@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import given, settings
 import torch_amore as ta
 from torch_amore.grids.intervals import candidate_intervals
 from torch_amore.grids.ratios import probability_ratios
+from torch_amore.rules import metrics as M
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=200))
@@ -93,3 +96,69 @@ def test_metric_errors():
     with pytest.raises(ValueError, match="same length"):
         ta.confidence(torch.tensor([True]), torch.tensor([True, False]))
     assert np.isclose(float(ta.confidence(torch.tensor([False]), torch.tensor([True]))), 0.0)
+
+
+def _plain_counts(pairs: list[tuple[bool, bool]]) -> tuple[int, int, int, int]:
+    """(support, hits, target size, samples) of ``(in mask, in target)`` pairs, counted in plain Python."""
+    return (
+        sum(1 for m, _ in pairs if m),
+        sum(1 for m, t in pairs if m and t),
+        sum(1 for _, t in pairs if t),
+        len(pairs),
+    )
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=200))
+def test_count_forms_match_the_masks(pairs):
+    """Recall, lift, base rate, the integer fitness and its optimistic bound, recomputed from the masks."""
+    s, hits, n_t, n = _plain_counts(pairs)
+    misses = sum(1 for m, t in pairs if m and not t)
+    assert M.fitness_value(hits, s) == hits - misses
+    assert M.recall(hits, n_t) == (hits / n_t if n_t else 0.0)
+    assert M.base_rate(n_t, n) == (n_t / n if n else 0.0)
+    conf = hits / s if s else 0.0
+    assert M.confidence_of_counts(hits, s) == conf
+    assert M.hits_of_rates(conf, s) == hits  # the counts come back from the rounded rate
+    rate = n_t / n if n else 0.0
+    if rate:
+        assert M.lift(conf, rate) == conf / rate
+        # lift > 1 exactly when the rule set's share of target samples beats the data's
+        assert (M.lift(conf, rate) > 1) == (hits * n > n_t * s)
+    else:
+        assert math.isnan(M.lift(conf, rate)) and math.isnan(M.lift(conf, None))
+    # the optimistic bound: no rule set inside the mask (a subset of its samples) has a higher fitness value
+    inside = [i for i, (m, _) in enumerate(pairs) if m]
+    for keep in range(0, len(inside) + 1, max(1, len(inside) // 4)):
+        sub = [pairs[i] for i in inside[:keep]]
+        sub_s, sub_hits = len(sub), sum(1 for _, t in sub if t)
+        assert M.fitness_value(sub_hits, sub_s) <= M.fitness_bound(hits)
+        if n_t:
+            assert M.fitness_of_counts(sub_hits, sub_s, n_t) <= M.recall(hits, n_t)
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), min_size=1, max_size=50))
+def test_tensor_forms_match_the_count_forms(rows):
+    """The tensor forms the searches use, elementwise against the Python count forms."""
+    hits = torch.tensor([min(h, s) for h, s in rows])
+    support = torch.tensor([s for _, s in rows])
+    ratio = M.confidence_ratio(hits, support).tolist()
+    value = M.fitness_value(hits, support).tolist()
+    bound = M.fitness_bound(hits).tolist()
+    for (h, s), r, v, b in zip(zip(hits.tolist(), support.tolist()), ratio, value, bound):
+        assert math.isnan(r) if s == 0 else r == h / s
+        assert v == 2 * h - s and b == h >= v
+    n_t, n = (torch.tensor(float(sum(c.tolist())), dtype=torch.float64) for c in (hits, support))
+    assert M.base_rate(n_t, n).item() == (n_t.item() / n.item() if n.item() else 0.0)
+
+
+def test_lift_and_recall_of_a_rule_set():
+    """The explanation's lift and recall of a rule set, from its mask: (hits / support) / (T / N) and hits / T."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(500, 2, generator=g)
+    target = X[:, 0] > 0.7
+    rs = ta.RuleSet.from_rules([ta.Rule(0, "x", low=0.6)], X, target)
+    mask, t = rs.mask(X).tolist(), target.tolist()
+    hits = sum(1 for m, y in zip(mask, t) if m and y)
+    assert M.hits_of_rates(rs.confidence, rs.support) == hits
+    assert M.recall(hits, sum(t)) == hits / sum(t)
+    assert M.lift(rs.confidence, M.base_rate(sum(t), len(t))) == (hits / sum(mask)) / (sum(t) / len(t))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -127,6 +127,35 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
 
 def check_bin_strategy(value: Any) -> str:
     return check_choice(value, "bin_strategy", BIN_STRATEGIES)
+
+
+class FeatureArgs(TypedDict, total=False):
+    """How the columns of ``X`` are described, each optional (``None`` by default) and as in
+    :func:`torch_amore.extract_rules`: the keyword arguments that the experiments' entry points pass on as a group."""
+
+    features: Sequence[int] | None
+    feature_names: Sequence[str] | None
+    feature_types: Sequence[str] | None
+    feature_scale: Sequence[float] | None
+    feature_offset: Sequence[float] | None
+
+
+def feature_args(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
+    """The :class:`FeatureArgs` keyword arguments ``given`` to ``caller``, every key present (``None`` where not
+    given); any other key is a ``TypeError`` worded as Python words it for an unexpected keyword argument.
+
+    Example:
+        >>> feature_args({"features": [0, 2]}, "f")["features"], feature_args({}, "f")["feature_offset"]
+        ([0, 2], None)
+        >>> feature_args({"feature": [0]}, "f")
+        Traceback (most recent call last):
+        ...
+        TypeError: f() got an unexpected keyword argument 'feature'
+    """
+    for key in given:
+        if key not in FeatureArgs.__annotations__:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}")
+    return {key: given.get(key) for key in FeatureArgs.__annotations__}
 
 
 def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:

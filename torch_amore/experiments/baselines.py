@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.readable import between
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
 
 #: Split criteria of :class:`sklearn.tree.DecisionTreeClassifier`.
 CRITERIA = ("gini", "entropy", "log_loss")
@@ -88,25 +91,17 @@ def _check_max_depth(value: Any) -> int | None:
 class _TreeData:
     """Validated inputs shared by all trees of a grid search."""
 
-    def __init__(
-        self,
-        X: ArrayLike,
-        target: MaskLike,
-        features: Sequence[int] | None,
-        feature_names: Sequence[str] | None,
-        feature_types: Sequence[str] | None,
-        feature_scale: Sequence[float] | None,
-        feature_offset: Sequence[float] | None,
-    ) -> None:
+    def __init__(self, X: ArrayLike, target: MaskLike, described: Mapping[str, Any]) -> None:
+        """``described``: every key of :class:`~torch_amore.data.arguments.FeatureArgs`."""
         target = V.align_rows(target, X, "target")
         X_t, frame_names = V.to_tensor_2d(X)
         n, n_features = X_t.shape
         if n == 0 or n_features == 0:
             raise ValueError(f"Expected `X` with at least one row and one column, but got shape {tuple(X_t.shape)}.")
-        self.names = A.resolve_names(feature_names, frame_names, n_features)
-        self.columns = A.resolve_features(features, n_features)
-        self.scale = A.resolve_affine(feature_scale, "feature_scale", n_features, 1.0)
-        self.offset = A.resolve_affine(feature_offset, "feature_offset", n_features, 0.0)
+        self.names = A.resolve_names(described["feature_names"], frame_names, n_features)
+        self.columns = A.resolve_features(described["features"], n_features)
+        self.scale = A.resolve_affine(described["feature_scale"], "feature_scale", n_features, 1.0)
+        self.offset = A.resolve_affine(described["feature_offset"], "feature_offset", n_features, 0.0)
         if any(s == 0 for s in self.scale):
             raise ValueError("Expected non-zero entries in `feature_scale`.")
         self.target = V.to_target(target, n, torch.device("cpu")).numpy()
@@ -117,7 +112,7 @@ class _TreeData:
                 "Expected `X` without missing values (NaN) for the decision-tree baseline: a tree routes NaN to one "
                 "side of a split, which an interval rule cannot express. Impute or drop the missing values first."
             )
-        self.kinds = A.resolve_feature_types(feature_types, torch.from_numpy(self.X))
+        self.kinds = A.resolve_feature_types(described["feature_types"], torch.from_numpy(self.X))
         self.n_target = int(self.target.sum())
         self._distinct: dict[int, np.ndarray] = {}
 
@@ -149,18 +144,14 @@ class _TreeData:
 
 
 def _tree_rule_sets(
-    data: _TreeData, *, max_depth, min_samples_leaf, criterion, class_weight, random_state, target_name
-) -> tuple[list[RuleSet], Any]:
+    data: _TreeData, setting: Mapping[str, Any], *, max_depth: int | None, random_state: int | None, target_name: str
+) -> list[RuleSet]:
+    """The rule sets of a tree grown with ``setting`` (``criterion``, ``min_samples_leaf``, ``class_weight``), best
+    first."""
     from sklearn.tree import DecisionTreeClassifier
 
     X = data.X[:, data.columns]
-    clf = DecisionTreeClassifier(
-        max_depth=max_depth,
-        min_samples_leaf=min_samples_leaf,
-        criterion=criterion,
-        class_weight=class_weight,
-        random_state=random_state,
-    ).fit(X, data.target)
+    clf = DecisionTreeClassifier(max_depth=max_depth, random_state=random_state, **setting).fit(X, data.target)
     tree = clf.tree_
     path = clf.decision_path(X).tocsc()  # (N, n_nodes) membership
     support = np.asarray(path.sum(axis=0)).ravel().astype(np.int64)
@@ -194,7 +185,7 @@ def _tree_rule_sets(
         stack.append((right, {**bounds, j: (max(lo, b), hi)}))
         stack.append((left, {**bounds, j: (lo, min(hi, b))}))
     out.sort(key=lambda p: (-p[1].fitness, -p[1].confidence, -p[1].support, p[0]))
-    return [rs for _, rs in out], clf
+    return [rs for _, rs in out]
 
 
 def decision_tree_rules(
@@ -205,13 +196,9 @@ def decision_tree_rules(
     min_samples_leaf: int | float,
     criterion: str = "gini",
     class_weight: Any = None,
-    features: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
     random_state: int | None = 0,
+    **described: Unpack[A.FeatureArgs],
 ) -> list[RuleSet]:
     """Rule sets of every node of a decision tree trained to separate the subgroup from the other samples.
 
@@ -239,21 +226,14 @@ def decision_tree_rules(
         >>> print(best)
         IF feature_1 >= 0.6 THEN target  (support=384, confidence=1.000, fitness=1.000)
     """
+    described = A.feature_args(described, "decision_tree_rules")
     max_depth = _check_max_depth(max_depth)
     A.check_choice(criterion, "criterion", CRITERIA)
     class_weight = _check_class_weight(class_weight)
-    data = _TreeData(X, target, features, feature_names, feature_types, feature_scale, feature_offset)
+    data = _TreeData(X, target, described)
     msl = _check_min_samples_leaf(min_samples_leaf, data.X.shape[0])
-    rule_sets, _ = _tree_rule_sets(
-        data,
-        max_depth=max_depth,
-        min_samples_leaf=msl,
-        criterion=criterion,
-        class_weight=class_weight,
-        random_state=random_state,
-        target_name=target_name,
-    )
-    return rule_sets
+    setting = {"criterion": criterion, "min_samples_leaf": msl, "class_weight": class_weight}
+    return _tree_rule_sets(data, setting, max_depth=max_depth, random_state=random_state, target_name=target_name)
 
 
 def decision_tree_search(
@@ -265,14 +245,10 @@ def decision_tree_search(
     criteria: str | Sequence[str] = ("gini", "entropy"),
     class_weights: Any = (None, "balanced"),
     confidence_lower_bound: float = 0.8,
-    features: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
     random_state: int | None = 0,
     progress: bool = False,
+    **described: Unpack[A.FeatureArgs],
 ) -> SearchResult:
     """The paper's grid search for the decision-tree baseline.
 
@@ -303,29 +279,24 @@ def decision_tree_search(
         >>> len(result.records)
         8
     """
+    described = A.feature_args(described, "decision_tree_search")
     max_depth = _check_max_depth(max_depth)
     bound = check_bound(confidence_lower_bound)
     crits = as_grid(criteria, "criteria", str)
     for c in crits:
         A.check_choice(c, "criteria", CRITERIA)
     weights = [_check_class_weight(w) for w in as_grid(class_weights, "class_weights", str)]
-    data = _TreeData(X, target, features, feature_names, feature_types, feature_scale, feature_offset)
+    data = _TreeData(X, target, described)
     leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in as_grid(min_samples_leaf, "min_samples_leaf")]
 
     settings = list(itertools.product(crits, leaves, weights))
     bar = progress_bar(progress, total=len(settings), desc="decision-tree settings")
     rows = []
     for crit, msl, cw in settings:
-        rule_sets, _ = _tree_rule_sets(
-            data,
-            max_depth=max_depth,
-            min_samples_leaf=msl,
-            criterion=crit,
-            class_weight=cw,
-            random_state=random_state,
-            target_name=target_name,
-        )
         setting = {"criterion": crit, "min_samples_leaf": msl, "class_weight": cw}
+        rule_sets = _tree_rule_sets(
+            data, setting, max_depth=max_depth, random_state=random_state, target_name=target_name
+        )
         rows.append((setting, len(rule_sets), select_best(rule_sets, bound)))
         bar.update(1)
     bar.close()

@@ -23,7 +23,7 @@ from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.rules import serialization as S
-from torch_amore.rules.metrics import RuleMetrics, rule_metrics
+from torch_amore.rules.metrics import RuleMetrics, confidence_of_counts, hits_of_rates, recall, rule_metrics
 from torch_amore.rules.rules import RuleSet, load_rule_sets
 from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import capped_max_length, search_scope
@@ -31,6 +31,7 @@ from torch_amore.search.options import SearchOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+    from typing_extensions import Unpack
 
 #: Default min_support grid: fractions of the number of samples.
 DEFAULT_MIN_SUPPORTS = (0.01, 0.02, 0.05, 0.1)
@@ -282,7 +283,7 @@ class DecisionList:
     @property
     def hits(self) -> tuple[int, ...]:
         """Target samples newly covered by each entry."""
-        return tuple(int(round(r.confidence * r.support)) for r in self.rule_sets)
+        return tuple(hits_of_rates(r.confidence, r.support) for r in self.rule_sets)
 
     @property
     def support(self) -> int:
@@ -296,12 +297,12 @@ class DecisionList:
     @property
     def coverage(self) -> float:
         """Share of the target subgroup covered by the list."""
-        return self.covered_target / self.n_target if self.n_target else 0.0
+        return recall(self.covered_target, self.n_target)
 
     @property
     def confidence(self) -> float:
         """Support-weighted confidence of the entries (= share of target among the covered samples)."""
-        return self.covered_target / self.support if self.support else 0.0
+        return confidence_of_counts(self.covered_target, self.support)
 
     @property
     def fitness(self) -> float:
@@ -384,13 +385,9 @@ def sequential_covering(
     top_k: int = 3,
     min_confidence: float = 0.8,
     max_rules: int | None = None,
-    features: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    feature_types: Sequence[str] | None = None,
-    feature_scale: Sequence[float] | None = None,
-    feature_offset: Sequence[float] | None = None,
     target_name: str = "target",
     progress: bool = False,
+    **described: Unpack[A.FeatureArgs],
 ) -> DecisionList:
     """A decision list covering the subgroup: take the best rule set, remove the samples it covers, repeat.
 
@@ -404,6 +401,7 @@ def sequential_covering(
         min_support: int counts or float fractions of the full N (resolved once), one or a sequence.
         min_confidence: the confidence every entry must reach.
         max_rules: the most entries (default: no limit).
+        described: ``features``, ``feature_names``, ``feature_types``, ``feature_scale`` and ``feature_offset``.
         Other arguments: as in :func:`search_hyperparameters`.
 
     Returns:
@@ -421,6 +419,7 @@ def sequential_covering(
         ELSE not target
         covers 708 of 708 target samples (coverage=1.000); support=708, confidence=1.000, fitness=0.754
     """
+    described = A.feature_args(described, "sequential_covering")
     min_confidence = check_bound(min_confidence, "min_confidence")
     if max_rules is not None:
         max_rules = A.check_int(max_rules, "max_rules", 1)
@@ -431,13 +430,14 @@ def sequential_covering(
     target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     n, n_features = X_t.shape
-    n_searched = len(A.resolve_features(features, n_features))
+    n_searched = len(A.resolve_features(described["features"], n_features))
     max_length = capped_max_length(SearchOptions(max_length=max_length), n_searched).max_length  # said once
-    names = A.resolve_names(feature_names, frame_names, n_features)
+    names = A.resolve_names(described["feature_names"], frame_names, n_features)
     supports = [A.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)
     V.check_finite(X_t)
-    kinds = A.resolve_feature_types(feature_types, X_t)  # fixed on the full data, not re-inferred on subsets
+    # the types are fixed on the full data, not re-inferred on subsets
+    kinds = A.resolve_feature_types(described["feature_types"], X_t)
     n_target = int(target_t.sum())
 
     remaining = torch.ones(n, dtype=torch.bool, device=X_t.device)
@@ -459,12 +459,8 @@ def sequential_covering(
             max_length=max_length,
             top_k=top_k,
             confidence_lower_bound=min_confidence,
-            features=features,
-            feature_names=names,
-            feature_types=kinds,
-            feature_scale=feature_scale,
-            feature_offset=feature_offset,
             target_name=target_name,
+            **{**described, "feature_names": names, "feature_types": kinds},
         )
         best = result.best
         if best is None or best.confidence < min_confidence or best.support == 0:

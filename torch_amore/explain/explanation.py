@@ -23,7 +23,7 @@ from torch_amore.explain.loading import (
 )
 from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules import serialization as S
-from torch_amore.rules.metrics import RuleMetrics
+from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
 
 _FORMAT = "torch_amore.RegionalExplanation"
@@ -124,13 +124,13 @@ class RegionalExplanation:
         """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
         subgroup it covers), the base rate and whether its fitness is positive (NaN where the sizes are unknown)."""
         size, base = self.params.get("subgroup_size"), self.base_rate
-        hits = round(rule_set.confidence * rule_set.support)
+        hits = hits_of_rates(rule_set.confidence, rule_set.support)
         return {
             "support": rule_set.support,
             "confidence": rule_set.confidence,
             "fitness": rule_set.fitness,
-            "lift": rule_set.confidence / base if base else float("nan"),
-            "recall": hits / size if size else float("nan"),
+            "lift": lift(rule_set.confidence, base),
+            "recall": recall(hits, size) if size else float("nan"),
             "base_rate": base if base is not None else float("nan"),
             "positive_fitness": rule_set.fitness > 0,
         }

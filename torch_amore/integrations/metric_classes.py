@@ -31,9 +31,15 @@ from torch_amore.rules.rules import RuleSet
 
 class _RuleCounts(Metric):
     """Counts of a rule set on streaming data: ``covered`` (samples under the rule set), ``hits`` (target samples
-    under it) and ``n_target`` (target samples)."""
+    under it) and ``n_target`` (target samples); each metric below computes its criterion from them.
+
+    Args:
+        rule_set: the rule set to measure.
+        kwargs: torchmetrics ``Metric`` options (e.g. ``sync_on_compute``).
+    """
 
     is_differentiable = False
+    higher_is_better = True
     full_state_update = False
 
     covered: torch.Tensor
@@ -67,7 +73,8 @@ class RuleSupport(_RuleCounts):
 
     Args:
         rule_set: the rule set to measure.
-        kwargs: torchmetrics ``Metric`` options (e.g. ``sync_on_compute``).
+        kwargs: torchmetrics ``Metric`` options (e.g. ``sync_on_compute``), as for :class:`RuleConfidence` and
+            :class:`RuleFitness`.
 
     Example:
         >>> import torch
@@ -80,31 +87,26 @@ class RuleSupport(_RuleCounts):
         tensor(3)
     """
 
-    higher_is_better = True
-
     def compute(self) -> torch.Tensor:
         return self.covered.clone()
 
 
 class RuleConfidence(_RuleCounts):
-    """Share of the samples satisfying a rule set that lie in the target subgroup (0 while none does).
-
-    Args:
-        rule_set: the rule set to measure.
-        kwargs: torchmetrics ``Metric`` options.
+    """Share of the samples satisfying a rule set that lie in the target subgroup (0 while none does); arguments as
+    for :class:`RuleSupport`.
 
     Example:
+        Called on a batch, the metric returns the batch's confidence and accumulates it:
+
         >>> import torch
         >>> from torch_amore import Rule, RuleSet
-        >>> rs = RuleSet((Rule(0, "x", low=0.5),), support=0, confidence=0.0, fitness=0.0)
-        >>> metric = RuleConfidence(rs)
-        >>> metric.update(torch.tensor([[0.2], [0.7]]), torch.tensor([False, True]))
-        >>> metric.update(torch.tensor([[0.9], [0.6]]), torch.tensor([False, True]))
+        >>> metric = RuleConfidence(RuleSet((Rule(0, "x", low=0.5),), support=0, confidence=0.0, fitness=0.0))
+        >>> [float(metric(torch.tensor([[x]]), torch.tensor([t]))) for x, t in ((0.7, True), (0.9, False), (0.6, True))]
+        [1.0, 0.0, 1.0]
         >>> metric.compute()
         tensor(0.6667, dtype=torch.float64)
     """
 
-    higher_is_better = True
     plot_lower_bound = 0.0
     plot_upper_bound = 1.0
 
@@ -113,24 +115,21 @@ class RuleConfidence(_RuleCounts):
 
 
 class RuleFitness(_RuleCounts):
-    """(target - other samples satisfying a rule set) / target samples (0 while no target sample was seen).
-
-    Args:
-        rule_set: the rule set to measure.
-        kwargs: torchmetrics ``Metric`` options.
+    """(target - other samples satisfying a rule set) / target samples (0 while no target sample was seen); arguments
+    as for :class:`RuleSupport`.
 
     Example:
         >>> import torch
         >>> from torch_amore import Rule, RuleSet
-        >>> rs = RuleSet((Rule(0, "x", low=0.5),), support=0, confidence=0.0, fitness=0.0)
-        >>> metric = RuleFitness(rs)
-        >>> metric.update(torch.tensor([[0.2], [0.7]]), torch.tensor([True, True]))
-        >>> metric.update(torch.tensor([[0.9], [0.6]]), torch.tensor([False, True]))
+        >>> metric = RuleFitness(RuleSet((Rule(0, "x", low=0.5),), support=0, confidence=0.0, fitness=0.0))
+        >>> metric.update(torch.tensor([[0.9]]), torch.tensor([False]))
+        >>> metric.compute()  # no target sample yet
+        tensor(0., dtype=torch.float64)
+        >>> metric.update(torch.tensor([[0.2], [0.7], [0.6]]), torch.tensor([True, True, True]))
         >>> metric.compute()
         tensor(0.3333, dtype=torch.float64)
     """
 
-    higher_is_better = True
     plot_upper_bound = 1.0
 
     def compute(self) -> torch.Tensor:

@@ -1,21 +1,30 @@
-"""The paper's three rule-quality criteria: support, confidence and fitness.
+"""The paper's three rule-quality criteria (support, confidence, fitness) and the measures derived from the same counts
+(lift, recall, the searches' integer fitness and its optimistic bound).
 
 Functional forms take a boolean rule ``mask`` (samples satisfying a rule set) and the boolean ``target`` subgroup, and
-return 0-dim tensors on the inputs' device. They are the single source of the maths: ``RuleSet.evaluate`` and the
-torchmetrics wrappers (:mod:`torch_amore.integrations.metric_classes`) call them.
+return 0-dim tensors on the inputs' device. The count forms take the counts themselves (Python numbers or integer
+tensors, as each says). This module is the single source of the maths: ``RuleSet.evaluate``, the searches, the
+baselines, the explanations and the torchmetrics wrappers (:mod:`torch_amore.integrations.metric_classes`) call it.
 
-Definitions (``T`` = number of target samples):
+Definitions (``hits`` = ``sum(mask & target)``, ``T`` = number of target samples, ``N`` = number of samples):
 
 * support    = ``sum(mask)``
-* confidence = ``sum(mask & target) / sum(mask)`` (0 when the mask is empty)
-* fitness    = ``(sum(mask & target) - sum(mask & ~target)) / T``
+* confidence = ``hits / support`` (0 when the mask is empty)
+* fitness    = ``(hits - sum(mask & ~target)) / T`` = ``(2 * hits - support) / T``
+* recall     = ``hits / T``, also the optimistic bound on fitness: no rule set below these hits (adding conditions only
+  drops samples) has a fitness above it
+* lift       = ``confidence / (T / N)`` (confidence over the base rate)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import torch
+
+#: The error of a fitness asked of a data set without target samples.
+_NO_TARGET = "Expected `target` to select at least one sample: fitness divides by the subgroup size."
 
 
 class RuleMetrics(NamedTuple):
@@ -62,16 +71,28 @@ def fitness_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
     return mask.sum(), (mask & target).sum(), target.sum()
 
 
+def confidence_ratio(hits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """``hits / support`` in float64, elementwise, and NaN where ``support`` is 0 (no comparison holds there, so an
+    empty rule set never counts as confident): the searches' tensor form of :func:`confidence`.
+
+    Example:
+        >>> import torch
+        >>> confidence_ratio(torch.tensor([3, 0]), torch.tensor([4, 0])).tolist()
+        [0.75, nan]
+    """
+    return hits.to(torch.float64) / support.to(torch.float64)
+
+
 def confidence_compute(covered: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
     """``hits / covered`` in float64 (0 where nothing is covered), elementwise."""
-    covered, hits = covered.to(torch.float64), hits.to(torch.float64)
-    return torch.where(covered > 0, hits / covered.clamp(min=1), torch.zeros_like(covered))
+    ratio = confidence_ratio(hits, covered)
+    return torch.where(covered > 0, ratio, torch.zeros_like(ratio))
 
 
 def fitness_compute(covered: torch.Tensor, hits: torch.Tensor, n_target: torch.Tensor) -> torch.Tensor:
     """``(2 * hits - covered) / n_target`` in float64 (0 without target samples), elementwise."""
     covered, hits, n_target = (t.to(torch.float64) for t in (covered, hits, n_target))
-    return torch.where(n_target > 0, (2 * hits - covered) / n_target.clamp(min=1), torch.zeros_like(covered))
+    return torch.where(n_target > 0, fitness_value(hits, covered) / n_target.clamp(min=1), torch.zeros_like(covered))
 
 
 def confidence_of_counts(hits: int, support: int) -> float:
@@ -95,6 +116,18 @@ def fitness_value(hits: Any, support: Any) -> Any:
     return 2 * hits - support
 
 
+def fitness_bound(hits: Any) -> Any:
+    """The optimistic estimate of :func:`fitness_value` (ints or integer tensors alike): a rule set with ``hits``
+    target samples has ``2 * hits - support <= hits`` (its support holds its hits), and so has every rule set that
+    adds conditions to it (they only drop samples). In fitness units the bound is :func:`recall`.
+
+    Example:
+        >>> fitness_bound(3) >= max(fitness_value(3, support) for support in range(3, 10))
+        True
+    """
+    return hits
+
+
 def fitness_of_counts(hits: int, support: int, n_target: int) -> float:
     """Fitness from counts: ``(hits - (support - hits)) / n_target`` (0 without target samples); the searches' form
     of :func:`fitness`.
@@ -104,6 +137,53 @@ def fitness_of_counts(hits: int, support: int, n_target: int) -> float:
         0.4
     """
     return fitness_value(hits, support) / n_target if n_target else 0.0
+
+
+def recall(hits: int, n_target: int) -> float:
+    """Share of the target subgroup that a rule set covers, ``hits / n_target`` (0 without target samples); also the
+    optimistic bound on its fitness and on that of every rule set below it (:func:`fitness_bound`).
+
+    Example:
+        >>> recall(3, 4), recall(0, 0)
+        (0.75, 0.0)
+    """
+    return hits / n_target if n_target else 0.0
+
+
+def hits_of_rates(confidence: float, support: int) -> int:
+    """A rule set's target samples, given back from its confidence and support (the nearest integer to their
+    product: confidence is ``hits / support`` rounded to a float).
+
+    Example:
+        >>> hits_of_rates(2 / 3, 3)
+        2
+    """
+    return int(round(confidence * support))
+
+
+def base_rate(n_target: Any, n_samples: Any) -> Any:
+    """The target's share of the samples, ``n_target / n_samples`` (0 without samples): a float from ints, or on the
+    device from float tensors (no host sync).
+
+    Example:
+        >>> import torch
+        >>> base_rate(3, 12), base_rate(torch.tensor(3.0), torch.tensor(12.0)).item()
+        (0.25, 0.25)
+    """
+    if isinstance(n_samples, torch.Tensor):
+        return n_target / n_samples.clamp(min=1.0)
+    return n_target / max(1, n_samples)
+
+
+def lift(confidence: float, rate: float | None) -> float:
+    """A rule set's confidence over the target's base rate (:func:`base_rate`): how many times likelier the target is
+    under the rule set than overall; NaN where the base rate is 0 or unknown (``None``).
+
+    Example:
+        >>> lift(0.75, 0.25), lift(0.75, None)
+        (3.0, nan)
+    """
+    return confidence / rate if rate else math.nan
 
 
 def support(mask: torch.Tensor) -> torch.Tensor:
@@ -125,8 +205,7 @@ def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> confidence(torch.tensor([True, True, False, True]), torch.tensor([True, False, False, True]))
         tensor(0.6667, dtype=torch.float64)
     """
-    mask, target = check_pair(mask, target)
-    return confidence_compute(*confidence_update(mask, target))
+    return confidence_compute(*confidence_update(*check_pair(mask, target)))
 
 
 def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -134,12 +213,13 @@ def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Example:
         >>> import torch
-        >>> fitness(torch.tensor([True, True, False, True]), torch.tensor([True, False, True, True]))
-        tensor(0.3333, dtype=torch.float64)
+        >>> mask = torch.tensor([True, True, False, True])
+        >>> fitness(mask, torch.tensor([True, False, True, True])), fitness(mask, ~mask)
+        (tensor(0.3333, dtype=torch.float64), tensor(-3., dtype=torch.float64))
     """
     mask, target = check_pair(mask, target)
     if not bool(target.any()):
-        raise ValueError("Expected `target` to select at least one sample: fitness divides by the subgroup size.")
+        raise ValueError(_NO_TARGET)
     return fitness_compute(*fitness_update(mask, target))
 
 
@@ -151,10 +231,9 @@ def rule_metrics(mask: torch.Tensor, target: torch.Tensor) -> RuleMetrics:
         >>> rule_metrics(torch.tensor([True, True, False, True]), torch.tensor([True, False, True, True]))
         RuleMetrics(support=3, confidence=0.6666666666666666, fitness=0.3333333333333333)
     """
-    mask, target = check_pair(mask, target)
-    covered, hits, n_target = fitness_update(mask, target)
+    covered, hits, n_target = fitness_update(*check_pair(mask, target))
     if int(n_target) == 0:
-        raise ValueError("Expected `target` to select at least one sample: fitness divides by the subgroup size.")
+        raise ValueError(_NO_TARGET)
     return RuleMetrics(
         support=int(covered),
         confidence=float(confidence_compute(covered, hits)),

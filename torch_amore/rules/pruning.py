@@ -150,7 +150,7 @@ def prune_rule_sets(
             worst: tuple[float, int, tuple[int, int]] | None = None
             for k in range(len(rules)):
                 sub_hits, sub_support = known[frozenset(rules[:k] + rules[k + 1 :])]
-                gain = value - (2 * sub_hits - sub_support)
+                gain = value - fitness_value(sub_hits, sub_support)
                 if gain >= bar:
                     continue
                 if min_confidence is not None and confidence_of_counts(sub_hits, sub_support) < min_confidence:

@@ -47,7 +47,7 @@ from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
-from torch_amore.rules.metrics import fitness_value
+from torch_amore.rules.metrics import base_rate, fitness_value
 from torch_amore.strategies.best_interval import (
     DenseBest,
     Lift,
@@ -121,7 +121,7 @@ class BeamSearch(Refinement):
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
         # plus the target's base rate (maximising sum(a - rate * b) is weighted relative accuracy, the broad regions
         # of high lift that subgroup discovery and tree splits favour) and half-way to 0.5
-        rate = n_target / max(1, self.n_rows)
+        rate = base_rate(n_target, self.n_rows)
         rate, half = round(min(0.999, max(0.001, rate)), 3), round(min(0.999, max(0.001, (rate + 0.5) / 2)), 3)
         self.lift = Lift(rate)
         self.kappas = tuple(sorted(set(self.objectives[-1].kappas()) | {rate, half}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from torch_amore.data.column_stats import work_dtype
 from torch_amore.grids.edges import nan_min_max
 from torch_amore.grids.fine_grid import uniform_code
 from torch_amore.rules.cuts import short_cut
-from torch_amore.rules.metrics import fitness_value
+from torch_amore.rules.metrics import confidence_of_counts, confidence_ratio, fitness_value
 
 #: Confidence weights of the candidate family: maximise sum(a - kappa * b). 0.5 is fitness.
 KAPPAS = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -84,24 +85,8 @@ class DenseBest:
         )  # fmt: skip
 
 
-def best_intervals(
-    tot: torch.Tensor,
-    tgt: torch.Tensor,
-    n_bins: torch.Tensor,
-    is_cat: torch.Tensor,
-    min_support: int,
-    kappas: tuple[float, ...] = KAPPAS,
-    *,
-    positive: bool = True,
-    max_count: int | None = None,
-    any_cat: bool | None = None,
-) -> _Best:
-    """For every feature and kappa, the interval of grids maximising sum(tgt - kappa * tot) with support >= s_min.
-
-    Intervals spanning all grids of a feature (no condition at all) are dropped, and so are intervals with no positive
-    value unless ``positive=False`` (a condition that is bad alone may be good beside others). Categorical features
-    offer single categories only. The valid (feature, kappa) entries of :func:`best_intervals_dense`, compacted (one
-    host sync); ``max_count`` and ``any_cat`` as there.
+def best_intervals(*args: Any, **kwargs: Any) -> _Best:
+    """The valid (feature, kappa) entries of :func:`best_intervals_dense` (same arguments), compacted (one host sync).
 
     Example:
         >>> import torch
@@ -110,10 +95,7 @@ def best_intervals(
         >>> (b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist())
         ([1], [2], [17], [20])
     """
-    dense = best_intervals_dense(
-        tot, tgt, n_bins, is_cat, min_support, kappas, positive=positive, max_count=max_count, any_cat=any_cat
-    )
-    return dense.compact()
+    return best_intervals_dense(*args, **kwargs).compact()
 
 
 def best_intervals_dense(
@@ -129,10 +111,15 @@ def best_intervals_dense(
     any_cat: bool | None = None,
     budget: int | None = None,
 ) -> DenseBest:
-    """:func:`best_intervals` for every (row, kappa) as (R, K) tensors with a validity mask: no host sync when the
-    host knows ``max_count`` (a bound on any row's total count; it picks exact float32 sums when small, else the sum
-    is read once) and ``any_cat`` (whether some row is categorical; else ``is_cat.any()`` is read once). Rows are
-    taken in blocks whose tables hold at most ``budget`` elements (default ``2**22``).
+    """For every row (feature) and kappa, the interval of grids maximising sum(tgt - kappa * tot) with support >=
+    s_min, as (R, K) tensors with a validity mask.
+
+    Intervals spanning all grids of a feature (no condition at all) are not valid, and neither are intervals with no
+    positive value unless ``positive=False`` (a condition that is bad alone may be good beside others). Categorical
+    features offer single categories only. No host sync when the host knows ``max_count`` (a bound on any row's total
+    count; it picks exact float32 sums when small, else the sum is read once) and ``any_cat`` (whether some row is
+    categorical; else ``is_cat.any()`` is read once). Rows are taken in blocks whose tables hold at most ``budget``
+    elements (default ``2**22``).
 
     Example:
         >>> import torch
@@ -276,7 +263,7 @@ class Objective:
         self.min_confidence = min_confidence
 
     def key(self, hits: int, support: int) -> tuple[bool, int]:
-        ok = self.min_confidence is None or (support > 0 and hits / support >= self.min_confidence)
+        ok = self.min_confidence is None or (support > 0 and confidence_of_counts(hits, support) >= self.min_confidence)
         return ok, fitness_value(hits, support)
 
     def tensor_key(self, hits: torch.Tensor, support: torch.Tensor, n: int) -> list[tuple[torch.Tensor, int, int]]:
@@ -285,8 +272,7 @@ class Objective:
         if self.min_confidence is None:
             ok = torch.ones_like(hits)
         else:
-            ratio = hits.double() / support.double().clamp(min=1)
-            ok = ((support > 0) & (ratio >= self.min_confidence)).long()
+            ok = (confidence_ratio(hits, support) >= self.min_confidence).long()  # never where support is 0
         return [(ok, 0, 1), (fitness_value(hits, support), -n, n)]
 
     def tensor_score(
@@ -295,8 +281,7 @@ class Objective:
         """:meth:`key` as one int64 per entry (counts below 2**40), the lowest where not ``valid``."""
         score = fitness_value(hits, support)
         if self.min_confidence is not None:
-            ratio = hits.double() / support.double().clamp(min=1)
-            score = score + ((support > 0) & (ratio >= self.min_confidence)).long() * (1 << 42)
+            score = score + (confidence_ratio(hits, support) >= self.min_confidence).long() * (1 << 42)
         return score if valid is None else score.masked_fill(~valid, -(1 << 50))
 
     def kappas(self, candidates: bool = True) -> tuple[float, ...]:

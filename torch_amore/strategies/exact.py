@@ -25,10 +25,10 @@ How
   best value found so far are enumerated in full (in batches, best bound first). No Python loop over pairs or cuts;
   a few host syncs per chunk of pairs.
 * ``max_length = 3``: branch and bound. Every tight rectangle of two features is a node; adding a condition can only
-  drop samples, so a rule set's fitness never exceeds its target count / ``|target|`` (the optimistic estimate), and
-  nodes are expanded best estimate first, in batches, only while their estimate reaches the ``top_k``-th best value
-  found. The work is capped by ``exact_budget``: when the cap is hit, a warning says so and the result carries the
-  best estimate not explored (:attr:`ExactResult.bound`).
+  drop samples, so a rule set's fitness never exceeds its target count / ``|target|`` (the optimistic estimate,
+  ``rules.metrics.fitness_bound``), and nodes are expanded best estimate first, in batches, only while their estimate
+  reaches the ``top_k``-th best value found. The work is capped by ``exact_budget``: when the cap is hit, a warning
+  says so and the result carries the best estimate not explored (:attr:`ExactResult.bound`).
 
 The work of ``max_length <= 2`` is estimated up front (:func:`estimate_cost`, in grid-cell updates) and a search over
 ``exact_budget`` is refused with the estimate and how to narrow it (fewer ``features``, fewer ``n_grids``).
@@ -45,7 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.pair_counts import ExactGrid, PairCounts, compress
 from torch_amore.grids.ratios import group_grid_counts
-from torch_amore.rules.metrics import fitness_value
+from torch_amore.rules.metrics import fitness_bound, fitness_value, recall
 from torch_amore.strategies.best_interval import packed_keys
 
 #: Value of an infeasible rule set (values are ``2 * hits - support``, integers far from it).
@@ -277,11 +277,11 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
         j_c, k_c, ctot, ctgt = counts.prefix(order, p0, p1)
         if keep:
             kept.append((ctot, ctgt))
-        row_ok = alive[j_c] & (ctx.hits1[j_c] >= _bar(kth))  # optimistic estimate: a pair never beats its hits
+        row_ok = alive[j_c] & (fitness_bound(ctx.hits1[j_c]) >= _bar(kth))  # optimistic: a pair has at most j's hits
         p, i = torch.nonzero(row_ok, as_tuple=True)
         # a cheap bound first (the sum of the grids of positive value, from the per-grid values 2 * hits - support
         # cumulated over j's grids only), then the exact row bound on the rows it keeps
-        cell_value = 2 * ctgt.diff(dim=2) - ctot.diff(dim=2)  # (P, W + 1, W)
+        cell_value = fitness_value(ctgt.diff(dim=2), ctot.diff(dim=2))  # (P, W + 1, W)
         gain = _interval_rows(cell_value, p, ctx.s[i], ctx.e[i]).clamp_(min=0).sum(1)
         hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
         p, i = p[hopeful], i[hopeful]
@@ -406,10 +406,10 @@ def _triples(ctx, nodes, target, ctot, pool, kth, budget_left: int):
     per_node = n_feat * ctx.s.numel() * 8
     batch = max(1, min(256, _CHUNK // per_node))
     spent, start = 0, 0
-    hits = nodes[:, 0]
+    estimate = fitness_bound(nodes[:, 0])  # of the node and of every triple below it
     n_nodes = nodes.shape[0]
     while start < n_nodes:
-        top = int(hits[start])
+        top = int(estimate[start])
         if top < _bar(kth):
             return pool, kth, True, None
         part = nodes[start : start + batch]
@@ -492,7 +492,7 @@ def exact_search(
     if not complete:
         warnings.warn(
             f"strategy='exact' stopped at `exact_budget`={budget:.2e}: rule sets with at most "
-            f"{bound:,} target samples are unexplored (fitness <= {bound / max(1, n_target):.4f} "
+            f"{bound:,} target samples are unexplored (fitness <= {recall(bound, n_target):.4f} "
             "bound); raise `exact_budget` or narrow the search (`features=`, `n_grids`).",
             RuntimeWarning,
             stacklevel=3,

@@ -39,7 +39,7 @@ from torch_amore._utils.sorting import argsort_values
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.masks import all_along, all_of, count_true, rule_masks
-from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, fitness_value
+from torch_amore.rules.metrics import confidence_of_counts, confidence_ratio, fitness_of_counts, fitness_value
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.strategies.best_interval import Objective, exact_best_interval
@@ -59,7 +59,7 @@ def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) 
     support``; ``conf`` per row (broadcast), negative where there is no ``min_confidence`` (``None``: none has one)."""
     if conf is None:
         return fitness_value(hits, support)
-    ratio = hits.to(torch.float64) / support.to(torch.float64)  # NaN (not confident) where support is 0
+    ratio = confidence_ratio(hits, support)  # NaN (not confident) where support is 0
     return ((conf < 0) | (ratio >= conf)).long() * _OK + fitness_value(hits, support)
 
 

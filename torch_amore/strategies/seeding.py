@@ -21,7 +21,7 @@ from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore.grids.fine_grid import FineBinned
 from torch_amore.grids.pair_counts import pair_histograms
-from torch_amore.rules.metrics import fitness_value
+from torch_amore.rules.metrics import base_rate, fitness_value
 
 #: Equal-frequency cells per numeric feature of the seed search.
 SEED_GRIDS = 5
@@ -69,7 +69,7 @@ def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n
     """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
     cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
     total, t_total = cb[:, -1:], ct[:, -1:]
-    rate = t_total.max() / total.max().clamp(min=1.0)  # on the device: no host sync
+    rate = base_rate(t_total.max(), total.max())  # on the device: no host sync
     below = ct - rate * cb  # x < cut
     above = (t_total - ct) - rate * (total - cb)  # x >= cut
     score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
