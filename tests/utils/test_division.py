@@ -13,6 +13,7 @@ def test_divide_is_correctly_rounded() -> None:
         a = torch.arange(k + 1, dtype=torch.float64)
         expected = torch.tensor([i / k for i in range(k + 1)], dtype=torch.float64)
         assert torch.equal(divide(a, k), expected), k
+        assert torch.equal(a / torch.full((), k, dtype=a.dtype), expected), k  # the route of other devices
         reciprocal_differs += not torch.equal(a * (1.0 / k), expected)
     # the device route it replaces (multiplying by the reciprocal) does differ in places, so the check has teeth
     assert reciprocal_differs > 0
