@@ -456,13 +456,14 @@ class RegionalExplanation:
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
-        from torch_amore.verify.engine import verify
+        from torch_amore.verify.engine import VerifyArgs, verify
 
-        self.verification = verify(
-            self, inputs, rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
-            target=target, model=model, batch_size=batch_size, progress=progress, input_key=input_key,
+        args = VerifyArgs(
+            rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target,
+            model=model, batch_size=batch_size, progress=progress, input_key=input_key,
             additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
         )  # fmt: skip
+        self.verification = verify(self, inputs, args)
         return self.verification
 
 
