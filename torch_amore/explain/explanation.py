@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,9 @@ FORMAT_VERSION = 3
 
 
 @dataclass(repr=False)
-class RegionalExplanation:
-    """Rule sets describing a subgroup of a model's predictions, best fitness first.
+class RegionalExplanation(Sequence[RuleSet]):
+    """Rule sets describing a subgroup of a model's predictions, best fitness first (a sequence of them: ``len``,
+    indexing, iteration, ``in``).
 
     Args:
         rule_sets: candidate rule sets sorted by fitness (best first); empty when nothing qualifies.
@@ -91,10 +92,7 @@ class RegionalExplanation:
     def __len__(self) -> int:
         return len(self.rule_sets)
 
-    def __iter__(self) -> Iterator[RuleSet]:
-        return iter(self.rule_sets)
-
-    def __getitem__(self, index: int) -> RuleSet:
+    def __getitem__(self, index: int) -> RuleSet:  # iteration, ``in``, ``index`` and ``count`` from ``Sequence``
         return self.rule_sets[index]
 
     @property
