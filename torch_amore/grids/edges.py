@@ -342,8 +342,18 @@ def grid_edges(
         >>> grid_edges(torch.tensor([[0.0], [1.0], [4.0]]), 4).tolist()
         [[0.0, 1.0, 2.0, 3.0, 4.0]]
     """
-    n_grids = check_n_grids(n_grids)
-    check_bin_strategy(bin_strategy)
+    return strategy_edges(X, check_n_grids(n_grids), check_bin_strategy(bin_strategy), value_range=value_range)
+
+
+def strategy_edges(
+    X: torch.Tensor,
+    n_grids: int,
+    bin_strategy: str,
+    *,
+    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The edges of :func:`grid_edges` for arguments checked already (``n_grids`` an int in [2,
+    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies)."""
     if bin_strategy == "uniform":
         return uniform_edges(X, n_grids, value_range=value_range)
     if bin_strategy == "quantile":

@@ -66,7 +66,6 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
-    n_grids = A.check_n_grids(options.n_grids)
     target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
@@ -76,7 +75,7 @@ def prepare(
     options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
     if not memory_checked:  # before the target's checks and the pass over X
-        M.check_memory(X, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
+        M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
                        bin_strategy=o.bin_strategy, features=columns)  # fmt: skip
     scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
@@ -95,7 +94,9 @@ def prepare(
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy, stats=stats)
+        binned = bin_features(
+            X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy, stats=stats
+        )
     return Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 

@@ -237,7 +237,6 @@ def prepare_stream(
         (torch.Size([1000, 3]), torch.uint8, 156)
     """
     o = SearchOptions() if options is None else options
-    n_grids = A.check_n_grids(o.n_grids)
     src = source if isinstance(source, BatchSource) else BatchSource(source)
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
@@ -252,7 +251,7 @@ def prepare_stream(
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
-    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=n_grids, stats=stats)
+    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=o.n_grids, stats=stats)
     if o.bin_strategy != "uniform":
         from torch_amore.grids.stream_sketch import sketch_thresholds
 
