@@ -31,7 +31,7 @@ from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import bin_features
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
-from torch_amore.search.options import SearchOptions
+from torch_amore.search.options import SearchOptions, auto_min_support
 from torch_amore.strategies.exact import check_budget
 
 
@@ -192,8 +192,7 @@ def extract_rules(
     V.check_not_empty(X_t)
     options = capped_max_length(options, len(A.resolve_features(features, X_t.shape[1])))
     n_all = D.global_count(X_t.shape[0])
-    if options.min_support is not None:  # a bad count fails before the binning
-        A.resolve_min_support(options.min_support, n_all)
+    min_s = options.given_support_count(n_all)  # resolved once; a bad count fails before the binning
     if options.strategy == "exact":  # refused before any binning when it would take too long
         n_feat = X_t.shape[1] if features is None else len(features)
         check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
@@ -206,7 +205,8 @@ def extract_rules(
             X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True
         )
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        min_s = options.support_count(n_all, extractor.n_total_target)
+        if min_s is None:  # the default: from the subgroup's size
+            min_s = auto_min_support(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
     if min_confidence is not None:
