@@ -488,3 +488,22 @@ def test_the_json_keeps_the_feature_selection_when_it_has_a_dict_form():
                                       selection=Selection())  # fmt: skip
     assert explanation.to_dict()["selection"] == Selection().to_dict()
     assert RegionalExplanation(rs, None, None, [0], ["x"], selection=object()).to_dict()["selection"] is None
+
+
+def test_an_explanation_is_a_sequence_of_its_rule_sets():
+    from collections.abc import Sequence
+
+    from torch_amore import Rule, RuleSet
+
+    X = torch.tensor([[0.1], [0.6], [0.7], [0.9]])
+    subgroup = torch.tensor([False, False, True, True])
+    first = RuleSet.from_rules([Rule(0, "x", low=0.65)], X, subgroup)
+    second = RuleSet.from_rules([Rule(0, "x", low=0.5)], X, subgroup)
+    outside = RuleSet.from_rules([Rule(0, "x", high=0.5)], X, subgroup)
+    explanation = RegionalExplanation([first, second], subgroup, None, [0], ["x"], {"n_samples": 4})
+    assert isinstance(explanation, Sequence)
+    assert len(explanation) == 2 and explanation[1] is second and explanation[-1] is second
+    assert list(explanation) == [first, second] and list(reversed(explanation)) == [second, first]
+    assert second in explanation and outside not in explanation
+    assert explanation.index(second) == 1 and explanation.count(first) == 1
+    assert explanation[:1] == [first]

@@ -162,20 +162,21 @@ def global_count(n: int) -> int:
 
 def all_ranks(flag: bool | torch.Tensor) -> bool | torch.Tensor:
     """Logical and over ranks of a bool or a bool tensor (element-wise)."""
-    if not is_sharded():
-        return flag
-    if isinstance(flag, torch.Tensor):
-        return all_reduce_min(flag.to(torch.int64)).to(flag.device, torch.bool)
-    return bool(all_reduce_min(torch.tensor(int(bool(flag)))))
+    return _flag_over_ranks(flag, "MIN")
 
 
 def any_rank(flag: bool | torch.Tensor) -> bool | torch.Tensor:
     """Logical or over ranks of a bool or a bool tensor (element-wise)."""
+    return _flag_over_ranks(flag, "MAX")
+
+
+def _flag_over_ranks(flag: bool | torch.Tensor, op_name: str) -> bool | torch.Tensor:
+    """A bool or bool tensor reduced over ranks as 0/1 integers by ``op_name`` (MIN: and, MAX: or)."""
     if not is_sharded():
         return flag
     if isinstance(flag, torch.Tensor):
-        return all_reduce_max(flag.to(torch.int64)).to(flag.device, torch.bool)
-    return bool(all_reduce_max(torch.tensor(int(bool(flag)))))
+        return _all_reduce(flag.to(torch.int64), op_name).to(flag.device, torch.bool)
+    return bool(_all_reduce(torch.tensor(int(bool(flag))), op_name))
 
 
 def all_gather_unique(values: torch.Tensor) -> torch.Tensor:

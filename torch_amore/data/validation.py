@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import EXACT_INT
@@ -38,6 +39,27 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
     (strings, categories, dates, complex numbers, sparse or meta tensors, integers that float64 would round) is a
     ``TypeError``/``ValueError`` naming ``name`` and saying what to do.
     """
+    return to_tensor(X, name)
+
+
+def to_tensor(
+    X: Any, name: str = "X", *, samples: bool = False, keep_integers: bool = False
+) -> tuple[torch.Tensor, list[str] | None]:
+    """:func:`to_tensor_2d`, with two options for the inputs of a model (:func:`torch_amore.select_features`).
+
+    ``samples``: any shape (N, ...) with at least two dimensions and N >= 1 (e.g. images), instead of (N, F).
+    ``keep_integers``: integer and boolean arrays and tensors keep their dtype (e.g. token ids for an embedding)
+    instead of becoming float64 (a DataFrame still becomes float64).
+
+    Example:
+        >>> import numpy as np
+        >>> to_tensor(np.zeros((2, 1, 3), dtype=np.int64), "inputs", samples=True, keep_integers=True)[0].dtype
+        torch.int64
+        >>> to_tensor(np.zeros((0, 3)), "inputs", samples=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `inputs` to have shape (N, ...) with N >= 1, but got (0, 3).
+    """
     names = None
     if hasattr(X, "columns") and hasattr(X, "to_numpy"):  # pandas DataFrame, without importing pandas
         names = [str(c) for c in X.columns]
@@ -52,15 +74,17 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
             f"Expected `{name}` to be a dense array, but got a scipy sparse matrix; pass `{name}.toarray()`."
         )
     if isinstance(X, np.ndarray):
-        X = _numpy_to_float(X, name)
+        X = _numpy_to_tensor(X, name, keep_integers)
     elif not isinstance(X, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
         )
     X = check_dense_tensor(X, name)
-    if X.ndim != 2:
+    if samples and (X.ndim < 2 or X.shape[0] == 0):
+        raise ValueError(f"Expected `{name}` to have shape (N, ...) with N >= 1, but got {tuple(X.shape)}.")
+    if not samples and X.ndim != 2:
         raise ValueError(f"Expected `{name}` to have shape (N, F) (2 dimensions), but got shape {tuple(X.shape)}.")
-    if not X.is_floating_point():
+    if not X.is_floating_point() and not keep_integers:
         check_exact_integers(X, name)
         X = X.to(torch.float64)
     return X, names
@@ -164,8 +188,9 @@ def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
                 )
 
 
-def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
-    """A numeric numpy array as a floating tensor (integers and bools as float64), sharing memory where it can."""
+def _numpy_to_tensor(X: np.ndarray, name: str, keep_integers: bool = False) -> torch.Tensor:
+    """A numeric numpy array as a tensor, sharing memory where it can: floating (integers and bools as float64, unless
+    ``keep_integers``)."""
     kind = X.dtype.kind
     if kind in "Mm":
         raise TypeError(
@@ -177,9 +202,10 @@ def _numpy_to_float(X: np.ndarray, name: str) -> torch.Tensor:
     if kind not in "biuf":
         hint = " (strings: one-hot encode them first, e.g. with pandas.get_dummies)" if kind in "OUS" else ""
         raise TypeError(f"Expected `{name}` to have a numeric dtype, but got {X.dtype}{hint}.")
-    if kind in "iu":
+    to_float = kind in "biu" and not keep_integers
+    if kind in "iu" and to_float:
         check_exact_integers(X, name)
-    if kind in "biu" or X.dtype.itemsize > 8:  # long double too: torch has no float128
+    if to_float or X.dtype.itemsize > 8:  # long double too: torch has no float128
         return torch.from_numpy(X.astype(np.float64))
     with warnings.catch_warnings():  # a read-only array is fine: X is never written to
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -359,6 +385,56 @@ def _object_target(target: np.ndarray, name: str) -> np.ndarray:
             f"{bad[0]!r}; build a mask first, e.g. `{name} = (labels == 'yes')`."
         )
     return flat.astype(np.float64).reshape(target.shape)
+
+
+def to_class_labels(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
+    """Class indices ``0..C-1`` (N,) as an int64 CPU tensor: a Series, list, tuple, numpy array or tensor of integers
+    (or booleans, or floats holding whole numbers), one per row of the inputs, every class with a sample.
+
+    Example:
+        >>> to_class_labels([0, 1, 1.0, True], 4).tolist()
+        [0, 1, 1, 1]
+        >>> to_class_labels([0, 2], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected every class 0..2 to have samples, but class(es) [1] have none (labels must be class \
+indices 0..C-1).
+    """
+    labels = _labels_tensor(labels, name)
+    labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"Expected `{name}` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
+    if labels.is_floating_point():
+        if not bool((labels == labels.round()).all()):
+            raise TypeError(f"Expected `{name}` to hold integer class indices, but they hold fractional values.")
+    labels = labels.to(torch.int64)
+    if bool((labels < 0).any()):
+        raise ValueError(f"Expected `{name}` to be class indices >= 0, but got {int(labels.min())}.")
+    counts = counting.bincount(labels, 2)
+    empty = torch.nonzero(counts == 0).flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
+            f"({name} must be class indices 0..C-1)."
+        )
+    return labels
+
+
+def _labels_tensor(labels: Any, name: str) -> torch.Tensor:
+    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
+    if hasattr(labels, "to_numpy"):
+        labels = labels.to_numpy()
+    if isinstance(labels, (list, tuple)):
+        labels = np.asarray(labels)
+    if isinstance(labels, np.ndarray):
+        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
+            raise TypeError(f"Expected `{name}` to hold class indices, but got dtype {labels.dtype}.")
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
+        )
+    return labels
 
 
 def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,9 @@ FORMAT_VERSION = 3
 
 
 @dataclass(repr=False)
-class RegionalExplanation:
-    """Rule sets describing a subgroup of a model's predictions, best fitness first.
+class RegionalExplanation(Sequence[RuleSet]):
+    """Rule sets describing a subgroup of a model's predictions, best fitness first (a sequence of them: ``len``,
+    indexing, iteration, ``in``).
 
     Args:
         rule_sets: candidate rule sets sorted by fitness (best first); empty when nothing qualifies.
@@ -91,10 +92,7 @@ class RegionalExplanation:
     def __len__(self) -> int:
         return len(self.rule_sets)
 
-    def __iter__(self) -> Iterator[RuleSet]:
-        return iter(self.rule_sets)
-
-    def __getitem__(self, index: int) -> RuleSet:
+    def __getitem__(self, index: int) -> RuleSet:  # iteration, ``in``, ``index`` and ``count`` from ``Sequence``
         return self.rule_sets[index]
 
     @property
@@ -456,13 +454,14 @@ class RegionalExplanation:
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
-        from torch_amore.verify.engine import verify
+        from torch_amore.verify.engine import VerifyArgs, verify
 
-        self.verification = verify(
-            self, inputs, rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
-            target=target, model=model, batch_size=batch_size, progress=progress, input_key=input_key,
+        args = VerifyArgs(
+            rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target,
+            model=model, batch_size=batch_size, progress=progress, input_key=input_key,
             additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
         )  # fmt: skip
+        self.verification = verify(self, inputs, args)
         return self.verification
 
 

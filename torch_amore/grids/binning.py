@@ -21,7 +21,7 @@ from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
 from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats, work_dtype
 from torch_amore.data.validation import MAX_CATEGORIES
-from torch_amore.grids.edges import codes_from_thresholds, grid_edges, uniform_edges
+from torch_amore.grids.edges import codes_from_thresholds, strategy_edges, uniform_edges
 
 
 @dataclass
@@ -217,7 +217,7 @@ def _numeric_edges(
         lo, hi = lo[num_idx], hi[num_idx]
     if bin_strategy == "uniform":  # from the known range: no pass over the values
         return uniform_edges(None, n_grids, value_range=(lo, hi))
-    return grid_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, value_range=(lo, hi))
+    return strategy_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, value_range=(lo, hi))
 
 
 def _category_table(

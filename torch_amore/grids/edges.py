@@ -5,7 +5,7 @@ values), and the codes of values given thresholds.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -255,22 +255,16 @@ def kmeans_edges(
     or, for a few columns on the CPU, iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
     """
     lo, hi = nan_min_max(X) if value_range is None else value_range
-    span = (hi - lo).nan_to_num(0.0)
-    lo0 = lo.nan_to_num(0.0)
-    steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
-    centres = lo0[:, None] + span[:, None] * steps
+    centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
     n_features = X.shape[1]
     exps = D.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
-    col_tol = tol * span
     if not D.is_sharded():
         centres = _kmeans_sorted(X, centres, exps, col_tol, max_iter)
     else:
         codes = torch.empty(X.shape, dtype=torch.int16 if n_grids < 32000 else torch.int32, device=X.device)
         offsets = torch.arange(n_features, device=X.device) * (n_grids + 1)
-        active = torch.ones(n_features, dtype=torch.bool, device=X.device)
-        for _ in range(max_iter):
-            centres = torch.sort(centres, dim=1).values
-            bounds = (centres[:, 1:] + centres[:, :-1]) / 2
+
+        def cluster_means(centres: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
             codes_from_thresholds(X, bounds, codes, n_grids)
             sums = torch.zeros(2, n_features * (n_grids + 1), dtype=torch.long, device=X.device)
             counts = torch.zeros(n_features * (n_grids + 1), dtype=torch.long, device=X.device)
@@ -283,15 +277,52 @@ def kmeans_edges(
             sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
             sums = sums.view(2, n_features, -1)[:, :, :n_grids]
             counts = counts.view(n_features, -1)[:, :n_grids]
-            new = _kmeans_update(centres, sums, counts, D.fixed_point_scale(exps, centres.dtype)[:, None])
-            new = torch.where(active[:, None], new, centres)
-            active &= (new - centres).abs().amax(1) > col_tol
-            centres = new
-            if not bool(active.any()):
-                break
-    centres = torch.sort(centres, dim=1).values
-    bounds = (centres[:, 1:] + centres[:, :-1]) / 2
-    return torch.cat([lo[:, None], bounds, hi[:, None]], dim=1)
+            return _kmeans_update(centres, sums, counts, D.fixed_point_scale(exps, centres.dtype)[:, None])
+
+        centres = lloyd(centres, cluster_means, col_tol, max_iter)
+    return centre_edges(lo, centres, hi)
+
+
+def kmeans_start(lo: torch.Tensor, hi: torch.Tensor, n_grids: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The start of the k-means of :func:`kmeans_edges` (F, n_grids): the uniform-grid midpoints between each
+    column's ``lo`` and ``hi`` (NaN where a column has no values: treated as 0), and each column's tolerance
+    ``tol * (hi - lo)`` (F,)."""
+    span = (hi - lo).nan_to_num(0.0)
+    steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
+    return lo.nan_to_num(0.0)[:, None] + span[:, None] * steps, tol * span
+
+
+def lloyd(
+    centres: torch.Tensor,
+    cluster_means: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    col_tol: torch.Tensor,
+    max_iter: int,
+) -> torch.Tensor:
+    """Lloyd iterations of all columns at once, asking after each whether any column still moves: each iteration
+    sorts the centres (F, G), and ``cluster_means(centres, bounds)`` gives each cluster's new centre from the
+    midpoints ``bounds`` (F, G - 1) between them; a column stops once none of its centres moved by more than its
+    ``col_tol`` (F,). Returns the sorted centres."""
+    active = torch.ones(centres.shape[0], dtype=torch.bool, device=centres.device)
+    for _ in range(max_iter):
+        centres = torch.sort(centres, dim=1).values
+        new = cluster_means(centres, midpoints(centres))
+        new = torch.where(active[:, None], new, centres)
+        active &= (new - centres).abs().amax(1) > col_tol
+        centres = new
+        if not bool(active.any()):
+            break
+    return torch.sort(centres, dim=1).values
+
+
+def midpoints(centres: torch.Tensor) -> torch.Tensor:
+    """The bounds (F, G - 1) between neighbouring sorted centres (F, G)."""
+    return (centres[:, 1:] + centres[:, :-1]) / 2
+
+
+def centre_edges(lo: torch.Tensor, centres: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """The edges (F, G + 1) of k-means grids: the midpoints of the sorted ``centres`` (F, G), framed by each column's
+    ``lo`` and ``hi``."""
+    return torch.cat([lo[:, None], midpoints(centres), hi[:, None]], dim=1)
 
 
 def grid_edges(
@@ -311,8 +342,18 @@ def grid_edges(
         >>> grid_edges(torch.tensor([[0.0], [1.0], [4.0]]), 4).tolist()
         [[0.0, 1.0, 2.0, 3.0, 4.0]]
     """
-    n_grids = check_n_grids(n_grids)
-    check_bin_strategy(bin_strategy)
+    return strategy_edges(X, check_n_grids(n_grids), check_bin_strategy(bin_strategy), value_range=value_range)
+
+
+def strategy_edges(
+    X: torch.Tensor,
+    n_grids: int,
+    bin_strategy: str,
+    *,
+    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The edges of :func:`grid_edges` for arguments checked already (``n_grids`` an int in [2,
+    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies)."""
     if bin_strategy == "uniform":
         return uniform_edges(X, n_grids, value_range=value_range)
     if bin_strategy == "quantile":

@@ -39,6 +39,7 @@ from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import work_dtype
 from torch_amore.data.stream_source import BatchSource
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.edges import centre_edges, kmeans_start, lloyd
 
 __all__ = ["SKETCH_BINS", "HistogramSketch", "sketch_thresholds"]
 
@@ -144,9 +145,7 @@ class HistogramSketch:
         cluster bound without their values known (:meth:`resolve`): none, and the edges are those of the in-memory
         iterations on the same values."""
         lo, hi = self.lo, self.hi
-        span = (hi - lo).nan_to_num(0.0)
-        steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
-        centres = lo.nan_to_num(0.0)[:, None] + span[:, None] * steps
+        centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
         counts, sums = self._table(self.counts), self._table(self.sums)
         scale = D.fixed_point_scale(self.exps, lo.dtype)[:, None]
         low, high = self._table(self.mins), self._table(self.maxs)
@@ -156,25 +155,17 @@ class HistogramSketch:
         tables = {"counts": counts, "sums": sums, "low": low, "high": high, "mean": means,
                   "known": self._resolved_table(), "cum_counts": pad(counts.cumsum(1), (1, 0)),
                   "cum_sums": pad(sums.cumsum(2), (1, 0))}  # fmt: skip
-        col_tol = tol * span
-        active = torch.ones(lo.shape[0], dtype=torch.bool, device=lo.device)
         needed = torch.zeros(counts.numel(), dtype=torch.bool, device=lo.device)
-        for _ in range(max_iter):
-            centres = torch.sort(centres, dim=1).values
-            bounds = ((centres[:, 1:] + centres[:, :-1]) / 2).contiguous()
-            c_sums, c_counts = self._cluster_sums(bounds, tables, needed)
+
+        def cluster_means(centres: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
+            c_sums, c_counts = self._cluster_sums(bounds.contiguous(), tables, needed)
             new = D.fixed_point_value(c_sums, scale)
-            new = torch.where(c_counts > 0, new / c_counts.clamp(min=1), centres)
-            new = torch.where(active[:, None], new, centres)
-            active &= (new - centres).abs().amax(1) > col_tol
-            centres = new
-            if not bool(active.any()):
-                break
-        centres = torch.sort(centres, dim=1).values
-        bounds = (centres[:, 1:] + centres[:, :-1]) / 2
+            return torch.where(c_counts > 0, new / c_counts.clamp(min=1), centres)
+
+        centres = lloyd(centres, cluster_means, col_tol, max_iter)
         keys = torch.nonzero(needed).squeeze(1)
         keys = keys // self.n_bins * (self.n_bins + 1) + keys % self.n_bins
-        return torch.cat([lo[:, None], bounds, hi[:, None]], dim=1), keys
+        return centre_edges(lo, centres, hi), keys
 
     def _cluster_sums(self, bounds: torch.Tensor, tables: dict, needed: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Exact fixed-point sums and counts of the values per cluster (F, G), the values ``x`` of cluster ``c``

@@ -31,7 +31,7 @@ from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import bin_features
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
-from torch_amore.search.options import SearchOptions
+from torch_amore.search.options import SearchOptions, auto_min_support
 from torch_amore.strategies.exact import check_budget
 
 
@@ -66,7 +66,6 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
-    n_grids = A.check_n_grids(options.n_grids)
     target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
@@ -76,7 +75,7 @@ def prepare(
     options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
     if not memory_checked:  # before the target's checks and the pass over X
-        M.check_memory(X, n_grids=n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
+        M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
                        bin_strategy=o.bin_strategy, features=columns)  # fmt: skip
     scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
@@ -95,7 +94,9 @@ def prepare(
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = bin_features(X, columns, kinds, n_grids=n_grids, bin_strategy=options.bin_strategy, stats=stats)
+        binned = bin_features(
+            X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy, stats=stats
+        )
     return Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
 
 
@@ -191,8 +192,7 @@ def extract_rules(
     V.check_not_empty(X_t)
     options = capped_max_length(options, len(A.resolve_features(features, X_t.shape[1])))
     n_all = D.global_count(X_t.shape[0])
-    if options.min_support is not None:  # a bad count fails before the binning
-        A.resolve_min_support(options.min_support, n_all)
+    min_s = options.given_support_count(n_all)  # resolved once; a bad count fails before the binning
     if options.strategy == "exact":  # refused before any binning when it would take too long
         n_feat = X_t.shape[1] if features is None else len(features)
         check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
@@ -205,7 +205,8 @@ def extract_rules(
             X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True
         )
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        min_s = options.support_count(n_all, extractor.n_total_target)
+        if min_s is None:  # the default: from the subgroup's size
+            min_s = auto_min_support(n_all, extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     min_confidence = options.min_confidence
     if min_confidence is not None:

@@ -371,17 +371,38 @@ class Extractor:
         result.
         """
         rule_sets = list(rule_sets)
-        if self.X is None or not rule_sets:
+        if not rule_sets:
             return rule_sets
         goals = (list(min_confidence) if isinstance(min_confidence, Sequence)
                  else [min_confidence] * len(rule_sets))  # fmt: skip
-        if D.is_sharded():
-            return [polish_one(rs, self.X, self.target, min_support, self.n_total_target, min_confidence=c,
-                               target_name=self.target_name) for rs, c in zip(rule_sets, goals)]  # fmt: skip
-        if "_columns" not in self.__dict__:
+        return self.polish_goals(rule_sets, min_support, goals)
+
+    def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
+        """:meth:`polish` of the (non-empty) ``rule_sets``, ``goals`` the ``min_confidence`` of each, on the searched
+        data (unchanged without it)."""
+        if self.X is None:
+            return rule_sets
+        if not D.is_sharded() and "_columns" not in self.__dict__:
             self._columns = SortedColumns(self.X, self.target)  # argsorted columns, kept for later calls
-        return polish_many(rule_sets, self.X, self.target, min_support, self.n_total_target, goals=goals,
-                           columns=self._columns, target_name=self.target_name)  # fmt: skip
+        return self.polish_on(rule_sets, self.X, min_support, goals, columns=self.__dict__.get("_columns"))
+
+    def polish_on(
+        self,
+        rule_sets: list[RuleSet],
+        X: torch.Tensor,
+        min_support: int,
+        goals: list[float | None],
+        *,
+        columns: SortedColumns | None = None,
+    ) -> list[RuleSet]:
+        """The polish of :meth:`polish_goals` on the observed values ``X`` of the features of ``rule_sets``: all at
+        once in one process (:func:`torch_amore.strategies.polish.polish_many`; ``columns``: ``X``'s argsorted columns
+        when kept), one by one in a sharded (DDP) run (:func:`torch_amore.strategies.polish.polish_one`)."""
+        if D.is_sharded():
+            return [polish_one(rs, X, self.target, min_support, self.n_total_target, min_confidence=c,
+                               target_name=self.target_name) for rs, c in zip(rule_sets, goals)]  # fmt: skip
+        return polish_many(rule_sets, X, self.target, min_support, self.n_total_target, goals=goals, columns=columns,
+                           target_name=self.target_name)  # fmt: skip
 
 
 @contextmanager

@@ -198,9 +198,18 @@ class SearchOptions:
 
     def support_count(self, n_samples: int, subgroup_size: int) -> int:
         """The count of samples meant by :attr:`min_support` on ``n_samples`` rows with a subgroup of that size."""
-        if self.min_support is None:
-            return auto_min_support(n_samples, subgroup_size)
-        return A.resolve_min_support(self.min_support, n_samples)
+        given = self.given_support_count(n_samples)
+        return auto_min_support(n_samples, subgroup_size) if given is None else given
+
+    def given_support_count(self, n_samples: int) -> int | None:
+        """The count of samples meant by a given :attr:`min_support` on ``n_samples`` rows (a ``ValueError`` when it
+        exceeds them), ``None`` for the default, which depends on the subgroup (:func:`auto_min_support`).
+
+        Example:
+            >>> SearchOptions(min_support=0.1).given_support_count(1000), SearchOptions().given_support_count(1000)
+            (100, None)
+        """
+        return None if self.min_support is None else A.resolve_min_support(self.min_support, n_samples)
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-safe dict (tuples as lists); :meth:`from_dict` (or ``SearchOptions(**d)``) gives

@@ -58,7 +58,6 @@ from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
-from torch_amore.strategies.polish import polish_many, polish_one
 
 __all__ = ["StreamExtractor", "prepare_stream"]
 
@@ -238,7 +237,6 @@ def prepare_stream(
         (torch.Size([1000, 3]), torch.uint8, 156)
     """
     o = SearchOptions() if options is None else options
-    n_grids = A.check_n_grids(o.n_grids)
     src = source if isinstance(source, BatchSource) else BatchSource(source)
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
@@ -253,7 +251,7 @@ def prepare_stream(
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
-    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=n_grids, stats=stats)
+    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=o.n_grids, stats=stats)
     if o.bin_strategy != "uniform":
         from torch_amore.grids.stream_sketch import sketch_thresholds
 
@@ -346,29 +344,12 @@ class StreamExtractor(Extractor):
         bar.close()
         return out
 
-    def polish(
-        self,
-        rule_sets: Sequence[RuleSet],
-        min_support: int,
-        *,
-        min_confidence: float | None | Sequence[float | None] = None,
-    ) -> list[RuleSet]:
+    def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
         """:meth:`Extractor.polish` on the observed values of the rule sets' features only (one pass gathers them)."""
-        rule_sets = list(rule_sets)
-        if not rule_sets:
-            return rule_sets
-        goals = (list(min_confidence) if isinstance(min_confidence, Sequence)
-                 else [min_confidence] * len(rule_sets))  # fmt: skip
         cols = sorted({r.feature for rs in rule_sets for r in rs.rules})
         X = self.gather(cols, f"polish ({len(cols)} columns)")
         where = {c: i for i, c in enumerate(cols)}
-        local = [_moved(rs, where) for rs in rule_sets]
-        if D.is_sharded():
-            out = [polish_one(rs, X, self.target, min_support, self.n_total_target, min_confidence=c,
-                              target_name=self.target_name) for rs, c in zip(local, goals)]  # fmt: skip
-        else:
-            out = polish_many(local, X, self.target, min_support, self.n_total_target, goals=goals,
-                              target_name=self.target_name)  # fmt: skip
+        out = self.polish_on([_moved(rs, where) for rs in rule_sets], X, min_support, goals)
         back = dict(enumerate(cols))
         return [_moved(rs, back) for rs in out]
 

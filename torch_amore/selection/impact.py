@@ -1,6 +1,6 @@
 """The impact matrix of feature selection: integrated gradients (Captum) of the model's output for each sample's
-class, on the inputs or a layer's units, or a precomputed importance matrix (SHAP, LIME); the inputs, labels and
-baselines converted and checked for it.
+class, on the inputs or a layer's units, or a precomputed importance matrix (SHAP, LIME); what the attribution needs
+of the inputs (converted by :mod:`torch_amore.data.validation`) and the baselines.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_amore._utils import counting
+from torch_amore.data import validation as V
 
 _WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
@@ -76,23 +76,12 @@ def _impact_matrix(
 
 
 def _importance_from_matrix(importance: Any) -> torch.Tensor:
-    if hasattr(importance, "to_numpy"):
-        importance = importance.to_numpy(dtype=np.float64)
-    if isinstance(importance, np.ndarray):
-        if not (np.issubdtype(importance.dtype, np.number) or importance.dtype == bool):
-            raise TypeError(f"Expected `importance` to have a numeric dtype, but got {importance.dtype}.")
-        importance = torch.from_numpy(np.ascontiguousarray(importance))
-    if not isinstance(importance, torch.Tensor):
-        raise TypeError(
-            "Expected `importance` to be an (N, D) tensor, numpy array or DataFrame, but got "
-            f"{type(importance).__name__}."
-        )
-    if importance.ndim != 2 or importance.shape[0] == 0 or importance.shape[1] == 0:
-        raise ValueError(
-            f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(importance.shape)}."
-        )
-    J = importance.detach().cpu()
-    J = (J if J.is_floating_point() else J.to(torch.float64)).abs()
+    """The magnitudes of a precomputed (N, D) importance matrix (:func:`torch_amore.data.validation.to_tensor_2d`),
+    on the CPU."""
+    J, _ = V.to_tensor_2d(importance, "importance")
+    if J.shape[0] == 0 or J.shape[1] == 0:
+        raise ValueError(f"Expected `importance` to have shape (N, D) with N, D >= 1, but got {tuple(J.shape)}.")
+    J = J.cpu().abs()
     if not bool(torch.isfinite(J).all()):
         raise ValueError("Expected `importance` to hold finite values, but it holds NaN or inf.")
     return J
@@ -107,9 +96,9 @@ def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, torch.device | 
 
 
 def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.Tensor, list[str] | None]:
-    inputs, names = _inputs_tensor(inputs)
-    if inputs.ndim < 2 or inputs.shape[0] == 0:
-        raise ValueError(f"Expected `inputs` to have shape (N, ...) with N >= 1, but got {tuple(inputs.shape)}.")
+    """The inputs (N, ...) as a tensor (:func:`torch_amore.data.validation.to_tensor`) on the model's device and, when
+    floating, in its dtype; integer inputs only where they need no gradient (``allow_integer``)."""
+    inputs, names = V.to_tensor(inputs, "inputs", samples=True, keep_integers=True)
     dtype, device = _model_dtype_device(model)
     if not inputs.is_floating_point():
         if not allow_integer:
@@ -126,64 +115,6 @@ def _to_inputs(inputs: Any, model: Any, *, allow_integer: bool) -> tuple[torch.T
     if device is not None:
         inputs = inputs.to(device)
     return inputs, names
-
-
-def _inputs_tensor(inputs: Any) -> tuple[torch.Tensor, list[str] | None]:
-    """A DataFrame, numpy array or tensor as a tensor, with the DataFrame's column names (else ``None``)."""
-    names = None
-    if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
-        names = [str(c) for c in inputs.columns]
-        try:
-            inputs = inputs.to_numpy(dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError("Expected `inputs` to hold numeric columns only; one-hot encode categories first.") from err
-    if isinstance(inputs, np.ndarray):
-        if not (np.issubdtype(inputs.dtype, np.number) or inputs.dtype == bool):
-            raise TypeError(f"Expected `inputs` to have a numeric dtype, but got {inputs.dtype}.")
-        inputs = torch.from_numpy(np.ascontiguousarray(inputs))
-    if not isinstance(inputs, torch.Tensor):
-        raise TypeError(
-            f"Expected `inputs` to be a torch.Tensor, numpy array or DataFrame, but got {type(inputs).__name__}."
-        )
-    return inputs, names
-
-
-def _to_labels(labels: Any, n: int) -> torch.Tensor:
-    labels = _labels_tensor(labels)
-    labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"Expected `labels` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
-    if labels.is_floating_point():
-        if not bool((labels == labels.round()).all()):
-            raise TypeError("Expected `labels` to hold integer class indices, but they hold fractional values.")
-    labels = labels.to(torch.int64)
-    if bool((labels < 0).any()):
-        raise ValueError(f"Expected `labels` to be class indices >= 0, but got {int(labels.min())}.")
-    counts = counting.bincount(labels, 2)
-    empty = torch.nonzero(counts == 0).flatten().tolist()
-    if empty:
-        raise ValueError(
-            f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
-            "(labels must be class indices 0..C-1)."
-        )
-    return labels
-
-
-def _labels_tensor(labels: Any) -> torch.Tensor:
-    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
-    if hasattr(labels, "to_numpy"):
-        labels = labels.to_numpy()
-    if isinstance(labels, (list, tuple)):
-        labels = np.asarray(labels)
-    if isinstance(labels, np.ndarray):
-        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
-            raise TypeError(f"Expected `labels` to hold class indices, but got dtype {labels.dtype}.")
-        labels = torch.from_numpy(np.ascontiguousarray(labels))
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(
-            f"Expected `labels` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
-        )
-    return labels
 
 
 def _baselines(baselines: Any, X: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:

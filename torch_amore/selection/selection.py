@@ -40,7 +40,6 @@ from torch_amore.selection.impact import (
     _outputs,
     _test_rows,
     _to_inputs,
-    _to_labels,
 )
 from torch_amore.selection.itemsets import longest_frequent_itemset
 from torch_amore.selection.thresholds import (
@@ -314,7 +313,7 @@ def select_features(
         layer, _ = resolve_layer(model, layer)
     X, frame_names = _to_inputs(inputs, model, allow_integer=layer is not None and not isinstance(baselines, str))
     n = X.shape[0]
-    y_labels = None if labels is None else _to_labels(labels, n)
+    y_labels = None if labels is None else V.to_class_labels(labels, n)
     base = _baselines(baselines, X, y_labels)
     test_rows = _test_rows(y_labels, n, n_test_per_class, seed).to(X.device)  # indexed by pairs on the device
 

@@ -55,31 +55,30 @@ class _Setup:
     progress: bool
 
 
-def verify(
-    explanation: Any,
-    inputs: Any,
-    *,
-    rule_sets: int | RuleSet | Sequence[RuleSet] = 5,
-    method: str = "resample",
-    n_controls: int = 10,
-    level: float = 0.95,
-    seed: int = 0,
-    target: Any = None,
-    model: nn.Module | None = None,
-    batch_size: int | None = None,
-    progress: bool = False,
-    input_key: Any = None,
-    additional_forward_args: Any = None,
-    forward_kwargs: dict[str, Any] | None = None,
-) -> Verification:
-    """See :meth:`torch_amore.RegionalExplanation.verify`."""
+@dataclass(frozen=True)
+class VerifyArgs:
+    """The arguments of one :meth:`torch_amore.RegionalExplanation.verify` call, as given (checked by :func:`verify`;
+    see that method for their meaning)."""
+
+    rule_sets: int | RuleSet | Sequence[RuleSet]
+    method: str
+    n_controls: int
+    level: float
+    seed: int
+    target: Any
+    model: nn.Module | None
+    batch_size: int | None
+    progress: bool
+    input_key: Any
+    additional_forward_args: Any
+    forward_kwargs: dict[str, Any] | None
+
+
+def verify(explanation: Any, inputs: Any, args: VerifyArgs) -> Verification:
+    """The engine of :meth:`torch_amore.RegionalExplanation.verify`: ``args`` checked, then the passes over
+    ``inputs``."""
     inputs, _ = as_inputs(inputs)
-    given = dict(
-        rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target, model=model,
-        batch_size=batch_size, progress=progress, input_key=input_key,
-        additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
-    )  # fmt: skip
-    setup = _setup(explanation, inputs, given)
+    setup = _setup(explanation, inputs, args)
     X, T = _clean_pass(setup, inputs)
     bar = progress_bar(setup.progress, total=len(setup.chosen) * (1 + setup.n_controls), desc="verify", unit="pass")
     try:
@@ -94,18 +93,18 @@ def verify(
 # checks
 
 
-def _setup(explanation: Any, inputs: Any, given: dict[str, Any]) -> _Setup:
-    model, layer, layer_input = _model_and_layer(explanation, given["model"])
+def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
+    model, layer, layer_input = _model_and_layer(explanation, given.model)
     n_units = len(explanation.feature_names)
-    target = _target(explanation, given["target"])
-    n_controls = check_int(given["n_controls"], "n_controls", 0)
-    level = given["level"]
+    target = _target(explanation, given.target)
+    n_controls = check_int(given.n_controls, "n_controls", 0)
+    level = given.level
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"Expected `level` to be a probability in (0, 1), e.g. 0.95, but got {level!r}.")
-    seed = check_int(given["seed"], "seed", 0)
-    if not isinstance(given["progress"], (bool, np.bool_)):
-        raise TypeError(f"Expected `progress` to be True or False, but got {given['progress']!r}.")
-    chosen = _chosen(explanation, given["rule_sets"])
+    seed = check_int(given.seed, "seed", 0)
+    if not isinstance(given.progress, (bool, np.bool_)):
+        raise TypeError(f"Expected `progress` to be True or False, but got {given.progress!r}.")
+    chosen = _chosen(explanation, given.rule_sets)
     longest = max(len(rs.rules) for _, rs in chosen)
     if n_controls and n_units - longest < longest:
         raise ValueError(
@@ -113,15 +112,15 @@ def _setup(explanation: Any, inputs: Any, given: dict[str, Any]) -> _Setup:
             f"the explanation has {n_units}; pass n_controls=0."
         )
     _check_shape(inputs, explanation.params.get("input_shape"), n_units if layer is None else None)
-    batch_size = given["batch_size"] or explanation.data_options.get("batch_size", 256)
+    batch_size = given.batch_size or explanation.data_options.get("batch_size", 256)
     return _Setup(
         model=model, layer=layer, layer_input=layer_input, n_units=n_units, target=target,
         threshold=explanation.threshold if isinstance(target, (int, np.integer)) else None,
-        outputs=explanation.params.get("outputs", "auto"), chosen=chosen, method=check_method(given["method"]),
+        outputs=explanation.params.get("outputs", "auto"), chosen=chosen, method=check_method(given.method),
         n_controls=n_controls, level=float(level), seed=seed, batch_size=check_int(batch_size, "batch_size", 1),
-        input_key=given["input_key"] if given["input_key"] is not None else explanation.data_options.get("input_key"),
-        model_args=_model_args(explanation, given["additional_forward_args"], given["forward_kwargs"]),
-        progress=bool(given["progress"]),
+        input_key=given.input_key if given.input_key is not None else explanation.data_options.get("input_key"),
+        model_args=_model_args(explanation, given.additional_forward_args, given.forward_kwargs),
+        progress=bool(given.progress),
     )  # fmt: skip
 
 
