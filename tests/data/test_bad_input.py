@@ -251,7 +251,7 @@ def no_binning(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the features were binned before the bad input was noticed")
 
-    monkeypatch.setattr(search_module, "bin_features", fail)
+    monkeypatch.setattr(search_module, "encode_features", fail)
 
 
 @pytest.mark.parametrize("case", list(BAD), ids=list(BAD))

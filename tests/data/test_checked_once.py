@@ -74,8 +74,8 @@ def test_a_bad_bin_strategy_gets_the_same_message_everywhere(call):
 
 
 def test_prepare_trusts_the_checked_options(monkeypatch):
-    """``prepare`` takes a checked SearchOptions: it does not check ``n_grids`` again (``bin_features``, a public
-    function of grids/, checks its own arguments once)."""
+    """``prepare`` takes a checked SearchOptions: neither it nor the binning checks ``n_grids`` again (it calls
+    ``encode_features``, the unchecked core of the public ``bin_features``)."""
     import torch_amore.grids.binning as binning
     import torch_amore.search.extract as extract
 
@@ -88,7 +88,7 @@ def test_prepare_trusts_the_checked_options(monkeypatch):
     monkeypatch.setattr(binning, "check_n_grids", spy)
     options = SearchOptions(n_grids=7)
     extractor = extract.prepare(X, TARGET, options)
-    assert calls == [7]  # bin_features' own check, nothing in prepare or on the way to the edges
+    assert calls == []  # checked once, by SearchOptions(n_grids=7) above: nothing in prepare or the binning
     assert extractor.binned.n_grids == 7
 
 

@@ -32,7 +32,7 @@ def no_binning(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the features were binned before the memory check")
 
-    monkeypatch.setattr(search_module, "bin_features", fail)
+    monkeypatch.setattr(search_module, "encode_features", fail)
 
 
 def _limit(monkeypatch, free: int | None, name: str = "a test limit") -> None:

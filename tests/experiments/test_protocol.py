@@ -38,7 +38,7 @@ def _pick(rule_sets, bound):
 def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
     X, target = _toy()
     calls = {"bin": 0, "root": 0}
-    real_bin, real_counts = search_mod.bin_features, extractor_mod.grid_counts
+    real_bin, real_counts = search_mod.encode_features, extractor_mod.grid_counts
 
     def counting_bin(*args, **kwargs):
         calls["bin"] += 1
@@ -49,7 +49,7 @@ def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
             calls["root"] += 1
         return real_counts(codes, rows, *args, **kwargs)
 
-    monkeypatch.setattr(search_mod, "bin_features", counting_bin)
+    monkeypatch.setattr(search_mod, "encode_features", counting_bin)
     monkeypatch.setattr(extractor_mod, "grid_counts", counting_counts)
     result = search_hyperparameters(
         X,
@@ -133,7 +133,7 @@ def test_bad_arguments_fail_before_binning(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("binning ran before the arguments were checked")
 
-    monkeypatch.setattr(search_mod, "bin_features", boom)
+    monkeypatch.setattr(search_mod, "encode_features", boom)
     with pytest.raises(ValueError, match="bin_strategy"):
         search_hyperparameters(X, target, bin_strategies=["uniform", "median"])
     with pytest.raises(ValueError, match="n_grids"):

@@ -2,7 +2,7 @@
 and probability ratios, the candidate intervals they give, the counts of pairs of features, and the sketched
 thresholds of streamed data."""
 
-from torch_amore.grids.binning import Binned, bin_features
+from torch_amore.grids.binning import Binned, bin_features, encode_features
 from torch_amore.grids.edges import grid_edges
 from torch_amore.grids.fine_grid import FineBinned, fine_binning
 from torch_amore.grids.intervals import candidate_intervals
@@ -16,6 +16,7 @@ __all__ = [
     "HistogramSketch",
     "PairCounts",
     "bin_features",
+    "encode_features",
     "candidate_intervals",
     "fine_binning",
     "grid_counts",

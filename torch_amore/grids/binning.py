@@ -142,8 +142,26 @@ def bin_features(
         >>> b.codes.tolist()
         [[0, 1], [0, 0], [1, 1], [1, 1]]
     """
-    n_grids = check_n_grids(n_grids)
-    check_bin_strategy(bin_strategy)
+    return encode_features(X, columns, kinds, check_n_grids(n_grids), check_bin_strategy(bin_strategy), stats=stats)
+
+
+def encode_features(
+    X: torch.Tensor,
+    columns: list[int],
+    kinds: list[str],
+    n_grids: int = 10,
+    bin_strategy: str = "uniform",
+    *,
+    stats: ColumnStats | None = None,
+) -> Binned:
+    """:func:`bin_features` for arguments already checked (``n_grids`` and ``bin_strategy`` by
+    :class:`~torch_amore.search.options.SearchOptions` at the public entry points): the binning itself.
+
+    Example:
+        >>> import torch
+        >>> encode_features(torch.tensor([[0.0], [3.0]]), [0], ["float"], 2).codes.tolist()
+        [[0], [1]]
+    """
     device = X.device
     dt = work_dtype(device)
     every = list(columns) == list(range(X.shape[1]))

@@ -28,7 +28,7 @@ from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.data.column_stats import column_stats
 from torch_amore.data.stream_source import is_source
-from torch_amore.grids.binning import bin_features
+from torch_amore.grids.binning import encode_features
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
@@ -94,7 +94,7 @@ def prepare(
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = bin_features(
+        binned = encode_features(
             X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy, stats=stats
         )
     return Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)

@@ -49,7 +49,7 @@ from torch_amore.data.column_stats import (
 )
 from torch_amore.data.stream_disk import DiskCodes
 from torch_amore.data.stream_source import BatchSource
-from torch_amore.grids.binning import Binned, bin_features
+from torch_amore.grids.binning import Binned, encode_features
 from torch_amore.grids.edges import codes_from_thresholds
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
@@ -251,7 +251,7 @@ def prepare_stream(
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
-    binned = bin_features(_stub(facts, src.dtype), columns, kinds, n_grids=o.n_grids, stats=stats)
+    binned = encode_features(_stub(facts, src.dtype), columns, kinds, n_grids=o.n_grids, stats=stats)
     if o.bin_strategy != "uniform":
         from torch_amore.grids.stream_sketch import sketch_thresholds
 
