@@ -146,20 +146,14 @@ def bin_features(
 
 
 def encode_features(
-    X: torch.Tensor,
-    columns: list[int],
-    kinds: list[str],
-    n_grids: int = 10,
-    bin_strategy: str = "uniform",
-    *,
-    stats: ColumnStats | None = None,
+    X: torch.Tensor, columns: list[int], kinds: list[str], n_grids: int, bin_strategy: str, stats: ColumnStats | None
 ) -> Binned:
     """:func:`bin_features` for arguments already checked (``n_grids`` and ``bin_strategy`` by
     :class:`~torch_amore.search.options.SearchOptions` at the public entry points): the binning itself.
 
     Example:
         >>> import torch
-        >>> encode_features(torch.tensor([[0.0], [3.0]]), [0], ["float"], 2).codes.tolist()
+        >>> encode_features(torch.tensor([[0.0], [3.0]]), [0], ["float"], 2, "uniform", None).codes.tolist()
         [[0], [1]]
     """
     device = X.device

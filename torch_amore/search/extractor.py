@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import groupby
+from typing import Any
 
 import torch
 
@@ -109,20 +110,12 @@ class Extractor:
             self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
         return self._root
 
-    def run(
-        self,
-        *,
-        max_length: int,
-        min_support: int,
-        top_k: int,
-        local_codes: list[int] | None = None,
-        progress: bool = False,
-    ) -> list[RuleSet]:
-        """Rule sets of the paper's rule tree (:func:`torch_amore.strategies.tree.grow_tree`), best fitness first."""
+    def run(self, *, local_codes: list[int] | None = None, **limits: Any) -> list[RuleSet]:
+        """Rule sets of the paper's rule tree (:func:`torch_amore.strategies.tree.grow_tree`, whose keywords
+        ``max_length``, ``min_support``, ``top_k`` and ``progress`` are ``limits``), best fitness first."""
         chosen = grow_tree(
-            self.binned, self.target, self.root_counts(), self.n_total_target, max_length=max_length,
-            min_support=min_support, top_k=top_k, local_codes=local_codes, progress=progress,
-        )  # fmt: skip
+            self.binned, self.target, self.root_counts(), self.n_total_target, local_codes=local_codes, **limits
+        )
         found: dict[frozenset, RuleSet] = {}
         conds = sorted({s[:3] for c in chosen for s in c.steps})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds, local=local_codes is not None)))
