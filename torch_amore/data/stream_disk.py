@@ -107,7 +107,7 @@ class DiskCodes:
             f.truncate(nbytes)  # a sparse file: blocks are allocated as the codes are written
             mm = mmap.mmap(f.fileno(), nbytes)
         self._maps.append(mm)
-        if not self._trimmer:
+        if not self._trimmer and hasattr(mmap, "MADV_DONTNEED"):  # Linux, macOS; elsewhere the pages stay mapped
             self._trimmer.append(_Trimmer(self._maps, self._trim_seconds))
         return torch.frombuffer(mm, dtype=dtype, count=numel).view(shape)
 
