@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 import torch
+from graph_models import GCN
 from rule_compare import assert_rule_sets_close
 from torch import nn
 
@@ -306,14 +307,20 @@ def check_explanation(device: torch.device, got: Any, expected: Any, *, atol: fl
     assert_rule_sets_close(got.rule_sets, engine)
 
 
-@pytest.mark.usefixtures("tf32_off")
-def test_explainer_on_a_cnn_layer(device):
+def cnn_explanations(device: torch.device) -> tuple[torch.Tensor, Any, Any]:
+    """(images, CPU explanation, device explanation) of the small CNN's second layer for its majority class."""
     model, X = small_cnn(), images()
     cls = majority_class(model, X)
     opts = dict(max_length=2, min_support=30, n_grids=5, progress=False)
     expected = RegionalRuleExplainer(model, layer=model[1]).explain(X, cls, **opts)
     moved = copy.deepcopy(model).to(device)
     got = RegionalRuleExplainer(moved, layer=moved[1]).explain(X.to(device), cls, **opts)
+    return X, expected, got
+
+
+@pytest.mark.usefixtures("tf32_off")
+def test_explainer_on_a_cnn_layer(device):
+    _, expected, got = cnn_explanations(device)
     assert got.features_matrix.shape == (600, 4 * 6 * 6)
     check_explanation(device, got, expected)
     same_rows(got.rule_sets, expected.rule_sets, expected.features_matrix, device)
@@ -338,12 +345,7 @@ def test_verify_on_the_cnn(device):
     """Rule verification (interventions on the layer) on the device counts what the CPU counts: the same samples,
     donors and control units (seeded on the host), outcomes equal but for samples whose logits tie within float
     noise."""
-    model, X = small_cnn(), images()
-    cls = majority_class(model, X)
-    opts = dict(max_length=2, min_support=30, n_grids=5, progress=False)
-    expected = RegionalRuleExplainer(model, layer=model[1]).explain(X, cls, **opts)
-    moved = copy.deepcopy(model).to(device)
-    got = RegionalRuleExplainer(moved, layer=moved[1]).explain(X.to(device), cls, **opts)
+    X, expected, got = cnn_explanations(device)
     check_explanation(device, got, expected)
     for method in ("resample", "clamp"):
         ref = expected.verify(X, rule_sets=3, method=method, n_controls=3, batch_size=128)
@@ -354,25 +356,6 @@ def test_verify_on_the_cnn(device):
                 sa, sb = getattr(a, share), getattr(b, share)
                 assert sa.n == sb.n, (method, share)
                 assert abs(sa.hits - sb.hits) <= max(1, 0.02 * sb.n), (method, share, sa, sb)
-
-
-class GCN(nn.Module):
-    """A seeded graph classifier: one GCN layer, mean pooling, a hidden head (the explained layer), two classes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        torch.manual_seed(0)
-        self.conv = GCNConv(3, 8)
-        self.head = nn.Linear(8, 4)
-        self.out = nn.Linear(4, 2)
-
-    def forward(self, data: Any) -> torch.Tensor:
-        from torch_geometric.nn import global_mean_pool
-
-        h = torch.relu(self.conv(data.x, data.edge_index))
-        return self.out(torch.relu(self.head(global_mean_pool(h, data.batch))))
 
 
 @pytest.mark.usefixtures("tf32_off")

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from graph_models import GCN
 from rule_compare import assert_activations_close, assert_rule_sets_close
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
@@ -353,30 +354,13 @@ def _graphs(n: int = 60):
     return graphs
 
 
-class _GCN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        torch.manual_seed(0)
-        self.conv = GCNConv(3, 8)
-        self.head = nn.Linear(8, 4)
-        self.out = nn.Linear(4, 2)
-
-    def forward(self, data) -> torch.Tensor:
-        from torch_geometric.nn import global_mean_pool
-
-        h = torch.relu(self.conv(data.x, data.edge_index))
-        return self.out(torch.relu(self.head(global_mean_pool(h, data.batch))))
-
-
 @pytest.mark.slow
 def test_graph_lists_batches_and_single_graphs():
     pytest.importorskip("torch_geometric")
     from torch_geometric.data import Batch
     from torch_geometric.loader import DataLoader as GraphLoader
 
-    graphs, model = _graphs(), _GCN()
+    graphs, model = _graphs(), GCN()
     with torch.no_grad():  # shift class 1's logit so that about half the graphs are predicted 1
         out = model(Batch.from_data_list(graphs))
         model.out.bias[1] -= float((out[:, 1] - out[:, 0]).median()) + 1e-3

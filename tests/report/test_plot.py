@@ -18,12 +18,6 @@ from torch_amore import RegionalExplanation, Rule, RuleSet  # noqa: E402
 from torch_amore.report.plot import plot_rule, plot_rule_attributions, plot_rule_means  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 def _save(fig, tmp_path, name):
     path = tmp_path / f"{name}.png"
     fig.savefig(path, dpi=60)

@@ -23,12 +23,6 @@ import torch_amore  # noqa: E402
 from torch_amore import RegionalExplanation, Rule, RuleSet  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 class Page(HTMLParser):
     """Tables (id -> rows of (attrs, [(cell attrs, text)])) and images of an HTML page."""
 
