@@ -12,6 +12,7 @@ import torch
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from figures_agg import close_figures  # noqa: E402, F401  (autouse: every figure closed after each test)
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from torch_amore import RegionalExplanation, Rule, RuleSet  # noqa: E402

@@ -1,4 +1,5 @@
-"""The report tests draw with matplotlib's Agg backend and close every figure after each test."""
+"""matplotlib with the Agg backend, and an autouse fixture that closes every figure after each test: import
+``close_figures`` into a test module of figures (``from figures_agg import close_figures``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _close_figures():
+def close_figures():
     yield
     plt.close("all")
