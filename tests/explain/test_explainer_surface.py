@@ -107,6 +107,25 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
     assert calls == []
 
 
+def test_explain_local_is_explain_with_local_and_refuses_what_it_cannot_do(task):
+    X, model = task
+    explainer = RegionalRuleExplainer(model, "1")
+    hidden, predicted = _hidden_and_prediction(model, X)
+    row = int(torch.nonzero(predicted == 7)[0])
+    via_local = explainer.explain_local(row, X, 7, max_length=2, min_support=40)
+    via_explain = explainer.explain(X, 7, local=row, max_length=2, min_support=40)
+    assert len(via_local) > 0
+    assert [str(rs) for rs in via_local] == [str(rs) for rs in via_explain]
+    for rule_set in via_local:  # every interval holds the sample's own hidden activations, computed by hand
+        assert bool(rule_set.mask(hidden[row : row + 1])[0])
+    with pytest.raises(TypeError, match="`x` only"):
+        explainer.explain_local(row, X, 7, local=row)
+    with pytest.raises(ValueError, match=r"local rules \(explain_local\) with stream=True"):
+        explainer.explain_local(row, X, 7, stream=True)
+    with pytest.raises(ValueError, match="sample `x`"):
+        explainer.explain_local(None, X, 7)
+
+
 class _Weighted(nn.Module):
     """Two logits; the second scaled per sample by ``w`` (positional or keyword) and shifted by a shared ``bias``."""
 

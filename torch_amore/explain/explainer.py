@@ -122,6 +122,7 @@ class RegionalRuleExplainer:
         additional_forward_args: Any = None,
         forward_kwargs: dict[str, Any] | None = None,
         stream: bool | str = "auto",
+        local: Any = None,
         **search_options: Any,
     ) -> RegionalExplanation:
         """Rules describing the subgroup ``target`` of the model's predictions on ``inputs``.
@@ -170,7 +171,10 @@ class RegionalRuleExplainer:
                 streams when the estimated matrix (N times the width, measured by running the model on the first
                 sample) would exceed half the available memory (RAM, or the CUDA device's;
                 :mod:`torch_amore.explain.stream_explain`) and says so once. Streaming takes a class index, a
-                callable or a range ``target``, not a mask, ``features``, ``select_features`` or ``"roc"``.
+                callable or a range ``target``, not a mask, ``features``, ``select_features``, ``"roc"`` or
+                ``local``.
+            local: a sample for local rules (:meth:`explain_local`): only rule sets whose every interval contains it
+                are returned. ``None`` (default): global rules.
             **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
                 (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
                 ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
@@ -186,49 +190,37 @@ class RegionalRuleExplainer:
             feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
             search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
             target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+            local=local,
         )  # fmt: skip
         return self._explain(inputs, request, stream=check_stream(stream))
 
-    def explain_local(
-        self,
-        x: Any,
-        inputs: Any,
-        target: TargetType,
-        *,
-        labels: Any = None,
-        threshold: float | str | None = None,
-        outputs: str = "auto",
-        features: Any = None,
-        feature_names: Sequence[str] | None = None,
-        select_features: bool | dict = False,
-        scaler: Any = None,
-        options: SearchOptions | dict | None = None,
-        batch_size: int = 256,
-        input_key: BatchKey = None,
-        label_key: BatchKey = None,
-        target_name: str | None = None,
-        additional_forward_args: Any = None,
-        forward_kwargs: dict[str, Any] | None = None,
-        **search_options: Any,
-    ) -> RegionalExplanation:
+    def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
         """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
 
         ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension, or one
         torch_geometric graph; it is run through the model and layer), or — with a separate ``features`` matrix or
-        without a layer — its row of features. Other arguments as in :meth:`explain`. When ``x`` is an outlier of the
-        subgroup no interval containing it raises the subgroup's share, and the result is empty with an explanatory
-        ``message`` (a ``UserWarning`` is issued).
+        without a layer — its row of features. The other arguments and keywords are those of :meth:`explain`
+        (``explain_local(x, inputs, target, **kwargs)`` is ``explain(inputs, target, local=x, **kwargs)``); local
+        rules are found in memory. When ``x`` is an outlier of the subgroup no interval containing it raises the
+        subgroup's share, and the result is empty with an explanatory ``message`` (a ``UserWarning`` is issued).
+
+        Example:
+            >>> import torch
+            >>> from torch_amore import RegionalRuleExplainer
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+            >>> with torch.no_grad():
+            ...     _ = model[0].weight.copy_(torch.tensor([[-1.0, 0.0], [1.0, 0.0]]))
+            ...     _ = model[0].bias.zero_()
+            >>> X = torch.linspace(-1, 1, 400).reshape(200, 2)
+            >>> explanation = RegionalRuleExplainer(model).explain_local(150, X, 1, max_length=1)
+            >>> all(rule.contains(float(X[150, rule.feature])) for rule in explanation.best.rules)
+            True
         """
         if x is None:
             raise ValueError("Expected a sample `x` for local rules, but got None.")
-        request = ExplainRequest.make(
-            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
-            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
-            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
-            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
-            local=x,
-        )  # fmt: skip
-        return self._explain(inputs, request)
+        if "local" in kwargs:
+            raise TypeError("Expected the sample of local rules as `x` only, but got a `local` keyword as well.")
+        return self.explain(inputs, target, local=x, **kwargs)
 
     def features_matrix(
         self,

@@ -13,8 +13,6 @@ import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
-from torch_amore.data import arguments as A
-from torch_amore.search.options import SearchOptions
 
 
 def _describe_target(target: Any) -> str:
@@ -35,15 +33,6 @@ def _target_param(target: Any, desc: str) -> Any:
     if isinstance(target, tuple) and len(target) == 2:
         return [None if v is None or math.isinf(float(v)) else float(v) for v in target]
     return desc
-
-
-def _support_count(options: SearchOptions, n_samples: int, subgroup_size: int) -> int:
-    """The count ``options.min_support`` means on the data (``SearchOptions.support_count`` where it exists: main's
-    ``min_support=None`` depends on the subgroup size)."""
-    count = getattr(options, "support_count", None)
-    if callable(count):
-        return int(count(n_samples, subgroup_size))
-    return A.resolve_min_support(options.min_support, n_samples)
 
 
 def _safe(text: str) -> str:

@@ -20,7 +20,7 @@ from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import ModuleBatches
-from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of, _support_count, _target_param
+from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of, _target_param
 from torch_amore.model.lightning_batches import ModuleOutputs, eval_mode, limited_batches
 from torch_amore.model.subgroups import subgroup_mask
 from torch_amore.search.extract import extract_rules
@@ -89,7 +89,7 @@ class CallbackExplain:
     def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
-            min_support_count=_support_count(self.options, n_all, n_sub), source=source,
+            min_support_count=self.options.support_count(n_all, n_sub), source=source,
             layer=layer_name, layer_input=False, target=_target_param(self.target, desc), target_name=desc,
             threshold=self.threshold if isinstance(self.threshold, str) or self.threshold is None
             else float(self.threshold),

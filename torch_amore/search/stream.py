@@ -246,8 +246,7 @@ def prepare_stream(
     names = A.resolve_names(feature_names, None, n_features)
     columns = A.resolve_features(features, n_features)
     _check_facts(facts, stats, columns, scale, offset, n_all)
-    if o.min_support is not None:
-        A.resolve_min_support(o.min_support, n_all)
+    o.given_support_count(n_all)  # a bad `min_support` is an error before the second pass
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
