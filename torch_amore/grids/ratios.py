@@ -122,13 +122,14 @@ def _group_pass(
     return _GroupPass(n, step, block, features_last, base, offsets, buffer, gathered)
 
 
-def _no_counts(n_groups: int, n_features: int, n_bins_max: int, device: torch.device) -> torch.Tensor:
-    """The zero counts of an empty pass (still summed over the ranks: every rank takes part)."""
-    return D.all_reduce_sum(torch.zeros(n_groups, n_features, n_bins_max, dtype=torch.long, device=device))
+def _no_counts(n_groups: int, n_features: int, n_bins_max: int, device: torch.device, reduce: bool) -> torch.Tensor:
+    """The zero counts of an empty pass (with ``reduce``, still summed over the ranks: every rank takes part)."""
+    out = torch.zeros(n_groups, n_features, n_bins_max, dtype=torch.long, device=device)
+    return D.all_reduce_sum(out) if reduce else out
 
 
 def node_grid_counts(
-    codes: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int, n_bins_max: int
+    codes: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, n_nodes: int, n_bins_max: int, *, reduce: bool = True
 ) -> torch.Tensor:
     """:func:`grid_counts` of several nodes (e.g. a level of the rule tree) in one pass over row-major codes.
 
@@ -138,9 +139,11 @@ def node_grid_counts(
         nodes: the node of each entry of ``rows``, in ``[0, n_nodes)``.
         n_nodes: number of nodes.
         n_bins_max: number of grids of the widest feature.
+        reduce: sum the counts over the ranks of a sharded DDP run (``False``: this process's counts, e.g. of one
+            chunk of rows among several).
 
     Returns:
-        (n_nodes, F, n_bins_max) int64 counts, summed over the ranks of a sharded DDP run.
+        (n_nodes, F, n_bins_max) int64 counts.
 
     Example:
         >>> import torch
@@ -150,7 +153,7 @@ def node_grid_counts(
     """
     n, n_features = rows.numel(), codes.shape[1]
     if n == 0 or n_features == 0:
-        return _no_counts(n_nodes, n_features, n_bins_max, codes.device)
+        return _no_counts(n_nodes, n_features, n_bins_max, codes.device, reduce)
     width = n_bins_max + 1
     p = _group_pass(codes, n, n_features, nodes, n_nodes, width, features_last=True)
     parts = []
@@ -160,16 +163,22 @@ def node_grid_counts(
             got = torch.index_select(codes[:, f0:f1], 0, rows, out=p.codes(f1 - f0))
             parts.append(counting.bincount(p.bins(got), (f1 - f0) * p.block))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
-    out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max]
-    return D.all_reduce_sum(out.contiguous())
+    out = out.view(n_features, n_nodes, width).permute(1, 0, 2)[:, :, :n_bins_max].contiguous()
+    return D.all_reduce_sum(out) if reduce else out
 
 
 def group_grid_counts(
-    codes_t: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int, n_bins_max: int
+    codes_t: torch.Tensor,
+    rows: torch.Tensor,
+    groups: torch.Tensor,
+    n_groups: int,
+    n_bins_max: int,
+    *,
+    reduce: bool = True,
 ) -> torch.Tensor:
     """:func:`node_grid_counts` on column-major codes ``codes_t`` (F, N), one row per feature, with ``groups`` and
     ``n_groups`` in the place of ``nodes`` and ``n_nodes`` (e.g. the nodes of a beam): the same counts, the codes
-    gathered twice as fast and the counts written in their final layout.
+    gathered twice as fast and the counts written in their final layout (``reduce``: as there).
 
     Example:
         >>> import torch
@@ -179,7 +188,7 @@ def group_grid_counts(
     """
     n_features, n = codes_t.shape[0], rows.numel()
     if n == 0 or n_features == 0:
-        return _no_counts(n_groups, n_features, n_bins_max, codes_t.device)
+        return _no_counts(n_groups, n_features, n_bins_max, codes_t.device, reduce)
     width = n_bins_max + 1
     p = _group_pass(codes_t, n, n_features, groups, n_groups, width, features_last=False)
     # filled chunk by chunk in its final (group, feature, grid) layout: no concatenation and no permuted copy
@@ -191,7 +200,7 @@ def group_grid_counts(
             got = torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=p.codes(f1 - f0))
             counts = counting.bincount(p.bins(got), (f1 - f0) * p.block).view(f1 - f0, n_groups, width)
             out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
-    return D.all_reduce_sum(out)
+    return D.all_reduce_sum(out) if reduce else out
 
 
 def probability_ratios(

@@ -17,6 +17,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import beside, done, parallel_pass, search_threads
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.box_counts import box_counts
 from torch_amore.grids.fine_grid import default_n_fine, fine_binning
 from torch_amore.grids.ratios import grid_counts
 from torch_amore.rules.masks import drop_same_mask
@@ -81,6 +82,10 @@ def _to_polish(
 class Extractor:
     """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
 
+    #: Count the searches' nodes from their conditions, this many rows of codes at a time, instead of keeping their
+    #: rows (:func:`torch_amore.grids.box_counts.box_counts`: for codes on disk); ``None``: keep the rows.
+    row_chunk: int | None = None
+
     def __init__(
         self,
         binned: Binned,
@@ -104,6 +109,10 @@ class Extractor:
 
     def root_counts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-grid counts of all samples and of the target at the root (cached: independent of min_support)."""
+        if self._root is None and self.row_chunk is not None:
+            b = self.binned
+            counts, _ = box_counts(b.codes, self.target, [()], b.n_bins_max, self.row_chunk)
+            self._root = (counts[0, 0] + counts[0, 1], counts[0, 1])
         if self._root is None:
             b = self.binned
             t_rows = torch.nonzero(self.target, as_tuple=True)[0]
@@ -114,8 +123,9 @@ class Extractor:
         """Rule sets of the paper's rule tree (:func:`torch_amore.strategies.tree.grow_tree`, whose keywords
         ``max_length``, ``min_support``, ``top_k`` and ``progress`` are ``limits``), best fitness first."""
         chosen = grow_tree(
-            self.binned, self.target, self.root_counts(), self.n_total_target, local_codes=local_codes, **limits
-        )
+            self.binned, self.target, self.root_counts(), self.n_total_target, local_codes=local_codes,
+            row_chunk=self.row_chunk, **limits,
+        )  # fmt: skip
         found: dict[frozenset, RuleSet] = {}
         conds = sorted({s[:3] for c in chosen for s in c.steps})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds, local=local_codes is not None)))
@@ -323,8 +333,9 @@ class Extractor:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
         search = BeamSearch(
-            fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence
-        )
+            fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence,
+            row_chunk=self.row_chunk,
+        )  # fmt: skip
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
         seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
         # twice the beam's width of pairs: on a 128-d latent layer at min_support twice the subgroup, five miss the

@@ -50,6 +50,7 @@ from torch_amore.data.column_stats import (
 from torch_amore.data.stream_disk import DiskCodes
 from torch_amore.data.stream_source import BatchSource
 from torch_amore.grids.binning import Binned, encode_features
+from torch_amore.grids.box_counts import ROW_CHUNK
 from torch_amore.grids.edges import codes_from_thresholds
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
@@ -305,6 +306,8 @@ class StreamExtractor(Extractor):
                  offset: Sequence[float], target_name: str = "target",
                  disk: DiskCodes | None = None) -> None:  # fmt: skip
         self.disk = disk
+        if disk is not None and disk.folder is not None:  # codes on disk: no row lists (one chunk at a time)
+            self.row_chunk = ROW_CHUNK
         binned = replace(store.binned, codes=store.codes, codes_t=None)
         super().__init__(binned, store.target, names, scale, offset, target_name=target_name)
         self.source = source

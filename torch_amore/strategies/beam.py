@@ -45,6 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.box_counts import box_counts
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
 from torch_amore.rules.metrics import base_rate, fitness_value
@@ -105,8 +106,10 @@ class BeamSearch(Refinement):
         n_target: int,
         beam_width: int = 5,
         min_confidence: float | None = None,
+        row_chunk: int | None = None,
     ) -> None:
         self.fine = fine
+        self.row_chunk = row_chunk
         self.target = target
         self.n_target = n_target
         self.beam_width = beam_width
@@ -116,6 +119,8 @@ class BeamSearch(Refinement):
         n_values = self.n_rows * len(fine.columns)
         self.budget = table_budget(n_values)  # small data: small tables
         self.refine_budget = min(_REFINE_BUDGET, max(_REFINE_BUDGET_MIN, n_values // 4))
+        if row_chunk is not None:  # little memory: one rule set refined at a time
+            self.refine_budget = 1
         host = getattr(fine, "is_cat_host", None)
         self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
@@ -161,6 +166,18 @@ class BeamSearch(Refinement):
         groups, rows = torch.nonzero(self._node_masks(nodes), as_tuple=True)
         return rows, groups
 
+    def _node_counts(self, nodes: list[tuple]) -> torch.Tensor:
+        """(2 G, F, width) per-grid counts of the G ``nodes``: of each node's samples outside the target, then of its
+        target samples; from the nodes' rows, or with ``row_chunk`` from their conditions, chunk by chunk
+        (:func:`torch_amore.grids.box_counts.box_counts`)."""
+        g = len(nodes)
+        if self.row_chunk is not None:
+            counts, _ = box_counts(self.codes_t, self.target, nodes, self.width, self.row_chunk, column_major=True)
+            return torch.cat([counts[:, 0], counts[:, 1]])
+        rows, groups = self._node_rows(nodes)
+        t = self.target[rows].to(groups.dtype)
+        return group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
+
     def _candidates(
         self, beam: list[State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool
     ) -> torch.Tensor:
@@ -203,10 +220,9 @@ class BeamSearch(Refinement):
         return torch.cat(parts, 2)
 
     def _expand(
-        self, beam: list[State], rows: torch.Tensor, groups: torch.Tensor, min_support: int, seen: set,
-        chooser: list,
-    ) -> tuple[dict[tuple, State], dict[tuple, State]]:  # fmt: skip
-        """The best children of every node of the beam (samples ``rows`` of nodes ``groups``): per ``(objective,
+        self, beam: list[State], both: torch.Tensor, min_support: int, seen: set, chooser: list
+    ) -> tuple[dict[tuple, State], dict[tuple, State]]:
+        """The best children of every node of the beam (``both``: its :meth:`_node_counts`): per ``(objective,
         width)`` of ``chooser``, ``width`` per node, skipping (for the first objective) children already found; the
         children of the objectives, then those only :class:`Lift` chose (taken after every node's others: the
         objectives' children do not depend on whether ``chooser`` holds the lift, nor does the candidate table).
@@ -218,8 +234,6 @@ class BeamSearch(Refinement):
         ``width`` children, its whole ordering is fetched (a second sync, rare)."""
         fine = self.fine
         n_feat, g = len(fine.columns), len(beam)
-        t = self.target[rows].to(groups.dtype)
-        both = group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target samples: g + node
         tgt = both[g:].view(g * n_feat, self.width)
         tot = both[:g].view(g * n_feat, self.width).add_(tgt)  # in place: no third table
         fields = self._candidates(beam, tot, tgt, min_support, True)
@@ -296,7 +310,7 @@ class BeamSearch(Refinement):
         that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         beam = [State((), self.n_target, self.n_rows)]
-        rows, groups = self._node_rows([()])
+        both = self._node_counts([()])
         found: dict[tuple, State] = {}  # every rule set visited
         best: dict[tuple, tuple[int, State]] = {}  # the best of each length and objective, with that length
         chooser = [
@@ -306,7 +320,7 @@ class BeamSearch(Refinement):
         for length in range(1, max_length + 1):
             # before the last length, a few children of high lift too (see :class:`Lift`): for the next beam only
             lift = [(self.lift, max(1, self.beam_width // 2))] if length < max_length else []
-            children, lifted = self._expand(beam, rows, groups, min_support, set(found), chooser + lift)
+            children, lifted = self._expand(beam, both, min_support, set(found), chooser + lift)
             seeded = self._expand_seeds(seed_beam, min_support, found, children, chooser)
             if not children and not seeded and not lifted:
                 break
@@ -320,7 +334,7 @@ class BeamSearch(Refinement):
             beam = self._next_beam(chosen, found, length)
             if not beam:
                 break
-            rows, groups = self._node_rows([s.conds for s in beam])
+            both = self._node_counts([s.conds for s in beam])
             seed_beam = _seed_beam(seeds, chosen) if length == 1 else []  # seed pairs after the first length
         bar.close()
         lengths = {conds: length for conds, (length, _) in best.items()}
@@ -338,9 +352,8 @@ class BeamSearch(Refinement):
         """The children of the seed pairs' conditions (none when there are none), beside the beam's."""
         if not seed_beam:
             return {}
-        s_rows, s_groups = self._node_rows([st.conds for st in seed_beam])
-        seeded, _ = self._expand(seed_beam, s_rows, s_groups, min_support, set(found) | set(children),
-                                 chooser)  # fmt: skip
+        both = self._node_counts([st.conds for st in seed_beam])
+        seeded, _ = self._expand(seed_beam, both, min_support, set(found) | set(children), chooser)
         return seeded
 
     def _choose(

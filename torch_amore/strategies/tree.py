@@ -26,6 +26,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.box_counts import box_counts
 from torch_amore.grids.intervals import CandidateTable, candidate_table
 from torch_amore.grids.ratios import node_grid_counts
 
@@ -58,8 +59,8 @@ def insertion_order(candidate: TreeCandidate) -> tuple[int, ...]:
 class _Level:
     """The nodes of one level: their rows, per-grid counts and sample counts."""
 
-    rows: torch.Tensor  # this process's rows of every node
-    nodes: torch.Tensor  # the node of each entry of ``rows``
+    rows: torch.Tensor | None  # this process's rows of every node (None: counted from the nodes' conditions)
+    nodes: torch.Tensor | None  # the node of each entry of ``rows``
     tot: torch.Tensor  # (n, F, B) per-grid counts of all samples (all ranks)
     tgt: torch.Tensor  # (n, F, B) of the target samples
     n_node: torch.Tensor  # (n,) samples per node (all ranks)
@@ -76,12 +77,24 @@ def _count_level(binned: Binned, target: torch.Tensor, rows: torch.Tensor, nodes
     return _Level(rows, nodes, counts[:, 0] + tgt, tgt, total.sum(1), total[:, 1])
 
 
-def _root_level(binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], n_total_target: int) -> _Level:
-    """The root node: all rows, with the counts the caller made."""
+def _boxed_level(binned: Binned, target: torch.Tensor, node_steps: list[tuple], row_chunk: int) -> _Level:
+    """Counts of every node of a level from the nodes' conditions, ``row_chunk`` rows of codes at a time
+    (:func:`torch_amore.grids.box_counts.box_counts`): no rows are kept."""
+    boxes = [[step[:3] for step in steps] for steps in node_steps]
+    counts, sizes = box_counts(binned.codes, target, boxes, binned.n_bins_max, row_chunk)
+    tgt = counts[:, 1]
+    return _Level(None, None, counts[:, 0] + tgt, tgt, sizes.sum(1), sizes[:, 1])
+
+
+def _root_level(
+    binned: Binned, root_counts: tuple[torch.Tensor, torch.Tensor], n_total_target: int, keep_rows: bool
+) -> _Level:
+    """The root node: all rows (``keep_rows``: as a row list), with the counts the caller made."""
     codes = binned.codes
-    rows = torch.arange(codes.shape[0], device=codes.device)
+    rows = torch.arange(codes.shape[0], device=codes.device) if keep_rows else None
+    nodes = None if rows is None else torch.zeros_like(rows)
     counts = tensor_on([D.global_count(codes.shape[0]), n_total_target], device=codes.device)
-    return _Level(rows, torch.zeros_like(rows), root_counts[0][None], root_counts[1][None], counts[:1], counts[1:])
+    return _Level(rows, nodes, root_counts[0][None], root_counts[1][None], counts[:1], counts[1:])
 
 
 def _top_k(table: CandidateTable, n_nodes: int, width: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,6 +147,7 @@ def grow_tree(
     top_k: int,
     local_codes: list[int] | None = None,
     progress: bool = False,
+    row_chunk: int | None = None,
 ) -> list[TreeCandidate]:
     """Every candidate chosen in the rule tree, level by level (see the module docstring).
 
@@ -145,6 +159,9 @@ def grow_tree(
         max_length, min_support, top_k: as in :func:`torch_amore.extract_rules`.
         local_codes: the local sample's grid per feature (-1 where missing): only candidates containing it.
         progress: a progress bar over the nodes.
+        row_chunk: count each level from its nodes' conditions, this many rows of codes at a time, instead of
+            keeping the rows of its nodes (:func:`torch_amore.grids.box_counts.box_counts`; the same counts, in the
+            memory of one chunk: for codes on disk); ``None``: keep them.
 
     Example:
         >>> import torch
@@ -161,7 +178,7 @@ def grow_tree(
     device = codes.device
     kinds = {k == "cat" for k in binned.kinds}  # host copies, fixed after binning
     local = None if local_codes is None else tensor_on(local_codes, device=device)
-    level = _root_level(binned, root_counts, n_total_target)
+    level = _root_level(binned, root_counts, n_total_target, keep_rows=row_chunk is None)
     paths: list[tuple[int, ...]] = [()]
     node_steps: list[tuple] = [()]
     out: list[list[TreeCandidate]] = []
@@ -198,7 +215,10 @@ def grow_tree(
         children.sort(key=lambda c: c[:2])  # rank by rank, then node by node, as _children numbers them
         paths = [c.path + (c.rank,) for _, _, c in children]
         node_steps = [c.steps for _, _, c in children]
-        rows, nodes = _children(binned, level, chosen, ratio > -math.inf)
-        level = _count_level(binned, target, rows, nodes, len(paths))
+        if row_chunk is None:
+            rows, nodes = _children(binned, level, chosen, ratio > -math.inf)
+            level = _count_level(binned, target, rows, nodes, len(paths))
+        else:
+            level = _boxed_level(binned, target, node_steps, row_chunk)
     bar.close()
     return [c for found in out for c in sorted(found, key=insertion_order)]

@@ -1,0 +1,100 @@
+"""Per-grid counts of the samples inside boxes (conjunctions of grid intervals), read from the codes chunk by chunk.
+
+The searches keep the rows of their nodes (the rule tree's level, the beam) to count them in one pass. Where those
+row lists would not fit (codes on disk, :mod:`torch_amore.data.stream_disk`: every list holds 8 bytes per row, a level
+several), they count their nodes from the nodes' conditions instead: :func:`box_counts` reads ``row_chunk`` rows of
+codes at a time, tests each row against every box on the codes of the boxes' features, and adds up each chunk's
+per-grid counts (:func:`torch_amore.grids.ratios.node_grid_counts`). The counts are exact integers, the same as one
+pass over stored rows; the memory is that of one chunk's temporaries, whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from torch_amore._utils import counting
+from torch_amore._utils import distributed as D
+from torch_amore._utils.transfer import tensor_on
+from torch_amore.grids.ratios import group_grid_counts, node_grid_counts
+
+__all__ = ["ROW_CHUNK", "box_counts"]
+
+#: Rows of codes read at a time by :func:`box_counts`: a chunk's temporaries stay within a few tens of MiB.
+ROW_CHUNK = 1 << 18
+
+Box = Sequence[tuple[int, int, int]]
+
+
+def _box_table(boxes: Sequence[Box], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(B, L) features, lows and highs of the boxes, shorter boxes padded with a condition every code satisfies."""
+    length = max([len(b) for b in boxes] + [1])
+    pad = [(0, 0, torch.iinfo(dtype).max)] * length
+    rows = [list(b) + pad[len(b) :] for b in boxes]
+    feats = tensor_on([[f for f, _, _ in r] for r in rows], device=device)
+    low = tensor_on([[lo for _, lo, _ in r] for r in rows], dtype=dtype, device=device)
+    high = tensor_on([[hi for _, _, hi in r] for r in rows], dtype=dtype, device=device)
+    return feats, low, high
+
+
+def _members(part: torch.Tensor, table: tuple[torch.Tensor, ...], column_major: bool) -> tuple[torch.Tensor, ...]:
+    """(box, row) of every row of the chunk ``part`` inside each box, box by box."""
+    feats, low, high = table
+    inside = None
+    for m in range(feats.shape[1]):
+        c = part.index_select(0, feats[:, m]) if column_major else part.index_select(1, feats[:, m]).T  # (B, rows)
+        ok = (c >= low[:, m : m + 1]) & (c <= high[:, m : m + 1])
+        inside = ok if inside is None else inside.logical_and_(ok)
+    return torch.nonzero(inside, as_tuple=True)
+
+
+def box_counts(
+    codes: torch.Tensor,
+    target: torch.Tensor,
+    boxes: Sequence[Box],
+    n_bins_max: int,
+    row_chunk: int = ROW_CHUNK,
+    *,
+    column_major: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-grid counts of the samples inside each box, and outside or inside the target, ``row_chunk`` rows at a
+    time (see the module docstring). Under a sharded DDP run the counts are summed over all ranks (one reduction
+    each, whatever the number of chunks), so every rank must call this collectively.
+
+    Args:
+        codes: (N, F) grid codes, or (F, N) with ``column_major``; the code ``n_bins_max`` marks a missing value and
+            is not counted.
+        target: (N,) bool, the subgroup.
+        boxes: each a sequence of ``(feature, g_low, g_high)`` conditions (codes ``g_low <= code <= g_high`` of
+            column ``feature``); an empty box holds every row.
+        n_bins_max: number of grids of the widest feature.
+        row_chunk: rows read at a time.
+        column_major: ``codes`` is (F, N).
+
+    Returns:
+        (B, 2, F, n_bins_max) int64 counts, per box of its samples outside then inside the target, and (B, 2) the
+        boxes' sample counts outside and inside the target.
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 0], [0, 0]], dtype=torch.uint8)
+        >>> target = torch.tensor([True, True, False, False])
+        >>> counts, sizes = box_counts(codes, target, [(), [(1, 1, 1)]], 2, row_chunk=3)
+        >>> counts[1].tolist(), sizes.tolist()
+        ([[[0, 0], [0, 0]], [[1, 1], [0, 2]]], [[2, 2], [0, 2]])
+    """
+    n_boxes = len(boxes)
+    n, n_feat = (codes.shape[1], codes.shape[0]) if column_major else codes.shape
+    table = _box_table(boxes, codes.dtype, codes.device)
+    count = group_grid_counts if column_major else node_grid_counts
+    counts = torch.zeros(2 * n_boxes, n_feat, n_bins_max, dtype=torch.long, device=codes.device)
+    sizes = torch.zeros(2 * n_boxes, dtype=torch.long, device=codes.device)
+    for r0 in range(0, n, row_chunk):
+        part = codes[:, r0 : r0 + row_chunk] if column_major else codes[r0 : r0 + row_chunk]
+        box, row = _members(part, table, column_major)
+        groups = box * 2 + target[r0 : r0 + row_chunk][row]
+        counts += count(part, row, groups, 2 * n_boxes, n_bins_max, reduce=False)
+        sizes += counting.bincount(groups, 2 * n_boxes)
+    counts = D.all_reduce_sum(counts).view(n_boxes, 2, n_feat, n_bins_max)
+    return counts, D.all_reduce_sum(sizes).view(n_boxes, 2)
