@@ -11,6 +11,7 @@ from torch_amore import extract_rules
 from torch_amore.search.extractor import Extractor
 from torch_amore.strategies import tree
 from torch_amore.strategies.beam import BeamSearch
+from torch_amore.strategies.polish import sweep
 
 
 @pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
@@ -56,7 +57,10 @@ def test_codes_on_disk_count_chunk_by_chunk(tmp_path, monkeypatch):
         return original(self, nodes)
 
     monkeypatch.setattr("torch_amore.search.stream.ROW_CHUNK", 64)
+    scanned = []
+    original_scan = sweep._scanned_compact_cuts
+    monkeypatch.setattr(sweep, "_scanned_compact_cuts", lambda *a: scanned.append(1) or original_scan(*a))
     monkeypatch.setattr(BeamSearch, "_node_counts", spy)
     got = extract_rules(batches_of(X, target, 50), codes_dir=tmp_path, **kw)
-    assert chunks and set(chunks) == {64}
+    assert chunks and set(chunks) == {64} and scanned  # the polish scanned its samples' sorted keys
     assert_same(got, extract_rules(X, target, **kw))

@@ -14,10 +14,19 @@ from sync_count import count_syncs
 from torch_amore.rules.cuts import short_cut
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
-from torch_amore.strategies import polish, sorted_columns
 from torch_amore.strategies.best_interval import best_intervals
-from torch_amore.strategies.polish import best_cuts, polish_many, polish_one
-from torch_amore.strategies.sorted_columns import SortedColumns
+from torch_amore.strategies.polish import (
+    SortedColumns,
+    best_cuts,
+    cut_tables,
+    polish_many,
+    polish_one,
+    scanned_cuts,
+    sorted_columns,
+    sorted_keys,
+    sweep,
+)
+from torch_amore.strategies.polish.scanned_cuts import key_values
 
 
 def _data(seed: int, n: int = 240) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +166,8 @@ def test_polish_many_equals_the_sequential_reference(seed, goal):
 @pytest.mark.parametrize("chunk", [None, 1])
 def test_best_cuts_selects_the_rows_best_intervals_selects_on_distinct_values(seed, chunk, monkeypatch):
     if chunk is not None:
-        monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one kappa at a time
+        monkeypatch.setattr(sweep, "_CHUNK_BYTES", chunk)  # one kappa at a time
+        monkeypatch.setattr(cut_tables, "_CHUNK_BYTES", chunk)
         monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", chunk)
     g = torch.Generator().manual_seed(seed)
     n = 200
@@ -219,7 +229,8 @@ def _literal_tables(X: torch.Tensor, target: torch.Tensor, col: int) -> dict[str
 @pytest.mark.parametrize("chunk", [None, 1])
 def test_sorted_columns_equal_a_literal_sort(chunk, monkeypatch):
     if chunk is not None:
-        monkeypatch.setattr(polish, "_CHUNK_BYTES", chunk)  # one column sorted at a time
+        monkeypatch.setattr(sweep, "_CHUNK_BYTES", chunk)  # one column sorted at a time
+        monkeypatch.setattr(cut_tables, "_CHUNK_BYTES", chunk)
         monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", chunk)
     X, target = _data(3, n=120)
     columns = SortedColumns(X, target)
@@ -243,7 +254,8 @@ def test_polish_many_in_chunks_equals_the_literal_brute_force(seed, monkeypatch)
     starts = _starts(X, target, seed)
     n_t = int(target.sum())
     whole = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
-    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)  # rows, kappas, columns and rule masks one at a time
+    monkeypatch.setattr(sweep, "_CHUNK_BYTES", 1)  # rows, kappas, columns and rule masks one at a time
+    monkeypatch.setattr(cut_tables, "_CHUNK_BYTES", 1)
     monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", 1)
     got = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
     for rs, new, one in zip(starts, got, whole):
@@ -269,7 +281,8 @@ def _equals_the_sequential_reference(seed: int, goals: list) -> list[RuleSet]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch):
-    monkeypatch.setattr(polish, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(sweep, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(cut_tables, "_CHUNK_BYTES", 1)
     monkeypatch.setattr(sorted_columns, "_CHUNK_BYTES", 1)
     _equals_the_sequential_reference(200 + seed, [0.8, None, 0.7, 0.9])  # several kappas per row, one at a time
 
@@ -277,7 +290,7 @@ def test_polish_many_in_chunks_equals_the_sequential_reference(seed, monkeypatch
 @pytest.mark.parametrize("seed", range(4))
 def test_polish_many_on_each_rule_sets_own_rows_equals_the_literal_brute_force(seed, monkeypatch):
     """From ``_COMPACT_ROWS`` samples on, each step sorts the values of its rule set's own rows (no whole columns)."""
-    monkeypatch.setattr(polish, "_COMPACT_ROWS", 0)
+    monkeypatch.setattr(sweep, "_COMPACT_ROWS", 0)
     X, target = _data(300 + seed)
     starts = _starts(X, target, seed)
     n_t = int(target.sum())
@@ -298,12 +311,76 @@ def test_polish_many_on_each_rule_sets_own_rows_equals_the_literal_brute_force(s
 def test_polish_many_on_each_rule_sets_own_rows_equals_the_sequential_reference(seed, goal, monkeypatch):
     goals = [goal, None, 0.7, goal]
     whole = _equals_the_sequential_reference(400 + seed, goals)
-    monkeypatch.setattr(polish, "_COMPACT_ROWS", 0)
+    monkeypatch.setattr(sweep, "_COMPACT_ROWS", 0)
     assert _equals_the_sequential_reference(400 + seed, goals) == whole  # the same as with whole sorted columns
 
 
 def test_compact_cuts_with_no_row_is_not_valid():
     X, target = _data(0)
-    b = polish._compact_cuts(torch.zeros(len(X), dtype=torch.bool), SortedColumns(X, target), 1, 1,
+    b = sweep._compact_cuts(torch.zeros(len(X), dtype=torch.bool), SortedColumns(X, target), 1, 1,
                              torch.tensor([[500, 700]]))  # fmt: skip
     assert b["valid"].tolist() == [[False, False]] and b["support"].tolist() == [[0, 0]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("row_chunk", [1, 7, 1000])
+def test_scanned_polish_equals_the_literal_brute_force(seed, row_chunk):
+    """With ``row_chunk`` (codes on disk) each step sorts its rule set's values as keys in place and scans them in
+    chunks: the literal brute force's rules, and the same rule sets as with whole sorted columns."""
+    X, target = _data(500 + seed)
+    X[::17, 0] = -0.0  # signed zeros, equal to 0.0
+    starts = _starts(X, target, seed)
+    n_t = int(target.sum())
+    whole = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts))
+    columns = SortedColumns(X, target, row_chunk=row_chunk)
+    got = polish_many(starts, X, target, 15, n_t, goals=[None] * len(starts), columns=columns)
+    changed = 0
+    for rs, new, one in zip(starts, got, whole):
+        want = literal_polish(rs, X, target, 15)
+        assert [str(r) for r in new.rules] == [str(r) for r in want.rules]
+        h, n = _counts(new.mask(X), target)
+        assert (new.support, new.confidence) == (n, h / n)
+        assert new == one
+        changed += new.rules != rs.rules
+    assert changed
+
+
+@pytest.mark.parametrize("goal", [None, 0.8])
+def test_scanned_polish_equals_the_sequential_reference_with_confidence_goals(goal):
+    X, target = _data(600)
+    starts = _starts(X, target, 1)
+    goals = [goal, None, 0.7, goal][: len(starts)] + [None] * max(0, len(starts) - 4)
+    n_t = int(target.sum())
+    columns = SortedColumns(X, target, row_chunk=13)
+    got = polish_many(starts, X, target, 12, n_t, goals=goals, columns=columns)
+    for rs, new, g in zip(starts, got, goals):
+        want = polish_one(rs, X, target, 12, n_t, min_confidence=g)
+        assert new.rules == want.rules and (new.support, new.confidence) == (want.support, want.confidence)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scanned_cuts_equal_best_cuts_on_ties_nan_and_any_min_support(seed):
+    """scanned_cuts against best_cuts on the same sorted samples: many ties, NaN, signed zeros, every min_support
+    from 1 to beyond the samples, several kappas, chunks of 1 to 8 positions."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 80, (1,), generator=g))
+    v = torch.randint(0, int(torch.randint(1, 12, (1,), generator=g)), (n,), generator=g).float() - 3
+    if seed % 3 == 0:
+        v = torch.randn(n, generator=g)
+    v[torch.rand(n, generator=g) < 0.15] = math.nan
+    v[torch.rand(n, generator=g) < 0.1] = -0.0
+    t = torch.rand(n, generator=g) < float(torch.rand(1, generator=g))
+    kappas = torch.randint(1, 1000, (1, int(torch.randint(1, 4, (1,), generator=g))), generator=g)
+    order = torch.from_numpy(np.argsort(v.numpy(), kind="stable"))  # NaN last
+    vals = v[order]
+    observed = ~torch.isnan(vals)
+    steps = vals.masked_fill(~observed, math.inf)
+    allowed = torch.cat([torch.ones(1, dtype=torch.bool), steps[1:] != steps[:-1], torch.ones(1, dtype=torch.bool)])
+    keys, hit_keys = sorted_keys(v, torch.ones(n, dtype=torch.bool), t, int(torch.randint(1, 9, (1,), generator=g)))
+    for min_support in range(1, n + 2):
+        ref = best_cuts(observed[None], (t[order] & observed)[None], allowed[None], min_support, kappas)
+        got = scanned_cuts(keys, hit_keys, min_support, kappas, int(torch.randint(1, 9, (1,), generator=g)))
+        for name in ("start", "end", "hits", "support", "valid"):
+            assert torch.equal(got[name], ref[name]), (name, min_support)
+        near = key_values(keys[got["near"].view(-1)]).float()
+        assert torch.equal(near.nan_to_num(99.0), vals[ref["near"].view(-1)].nan_to_num(99.0))

@@ -22,7 +22,7 @@ from torch_amore.grids.ratios import group_grid_counts, node_grid_counts
 __all__ = ["ROW_CHUNK", "box_counts"]
 
 #: Rows of codes read at a time by :func:`box_counts`: a chunk's temporaries stay within a few tens of MiB.
-ROW_CHUNK = 1 << 18
+ROW_CHUNK = 1 << 16
 
 Box = Sequence[tuple[int, int, int]]
 

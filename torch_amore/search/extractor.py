@@ -28,9 +28,8 @@ from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.beam import BeamSearch
 from torch_amore.strategies.exact import estimate_cost, exact_search
-from torch_amore.strategies.polish import polish_many, polish_one
+from torch_amore.strategies.polish import SortedColumns, polish_many, polish_one
 from torch_amore.strategies.seeding import pair_seeds, seed_affordable
-from torch_amore.strategies.sorted_columns import SortedColumns
 from torch_amore.strategies.tree import grow_tree, insertion_order
 
 

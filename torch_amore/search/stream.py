@@ -59,6 +59,7 @@ from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
+from torch_amore.strategies.polish import SortedColumns
 
 __all__ = ["StreamExtractor", "prepare_stream"]
 
@@ -347,11 +348,14 @@ class StreamExtractor(Extractor):
         return out
 
     def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
-        """:meth:`Extractor.polish` on the observed values of the rule sets' features only (one pass gathers them)."""
+        """:meth:`Extractor.polish` on the observed values of the rule sets' features only (one pass gathers them);
+        with codes on disk, each step sorts and scans its rule set's values in bounded memory
+        (:mod:`torch_amore.strategies.polish.scanned_cuts`)."""
         cols = sorted({r.feature for rs in rule_sets for r in rs.rules})
         X = self.gather(cols, f"polish ({len(cols)} columns)")
         where = {c: i for i, c in enumerate(cols)}
-        out = self.polish_on([_moved(rs, where) for rs in rule_sets], X, min_support, goals)
+        columns = None if self.row_chunk is None else SortedColumns(X, self.target, row_chunk=self.row_chunk)
+        out = self.polish_on([_moved(rs, where) for rs in rule_sets], X, min_support, goals, columns=columns)
         back = dict(enumerate(cols))
         return [_moved(rs, back) for rs in out]
 

@@ -24,7 +24,9 @@ class SortedColumns:
     run with no cut inside it). One argsort per column, cached; new columns are sorted together, a few at a time
     (about ``_CHUNK_BYTES`` of work each). Cuts fall only between distinct values, so the order within a tie changes
     nothing. The order is int32 where ``N < 2**31``: 7 bytes per row and column; the values themselves are read from
-    ``X`` only where they are needed (the few that become cuts).
+    ``X`` only where they are needed (the few that become cuts). With ``row_chunk`` no column is sorted whole: each
+    polish step sorts the values of its rule set's samples in place and scans them ``row_chunk`` positions at a time
+    (:mod:`torch_amore.strategies.polish.scanned_cuts`; CPU tensors).
 
     Example:
         >>> X = torch.tensor([[3.0, 1.0], [1.0, float("nan")], [2.0, 1.0]])
@@ -35,8 +37,9 @@ class SortedColumns:
 
     _FIELDS = ("order", "observed", "hit", "allowed", "column")
 
-    def __init__(self, X: torch.Tensor, target: torch.Tensor) -> None:
+    def __init__(self, X: torch.Tensor, target: torch.Tensor, row_chunk: int | None = None) -> None:
         self.X, self.target = X, target
+        self.row_chunk = row_chunk  # bounded memory: each polish step sorts and scans its own samples
         self.dtype = torch.float32 if X.device.type == "mps" else torch.float64  # of the cut values on the host
         self._index = torch.int32 if X.shape[0] < 2**31 else torch.int64
         self._slot: dict[int, int] = {}  # column -> row of the tables

@@ -1,29 +1,5 @@
-"""Polish: coordinate ascent of rule sets on observed values, several rule sets at once.
-
-Each numeric rule in turn gets the interval that is best given the other rules (cut between observed values rather
-than on a grid), or is dropped when it does nothing: the other rules alone are at least as good and keep
-``min_support`` samples. One sweep over the rules (the grid searches before it have converged already). Fitness
-never decreases, and with ``min_confidence`` a confident rule set stays confident (rule sets are compared by
-:class:`torch_amore.strategies.best_interval.Objective`).
-
-In one process all rule sets move together, one rule position per step: each column is argsorted once
-(:class:`SortedColumns`), the best interval over a column's sorted values restricted to the other rules' rows comes
-from prefix sums on fixed-size tensors (:func:`best_cuts`, cuts only between distinct values), decisions are taken on
-device, and one ``.tolist()`` per step brings the few numbers the host needs (the new cuts' observed neighbours, for
-:func:`torch_amore.rules.cuts.short_cut`). A sharded (DDP) run polishes rule set by rule set with
-:func:`torch_amore.strategies.best_interval.exact_best_interval` on reduced counts (:func:`polish_one`): the
-single-process result.
-
-From ``_COMPACT_ROWS`` (2**18) samples on, each rule set's step instead sorts the values of its own samples (those
-satisfying its other rules; one host sync each for their count) and runs :func:`best_cuts` on them alone: the same
-cuts, with work and memory in proportion to those samples rather than to N (1,000,000 x 16, ``max_length`` 3: the
-polish from 0.62 s to 0.37 s), and no sorted column is kept.
-
-Memory follows the data: where N is large, rows (and kappas, columns and rule masks) are taken a few at a time so
-that each working table stays near ``_CHUNK_BYTES`` (8 MiB; at 1,000,000 rows a row at a time), the cache of a
-sorted column is an int32 order and three flags per row, and the values next to the cuts are read from ``X`` at the
-cuts only. Where N is small everything is one batch (the same operations as one chunk).
-"""
+"""The polish's sweep: coordinate ascent of several rule sets at once, one rule position per step (see
+:mod:`torch_amore.strategies.polish`)."""
 
 from __future__ import annotations
 
@@ -43,11 +19,11 @@ from torch_amore.rules.metrics import confidence_of_counts, confidence_ratio, fi
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.strategies.best_interval import Objective, exact_best_interval
-from torch_amore.strategies.sorted_columns import _CHUNK_BYTES, SortedColumns
+from torch_amore.strategies.polish.cut_tables import _BIG, best_cuts
+from torch_amore.strategies.polish.scanned_cuts import key_values, scanned_cuts, sorted_keys
+from torch_amore.strategies.polish.sorted_columns import _CHUNK_BYTES, SortedColumns
 
-__all__ = ["best_cuts", "polish_many", "polish_one"]
-
-_BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed
+__all__ = ["polish_many", "polish_one"]
 _OK = 1 << 41  # the confidence flag of an objective key, above any 2 * hits - support
 #: From this many samples on, each rule set's step sorts the values of its own samples (those satisfying its other
 #: rules) instead of taking whole sorted columns: less work where the other rules hold a part of the samples.
@@ -61,108 +37,6 @@ def _keys(hits: torch.Tensor, support: torch.Tensor, conf: torch.Tensor | None) 
         return fitness_value(hits, support)
     ratio = confidence_ratio(hits, support)  # NaN (not confident) where support is 0
     return ((conf < 0) | (ratio >= conf)).long() * _OK + fitness_value(hits, support)
-
-
-def best_cuts(
-    inside: torch.Tensor, hit: torch.Tensor, allowed: torch.Tensor, min_support: int, kappas: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Per row and kappa, the interval of positions ``start <= i < end`` maximising
-    ``sum(1000 * hit - kappas * inside)`` with at least ``min_support`` rows inside, cut only where ``allowed``.
-
-    ``inside``/``hit`` (S, N) are 0/1 flags in sorted order, ``allowed`` (S, N + 1) the cut positions (between
-    distinct values; 0 and N always), ``kappas`` (S, K) integer weights (1000 * kappa). The interval holding every
-    row is no condition and is left out; ties and the opening of bounds with nothing beyond them follow
-    :func:`torch_amore.strategies.best_interval.best_intervals`, so the rows selected are the ones it selects on the
-    distinct values.
-    Returns ``start``, ``end``, ``hits``, ``support`` and ``valid`` (a positive value), each (S, K), and ``near``
-    (S, 4K): the positions of the inside rows next to the cuts, in blocks of K: the last one before ``start``, before
-    ``end``, the first one at or after ``start``, at or after ``end`` (clamped to ``[0, N)``: where there is none,
-    the bound is open or the interval empty). Working memory: four (S, N + 1) int64 tables and three (S, K', N + 1)
-    int64 ones, K' kappas at a time (about ``_CHUNK_BYTES`` each).
-
-    Example:
-        >>> inside = torch.ones(1, 5, dtype=torch.bool); hit = torch.tensor([[False, True, True, False, False]])
-        >>> allowed = torch.ones(1, 6, dtype=torch.bool)
-        >>> b = best_cuts(inside, hit, allowed, 1, torch.tensor([[500]]))
-        >>> b["start"].tolist(), b["end"].tolist(), b["hits"].tolist(), b["valid"].tolist(), b["near"].tolist()
-        ([[1]], [[3]], [[2]], [[True]], [[0, 2, 1, 3]])
-    """
-    S, N = inside.shape
-    K = kappas.shape[1]
-    pad = torch.nn.functional.pad
-    cb, ct = pad(inside, (1, 0)).cumsum(1), pad(hit, (1, 0)).cumsum(1)  # (S, N + 1) each
-    total = cb[:, N:]
-    pos = _positions(cb)
-    last = pos.gather(1, (cb - (min_support - 1)).clamp_(0, N + 1))  # the last start keeping min_support rows
-    # cuts that cannot end an interval (fewer than min_support rows before them, or none after) and that cannot
-    # start the interval to the end (none before them, or fewer than min_support rows after)
-    blocked = ~allowed
-    no_end, no_tail = blocked | torch.stack([(last < 0) | (cb >= total), (cb <= 0) | (cb > total - min_support)])
-    m = last.clamp_(min=0)
-    tables = cb, ct, blocked, no_end, no_tail, m
-    per = max(1, _CHUNK_BYTES // (8 * (N + 1) * S))  # kappas at a time
-    if per >= K:
-        best_val, start, end = _best_of(*tables, kappas)
-    else:
-        parts = [_best_of(*tables, kappas[:, i : i + per]) for i in range(0, K, per)]
-        best_val, start, end = (torch.cat(p, 1) for p in zip(*parts))
-    cuts = torch.cat([start, end], 1)  # (S, 2K)
-    below, upto = cb.gather(1, cuts), ct.gather(1, cuts)  # the counts before each cut
-    b0, b1 = below.split(K, 1)
-    t0, t1 = upto.split(K, 1)
-    start = torch.where(b0 == 0, 0, start)  # nothing below: open
-    end = torch.where(b1 == total, N, end)  # nothing above: open
-    support, hits = b1 - b0, t1 - t0
-    near = pos.gather(1, torch.cat([below, below + 1], 1)).clamp_(0, N - 1)  # the c-th inside row and the next
-    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (support > 0),
-            "near": near}  # fmt: skip
-
-
-def _best_of(
-    cb: torch.Tensor, ct: torch.Tensor, blocked: torch.Tensor, no_end: torch.Tensor, no_tail: torch.Tensor,
-    m: torch.Tensor, kappas: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The best value, start and end (S, K) of :func:`best_cuts` for the kappas ``kappas`` (S, K), from the counts
-    ``cb``/``ct`` (S, N + 1), the cuts not allowed, not allowed as an end, not allowed as the start of an interval
-    to the end, and the last start ``m`` keeping ``min_support`` rows: three (S, K, N + 1) int64 tables."""
-    S, K, n = cb.shape[0], kappas.shape[1], cb.shape[1]
-    weights = kappas.unsqueeze(2), cb.unsqueeze(1), ct.unsqueeze(1)
-    pw = _weights(*weights)  # (S, K, N + 1)
-    run_min, arg_min = torch.cummin(pw.masked_fill_(blocked.unsqueeze(1), _BIG), dim=2)
-    at = m.unsqueeze(1).expand(S, K, n)
-    value = torch.gather(run_min, 2, at, out=pw)
-    pw = _weights(*weights, out=run_min)  # again, in the table of run_min (one table less than keeping it)
-    best_val, end = torch.sub(pw, value, out=value).masked_fill_(no_end.unsqueeze(1), -_BIG).max(dim=2)
-    del value
-    start = arg_min.gather(2, at.gather(2, end.unsqueeze(2))).squeeze(2)
-    del arg_min
-    tail_min, tail_start = pw.masked_fill(no_tail.unsqueeze(1), _BIG).min(dim=2)
-    tail_val = pw.select(2, n - 1) - tail_min
-    use_tail = tail_val > best_val
-    best_val = torch.where(use_tail, tail_val, best_val)
-    start = torch.where(use_tail, tail_start, start)
-    end = torch.where(use_tail, n - 1, end)
-    return best_val, start, end
-
-
-def _weights(kappas: torch.Tensor, cb: torch.Tensor, ct: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The prefix weights ``1000 * ct - kappas * cb`` (int64, in ``out`` if given)."""
-    return torch.mul(kappas, cb, out=out).neg_().add_(ct, alpha=1000)
-
-
-def _positions(cb: torch.Tensor) -> torch.Tensor:
-    """For counts ``cb`` (S, N + 1) that start at 0 and grow by 0 or 1 (the rows counted before each position), the
-    position of the c-th row counted (S, N + 2): -1 for c = 0, N where there is none (one scatter: linear, no binary
-    search). ``positions[cb - min_support + 1]`` (clamped to 0) is the last position whose count is at most
-    ``min_support`` below each one (-1 where none): ``searchsorted(cb, cb - min_support, right=True) - 1``.
-
-    Example:
-        >>> _positions(torch.tensor([[0, 1, 1, 2, 3]])).tolist()
-        [[-1, 0, 2, 3, 4, 4]]
-    """
-    n = cb.shape[1]
-    at = torch.arange(-1, n - 1, device=cb.device).expand_as(cb)
-    return torch.full((cb.shape[0], n + 1), n - 1, dtype=cb.dtype, device=cb.device).scatter_reduce_(1, cb, at, "amin")
 
 
 def _kappa_table(goals: Sequence[float | None], device: torch.device) -> torch.Tensor:
@@ -179,7 +53,9 @@ def _cuts(
     """:func:`best_cuts` of each row of ``others`` (S, N) on its column ``cols`` (:class:`SortedColumns`), a few rows
     at a time (each working table about ``_CHUNK_BYTES``); ``near`` becomes the values of ``X`` there (X's dtype)."""
     S, n = others.shape
-    if n >= _COMPACT_ROWS:  # each row on its own rows only (one host sync each): no whole-column sorts or tables
+    if (
+        n >= _COMPACT_ROWS or columns.row_chunk is not None
+    ):  # each row on its own rows only (one host sync each): no whole-column sorts or tables
         parts = [_compact_cuts(others[i], columns, cols[i], min_support, kappas[i : i + 1]) for i in range(S)]
         return {name: torch.cat([p[name] for p in parts]) for name in parts[0]} if S > 1 else parts[0]
     per = max(1, _CHUNK_BYTES // (8 * (n + 1)))  # rows at a time
@@ -212,13 +88,12 @@ def _compact_cuts(
         ([[1]], [[5]], [[2]], [[1.0, 3.0, 2.0]])
     """
     X, n = columns.X, others.shape[0]
+    if columns.row_chunk is not None:
+        return _scanned_compact_cuts(others, columns, col, min_support, kappas)
     rows = torch.nonzero(others).squeeze(1)  # the one host sync
     m = rows.numel()
-    K = kappas.shape[1]
     if m == 0:  # no sample: no interval
-        zero = torch.zeros(1, K, dtype=torch.long, device=X.device)
-        return {"start": zero, "end": zero + n, "hits": zero, "support": zero, "valid": zero.bool(),
-                "near": X.new_zeros(1, 4 * K)}  # fmt: skip
+        return _no_cuts(kappas.shape[1], n, X)
     vals = X[:, col].index_select(0, rows)
     vals = vals if vals.is_floating_point() else vals.to(columns.dtype)
     order = argsort_values(vals)  # NaN last: not observed, one run with no cut inside it, as in SortedColumns
@@ -231,6 +106,30 @@ def _compact_cuts(
     b = best_cuts(observed[None], hit[None], allowed[None], min_support, kappas)
     b["end"] = torch.where(b["end"] == m, n, b["end"])  # the open upper bound, at N as among all samples
     b["near"] = vals.index_select(0, b["near"].view(-1)).view(1, -1)  # X's values (exact in the cut dtype)
+    return b
+
+
+def _no_cuts(k: int, n: int, X: torch.Tensor) -> dict[str, torch.Tensor]:
+    """:func:`_compact_cuts` where no sample holds: no interval."""
+    zero = torch.zeros(1, k, dtype=torch.long, device=X.device)
+    return {"start": zero, "end": zero + n, "hits": zero, "support": zero, "valid": zero.bool(),
+            "near": X.new_zeros(1, 4 * k)}  # fmt: skip
+
+
+def _scanned_compact_cuts(
+    others: torch.Tensor, columns: SortedColumns, col: int, min_support: int, kappas: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """:func:`_compact_cuts` in bounded memory: the samples' values sorted in place as keys and scanned
+    ``columns.row_chunk`` positions at a time (:mod:`torch_amore.strategies.polish.scanned_cuts`); the same result."""
+    X, n = columns.X, others.shape[0]
+    keys, hit_keys = sorted_keys(X[:, col], others, columns.target, columns.row_chunk)
+    m = keys.shape[0]
+    if m == 0:
+        return _no_cuts(kappas.shape[1], n, X)
+    b = scanned_cuts(keys, hit_keys, min_support, kappas, columns.row_chunk)
+    b["end"] = torch.where(b["end"] == m, n, b["end"])  # the open upper bound, at N as among all samples
+    dtype = X.dtype if X.is_floating_point() else columns.dtype
+    b["near"] = key_values(keys[b["near"].view(-1)]).to(dtype).view(1, -1)
     return b
 
 
@@ -308,7 +207,7 @@ def polish_many(
     several = tensor_on([len(rules[s]) > 1 for s in todo], device=X.device)
     counts: dict[int, tuple[int, int]] = {}
     live = list(range(len(todo)))  # rows of ``masks`` still being polished
-    if X.shape[0] < _COMPACT_ROWS:  # (larger: each step sorts its rows' values only)
+    if X.shape[0] < _COMPACT_ROWS and columns.row_chunk is None:  # (else each step sorts its rows' values only)
         columns.get([r.feature for r in flat if r.value is None], only_sort=True)  # every column at once
     for k in range(depth):
         rows = [i for i in live if k < len(rules[todo[i]]) and rules[todo[i]][k].value is None]
