@@ -203,8 +203,8 @@ def prune_rule_sets_batches(
         n_target: the subgroup's size (over all shards).
         min_gain: the fitness a condition must add to earn its place; ``<= 0`` returns the rule sets as they are.
         min_confidence: a condition without which the confidence falls below it earns its place whatever its gain.
-        device: where the counts are made when a rank holds no batch (default: the first batch's device, else the
-            CPU); under DDP with NCCL, give the GPU.
+        device: the batches' device, needed only where a rank may hold no batch (under DDP with NCCL: its GPU);
+            default: the first batch's device, else the CPU.
 
     Returns:
         The rule sets in order, each without the conditions that do not earn ``min_gain`` (a shortened rule set
