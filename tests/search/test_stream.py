@@ -105,8 +105,8 @@ def test_prepare_stores_the_in_memory_codes():
 
 
 def test_passes_read_only_what_they_need():
-    """paper and exact read the source twice (facts, codes); min_gain adds one pass (the columns of the rule sets of
-    two or more conditions) and the same-mask check one; the beam adds the polish."""
+    """paper and exact read the source twice (facts, codes); min_gain adds one pass (the masks of the rules of the rule
+    sets of two or more conditions) and the same-mask check one; the beam adds the polish."""
     X, target = mixed_data(600, seed=5)
     calls = []
 
@@ -125,6 +125,36 @@ def test_passes_read_only_what_they_need():
     calls.clear()
     extract_rules(source, strategy="beam", feature_types=TYPES, min_support=30)
     assert 4 <= len(calls) <= 5
+
+
+@pytest.mark.parametrize("strategy", ["paper", "beam", "exact"])
+@pytest.mark.parametrize("sizes", [7, [3, 50, 1, 128, 17]])
+def test_min_gain_prunes_from_the_batches_without_gathering_columns(strategy, sizes, monkeypatch):
+    """The min_gain pass packs the rules' masks batch by batch: no column is gathered (only the beam's polish gathers
+    its columns), and the rule lists are those of the in-memory search."""
+    import torch_amore.search.stream as stream
+
+    X, target = mixed_data(800, seed=9)
+    kw = dict(strategy=strategy, feature_types=TYPES, min_support=30, max_length=3, min_gain=0.01)
+    expected = extract_rules(X, target, **kw)
+    pruned = []
+    original_prune = stream.prune_rule_sets_batches
+
+    def spy(rule_sets, *args, **kwargs):
+        out = original_prune(rule_sets, *args, **kwargs)
+        pruned.extend((len(a.rules), len(b.rules)) for a, b in zip(rule_sets, out))
+        return out
+
+    original_gather = stream.StreamExtractor.gather
+
+    def polish_only(self, cols, what):
+        assert what.startswith("polish"), f"gathered {cols} for {what}"
+        return original_gather(self, cols, what)
+
+    monkeypatch.setattr(stream, "prune_rule_sets_batches", spy)
+    monkeypatch.setattr(stream.StreamExtractor, "gather", polish_only)
+    assert_same(extract_rules(batches_of(X, target, sizes), **kw), expected)
+    assert any(before >= 2 for before, _ in pruned)  # rule sets to prune came to the pass
 
 
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "data" / "diabetes_paper_task.npz").exists(),

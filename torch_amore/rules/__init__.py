@@ -5,7 +5,7 @@ the JSON helpers."""
 from torch_amore.rules.cuts import format_bound, short_cut
 from torch_amore.rules.masks import rule_masks, rule_set_masks
 from torch_amore.rules.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
-from torch_amore.rules.pruning import prune_rule_sets
+from torch_amore.rules.pruning import prune_rule_sets, prune_rule_sets_batches
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet, load_rule_sets
 
@@ -18,6 +18,7 @@ __all__ = [
     "format_bound",
     "load_rule_sets",
     "prune_rule_sets",
+    "prune_rule_sets_batches",
     "rule_masks",
     "rule_metrics",
     "rule_set_masks",

@@ -10,14 +10,16 @@ its place or one condition is left. A condition without which the rule set's con
 ``min_confidence`` earns its place whatever its gain.
 
 The counts of all the shorter rule sets of one round are computed together (chunks of rule-set masks, one host sync
-each) and summed over the shards of a DDP run, so a sharded run prunes as one process does.
+each) and summed over the shards of a DDP run, so a sharded run prunes as one process does. They come from each
+rule's mask packed 64 rows to a word, made in one pass over the rows: :func:`prune_rule_sets_batches` reads the rows
+batch by batch (a streamed extraction's source), in about a bit per rule and row.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -27,7 +29,7 @@ from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts, f
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 
-__all__ = ["prune_rule_sets"]
+__all__ = ["prune_rule_sets", "prune_rule_sets_batches"]
 
 #: Bytes of the temporary masks and columns built at once.
 _MASK_BYTES = 1 << 26
@@ -63,44 +65,93 @@ def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(value), (c >= low) & ~(c >= high), c == value)
 
 
-class _Counter:
-    """Counts of conjunctions of ``rules`` (index tuples) on ``(X, target)``: each rule masked once per chunk of rows
-    and packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed
-    over DDP shards (one host sync per call)."""
+#: A zero-argument callable returning a fresh iterator of ``(X_batch, target_batch)`` pairs.
+Batches = Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]
 
-    def __init__(self, rules: list[Rule], X: torch.Tensor, target: torch.Tensor) -> None:
-        self.rules, self.X, self.target = rules, X, target
+
+class _Counter:
+    """Counts of conjunctions of ``rules`` (index tuples) on the rows of ``batches`` (read once, on the first call):
+    each rule masked once per chunk of rows (at most ``step`` rows: each batch cut, small batches' masks joined) and
+    packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed over
+    DDP shards (one host sync per call). ``device``: where the counts are made when no batch tells (default: that of
+    the first batch, else the CPU)."""
+
+    def __init__(self, rules: list[Rule], batches: Batches, device: torch.device | None = None) -> None:
+        self.rules, self.batches, self.device = rules, batches, device
+        # per row of a chunk: the rules' float64 columns and comparisons (about 16 bytes a rule), then the masks
+        self.step = max(64, _MASK_BYTES // (16 * (len(rules) + 2)) // 64 * 64)
         self._words: list[torch.Tensor] | None = None  # per chunk of rows: the packed masks, made once
 
     def words(self) -> list[torch.Tensor]:
-        """Per chunk of rows, (rules + 2, words): each rule's packed mask, then every row's and the target's."""
+        """Per chunk of rows, (rules + 2, words): each rule's packed mask, then every row's and the target's (rows
+        past the chunk's end: 0 in all of them)."""
         if self._words is None:
-            n, n_rules = self.X.shape[0], len(self.rules)
-            # per row of a chunk: the rules' float64 columns and comparisons (about 16 bytes a rule), then the masks
-            step = max(64, _MASK_BYTES // (16 * (n_rules + 2)) // 64 * 64)
             self._words = []
-            for r0 in range(0, max(1, n), step):
-                X, target = self.X[r0 : r0 + step], self.target[r0 : r0 + step]
-                every = torch.ones_like(target)
-                table = torch.cat([_rule_table(self.rules, X), torch.stack([every, target])])
-                self._words.append(_packed(table))
+            chunk = _Chunk(len(self.rules) + 2, self.step, self._words)
+            for X, target in self.batches():
+                if self.device is None:
+                    self.device = X.device
+                for r0 in range(0, max(1, X.shape[0]), self.step):
+                    chunk.add(self._table(X[r0 : r0 + self.step], target[r0 : r0 + self.step]))
+            chunk.flush()
         return self._words
+
+    def _table(self, X: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """(rules + 2, n) bool: the rules' masks on the rows ``X``, every row, the target."""
+        every = torch.ones_like(target)
+        return torch.cat([_rule_table(self.rules, X), torch.stack([every, target])])
 
     def __call__(self, conjunctions: list[tuple[int, ...]]) -> list[tuple[int, int]]:
         if not conjunctions:
             return []
+        chunks = self.words()
         n_rules = len(self.rules)
         depth = max(len(c) for c in conjunctions)
-        device = self.X.device
+        device = torch.device("cpu") if self.device is None else self.device
         index = tensor_on([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
         popcount = tensor_on(_POPCOUNT, dtype=torch.int32, device=device)
         total = torch.zeros(2, len(conjunctions), dtype=torch.long, device=device)
-        for words in self.words():  # the padding rule (every row) and the target: the last two rows
+        for words in chunks:  # the padding rule (every row) and the target: the last two rows
             masks = functools.reduce(torch.bitwise_and, words[index].unbind(1))  # (C, words)
             for k, m in enumerate((masks & words[-1], masks)):
                 total[k] += popcount[m.view(torch.uint8).int()].sum(1)
-        both = D.all_reduce_sum(total).tolist()
+        both = D.all_reduce_sum(total).tolist()  # once per call, whatever the number of batches of each rank
         return list(zip(both[0], both[1]))
+
+
+class _Chunk:
+    """Masks of up to ``step`` rows gathered before they are packed into ``out``: a table as it comes, or, when
+    the tables of smaller batches follow one another, their copies side by side in a buffer of ``step`` rows."""
+
+    def __init__(self, height: int, step: int, out: list[torch.Tensor]) -> None:
+        self.height, self.step, self.out = height, step, out
+        self.held: torch.Tensor | None = None  # the one table of the chunk so far (not copied)
+        self.buffer: torch.Tensor | None = None  # (height, step) bool, once a second table joins
+        self.rows = 0
+
+    def add(self, table: torch.Tensor) -> None:
+        """Add the masks of the next ``table.shape[1]`` rows (at most ``step``)."""
+        n = table.shape[1]
+        if self.rows + n > self.step:
+            self.flush()
+        if self.held is None and self.rows == 0:
+            self.held = table
+        else:
+            if self.held is not None:  # a second table: the chunk is copied into the buffer from now on
+                if self.buffer is None:
+                    self.buffer = torch.empty(self.height, self.step, dtype=torch.bool, device=table.device)
+                self.buffer[:, : self.rows] = self.held
+                self.held = None
+            self.buffer[:, self.rows : self.rows + n] = table
+        self.rows += n
+
+    def flush(self) -> None:
+        """Pack the rows gathered so far (if any) into ``out``."""
+        if self.held is not None:
+            self.out.append(_packed(self.held))
+        elif self.rows > 0:
+            self.out.append(_packed(self.buffer[:, : self.rows]))
+        self.held, self.rows = None, 0
 
 
 def prune_rule_sets(
@@ -126,6 +177,62 @@ def prune_rule_sets(
         >>> print(prune_rule_sets([rs], X, target, 3, min_gain=0.001)[0])
         IF a >= 0.5 THEN target  (support=3, confidence=1.000, fitness=1.000)
     """
+    return _prune(rule_sets, lambda: iter([(X, target)]), X.device, n_target, min_gain, min_confidence)
+
+
+def prune_rule_sets_batches(
+    rule_sets: Sequence[RuleSet],
+    batches: Batches,
+    n_target: int,
+    *,
+    min_gain: float,
+    min_confidence: float | None = None,
+    device: torch.device | str | None = None,
+) -> list[RuleSet]:
+    """:func:`prune_rule_sets` on rows that come in batches: the same rule sets as on the concatenated batches.
+
+    The batches are read once (only when some rule set has two conditions or more), and the rows are never held as
+    a matrix: per row, one bit per distinct rule of the rule sets of two conditions or more (and two for every row
+    and the target), plus the temporaries of one batch (bounded per chunk of rows whatever the batch size).
+
+    Args:
+        rule_sets: the rule sets, in order.
+        batches: a zero-argument callable returning a fresh iterator of ``(X_batch, target_batch)`` pairs: the
+            batch's features (n, F) (the columns the rules name) and its boolean target (n,), on one device; under
+            DDP, this rank's shard.
+        n_target: the subgroup's size (over all shards).
+        min_gain: the fitness a condition must add to earn its place; ``<= 0`` returns the rule sets as they are.
+        min_confidence: a condition without which the confidence falls below it earns its place whatever its gain.
+        device: the batches' device, needed only where a rank may hold no batch (under DDP with NCCL: its GPU);
+            default: the first batch's device, else the CPU.
+
+    Returns:
+        The rule sets in order, each without the conditions that do not earn ``min_gain`` (a shortened rule set
+        measured again; see :func:`prune_rule_sets`).
+
+    Example:
+        >>> import torch
+        >>> X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
+        >>> target = torch.tensor([False, True, True, True, False])
+        >>> a, b = Rule(0, "a", low=0.5), Rule(1, "b", low=0.5)
+        >>> rs = RuleSet((a, b), 2, 1.0, 2 / 3)  # b drops one target row: a alone is fitter
+        >>> batches = lambda: ((X[i : i + 2], target[i : i + 2]) for i in range(0, 5, 2))
+        >>> print(prune_rule_sets_batches([rs], batches, 3, min_gain=0.001)[0])
+        IF a >= 0.5 THEN target  (support=3, confidence=1.000, fitness=1.000)
+    """
+    where = None if device is None else torch.device(device)
+    return _prune(rule_sets, batches, where, n_target, min_gain, min_confidence)
+
+
+def _prune(
+    rule_sets: Sequence[RuleSet],
+    batches: Batches,
+    device: torch.device | None,
+    n_target: int,
+    min_gain: float,
+    min_confidence: float | None,
+) -> list[RuleSet]:
+    """The pruning of :func:`prune_rule_sets` with the counts of :class:`_Counter` on ``batches``."""
     out = list(rule_sets)
     if min_gain <= 0:
         return out
@@ -133,7 +240,7 @@ def prune_rule_sets(
     long = [i for i, rs in enumerate(out) if len(rs.rules) >= 2]
     unique = list(dict.fromkeys(r for i in long for r in out[i].rules))
     at = {r: k for k, r in enumerate(unique)}
-    count = _Counter(unique, X, target)
+    count = _Counter(unique, batches, device)
     current = {i: tuple(at[r] for r in out[i].rules) for i in long}
     known: dict[frozenset, tuple[int, int]] = {}  # (hits, support) of each conjunction counted (shared by many)
     while current:

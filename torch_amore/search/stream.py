@@ -17,17 +17,18 @@ in passes, each with its progress bar:
    (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
 
 The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
-needs the observed values of the few features its best rule sets use: one more pass gathers those columns only; keeping
-one of
-two rule sets that select the same samples (:func:`torch_amore.rules.masks.drop_same_mask`) compares their masks batch
-by batch in a last pass. The rule lists equal those of the in-memory search on the concatenated batches.
+needs the observed values of the few features its best rule sets use: one more pass gathers those columns only. Pruning
+by ``min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets_batches`) packs each rule's mask, a bit a row, in a
+pass of its own (no columns gathered); keeping one of two rule sets that select the same samples
+(:func:`torch_amore.rules.masks.drop_same_mask`) compares their masks batch by batch in a last pass. The rule lists
+equal those of the in-memory search on the concatenated batches.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +55,7 @@ from torch_amore.grids.box_counts import ROW_CHUNK
 from torch_amore.grids.edges import codes_from_thresholds
 from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
-from torch_amore.rules.pruning import prune_rule_sets
+from torch_amore.rules.pruning import prune_rule_sets_batches
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length
 from torch_amore.search.options import SearchOptions
@@ -300,8 +301,8 @@ class _StreamReadable(ReadableRules):
 
 class StreamExtractor(Extractor):
     """The search of :func:`torch_amore.search.extract.extract_rules` on codes stored by :func:`prepare_stream`; the
-    steps that need observed values read the source again (the polish: its rule sets' columns; the same-mask check: the
-    masks, batch by batch)."""
+    steps that need observed values read the source again (the polish: its rule sets' columns; pruning by ``min_gain``
+    and the same-mask check: the masks, batch by batch)."""
 
     def __init__(self, store: _Codes, source: BatchSource, names: Sequence[str], scale: Sequence[float],
                  offset: Sequence[float], target_name: str = "target",
@@ -360,18 +361,23 @@ class StreamExtractor(Extractor):
         return [_moved(rs, back) for rs in out]
 
     def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
-        """:func:`torch_amore.rules.pruning.prune_rule_sets` on the observed values of the rule sets' features only
-        (one pass gathers them)."""
-        cols = sorted({r.feature for rs in rule_sets if len(rs.rules) >= 2 for r in rs.rules})
-        if not cols:
-            return rule_sets
-        X = self.gather(cols, f"min_gain ({len(cols)} columns)")
-        where = {c: i for i, c in enumerate(cols)}
-        local = [_moved(rs, where) if len(rs.rules) >= 2 else rs for rs in rule_sets]
-        out = prune_rule_sets(local, X, self.target, self.n_total_target, min_gain=options.min_gain,
-                              min_confidence=options.min_confidence)  # fmt: skip
-        back = dict(enumerate(cols))
-        return [rs if len(orig.rules) < 2 else _moved(rs, back) for rs, orig in zip(out, rule_sets)]
+        """:func:`torch_amore.rules.pruning.prune_rule_sets_batches` on the source (one pass, when a rule set has two
+        conditions or more: each rule's mask packed a bit a row, no columns gathered)."""
+        return prune_rule_sets_batches(rule_sets, self._pass_of("min_gain"), self.n_total_target,
+                                       min_gain=options.min_gain, min_confidence=options.min_confidence,
+                                       device=self.source.device)  # fmt: skip
+
+    def _pass_of(self, what: str) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
+        """A zero-argument callable: one pass over the source's batches, with its progress bar."""
+
+        def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
+            for X, target in self.source.batches(what):
+                yield X, target
+                bar.update(X.shape[0])
+            bar.close()
+
+        return batches
 
     def drop_same_mask(self, rule_sets: list[RuleSet]) -> list[RuleSet]:
         """:func:`torch_amore.rules.masks.drop_same_mask`, the masks compared batch by batch (one pass, when any two
