@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_amore as ta
+from torch_amore.search import stream as stream_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "utils"))
 from test_distributed import TYPES, mixed_data, shard_rows  # noqa: E402
@@ -25,6 +26,11 @@ CASES = {
     "uniform-beam-inferred": dict(strategy="beam"),
     "quantile-paper": dict(strategy="paper", bin_strategy="quantile", feature_types=TYPES),
     "kmeans-beam": dict(strategy="beam", bin_strategy="kmeans", feature_types=TYPES),
+}
+
+DISK_CASES = {
+    "disk-paper": dict(strategy="paper", feature_types=TYPES, max_length=3),
+    "disk-beam": dict(strategy="beam", feature_types=TYPES),
 }
 
 
@@ -41,6 +47,11 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         out = {}
         for name, kw in CASES.items():
             found = ta.extract_rules(source(X[rows], target[rows], 7 if rank else 64), **COMMON, **kw)
+            out[name] = [rs.to_dict() for rs in found]
+        stream_module.ROW_CHUNK = 16  # codes on disk: the ranks count their shards in different numbers of chunks
+        for name, kw in DISK_CASES.items():
+            batches = source(X[rows], target[rows], 7 if rank else 64)
+            found = ta.extract_rules(batches, codes_dir=out_dir, **{**COMMON, **kw})
             out[name] = [rs.to_dict() for rs in found]
         try:
             ta.extract_rules(source(X[rows], target[rows], 50) if rank == 0 else (lambda: iter([])), **COMMON)
@@ -79,6 +90,19 @@ def test_two_gloo_ranks_streaming_give_the_single_process_rules(ranks, name):
     else:
         expected = ta.extract_rules(source(X[whole], target[whole], 100), **kw)
     expected = [rs.to_dict() for rs in expected]
+    assert expected
+    assert ranks[0][name] == expected
+    assert ranks[1][name] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(DISK_CASES))
+def test_two_gloo_ranks_with_codes_on_disk_give_the_single_process_rules(ranks, name):
+    """Codes on disk, counted 16 rows at a time: ranks with different numbers of chunks meet in the same collectives
+    (one reduction per count), and the rules equal one process in memory."""
+    X, target = mixed_data()
+    whole = torch.cat(shard_rows(X, "skewed"))
+    expected = [rs.to_dict() for rs in ta.extract_rules(X[whole], target[whole], **{**COMMON, **DISK_CASES[name]})]
     assert expected
     assert ranks[0][name] == expected
     assert ranks[1][name] == expected
