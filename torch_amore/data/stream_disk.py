@@ -43,12 +43,17 @@ class _Trimmer:
             self.trim()
 
     def trim(self) -> None:
-        for mm in list(self.maps):
-            mm.madvise(mmap.MADV_DONTNEED)
+        _hand_back(self.maps)
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join()
+
+
+def _hand_back(maps: list[mmap.mmap]) -> None:
+    """``madvise(MADV_DONTNEED)`` on each mapping: its pages leave the resident set (not the page cache)."""
+    for mm in list(maps):
+        mm.madvise(mmap.MADV_DONTNEED)
 
 
 def _cleanup(folder: Path, trimmer: list[_Trimmer]) -> None:
@@ -110,6 +115,12 @@ class DiskCodes:
         if not self._trimmer and hasattr(mmap, "MADV_DONTNEED"):  # Linux, macOS; elsewhere the pages stay mapped
             self._trimmer.append(_Trimmer(self._maps, self._trim_seconds))
         return torch.frombuffer(mm, dtype=dtype, count=numel).view(shape)
+
+    def trim(self) -> None:
+        """Hand the mapped pages back now, as the thread does every ``trim_seconds`` (e.g. after each block of codes
+        written: then at most a block stays resident, however the thread is scheduled); in memory: nothing."""
+        if self._trimmer:
+            self._trimmer[0].trim()
 
     def close(self) -> None:
         """Stop handing pages back and remove the folder and its files (the tensors stay readable until released,
