@@ -38,6 +38,10 @@ _MASK64 = (1 << 64) - 1
 #: Columns a :class:`RowFingerprint` reads (evenly spaced): enough to see rows in another order, at little cost.
 FINGERPRINT_COLUMNS = 16
 
+#: Rows a :class:`RowFingerprint` hashes at once: its temporaries (a few copies of the read columns) stay near 1 MiB
+#: whatever the batch size.
+_FINGERPRINT_ROWS = 1 << 14
+
 
 def _signed(v: int) -> int:
     v &= _MASK64
@@ -92,7 +96,12 @@ class RowFingerprint:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        """Add the rows ``X`` (n, F) and their target (n,), which follow the rows seen so far."""
+        """Add the rows ``X`` (n, F) and their target (n,), which follow the rows seen so far (hashed
+        :data:`_FINGERPRINT_ROWS` rows at a time)."""
+        for part, t in zip(X.split(_FINGERPRINT_ROWS), target.split(_FINGERPRINT_ROWS)):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
         n = X.shape[0]
         size = X.element_size()
         X = X if self._all else X.index_select(1, self._columns)
