@@ -16,6 +16,11 @@ in passes, each with its progress bar:
    observed neighbours need
    (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
 
+A pass holds one batch (none while the source makes the next) and the temporaries of a piece of it; with codes on
+disk, the C library's heap hands its free pages back after each batch (:func:`torch_amore._utils.heap.trim_heap`) and
+the codes' mapped pages leave the resident set after each piece written, so what stays resident does not grow with
+the rows.
+
 The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
 needs the observed values of the few features its best rule sets use: one more pass gathers those columns only; keeping
 one of
@@ -117,6 +122,7 @@ def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tup
             facts = _Facts(X.shape[1], X.device, (scale, offset) if in_units else None, cats)
         facts.update(X, target)
         bar.update(X.shape[0])
+        del X, target  # freed before the source makes the next batch
     bar.close()
     return facts, resolved
 
@@ -171,7 +177,7 @@ class _Codes:
     def __init__(self, n: int, binned: Binned, fine: FineBinned | None, dtype: torch.dtype, disk: DiskCodes) -> None:
         device = binned.codes.device
         n_feat = len(binned.columns)
-        self.binned, self.fine = binned, fine
+        self.binned, self.fine, self.disk = binned, fine, disk
         self.codes = disk.empty((n, n_feat), binned.codes.dtype, device)
         self.codes_t = None if fine is None else disk.empty((n_feat, n), torch.int16, device)
         self.target = disk.empty((n,), torch.bool, device)
@@ -198,6 +204,7 @@ class _Codes:
             self.codes_t[:, r0:r1] = fine.codes_t
             self._extend("fine", fine.codes, sub)
         self.rows = r1
+        self.disk.trim()  # on disk: the pages just written leave the resident set
 
     def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor) -> None:
         """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
@@ -238,6 +245,7 @@ def prepare_stream(
     """
     o = SearchOptions() if options is None else options
     src = source if isinstance(source, BatchSource) else BatchSource(source)
+    src.trim = src.trim or codes_dir is not None  # codes on disk: the resident memory is the passes' own
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features, n_all = src.width, D.global_count(src.rows)
@@ -263,6 +271,7 @@ def prepare_stream(
         for X, target in src.batches("codes"):
             store.update(X, target)
             bar.update(X.shape[0])
+            del X, target  # freed before the source makes the next batch
         bar.close()
     except BaseException:
         disk.close()
