@@ -68,8 +68,8 @@ __all__ = ["StreamExtractor", "prepare_stream"]
 
 
 #: Values of a batch taken at once by the passes: their temporaries (a few float64 or int64 copies) stay near
-#: 8 MiB each whatever the batch size.
-_PIECE = 1 << 20
+#: 4 MiB each whatever the batch size, small enough that the C library's heap holds few of them between pieces.
+_PIECE = 1 << 19
 
 
 class _Facts:
