@@ -188,29 +188,37 @@ class _Codes:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
-            self._update(part, t)
+        """Store the codes of a batch, piece by piece; the pieces share their scratch (an int64 index and the fine
+        codes' float work), freed with the batch."""
+        step = chunk_len(X.shape[0], X.shape[1], _PIECE)
+        shape = (min(step, X.shape[0]), len(self.binned.columns))
+        scratch = {"index": torch.empty(shape, dtype=torch.int64, device=X.device)}
+        if self.fine is not None:
+            scratch["work"] = torch.empty(shape, dtype=work_dtype(X.device), device=X.device)
+        for part, t in zip(X.split(step), target.split(step)):
+            self._update(part, t, scratch)
 
-    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
+    def _update(self, X: torch.Tensor, target: torch.Tensor, scratch: dict[str, torch.Tensor]) -> None:
         r0, r1 = self.rows, self.rows + X.shape[0]
         b = self.binned
         sub = X if b.columns == list(range(X.shape[1])) else X[:, b.columns]
         dst = self.codes[r0:r1]
         codes_from_thresholds(sub, b.thresholds, dst, b.n_bins_max)
         self.target[r0:r1] = target
-        self._extend("base", dst, sub)
+        self._extend("base", dst, sub, scratch["index"])
         if self.fine is not None:
-            fine = fine_binning(X, replace(b, codes=dst, codes_t=None), self.fine.n_grids)
-            self.codes_t[:, r0:r1] = fine.codes_t
-            self._extend("fine", fine.codes, sub)
+            fine_t = self.codes_t[:, r0:r1]
+            self.fine.write_codes(sub, b, dst, fine_t, scratch["work"][: X.shape[0]])
+            self._extend("fine", fine_t.T, sub, scratch["index"])
         self.rows = r1
         self.disk.trim()  # on disk: the pages just written leave the resident set
 
-    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor) -> None:
+    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor, index: torch.Tensor) -> None:
         """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
-        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows)."""
+        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows); ``index``:
+        int64 scratch of at least n rows."""
         lows, highs = self.extremes[key]
-        idx = codes.to(torch.int64, memory_format=torch.contiguous_format).add_(self.offsets[key]).view(-1)
+        idx = torch.add(codes, self.offsets[key], out=index[: codes.shape[0]]).view(-1)
         values = sub.contiguous().view(-1)
         lows.view(-1).scatter_reduce_(0, idx, values, "amin")
         highs.view(-1).scatter_reduce_(0, idx, values, "amax")
