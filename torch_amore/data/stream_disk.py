@@ -6,7 +6,8 @@ place). Mapped pages that the search has touched would stay in the process's res
 a background thread hands them back every :data:`TRIM_SECONDS` (``madvise(MADV_DONTNEED)``): they stay in the
 operating system's page cache, which it writes back and reclaims under pressure, and the next read faults them in
 again. The resident memory is then the search's working memory plus the pages read in the last interval, not the
-codes. The folder is removed when the extraction ends, also on an error; an extractor returned by
+codes. A writer hands them back at once with :meth:`DiskCodes.trim` (the codes pass, after each piece it writes). The
+folder is removed when the extraction ends, also on an error; an extractor returned by
 :func:`torch_amore.search.extract.prepare` removes it when it is closed or collected.
 """
 

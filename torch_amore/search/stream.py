@@ -188,27 +188,34 @@ class _Codes:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        """Store the codes of a batch, piece by piece; the pieces share their scratch (an int64 index and the fine
-        codes' float work), freed with the batch."""
+        """Store the codes of a batch, piece by piece; the pieces share their scratch (the codes, an int64 index and
+        the fine codes' float work), freed with the batch."""
         step = chunk_len(X.shape[0], X.shape[1], _PIECE)
-        shape = (min(step, X.shape[0]), len(self.binned.columns))
-        scratch = {"index": torch.empty(shape, dtype=torch.int64, device=X.device)}
+        rows, n_feat, device = min(step, X.shape[0]), len(self.binned.columns), X.device
+        scratch = {
+            "codes": torch.empty((rows, n_feat), dtype=self.codes.dtype, device=device),
+            "index": torch.empty((rows, n_feat), dtype=torch.int64, device=device),
+        }
         if self.fine is not None:
-            scratch["work"] = torch.empty(shape, dtype=work_dtype(X.device), device=X.device)
+            scratch["fine"] = torch.empty((n_feat, rows), dtype=torch.int16, device=device)
+            scratch["work"] = torch.empty((rows, n_feat), dtype=work_dtype(device), device=device)
         for part, t in zip(X.split(step), target.split(step)):
             self._update(part, t, scratch)
 
     def _update(self, X: torch.Tensor, target: torch.Tensor, scratch: dict[str, torch.Tensor]) -> None:
-        r0, r1 = self.rows, self.rows + X.shape[0]
+        n = X.shape[0]
+        r0, r1 = self.rows, self.rows + n
         b = self.binned
         sub = X if b.columns == list(range(X.shape[1])) else X[:, b.columns]
-        dst = self.codes[r0:r1]
-        codes_from_thresholds(sub, b.thresholds, dst, b.n_bins_max)
+        codes = scratch["codes"][:n]  # made in memory, then stored: the stored ones are never read back
+        codes_from_thresholds(sub, b.thresholds, codes, b.n_bins_max)
+        self.codes[r0:r1] = codes
         self.target[r0:r1] = target
-        self._extend("base", dst, sub, scratch["index"])
+        self._extend("base", codes, sub, scratch["index"])
         if self.fine is not None:
-            fine_t = self.codes_t[:, r0:r1]
-            self.fine.write_codes(sub, b, dst, fine_t, scratch["work"][: X.shape[0]])
+            fine_t = scratch["fine"][:, :n]
+            self.fine.write_codes(sub, b, codes, fine_t, scratch["work"][:n])
+            self.codes_t[:, r0:r1] = fine_t
             self._extend("fine", fine_t.T, sub, scratch["index"])
         self.rows = r1
         self.disk.trim()  # on disk: the pages just written leave the resident set
