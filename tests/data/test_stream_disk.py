@@ -41,3 +41,19 @@ def test_in_memory_without_a_folder() -> None:
     t = disk.empty((3, 2), torch.int16, torch.device("cpu"))
     assert t.shape == (3, 2) and t.dtype == torch.int16 and disk.folder is None
     disk.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_trim_hands_the_pages_back_at_once(tmp_path: Path) -> None:
+    disk = DiskCodes(tmp_path, trim_seconds=3600.0)  # the thread waits an hour: only trim() hands pages back
+    try:
+        codes = disk.empty((64, 2**20), torch.uint8, torch.device("cpu"))
+        before = _rss_file_mib()
+        codes.fill_(5)
+        assert _rss_file_mib() - before >= 48  # written pages are resident
+        disk.trim()
+        assert _rss_file_mib() - before <= 16
+        assert int(codes[:, ::4096].sum()) == 5 * 64 * 256
+    finally:
+        disk.close()
+    DiskCodes(None).trim()  # in memory: nothing to hand back

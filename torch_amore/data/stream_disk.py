@@ -6,7 +6,8 @@ place). Mapped pages that the search has touched would stay in the process's res
 a background thread hands them back every :data:`TRIM_SECONDS` (``madvise(MADV_DONTNEED)``): they stay in the
 operating system's page cache, which it writes back and reclaims under pressure, and the next read faults them in
 again. The resident memory is then the search's working memory plus the pages read in the last interval, not the
-codes. The folder is removed when the extraction ends, also on an error; an extractor returned by
+codes. A writer hands them back at once with :meth:`DiskCodes.trim` (the codes pass, after each piece it writes). The
+folder is removed when the extraction ends, also on an error; an extractor returned by
 :func:`torch_amore.search.extract.prepare` removes it when it is closed or collected.
 """
 
@@ -43,12 +44,17 @@ class _Trimmer:
             self.trim()
 
     def trim(self) -> None:
-        for mm in list(self.maps):
-            mm.madvise(mmap.MADV_DONTNEED)
+        _hand_back(self.maps)
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join()
+
+
+def _hand_back(maps: list[mmap.mmap]) -> None:
+    """``madvise(MADV_DONTNEED)`` on each mapping: its pages leave the resident set (not the page cache)."""
+    for mm in list(maps):
+        mm.madvise(mmap.MADV_DONTNEED)
 
 
 def _cleanup(folder: Path, trimmer: list[_Trimmer]) -> None:
@@ -110,6 +116,12 @@ class DiskCodes:
         if not self._trimmer and hasattr(mmap, "MADV_DONTNEED"):  # Linux, macOS; elsewhere the pages stay mapped
             self._trimmer.append(_Trimmer(self._maps, self._trim_seconds))
         return torch.frombuffer(mm, dtype=dtype, count=numel).view(shape)
+
+    def trim(self) -> None:
+        """Hand the mapped pages back now, as the thread does every ``trim_seconds`` (e.g. after each block of codes
+        written: then at most a block stays resident, however the thread is scheduled); in memory: nothing."""
+        if self._trimmer:
+            self._trimmer[0].trim()
 
     def close(self) -> None:
         """Stop handing pages back and remove the folder and its files (the tensors stay readable until released,

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.heap import trim_heap
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data import validation as V
 
@@ -37,6 +38,10 @@ _MASK64 = (1 << 64) - 1
 
 #: Columns a :class:`RowFingerprint` reads (evenly spaced): enough to see rows in another order, at little cost.
 FINGERPRINT_COLUMNS = 16
+
+#: Rows a :class:`RowFingerprint` hashes at once: its temporaries (a few copies of the read columns) stay near 1 MiB
+#: whatever the batch size.
+_FINGERPRINT_ROWS = 1 << 14
 
 
 def _signed(v: int) -> int:
@@ -92,7 +97,12 @@ class RowFingerprint:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        """Add the rows ``X`` (n, F) and their target (n,), which follow the rows seen so far."""
+        """Add the rows ``X`` (n, F) and their target (n,), which follow the rows seen so far (hashed
+        :data:`_FINGERPRINT_ROWS` rows at a time)."""
+        for part, t in zip(X.split(_FINGERPRINT_ROWS), target.split(_FINGERPRINT_ROWS)):
+            self._update(part, t)
+
+    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
         n = X.shape[0]
         size = X.element_size()
         X = X if self._all else X.index_select(1, self._columns)
@@ -118,10 +128,13 @@ class BatchSource:
         source: a DataLoader, a Dataset of ``(x, target)`` samples, a callable returning a fresh iterator of
             batches, or a re-iterable object.
         name: the argument's name in error messages.
+        trim: hand the heap's free pages back to the operating system after each batch
+            (:func:`torch_amore._utils.heap.trim_heap`), so that a pass's freed temporaries are not resident while the
+            source makes the next batch.
 
     The first call of :meth:`batches` learns the width, dtype and device of the features, the number of rows and
     their fingerprint; every later pass must match them (checked as the batches come, and the fingerprint by
-    :meth:`check_pass` at its end).
+    :meth:`_check_pass` at its end).
 
     Example:
         >>> import torch
@@ -131,8 +144,8 @@ class BatchSource:
         ([4, 4, 2], 10, 2)
     """
 
-    def __init__(self, source: Any, name: str = "X") -> None:
-        self.name = name
+    def __init__(self, source: Any, name: str = "X", trim: bool = False) -> None:
+        self.name, self.trim = name, trim
         self._fresh = _fresh_iterators(source, name)
         self.rows: int | None = None
         self.width: int | None = None
@@ -145,7 +158,7 @@ class BatchSource:
     def batches(self, what: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One pass over the source (``what``: its purpose, for messages): checked ``(X_batch, target_batch)``
         pairs, X floating (n, F) and the target boolean (n,) on X's device. A pass that is not run to its end is
-        not compared (:meth:`check_pass`)."""
+        not compared (:meth:`_check_pass`)."""
         it = self._fresh()
         if it is self._last and self._last is not None:
             raise ValueError(
@@ -155,19 +168,27 @@ class BatchSource:
         self._last = it
         first = self.rows is None
         fp = None
-        seen = 0
-        for index, batch in enumerate(it):
+        seen = index = 0
+        for batch in it:  # not enumerate(it): its result tuple holds a batch until the source makes the next
             X, target = self._check(batch, index, what, first)
             if fp is None:
                 fp = RowFingerprint(X.shape[1], X.device)
             if not first and seen + X.shape[0] > self.rows:
                 self._count_error(what, f"more than {self.rows}")
+            index += 1
             if X.shape[0] == 0:  # nothing to add (a batch of no rows is allowed)
                 continue
             fp.update(X, target)
             seen += X.shape[0]
             yield X, target
+            del batch, X, target  # not held while the source makes the next batch
+            if self.trim:
+                trim_heap()
         self.n_passes += 1
+        self._check_pass(what, first, seen, fp)
+
+    def _check_pass(self, what: str, first: bool, seen: int, fp: RowFingerprint | None) -> None:
+        """The first pass learns the row count and fingerprint; a later one is compared with them."""
         if first:
             if D.any_rank(seen == 0):  # every rank of a DDP run raises together
                 whose = "" if not D.is_sharded() else f" on rank {D.rank()}" if seen == 0 else " on another rank"

@@ -158,6 +158,16 @@ class FineBinned(Binned):
         if self.lo_host is None:
             self.lo_host, self.hi_host, self.scale_host = torch.stack([self.lo, self.hi, self.scale]).tolist()
 
+    def write_codes(self, sub: torch.Tensor, base: Binned, base_codes: torch.Tensor, codes_t: torch.Tensor,
+                    work: torch.Tensor) -> None:  # fmt: skip
+        """Write into ``codes_t`` (F', n) the codes in these grids of more rows ``sub`` (n, F', the searched
+        columns): what :func:`fine_binning` gives them. ``base_codes`` (n, F'): their codes in ``base``, the binning
+        these grids refine (categorical features keep its categories); ``work``: float scratch in the work dtype,
+        (rows, F'), reused across calls (the rows go through it that many at a time)."""
+        grid = (self.lo.to(work.dtype), self.scale.to(work.dtype), self.n_grids, self.nan_code)
+        cats = base_codes if any(k == "cat" for k in self.kinds) else None
+        _write_codes(sub, cats, base.nan_code, self.is_cat, grid, codes_t, work)
+
     def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
         """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
         j = torch.as_tensor(j, device=self.lo.device).reshape(-1)
@@ -199,6 +209,29 @@ def default_n_fine(n_samples: int) -> int:
     return min(1024, max(256, 1 << (cells.bit_length() - 1)))
 
 
+def _write_codes(sub: torch.Tensor, base_codes: torch.Tensor | None, base_nan: int, is_cat: torch.Tensor,
+                 grid: tuple[torch.Tensor, torch.Tensor, int, int], codes_t: torch.Tensor,
+                 work: torch.Tensor) -> None:  # fmt: skip
+    """Write into ``codes_t`` (F', n) the fine codes of the rows ``sub`` (n, F'), ``work.shape[0]`` rows at a time in
+    the float scratch ``work``; ``grid``: (the columns' lower ends, cells per unit, ``n_fine``, the missing code);
+    ``base_codes`` (n, F'): the rows' base codes, whose categories categorical features keep (``None``: no
+    categorical feature), ``base_nan`` their missing code."""
+    lo0, scale, n_fine, nan_code = grid
+    step, dt = work.shape[0], work.dtype
+    # the chunks as views made by one operation each (the loop runs many times on big data)
+    parts = zip(sub.split(step), codes_t.T.split(step), itertools.repeat(None) if base_codes is None else
+                base_codes.split(step))  # fmt: skip
+    for chunk, dst, codes in parts:
+        c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
+        # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
+        # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
+        torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
+        if codes is not None:  # the base binning's categories; its missing code becomes NaN, then this grid's
+            cat = codes.to(dt).masked_fill_(codes == base_nan, math.nan)
+            c = torch.where(is_cat, cat, c)
+        dst.copy_(c.nan_to_num_(nan=nan_code))
+
+
 def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinned:
     """Fine equal-width grids for the numeric features of ``base`` (categorical features keep their categories).
 
@@ -229,17 +262,8 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     cat_host = [k == "cat" for k in base.kinds]
     any_cat = any(cat_host)
     work = torch.empty(min(step, sub.shape[0]), sub.shape[1], dtype=dt, device=device)  # reused: stays in cache
-    # the chunks as views made by one operation each (the loop runs many times on big data)
-    parts = zip(sub.split(step), codes_t.T.split(step), base.codes.split(step) if any_cat else itertools.repeat(None))
-    for chunk, dst, base_codes in parts:
-        c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
-        # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
-        # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
-        torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
-        if any_cat:  # the base binning's categories; its missing code becomes NaN, then this grid's missing code
-            cat = base_codes.to(dt).masked_fill_(base_codes == base.nan_code, math.nan)
-            c = torch.where(is_cat, cat, c)
-        dst.copy_(c.nan_to_num_(nan=nan_code))
+    _write_codes(sub, base.codes if any_cat else None, base.nan_code, is_cat, (lo0, scale, n_fine, nan_code),
+                 codes_t, work)  # fmt: skip
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories

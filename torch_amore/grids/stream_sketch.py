@@ -265,9 +265,10 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
     cols = tensor_on([binned.columns[j] for j in num], device=lo.device)
     bar = progress_bar(progress, desc="grid sketch", unit="rows", total=source.rows)
     for X, _ in source.batches(f"{bin_strategy} sketch"):
-        for part in X.split(max(1, (1 << 20) // max(1, X.shape[1]))):  # temporaries of about 2**20 values
+        for part in _pieces(X):
             sketch.update(part.index_select(1, cols))
         bar.update(X.shape[0])
+        del X, part  # freed before the source makes the next batch
     bar.close()
     sketch.finish()
     g = binned.n_grids
@@ -277,6 +278,11 @@ def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, pr
         edges = _exact_kmeans(source, sketch, cols, g, progress)
     binned.thresholds[tensor_on(num, device=lo.device), : g - 1] = edges[:, 1:-1].nan_to_num(math.inf)
     return sketch
+
+
+def _pieces(X: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows of a batch (at least one), about 2**20 values at a time: the temporaries of a piece stay small."""
+    return X.split(max(1, (1 << 20) // max(1, X.shape[1])))
 
 
 def _exact_kmeans(source: BatchSource, sketch: HistogramSketch, cols: torch.Tensor, n_grids: int,
@@ -295,12 +301,13 @@ def _exact_kmeans(source: BatchSource, sketch: HistogramSketch, cols: torch.Tens
         found_keys, found_values = [], []
         bar = progress_bar(progress, desc=f"k-means bins ({keys.numel()})", unit="rows", total=source.rows)
         for X, _ in source.batches("k-means bins"):
-            for part in X.split(max(1, (1 << 20) // max(1, X.shape[1]))):
+            for part in _pieces(X):
                 key, values = sketch.bin_keys(part.index_select(1, cols))
                 hit = torch.isin(key, keys)
                 found_keys.append(key[hit])
                 found_values.append(values[hit])
             bar.update(X.shape[0])
+            del X, part, key, values, hit  # freed before the source makes the next batch
         bar.close()
         sketch.resolve(torch.cat(found_keys), torch.cat(found_values))
     return sketch.kmeans(n_grids)[0]

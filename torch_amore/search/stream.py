@@ -16,6 +16,11 @@ in passes, each with its progress bar:
    observed neighbours need
    (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
 
+A pass holds one batch (none while the source makes the next) and the temporaries of a piece of it; with codes on
+disk, the C library's heap hands its free pages back after each batch (:func:`torch_amore._utils.heap.trim_heap`) and
+the codes' mapped pages leave the resident set after each piece written, so what stays resident does not grow with
+the rows.
+
 The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
 needs the observed values of the few features its best rule sets use: one more pass gathers those columns only. Pruning
 by ``min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets_batches`) packs each rule's mask, a bit a row, in a
@@ -66,8 +71,8 @@ __all__ = ["StreamExtractor", "prepare_stream"]
 
 
 #: Values of a batch taken at once by the passes: their temporaries (a few float64 or int64 copies) stay near
-#: 8 MiB each whatever the batch size.
-_PIECE = 1 << 20
+#: 4 MiB each whatever the batch size, small enough that the C library's heap holds few of them between pieces.
+_PIECE = 1 << 19
 
 
 class _Facts:
@@ -120,6 +125,7 @@ def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tup
             facts = _Facts(X.shape[1], X.device, (scale, offset) if in_units else None, cats)
         facts.update(X, target)
         bar.update(X.shape[0])
+        del X, target  # freed before the source makes the next batch
     bar.close()
     return facts, resolved
 
@@ -174,7 +180,7 @@ class _Codes:
     def __init__(self, n: int, binned: Binned, fine: FineBinned | None, dtype: torch.dtype, disk: DiskCodes) -> None:
         device = binned.codes.device
         n_feat = len(binned.columns)
-        self.binned, self.fine = binned, fine
+        self.binned, self.fine, self.disk = binned, fine, disk
         self.codes = disk.empty((n, n_feat), binned.codes.dtype, device)
         self.codes_t = None if fine is None else disk.empty((n_feat, n), torch.int16, device)
         self.target = disk.empty((n,), torch.bool, device)
@@ -185,28 +191,44 @@ class _Codes:
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        for part, t in zip(*(v.split(chunk_len(X.shape[0], X.shape[1], _PIECE)) for v in (X, target))):
-            self._update(part, t)
+        """Store the codes of a batch, piece by piece; the pieces share their scratch (the codes, an int64 index and
+        the fine codes' float work), freed with the batch."""
+        step = chunk_len(X.shape[0], X.shape[1], _PIECE)
+        rows, n_feat, device = min(step, X.shape[0]), len(self.binned.columns), X.device
+        scratch = {
+            "codes": torch.empty((rows, n_feat), dtype=self.codes.dtype, device=device),
+            "index": torch.empty((rows, n_feat), dtype=torch.int64, device=device),
+        }
+        if self.fine is not None:
+            scratch["fine"] = torch.empty((n_feat, rows), dtype=torch.int16, device=device)
+            scratch["work"] = torch.empty((rows, n_feat), dtype=work_dtype(device), device=device)
+        for part, t in zip(X.split(step), target.split(step)):
+            self._update(part, t, scratch)
 
-    def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
-        r0, r1 = self.rows, self.rows + X.shape[0]
+    def _update(self, X: torch.Tensor, target: torch.Tensor, scratch: dict[str, torch.Tensor]) -> None:
+        n = X.shape[0]
+        r0, r1 = self.rows, self.rows + n
         b = self.binned
         sub = X if b.columns == list(range(X.shape[1])) else X[:, b.columns]
-        dst = self.codes[r0:r1]
-        codes_from_thresholds(sub, b.thresholds, dst, b.n_bins_max)
+        codes = scratch["codes"][:n]  # made in memory, then stored: the stored ones are never read back
+        codes_from_thresholds(sub, b.thresholds, codes, b.n_bins_max)
+        self.codes[r0:r1] = codes
         self.target[r0:r1] = target
-        self._extend("base", dst, sub)
+        self._extend("base", codes, sub, scratch["index"])
         if self.fine is not None:
-            fine = fine_binning(X, replace(b, codes=dst, codes_t=None), self.fine.n_grids)
-            self.codes_t[:, r0:r1] = fine.codes_t
-            self._extend("fine", fine.codes, sub)
+            fine_t = scratch["fine"][:, :n]
+            self.fine.write_codes(sub, b, codes, fine_t, scratch["work"][:n])
+            self.codes_t[:, r0:r1] = fine_t
+            self._extend("fine", fine_t.T, sub, scratch["index"])
         self.rows = r1
+        self.disk.trim()  # on disk: the pages just written leave the resident set
 
-    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor) -> None:
+    def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor, index: torch.Tensor) -> None:
         """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
-        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows)."""
+        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows); ``index``:
+        int64 scratch of at least n rows."""
         lows, highs = self.extremes[key]
-        idx = codes.to(torch.int64, memory_format=torch.contiguous_format).add_(self.offsets[key]).view(-1)
+        idx = torch.add(codes, self.offsets[key], out=index[: codes.shape[0]]).view(-1)
         values = sub.contiguous().view(-1)
         lows.view(-1).scatter_reduce_(0, idx, values, "amin")
         highs.view(-1).scatter_reduce_(0, idx, values, "amax")
@@ -241,6 +263,7 @@ def prepare_stream(
     """
     o = SearchOptions() if options is None else options
     src = source if isinstance(source, BatchSource) else BatchSource(source)
+    src.trim = src.trim or codes_dir is not None  # codes on disk: the resident memory is the passes' own
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features, n_all = src.width, D.global_count(src.rows)
@@ -266,6 +289,7 @@ def prepare_stream(
         for X, target in src.batches("codes"):
             store.update(X, target)
             bar.update(X.shape[0])
+            del X, target  # freed before the source makes the next batch
         bar.close()
     except BaseException:
         disk.close()
