@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from torch_amore._utils import distributed as D
-from torch_amore._utils.heap import trim_heap
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data import validation as V
+from torch_amore.data.heap import trim_heap
 
 __all__ = ["DATASET_BATCH", "FINGERPRINT_COLUMNS", "BatchSource", "RowFingerprint", "is_source"]
 
@@ -129,7 +129,7 @@ class BatchSource:
             batches, or a re-iterable object.
         name: the argument's name in error messages.
         trim: hand the heap's free pages back to the operating system after each batch
-            (:func:`torch_amore._utils.heap.trim_heap`), so that a pass's freed temporaries are not resident while the
+            (:func:`torch_amore.data.heap.trim_heap`), so that a pass's freed temporaries are not resident while the
             source makes the next batch.
 
     The first call of :meth:`batches` learns the width, dtype and device of the features, the number of rows and

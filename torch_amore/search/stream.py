@@ -17,7 +17,7 @@ in passes, each with its progress bar:
    (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
 
 A pass holds one batch (none while the source makes the next) and the temporaries of a piece of it; with codes on
-disk, the C library's heap hands its free pages back after each batch (:func:`torch_amore._utils.heap.trim_heap`) and
+disk, the C library's heap hands its free pages back after each batch (:func:`torch_amore.data.heap.trim_heap`) and
 the codes' mapped pages leave the resident set after each piece written, so what stays resident does not grow with
 the rows.
 

@@ -1,4 +1,4 @@
-"""trim_heap (torch_amore._utils.heap): the heap's free pages leave the resident set."""
+"""trim_heap (torch_amore.data.heap): the heap's free pages leave the resident set."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_amore._utils.heap import trim_heap
+from torch_amore.data.heap import trim_heap
 
 
 def _rss_anon_mib() -> float:
