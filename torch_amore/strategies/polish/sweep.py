@@ -156,7 +156,8 @@ def _step(
     (S, L, N) the rules' masks, ``cols`` the column of each row's rule ``k`` (:class:`SortedColumns`). Returns the
     outcome of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and
     the new keys."""
-    others = all_along(torch.cat([masks[:, :k], masks[:, k + 1 :]], 1), 1)  # (S, N)
+    rest = [masks[:, m] for m in range(masks.shape[1]) if m != k]
+    others = all_of(rest) if rest else torch.ones_like(masks[:, 0])  # (S, N); one other rule: its masks, a view
     b = _cuts(others, columns, cols, min_support, kappas)
     n_o, t_o = count_true(others)[:, None], count_true(others & target)[:, None]
     keys = _keys(
@@ -238,7 +239,16 @@ def polish_many(
 
 def _stacked_masks(flat: list[Rule], lengths: list[int], depth: int, X: torch.Tensor) -> torch.Tensor:
     """The (S, L, N) masks of the rules of each rule set (``lengths``: how many of ``flat`` each holds), padded to
-    ``depth`` with all-true masks."""
+    ``depth`` with all-true masks; where a column exceeds ``_CHUNK_BYTES`` as float64, written in place a part of the
+    rows at a time."""
+    if 8 * X.shape[0] > _CHUNK_BYTES:
+        masks = torch.ones(len(lengths), depth, X.shape[0], dtype=torch.bool, device=X.device)
+        slots = [(s, m) for s, n_rules in enumerate(lengths) for m in range(n_rules)]
+        at_s, at_m = (tensor_on(list(t), device=X.device) for t in zip(*slots))
+        step = max(1, _CHUNK_BYTES // (8 * len(flat)))
+        for r0 in range(0, X.shape[0], step):
+            masks[at_s, at_m, r0 : r0 + step] = rule_masks(flat, X[r0 : r0 + step])
+        return masks
     pad = torch.ones(1, X.shape[0], dtype=torch.bool, device=X.device)
     every = torch.cat(_rule_masks(flat, X) + [pad])
     at, i = [], 0
@@ -292,8 +302,15 @@ def _from_bits(bits: int, dtype: torch.dtype) -> float:
 def _rule_masks(rules: list[Rule], X: torch.Tensor) -> list[torch.Tensor]:
     """:func:`torch_amore.rules.masks.rule_masks` of ``rules``, in parts of a few rules (it compares in a float64 copy
     of their columns: about ``_CHUNK_BYTES`` at a time)."""
-    per = max(1, _CHUNK_BYTES // (8 * X.shape[0] + 8))
-    return [rule_masks(rules[i : i + per], X) for i in range(0, len(rules), per)]
+    n = X.shape[0]
+    if 8 * n <= _CHUNK_BYTES:
+        per = max(1, _CHUNK_BYTES // (8 * n + 8))
+        return [rule_masks(rules[i : i + per], X) for i in range(0, len(rules), per)]
+    out = torch.empty(len(rules), n, dtype=torch.bool, device=X.device)  # long columns: a part of the rows at a time
+    step = max(1, _CHUNK_BYTES // (8 * len(rules)))
+    for r0 in range(0, n, step):
+        out[:, r0 : r0 + step] = rule_masks(rules, X[r0 : r0 + step])
+    return [out]
 
 
 def _update(masks: torch.Tensor, k: int, changed: list[tuple[int, Rule | None]], X: torch.Tensor) -> torch.Tensor:
