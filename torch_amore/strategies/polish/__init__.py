@@ -25,7 +25,7 @@ sorted column is an int32 order and three flags per row, and the values next to 
 cuts only. Where N is small everything is one batch (the same operations as one chunk).
 
 With ``row_chunk`` (:class:`SortedColumns`; codes on disk), each step sorts a rule set's values in place as integer
-keys and scans them a chunk at a time (:mod:`torch_amore.strategies.polish.scanned_cuts`): 8 bytes a sample instead
+keys and scans them a chunk at a time (:mod:`torch_amore.strategies.polish.scanned_cuts`): 4 or 8 bytes a sample instead
 of the tables of :func:`best_cuts`, the same cuts.
 """
 

@@ -3,13 +3,14 @@ then scanned a chunk of positions at a time.
 
 :func:`torch_amore.strategies.polish.best_cuts` builds several int64 tables as long as the samples it cuts (about
 60 bytes a sample with the sort). Where memory is short (codes on disk, :mod:`torch_amore.data.stream_disk`), a
-polish step takes the values of the samples satisfying a rule set's other rules as order-preserving int64 keys
-(8 bytes a sample, NaN last), sorts them in place (``numpy.ndarray.sort``), keeps the keys of the target samples
-among them apart (sorted too: the target samples before a cut are found by ``searchsorted``, since cuts fall only
-between distinct values) and finds the same intervals in one scan: the best end of an interval for each position,
-given the running minimum of the prefix weights ``min_support`` positions back, and the best interval open above.
-Ties are broken as :func:`best_cuts` breaks them (the last start of the running minimum, the first best end, the
-first best open start), so the polish finds the same rule sets.
+polish step takes the values of the samples satisfying a rule set's other rules as order-preserving integer keys
+(4 bytes a sample for float32 columns, 8 for float64 ones; NaN last), sorts them in place
+(``numpy.ndarray.sort``), keeps the keys of the target samples among them apart (sorted too: the target samples
+before a cut are found by ``searchsorted``, since cuts fall only between distinct values) and finds the same
+intervals in one scan: the best end of an interval for each position, given the running minimum of the prefix
+weights ``min_support`` positions back, and the best interval open above. Ties are broken as :func:`best_cuts`
+breaks them (the last start of the running minimum, the first best end, the first best open start), so the polish
+finds the same rule sets.
 """
 
 from __future__ import annotations
@@ -20,35 +21,45 @@ import torch
 __all__ = ["sorted_keys", "scanned_cuts", "key_values"]
 
 _BIG = 1 << 62  # beyond any weight: marks cuts that are not allowed (as in best_cuts)
-_LOW63 = (1 << 63) - 1  # flips the magnitude bits of a negative float64
-_NAN_KEY = (1 << 63) - 1  # NaN sorts last
+#: Per key dtype: the float dtype whose bits it holds. Columns of at most 32-bit floats take 4-byte keys (exact: their
+#: values are float32 values), others 8-byte keys.
+_FLOAT_OF = {torch.int32: torch.float32, torch.int64: torch.float64}
 
 
-def _keys_of(values: torch.Tensor) -> torch.Tensor:
-    """Order-preserving int64 keys of float values (float64 bits, -0.0 as 0.0, NaN the largest key)."""
-    v = values.to(torch.float64) + 0.0  # -0.0 + 0.0 is 0.0: equal values, equal keys
-    bits = v.view(torch.int64)
-    keys = torch.where(bits < 0, bits ^ _LOW63, bits)
-    return keys.masked_fill_(torch.isnan(v), _NAN_KEY)
+def _key_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The key dtype for values of ``dtype``."""
+    return torch.int32 if dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.int64
+
+
+def _keys_of(values: torch.Tensor, key_dtype: torch.dtype) -> torch.Tensor:
+    """Order-preserving integer keys of float values (their float32 or float64 bits, -0.0 as 0.0, NaN the largest
+    key)."""
+    v = values.to(_FLOAT_OF[key_dtype]) + 0.0  # -0.0 + 0.0 is 0.0: equal values, equal keys
+    bits = v.view(key_dtype)
+    top = torch.iinfo(key_dtype).max
+    keys = torch.where(bits < 0, bits ^ top, bits)  # negative floats: magnitude bits flipped
+    return keys.masked_fill_(torch.isnan(v), top)
 
 
 def key_values(keys: torch.Tensor) -> torch.Tensor:
-    """The float64 values of keys of :func:`sorted_keys` (NaN for the NaN key).
+    """The float values of keys of :func:`sorted_keys` (float32 for 4-byte keys, float64 for 8-byte ones; NaN for
+    the NaN key).
 
     Example:
         >>> v = torch.tensor([-2.5, -0.0, 0.0, 1.0, float("nan")], dtype=torch.float64)
-        >>> key_values(_keys_of(v)).tolist()[:4]
+        >>> key_values(_keys_of(v, torch.int64)).tolist()[:4]
         [-2.5, 0.0, 0.0, 1.0]
     """
-    bits = torch.where(keys < 0, keys ^ _LOW63, keys)
-    return bits.view(torch.float64).masked_fill(keys == _NAN_KEY, float("nan"))
+    top = torch.iinfo(keys.dtype).max
+    bits = torch.where(keys < 0, keys ^ top, keys)
+    return bits.view(_FLOAT_OF[keys.dtype]).masked_fill(keys == top, float("nan"))
 
 
 def sorted_keys(
     column: torch.Tensor, inside: torch.Tensor, target: torch.Tensor, chunk: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sorted keys of the values ``column[inside]`` and those of its observed target samples, built ``chunk``
-    rows at a time (CPU tensors, sorted in place).
+    rows at a time (CPU tensors, sorted in place; 4 bytes a value for columns of float32 or narrower, else 8).
 
     Example:
         >>> column = torch.tensor([3.0, float("nan"), 1.0, 2.0, 1.0])
@@ -60,11 +71,13 @@ def sorted_keys(
     parts = [(inside[r0 : r0 + chunk], target[r0 : r0 + chunk], column[r0 : r0 + chunk]) for r0 in
              range(0, column.shape[0], chunk)]  # fmt: skip
     sizes = [(int(i.sum()), int((i & t & ~torch.isnan(c)).sum())) for i, t, c in parts]
-    keys = np.empty(sum(s for s, _ in sizes), dtype=np.int64)
-    hits = np.empty(sum(h for _, h in sizes), dtype=np.int64)
+    key_dtype = _key_dtype(column.dtype)
+    np_dtype = np.int32 if key_dtype == torch.int32 else np.int64
+    keys = np.empty(sum(s for s, _ in sizes), dtype=np_dtype)
+    hits = np.empty(sum(h for _, h in sizes), dtype=np_dtype)
     at = [0, 0]
     for (i, t, c), (s, h) in zip(parts, sizes):
-        k = _keys_of(c[i])
+        k = _keys_of(c[i], key_dtype)
         keys[at[0] : at[0] + s] = k.numpy()
         hits[at[1] : at[1] + h] = k[t[i] & ~torch.isnan(c[i])].numpy()
         at = [at[0] + s, at[1] + h]
@@ -144,7 +157,8 @@ def scanned_cuts(
         ([[1]], [[3]], [[2]], [[True]], [[0, 2, 1, 3]])
     """
     n = keys.shape[0]
-    n_obs = int(torch.searchsorted(keys, torch.tensor([_NAN_KEY]))[0])  # NaN keys last
+    nan_key = torch.tensor([torch.iinfo(keys.dtype).max], dtype=keys.dtype)
+    n_obs = int(torch.searchsorted(keys, nan_key)[0])  # NaN keys last
     k = kappas.reshape(-1)
     state = _Scan(k.shape[0])
     last_q = max(n_obs - min_support, 0)  # lagging positions: starts of ends before n_obs, open-above starts

@@ -159,7 +159,7 @@ def _step(
     rest = [masks[:, m] for m in range(masks.shape[1]) if m != k]
     others = all_of(rest) if rest else torch.ones_like(masks[:, 0])  # (S, N); one other rule: its masks, a view
     b = _cuts(others, columns, cols, min_support, kappas)
-    n_o, t_o = count_true(others)[:, None], count_true(others & target)[:, None]
+    n_o, t_o = count_true(others)[:, None], _count_hits(others, target)[:, None]
     keys = _keys(
         torch.cat([b["hits"], t_o], 1), torch.cat([b["support"], n_o], 1), None if conf is None else conf[:, None]
     )
@@ -173,6 +173,15 @@ def _step(
     near = near.to(columns.dtype)  # those next to an open bound or an empty interval are not used
     bits = near.view(torch.int32 if near.dtype == torch.float32 else torch.int64).long()  # exact on the host
     return torch.cat([flags, torch.cat([t_o, n_o, hits, support], 1), bits], 1), new_best
+
+
+def _count_hits(masks: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``count_true(masks & target)`` of (S, N) ``masks``, a part of the rows at a time where N is large."""
+    n = masks.shape[1]
+    if n <= _CHUNK_BYTES:
+        return count_true(masks & target)
+    return sum(count_true(masks[:, r0 : r0 + _CHUNK_BYTES] & target[r0 : r0 + _CHUNK_BYTES]) for r0 in
+               range(0, n, _CHUNK_BYTES))  # fmt: skip
 
 
 def polish_many(
