@@ -45,7 +45,16 @@ def diabetes():
     return torch.from_numpy(task.X), torch.from_numpy(task.target)
 
 
-DATA = {"mixed": lambda: mixed_data(5000), "latent": latent, "box": box, "diabetes": diabetes}
+def dead(n=4000):
+    """Dead units of a ReLU layer: constant columns (0 and 2.5) beside a mostly-zero one and a uniform one; every
+    k-means bound of a constant column falls in one sketch bin."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.stack([torch.zeros(n), torch.relu(torch.randn(n, generator=g) - 0.5), torch.full((n,), 2.5),
+                     torch.rand(n, generator=g)], 1)  # fmt: skip
+    return X, (X[:, 3] > 0.6) | (X[:, 1] > 1.2)
+
+
+DATA = {"mixed": lambda: mixed_data(5000), "latent": latent, "box": box, "diabetes": diabetes, "dead": dead}
 
 
 def measured_fitness(rule_set, X, target):
@@ -77,7 +86,7 @@ def test_edges_within_resolution(bin_strategy, name):
 
 @pytest.mark.parametrize("bin_strategy", ["quantile", "kmeans"])
 @pytest.mark.parametrize("strategy", ["paper", "beam"])
-@pytest.mark.parametrize("name", ["mixed", "latent", "box"])
+@pytest.mark.parametrize("name", ["mixed", "latent", "box", "dead"])
 def test_best_fitness_within_0_005(bin_strategy, strategy, name):
     X, target = DATA[name]()
     kw = dict(bin_strategy=bin_strategy, strategy=strategy, n_grids=6, max_length=2)

@@ -194,7 +194,8 @@ class HistogramSketch:
         split = (same & (low[:, :, None] < bounds[:, None, :]) & (bounds[:, None, :] <= high[:, :, None])).any(2)
         split &= first & (n > 0)
         whole = first & ~(split & known)
-        cluster = torch.where(split, cluster_of(mean), cluster_of(low))
+        # only a bin's first bound adds its bin (a later one adds 0, at a cluster index that must stay in range)
+        cluster = torch.where(first, torch.where(split, cluster_of(mean), cluster_of(low)), 0)
         c_counts.scatter_add_(1, cluster, n * whole)
         c_sums.scatter_add_(2, cluster.expand(2, -1, -1), t["sums"].gather(2, at.expand(2, -1, -1)) * whole)
         cells = torch.arange(n_feat, device=at.device)[:, None] * self.n_bins + at
