@@ -212,12 +212,11 @@ def prune_rule_sets_batches(
 
     Example:
         >>> import torch
-        >>> X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]])
-        >>> target = torch.tensor([False, True, True, True, False])
-        >>> a, b = Rule(0, "a", low=0.5), Rule(1, "b", low=0.5)
-        >>> rs = RuleSet((a, b), 2, 1.0, 2 / 3)  # b drops one target row: a alone is fitter
-        >>> batches = lambda: ((X[i : i + 2], target[i : i + 2]) for i in range(0, 5, 2))
-        >>> print(prune_rule_sets_batches([rs], batches, 3, min_gain=0.001)[0])
+        >>> parts = [(torch.tensor([[0.0, 0.0], [1.0, 0.0]]), torch.tensor([False, True])),
+        ...          (torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]]), torch.tensor([True, True, False]))]
+        >>> both = RuleSet((Rule(0, "a", low=0.5), Rule(1, "b", low=0.5)), 2, 1.0, 2 / 3)
+        >>> pruned = prune_rule_sets_batches([both], lambda: iter(parts), 3, min_gain=0.001)
+        >>> print(pruned[0])  # b drops one target row: a alone is fitter
         IF a >= 0.5 THEN target  (support=3, confidence=1.000, fitness=1.000)
     """
     where = None if device is None else torch.device(device)

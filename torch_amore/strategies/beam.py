@@ -109,7 +109,6 @@ class BeamSearch(Refinement):
         row_chunk: int | None = None,
     ) -> None:
         self.fine = fine
-        self.row_chunk = row_chunk
         self.target = target
         self.n_target = n_target
         self.beam_width = beam_width
@@ -119,6 +118,7 @@ class BeamSearch(Refinement):
         n_values = self.n_rows * len(fine.columns)
         self.budget = table_budget(n_values)  # small data: small tables
         self.refine_budget = min(_REFINE_BUDGET, max(_REFINE_BUDGET_MIN, n_values // 4))
+        self.row_chunk = row_chunk  # count nodes a chunk of rows at a time (codes on disk)
         if row_chunk is not None:  # little memory: one rule set refined at a time
             self.refine_budget = 1
         host = getattr(fine, "is_cat_host", None)
