@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from batch_sources import batches_of
 
 from torch_amore._utils import distributed as D
 from torch_amore.rules import Rule, RuleSet, prune_rule_sets, prune_rule_sets_batches
@@ -45,20 +46,6 @@ def rule_sets_on(X: torch.Tensor, target: torch.Tensor, seed: int = 1) -> list[R
                 rules.append(Rule(j, "abcdef"[j], low=low * 0.5, high=0.5 + high * 0.5))
         drawn.append(tuple(rules))
     return [RuleSet.from_rules(rules, X, target) for rules in planted + drawn]
-
-
-def batches_of(X: torch.Tensor, target: torch.Tensor, sizes: int | list[int]):
-    """A zero-argument callable: batches of the given sizes (an int: all alike), cycling through the list."""
-    sizes = [sizes] if isinstance(sizes, int) else sizes
-
-    def batches():
-        i, k = 0, 0
-        while i < len(X):
-            step = sizes[k % len(sizes)]
-            yield X[i : i + step], target[i : i + step]
-            i, k = i + step, k + 1
-
-    return batches
 
 
 def assert_measured(rule_sets: list[RuleSet], X: torch.Tensor, target: torch.Tensor) -> None:

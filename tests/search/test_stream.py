@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from batch_sources import batches_of
 from torch.utils.data import DataLoader, TensorDataset
 
 from torch_amore import extract_rules
@@ -31,20 +32,6 @@ def mixed_data(n: int = 600, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]
     X[torch.rand(n, generator=g) < 0.05, 3] = math.nan
     target = ((X[:, 0] > 0.5) & (X[:, 1] < 12)) | (X[:, 3] == 2)
     return X, target
-
-
-def batches_of(X, target, sizes):
-    """A callable source: batches of the given sizes (an int: all the same), cycling through the list."""
-    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
-
-    def source():
-        i, k = 0, 0
-        while i < len(X):
-            step = sizes[k % len(sizes)]
-            yield X[i : i + step], target[i : i + step]
-            i, k = i + step, k + 1
-
-    return source
 
 
 def assert_same(got, expected):
