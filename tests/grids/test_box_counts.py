@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_amore.grids.box_counts import box_counts
+from torch_amore.grids.box_counts import box_counts, box_masks
 
 
 def _literal(codes: torch.Tensor, target: torch.Tensor, box, n_bins_max: int) -> tuple[list, list]:
@@ -41,6 +41,10 @@ def test_counts_equal_a_literal_count(row_chunk, column_major):
         assert counts[b].tolist() == expected
         assert sizes[b].tolist() == expected_sizes
     assert sizes[-1].tolist() == [0, 0] and sizes[0].sum() == n  # the empty interval, and every row
+    masks = box_masks(given, boxes, column_major=column_major)
+    for b, box in enumerate(boxes):  # row by row, condition by condition
+        expected = [all(lo <= int(codes[i, f]) <= hi for f, lo, hi in box) for i in range(n)]
+        assert masks[b].tolist() == expected
 
 
 def test_uint8_codes_and_no_rows():

@@ -19,7 +19,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.ratios import group_grid_counts, node_grid_counts
 
-__all__ = ["ROW_CHUNK", "box_counts"]
+__all__ = ["ROW_CHUNK", "box_counts", "box_masks"]
 
 #: Rows of codes read at a time by :func:`box_counts`: a chunk's temporaries stay within a few tens of MiB.
 ROW_CHUNK = 1 << 16
@@ -27,26 +27,44 @@ ROW_CHUNK = 1 << 16
 Box = Sequence[tuple[int, int, int]]
 
 
-def _box_table(boxes: Sequence[Box], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(B, L) features, lows and highs of the boxes, shorter boxes padded with a condition every code satisfies."""
+def _box_table(boxes: Sequence[Box], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) features and (B, 2 L) bounds (low, high per position, in the codes' dtype: a comparison of mixed integer
+    dtypes is several times slower) of the boxes, shorter boxes padded with a condition every code satisfies."""
     length = max([len(b) for b in boxes] + [1])
     pad = [(0, 0, torch.iinfo(dtype).max)] * length
     rows = [list(b) + pad[len(b) :] for b in boxes]
     feats = tensor_on([[f for f, _, _ in r] for r in rows], device=device)
-    low = tensor_on([[lo for _, lo, _ in r] for r in rows], dtype=dtype, device=device)
-    high = tensor_on([[hi for _, _, hi in r] for r in rows], dtype=dtype, device=device)
-    return feats, low, high
+    bounds = tensor_on([[v for _, lo, hi in r for v in (lo, hi)] for r in rows], dtype=dtype, device=device)
+    return feats, bounds
 
 
-def _members(part: torch.Tensor, table: tuple[torch.Tensor, ...], column_major: bool) -> tuple[torch.Tensor, ...]:
-    """(box, row) of every row of the chunk ``part`` inside each box, box by box."""
-    feats, low, high = table
+def _inside(part: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor], column_major: bool) -> torch.Tensor:
+    """(B, rows) whether each row of the codes ``part`` lies in each box of ``table`` (all boxes at once per
+    condition position)."""
+    feats, bounds = table
     inside = None
     for m in range(feats.shape[1]):
         c = part.index_select(0, feats[:, m]) if column_major else part.index_select(1, feats[:, m]).T  # (B, rows)
-        ok = (c >= low[:, m : m + 1]) & (c <= high[:, m : m + 1])
+        ok = (c >= bounds[:, 2 * m : 2 * m + 1]) & (c <= bounds[:, 2 * m + 1 : 2 * m + 2])
         inside = ok if inside is None else inside.logical_and_(ok)
-    return torch.nonzero(inside, as_tuple=True)
+    return inside
+
+
+def box_masks(codes: torch.Tensor, boxes: Sequence[Box], *, column_major: bool = False) -> torch.Tensor:
+    """(B, N) whether each row lies in each box: codes ``g_low <= code <= g_high`` of every condition's column.
+
+    Args:
+        codes: (N, F) grid codes, or (F, N) with ``column_major``.
+        boxes: each a sequence of ``(feature, g_low, g_high)`` conditions; an empty box holds every row.
+        column_major: ``codes`` is (F, N).
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 0]], dtype=torch.uint8)
+        >>> box_masks(codes, [[(0, 1, 1)], [(0, 1, 1), (1, 0, 0)], []]).tolist()
+        [[False, True, True], [False, False, True], [True, True, True]]
+    """
+    return _inside(codes, _box_table(boxes, codes.dtype, codes.device), column_major)
 
 
 def box_counts(
@@ -92,7 +110,7 @@ def box_counts(
     sizes = torch.zeros(2 * n_boxes, dtype=torch.long, device=codes.device)
     for r0 in range(0, n, row_chunk):
         part = codes[:, r0 : r0 + row_chunk] if column_major else codes[r0 : r0 + row_chunk]
-        box, row = _members(part, table, column_major)
+        box, row = torch.nonzero(_inside(part, table, column_major), as_tuple=True)
         groups = box * 2 + target[r0 : r0 + row_chunk][row]
         counts += count(part, row, groups, 2 * n_boxes, n_bins_max, reduce=False)
         sizes += counting.bincount(groups, 2 * n_boxes)

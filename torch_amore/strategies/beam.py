@@ -45,7 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
-from torch_amore.grids.box_counts import box_counts
+from torch_amore.grids.box_counts import box_counts, box_masks
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
 from torch_amore.rules.metrics import base_rate, fitness_value
@@ -141,21 +141,9 @@ class BeamSearch(Refinement):
         )  # fmt: skip
 
     def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
-        """(G, N) bool: the samples satisfying each node's conditions (all conditions checked at once per position)."""
-        device = self.codes_t.device
-        n = self.codes_t.shape[1]
-        length = max(len(c) for c in nodes)
-        dtype = self.codes_t.dtype
-        pad = [(0, 0, torch.iinfo(dtype).max)] * length  # a condition every code satisfies
-        rows = [list(c) + pad[len(c) :] for c in nodes]
-        feats = tensor_on([[f for f, _, _ in r] for r in rows], device=device)  # (G, L)
-        # bounds in the codes' dtype: a comparison of mixed integer dtypes is several times slower
-        bounds = tensor_on([[b for _, lo, hi in r for b in (lo, hi)] for r in rows], dtype=dtype, device=device)
-        mask = torch.ones(len(nodes), n, dtype=torch.bool, device=device)
-        for m in range(length):
-            c = self.codes_t.index_select(0, feats[:, m])
-            mask &= (c >= bounds[:, 2 * m : 2 * m + 1]) & (c <= bounds[:, 2 * m + 1 : 2 * m + 2])
-        return mask
+        """(G, N) bool: the samples satisfying each node's conditions
+        (:func:`torch_amore.grids.box_counts.box_masks`)."""
+        return box_masks(self.codes_t, nodes, column_major=True)
 
     def _node_rows(self, nodes: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples of every node and each one's node (``rows``, ``groups``), from one ``nonzero``."""
