@@ -364,12 +364,9 @@ class StreamExtractor(Extractor):
         out = torch.empty((self.source.rows, len(cols)), dtype=self.source.dtype, device=self.source.device)
         at = tensor_on(cols, device=self.source.device)
         r0 = 0
-        bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
-        for X, _ in self.source.batches(what):
+        for X, _ in self._pass_of(what)():
             out[r0 : r0 + X.shape[0]] = X.index_select(1, at)
             r0 += X.shape[0]
-            bar.update(X.shape[0])
-        bar.close()
         return out
 
     def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
@@ -392,13 +389,15 @@ class StreamExtractor(Extractor):
                                        device=self.source.device)  # fmt: skip
 
     def _pass_of(self, what: str) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
-        """A zero-argument callable: one pass over the source's batches, with its progress bar."""
+        """A zero-argument callable: one pass over the source's batches, with its progress bar (every pass of the
+        search: the polish's columns, pruning by ``min_gain``, the same-mask check)."""
 
         def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
             for X, target in self.source.batches(what):
                 yield X, target
                 bar.update(X.shape[0])
+                del X, target  # not held while the source makes the next batch
             bar.close()
 
         return batches
@@ -412,12 +411,9 @@ class StreamExtractor(Extractor):
         device = self.source.device
         later, earlier = later.to(device), earlier.to(device)
         equal = torch.ones(len(later), dtype=torch.bool, device=device)
-        bar = progress_bar(self.progress, desc="same-mask check", unit="rows", total=self.source.rows)
-        for X, _ in self.source.batches("same-mask check"):
+        for X, _ in self._pass_of("same-mask check")():
             masks = rule_set_masks(chosen, X)
             equal &= all_along(masks[later] == masks[earlier], 1)
-            bar.update(X.shape[0])
-        bar.close()
         return D.all_ranks(equal).tolist()
 
 
