@@ -77,9 +77,10 @@ def sorted_keys(
     hits = np.empty(sum(h for _, h in sizes), dtype=np_dtype)
     at = [0, 0]
     for (i, t, c), (s, h) in zip(parts, sizes):
-        k = _keys_of(c[i], key_dtype)
+        values = c[i]  # selected once
+        k = _keys_of(values, key_dtype)
         keys[at[0] : at[0] + s] = k.numpy()
-        hits[at[1] : at[1] + h] = k[t[i] & ~torch.isnan(c[i])].numpy()
+        hits[at[1] : at[1] + h] = k[t[i] & ~torch.isnan(values)].numpy()
         at = [at[0] + s, at[1] + h]
     keys.sort()
     hits.sort()
