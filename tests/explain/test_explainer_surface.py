@@ -107,6 +107,31 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
     assert calls == []
 
 
+def test_evaluate_and_verify_refuse_an_unknown_keyword_before_the_model_runs(task):
+    X, model = task
+    explanation = RegionalRuleExplainer(model, "1").explain(X, 7, min_support=60, **FAST)
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(
+            TypeError, match=r"^RegionalExplanation.evaluate\(\) got an unexpected keyword argument 'bs'$"
+        ):
+            explanation.evaluate(X, bs=64)
+        with pytest.raises(
+            TypeError, match=r"^RegionalExplanation.verify\(\) got an unexpected keyword argument 'label_key'$"
+        ):
+            explanation.verify(X, label_key=1)
+        assert calls == []
+        # the keywords of the group reach the model run: the metrics with another batch size and a progress bar
+        # equal those computed by hand on the hidden layer
+        hidden, predicted = _hidden_and_prediction(model, X)
+        expected = [rs.evaluate(hidden, predicted == 7) for rs in explanation.rule_sets]
+        assert explanation.evaluate(X, batch_size=77, progress=False, input_key=None) == expected
+        assert len(calls) == -(-len(X) // 77)
+    finally:
+        handle.remove()
+
+
 def test_explain_local_is_explain_with_local_and_refuses_what_it_cannot_do(task):
     X, model = task
     explainer = RegionalRuleExplainer(model, "1")

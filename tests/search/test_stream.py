@@ -13,7 +13,7 @@ import torch
 from batch_sources import batches_of
 from torch.utils.data import DataLoader, TensorDataset
 
-from torch_amore import extract_rules
+from torch_amore import SearchOptions, extract_rules
 from torch_amore.search.extract import prepare
 from torch_amore.search.stream import prepare_stream
 
@@ -89,6 +89,21 @@ def test_prepare_stores_the_in_memory_codes():
     assert torch.equal(streamed.binned.thresholds, mem.binned.thresholds)
     n_fine = streamed._fine_binned.n_grids
     assert torch.equal(streamed.fine(n_fine).codes_t, mem.fine(n_fine).codes_t)
+
+
+def test_prepare_takes_the_column_keywords_in_memory_and_streamed():
+    """features, feature_names and target_name reach the extractor on both paths; an unknown keyword is refused."""
+    X, target = mixed_data(500, seed=6)
+    names = ["v", "w", "x", "y", "z"]
+    for data in ((X, target), (batches_of(X, target, 7), None)):
+        ex = prepare(*data, features=[0, 3], feature_names=names, target_name="sick")
+        assert (ex.names, ex.target_name) == (names, "sick")
+        rule_sets = ex.extract(SearchOptions(), min_support=25)
+        assert rule_sets, "the target is tied to the searched columns"
+        assert {rule.name for rs in rule_sets for rule in rs.rules} <= {"v", "y"}  # only the searched columns
+        assert all(rs.target_name == "sick" for rs in rule_sets)
+        with pytest.raises(TypeError, match=r"^prepare\(\) got an unexpected keyword argument 'feature_name'$"):
+            prepare(*data, feature_name=names)
 
 
 def test_passes_read_only_what_they_need():

@@ -140,22 +140,56 @@ class FeatureArgs(TypedDict, total=False):
     feature_offset: Sequence[float] | None
 
 
-def feature_args(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
-    """The :class:`FeatureArgs` keyword arguments ``given`` to ``caller``, every key present (``None`` where not
-    given); any other key is a ``TypeError`` worded as Python words it for an unexpected keyword argument.
+class ColumnArgs(TypedDict, total=False):
+    """Which columns of ``X`` are searched and how the columns and the subgroup are named in printed rules, as in
+    :func:`torch_amore.extract_rules`: the keyword arguments that :func:`torch_amore.search.extract.prepare` and
+    :func:`torch_amore.search.stream.prepare_stream` take as a group (``target_name`` ``"target"`` by default, the
+    others ``None``)."""
+
+    features: Sequence[int] | None
+    feature_names: Sequence[str] | None
+    target_name: str
+
+
+def keyword_args(given: Mapping[str, Any], group: type, caller: str) -> dict[str, Any]:
+    """The keyword arguments ``given`` to ``caller`` for the ``TypedDict`` ``group``, every key of the group present
+    (``None`` where not given); any other key is a ``TypeError`` worded as Python words an unexpected keyword argument.
 
     Example:
-        >>> feature_args({"features": [0, 2]}, "f")["features"], feature_args({}, "f")["feature_offset"]
-        ([0, 2], None)
-        >>> feature_args({"feature": [0]}, "f")
+        >>> keyword_args({"features": [0, 2]}, FeatureArgs, "f")["features"]
+        [0, 2]
+        >>> keyword_args({}, FeatureArgs, "f")["feature_offset"] is None
+        True
+        >>> keyword_args({"feature": [0]}, FeatureArgs, "f")
         Traceback (most recent call last):
         ...
         TypeError: f() got an unexpected keyword argument 'feature'
     """
     for key in given:
-        if key not in FeatureArgs.__annotations__:
+        if key not in group.__annotations__:
             raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}")
-    return {key: given.get(key) for key in FeatureArgs.__annotations__}
+    return {key: given.get(key) for key in group.__annotations__}
+
+
+def feature_args(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
+    """:func:`keyword_args` for :class:`FeatureArgs`.
+
+    Example:
+        >>> feature_args({"feature_names": ["a"]}, "f")["feature_names"]
+        ['a']
+    """
+    return keyword_args(given, FeatureArgs, caller)
+
+
+def column_args(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
+    """:func:`keyword_args` for :class:`ColumnArgs`, ``target_name`` ``"target"`` where not given.
+
+    Example:
+        >>> column_args({"features": [1]}, "prepare")
+        {'features': [1], 'feature_names': None, 'target_name': 'target'}
+    """
+    args = keyword_args(given, ColumnArgs, caller)
+    return {**args, "target_name": given.get("target_name", "target")}
 
 
 def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
@@ -26,11 +26,26 @@ from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
 
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
 _FORMAT = "torch_amore.RegionalExplanation"
 #: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
 #: rate; the library version; the options and the feature selection; 3: the optional verification by intervention).
 #: Version 1 and 2 files are read too.
 FORMAT_VERSION = 3
+
+
+class RunArgs(TypedDict, total=False):
+    """How :meth:`RegionalExplanation.evaluate` and :meth:`RegionalExplanation.verify` run the model over new data, each
+    as in :meth:`torch_amore.RegionalRuleExplainer.explain` (``progress`` ``False`` by default, the others ``None``:
+    those of ``explain``)."""
+
+    batch_size: int | None
+    progress: bool
+    input_key: Any
+    additional_forward_args: Any
+    forward_kwargs: dict[str, Any] | None
 
 
 @dataclass(repr=False)
@@ -355,12 +370,8 @@ class RegionalExplanation(Sequence[RuleSet]):
         *,
         labels: Any = None,
         features: Any = None,
-        batch_size: int | None = None,
-        progress: bool = False,
-        input_key: Any = None,
         label_key: Any = None,
-        additional_forward_args: Any = None,
-        forward_kwargs: dict[str, Any] | None = None,
+        **run: Unpack[RunArgs],
     ) -> list[RuleMetrics]:
         """Support, confidence and fitness of every rule set on new data (e.g. a test split).
 
@@ -380,8 +391,10 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
         """
+        from torch_amore.data import arguments as A
         from torch_amore.data import validation as V
 
+        run = A.keyword_args(run, RunArgs, "RegionalExplanation.evaluate")
         opts = self.data_options
         if target is None:
             target = opts.get("target")
@@ -409,11 +422,11 @@ class RegionalExplanation(Sequence[RuleSet]):
             target,
             labels=labels,
             features=features,
-            batch_size=batch_size or opts.get("batch_size", 256),
-            progress=progress,
-            input_key=input_key if input_key is not None else opts.get("input_key"),
+            batch_size=run["batch_size"] or opts.get("batch_size", 256),
+            progress=bool(run["progress"]),
+            input_key=run["input_key"] if run["input_key"] is not None else opts.get("input_key"),
             label_key=label_key if label_key is not None else opts.get("label_key"),
-            model_args=(additional_forward_args, forward_kwargs),
+            model_args=(run["additional_forward_args"], run["forward_kwargs"]),
         )
 
     def verify(
@@ -427,11 +440,7 @@ class RegionalExplanation(Sequence[RuleSet]):
         seed: int = 0,
         target: Any = None,
         model: Any = None,
-        batch_size: int | None = None,
-        progress: bool = False,
-        input_key: Any = None,
-        additional_forward_args: Any = None,
-        forward_kwargs: dict[str, Any] | None = None,
+        **run: Unpack[RunArgs],
     ) -> Any:
         """Check by intervention whether the model uses the rule sets' units: sufficiency and necessity of each rule
         set and of a random-unit control, with intervals (see :mod:`torch_amore.verify.verification`). The result is
@@ -454,13 +463,12 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
+        from torch_amore.data import arguments as A
         from torch_amore.verify.engine import VerifyArgs, verify
 
-        args = VerifyArgs(
-            rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed, target=target,
-            model=model, batch_size=batch_size, progress=progress, input_key=input_key,
-            additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
-        )  # fmt: skip
+        run = A.keyword_args(run, RunArgs, "RegionalExplanation.verify")
+        args = VerifyArgs(rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
+                          target=target, model=model, **{**run, "progress": bool(run["progress"])})  # fmt: skip
         self.verification = verify(self, inputs, args)
         return self.verification
 

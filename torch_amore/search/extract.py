@@ -4,19 +4,15 @@ The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.strategies
 node's samples are counted per grid of every remaining feature, the counts become candidate intervals
 (:func:`torch_amore.grids.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability
 ratios open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree
-is a
-candidate rule set. The beam strategy (:mod:`torch_amore.strategies.beam`) adds fitness-optimal intervals, and its best
-rule sets are polished on observed values (:mod:`torch_amore.strategies.polish`). Grid intervals become rules with
-readable bounds
-that
-select the same samples (:mod:`torch_amore.search.readable`); rule sets selecting the same samples are kept once
-(:func:`torch_amore.rules.masks.drop_same_mask`). The result is sorted by fitness, best first.
-"""
+is a candidate rule set. The beam strategy (:mod:`torch_amore.strategies.beam`) adds fitness-optimal intervals, and its
+best rule sets are polished on observed values (:mod:`torch_amore.strategies.polish`). Grid intervals become rules
+with readable bounds that select the same samples (:mod:`torch_amore.search.readable`); rule sets selecting the same
+samples are kept once (:func:`torch_amore.rules.masks.drop_same_mask`). The result is sorted by fitness, best first."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -34,6 +30,9 @@ from torch_amore.search.extractor import Extractor, capped_max_length, search_sc
 from torch_amore.search.options import SearchOptions, auto_min_support
 from torch_amore.strategies.exact import check_budget
 
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
 
 def _no_target(target: Any) -> None:
     if target is not None:
@@ -47,10 +46,8 @@ def prepare(
     target: MaskLike | None = None,
     options: SearchOptions | None = None,
     *,
-    features: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    target_name: str = "target",
     memory_checked: bool = False,
+    **columns: Unpack[A.ColumnArgs],
 ) -> Extractor:
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
@@ -59,18 +56,21 @@ def prepare(
     ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
     is checked first (:func:`torch_amore.data.memory.check_memory`; ``memory_checked``: the caller did so). ``X``
     may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
-    (:func:`torch_amore.search.stream.prepare_stream`)."""
+    (:func:`torch_amore.search.stream.prepare_stream`). ``columns``: ``features``, ``feature_names`` and
+    ``target_name``, as in :func:`extract_rules`."""
     options = SearchOptions() if options is None else options
+    named = A.column_args(columns, "prepare")
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
         _no_target(target)
         from torch_amore.search.stream import prepare_stream
 
-        return prepare_stream(X, options, features=features, feature_names=feature_names, target_name=target_name)
+        return prepare_stream(X, options, **named)
+    features, target_name = named["features"], named["target_name"]
     target = V.align_rows(target, X, "target")
     X, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X)
     n, n_features = X.shape
-    names = A.resolve_names(feature_names, frame_names, n_features)
+    names = A.resolve_names(named["feature_names"], frame_names, n_features)
     columns = A.resolve_features(features, n_features)
     options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
