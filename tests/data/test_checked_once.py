@@ -146,11 +146,68 @@ def test_to_class_labels():
     assert V.to_class_labels(np.array([[0], [2], [1]]), 3).tolist() == [0, 2, 1]
     labels = V.to_class_labels(torch.tensor([0.0, 1.0]), 2)
     assert labels.dtype == torch.int64 and labels.tolist() == [0, 1]
-    short = "Expected `labels` to have shape (3,) (one per row of inputs), got (2,)."
+    short = "Expected `labels` to have one entry per sample of `inputs` (3), but got 2."
     with pytest.raises(ValueError, match=re.escape(short)):
         V.to_class_labels([0, 1], 3)
     with pytest.raises(TypeError, match=re.escape("Expected `labels` to hold class indices, but got dtype <U1.")):
         V.to_class_labels(["a", "b"], 2)
+
+
+def test_explain_converts_numpy_inputs_and_model_arguments_with_the_one_converter():
+    """numpy inputs and model arguments go through ``numpy_to_tensor``: its message, naming the argument; integer ids
+    keep their dtype for an embedding."""
+    strings = np.array([["a", "b", "c"]] * 40)
+    with pytest.raises(TypeError) as converting:
+        V.numpy_to_tensor(strings, "inputs")
+    explainer = ta.RegionalRuleExplainer(nn.Linear(3, 2))
+    with pytest.raises(TypeError) as explaining:
+        explainer.explain(strings, 1, threshold=0.5)
+    assert str(explaining.value) == str(converting.value)
+    X = np.random.default_rng(0).random((40, 3))
+    with pytest.raises(TypeError, match=r"^Expected `additional_forward_args` to have a numeric dtype, but got <U1"):
+        explainer.explain(X, 1, additional_forward_args=np.array(["x"]))
+    with pytest.raises(TypeError, match=r"^Expected `forward_kwargs\['w'\]` to have a real numeric dtype"):
+        explainer.explain(X, 1, forward_kwargs={"w": np.ones(40, dtype=complex)})
+    ids = np.arange(80).reshape(40, 2) % 7
+    torch.manual_seed(0)
+    embedding = nn.Sequential(nn.Embedding(7, 3), nn.Flatten(), nn.Linear(6, 2))
+    with torch.no_grad():
+        embedding[0].weight[:, 0] = torch.arange(7.0) - 3  # class 1 where the first id is large
+        embedding[2].weight.zero_()
+        embedding[2].weight[1, 0] = 1.0
+    explanation = ta.RegionalRuleExplainer(embedding, "1").explain(ids, 1, min_support=4, max_length=1)
+    with torch.no_grad():
+        expected = embedding(torch.from_numpy(ids)).argmax(1) == 1
+    assert torch.equal(explanation.subgroup, expected)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (np.array(["a", "b"] * 20), TypeError),
+        (np.array([1, "b"] * 20, dtype=object), TypeError),
+        ("ab" * 20, TypeError),
+        (torch.zeros(30, dtype=torch.int64), ValueError),
+        (torch.zeros(40, 2, dtype=torch.int64), ValueError),
+        ([[0, 1], [1]] * 20, ValueError),
+    ],
+    ids=["strings", "objects", "a string", "short", "two columns", "ragged"],
+)
+def test_explain_and_select_features_convert_labels_alike(bad, error):
+    """One converter of labels: ``explain(labels=)`` and ``select_features(labels=)`` refuse the same bad labels with
+    the same message, before the model runs (integer labels of a class index search; the class checks are
+    ``select_features``' own)."""
+    X = torch.rand(40, 3)
+    model = nn.Linear(3, 2)
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(error) as explaining:
+        ta.RegionalRuleExplainer(model).explain(X, 1, labels=bad, threshold=0.5)
+    with pytest.raises(error) as selecting:
+        ta.select_features(model, X, bad)
+    assert str(explaining.value) == str(selecting.value).replace("class indices", "numbers or booleans")
+    assert str(explaining.value).startswith("Expected `labels` to")
+    assert calls == []
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,7 @@ def to_tensor(
             f"Expected `{name}` to be a dense array, but got a scipy sparse matrix; pass `{name}.toarray()`."
         )
     if isinstance(X, np.ndarray):
-        X = _numpy_to_tensor(X, name, keep_integers)
+        X = numpy_to_tensor(X, name, keep_integers)
     elif not isinstance(X, torch.Tensor):
         raise TypeError(
             f"Expected `{name}` to be a torch.Tensor, numpy array or pandas DataFrame, but got {type(X).__name__}."
@@ -188,9 +188,20 @@ def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
                 )
 
 
-def _numpy_to_tensor(X: np.ndarray, name: str, keep_integers: bool = False) -> torch.Tensor:
-    """A numeric numpy array as a tensor, sharing memory where it can: floating (integers and bools as float64, unless
-    ``keep_integers``)."""
+def numpy_to_tensor(X: np.ndarray, name: str, keep_integers: bool = False) -> torch.Tensor:
+    """A numeric numpy array of any shape as a tensor, sharing memory where it can: floating dtypes kept, integers and
+    bools as float64 unless ``keep_integers``; strings, objects, dates and complex numbers are a ``TypeError`` naming
+    ``name``.
+
+    Example:
+        >>> numpy_to_tensor(np.arange(3, dtype=np.int32), "inputs", keep_integers=True).dtype
+        torch.int32
+        >>> numpy_to_tensor(np.array(["a"]), "inputs")
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `inputs` to have a numeric dtype, but got <U1 (strings: one-hot encode them first, e.g. \
+with pandas.get_dummies).
+    """
     kind = X.dtype.kind
     if kind in "Mm":
         raise TypeError(
@@ -387,9 +398,45 @@ def _object_target(target: np.ndarray, name: str) -> np.ndarray:
     return flat.astype(np.float64).reshape(target.shape)
 
 
+def to_labels(values: Any, n: int | None, name: str = "labels", *, what: str = "numbers or booleans") -> torch.Tensor:
+    """Per-sample values (N,) as a tensor, on the device of a given tensor: a pandas Series, list, tuple, numpy array
+    or tensor of ``what``; an (N, 1) or (1, N) array is flattened; ``n`` entries (any number when ``n`` is None).
+    The one converter of labels and per-sample masks (:func:`to_class_labels` adds the class-index checks).
+
+    Example:
+        >>> to_labels([True, False], 2).tolist()
+        [True, False]
+        >>> to_labels(np.array(["a", "b"]), 2)
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `labels` to hold numbers or booleans, but got dtype <U1.
+    """
+    if hasattr(values, "to_numpy"):  # a pandas Series or one-column DataFrame
+        values = values.to_numpy()
+    if isinstance(values, (list, tuple)):
+        try:
+            values = np.asarray(values)
+        except ValueError as err:
+            raise ValueError(f"Expected `{name}` to be a flat sequence of {what}, but it is ragged.") from err
+    if isinstance(values, np.ndarray):
+        if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+            raise TypeError(f"Expected `{name}` to hold {what}, but got dtype {values.dtype}.")
+        values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
+    values = values.reshape(-1) if values.ndim == 2 and 1 in values.shape else values
+    if values.ndim != 1:
+        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(values.shape)}.")
+    if n is not None and values.shape[0] != n:
+        raise ValueError(
+            f"Expected `{name}` to have one entry per sample of `inputs` ({n}), but got {values.shape[0]}."
+        )
+    return values
+
+
 def to_class_labels(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
-    """Class indices ``0..C-1`` (N,) as an int64 CPU tensor: a Series, list, tuple, numpy array or tensor of integers
-    (or booleans, or floats holding whole numbers), one per row of the inputs, every class with a sample.
+    """Class indices ``0..C-1`` (N,) as an int64 CPU tensor: :func:`to_labels` of integers (or booleans, or floats
+    holding whole numbers), one per row of the inputs, every class with a sample.
 
     Example:
         >>> to_class_labels([0, 1, 1.0, True], 4).tolist()
@@ -400,10 +447,7 @@ def to_class_labels(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
         ValueError: Expected every class 0..2 to have samples, but class(es) [1] have none (labels must be class \
 indices 0..C-1).
     """
-    labels = _labels_tensor(labels, name)
-    labels = labels.detach().cpu().reshape(-1) if labels.ndim == 2 and 1 in labels.shape else labels.detach().cpu()
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"Expected `{name}` to have shape ({n},) (one per row of inputs), got {tuple(labels.shape)}.")
+    labels = to_labels(labels, n, name, what="class indices").detach().cpu()
     if labels.is_floating_point():
         if not bool((labels == labels.round()).all()):
             raise TypeError(f"Expected `{name}` to hold integer class indices, but they hold fractional values.")
@@ -416,23 +460,6 @@ indices 0..C-1).
         raise ValueError(
             f"Expected every class 0..{counts.numel() - 1} to have samples, but class(es) {empty[:10]} have none "
             f"({name} must be class indices 0..C-1)."
-        )
-    return labels
-
-
-def _labels_tensor(labels: Any, name: str) -> torch.Tensor:
-    """A Series, list, tuple, numpy array or tensor of class indices as a tensor."""
-    if hasattr(labels, "to_numpy"):
-        labels = labels.to_numpy()
-    if isinstance(labels, (list, tuple)):
-        labels = np.asarray(labels)
-    if isinstance(labels, np.ndarray):
-        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
-            raise TypeError(f"Expected `{name}` to hold class indices, but got dtype {labels.dtype}.")
-        labels = torch.from_numpy(np.ascontiguousarray(labels))
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(
-            f"Expected `{name}` to be an (N,) tensor or array of class indices, got {type(labels).__name__}."
         )
     return labels
 

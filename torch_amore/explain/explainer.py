@@ -42,7 +42,6 @@ from torch_amore.model.forward import (
     Forward,
     ModelArgs,
     as_inputs,
-    as_labels,
     resolve_layer,
     run_model,
 )
@@ -444,7 +443,7 @@ class RegionalRuleExplainer:
             model_args=_evaluation_args(explanation, *model_args),
         )  # fmt: skip
         n = fwd.outputs.shape[0]
-        label_t = fwd.labels if labels is None else as_labels(labels, n)
+        label_t = fwd.labels if labels is None else V.to_labels(labels, n)
         threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
         kind = explanation.params.get("outputs", "auto")
         mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)

@@ -17,7 +17,7 @@ from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.model.batches import check_row_order, is_graph, n_rows
-from torch_amore.model.forward import BatchKey, ModelArgs, as_labels
+from torch_amore.model.forward import BatchKey, ModelArgs
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 
@@ -117,7 +117,7 @@ class ExplainRequest:
             raise ValueError(
                 f"Expected `features` to have one row per sample of `inputs` ({n}), got {self.matrix.shape[0]} rows."
             )
-        labels = None if self.labels is None else as_labels(self.labels, n)
+        labels = None if self.labels is None else V.to_labels(self.labels, n)
         in_batches = self.label_key is not None or not isinstance(inputs, (torch.Tensor, tuple))
         if self.threshold == "roc" and labels is None and not in_batches:
             raise ValueError("Expected `labels` for threshold='roc' (the ROC curve needs true labels), but got None.")

@@ -17,7 +17,7 @@ from torch import nn
 
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data.arguments import check_int
-from torch_amore.data.validation import check_model_device, check_not_meta
+from torch_amore.data.validation import check_model_device, check_not_meta, numpy_to_tensor, to_tensor_2d
 from torch_amore.model.batches import batch_len, is_graph, iter_batches, n_rows
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -140,13 +140,13 @@ def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
     its list of graphs (batched again with ``batch_size``); tensors, Datasets, DataLoaders and graph lists pass.
     """
     if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
-        from torch_amore.data.validation import to_tensor_2d
-
         return to_tensor_2d(inputs, "inputs")
     if isinstance(inputs, np.ndarray):
-        return _array(inputs), None
+        return numpy_to_tensor(inputs, "inputs", keep_integers=True), None
     if isinstance(inputs, tuple) and inputs and all(isinstance(t, (np.ndarray, torch.Tensor)) for t in inputs):
-        return tuple(_array(t) if isinstance(t, np.ndarray) else t for t in inputs), None
+        return tuple(
+            numpy_to_tensor(t, "inputs", keep_integers=True) if isinstance(t, np.ndarray) else t for t in inputs
+        ), None
     if is_graph(inputs) and hasattr(inputs, "to_data_list"):
         return inputs.to_data_list(), None
     if is_graph(inputs):
@@ -157,10 +157,9 @@ def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
     return inputs, None
 
 
-def _array(a: np.ndarray) -> torch.Tensor:
-    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise TypeError(f"Expected numeric numpy `inputs`, but got dtype {a.dtype}.")
-    return torch.from_numpy(np.ascontiguousarray(a))
+def _tensor_of(value: Any, name: str) -> Any:
+    """A numpy array as a tensor (dtype kept), anything else as it is."""
+    return numpy_to_tensor(value, name, keep_integers=True) if isinstance(value, np.ndarray) else value
 
 
 def _per_sample(value: Any, n: int | None) -> bool:
@@ -192,8 +191,10 @@ class ModelArgs:
             args = additional_forward_args
         else:  # Captum: a single extra argument need not be wrapped in a tuple
             args = (additional_forward_args,)
-        conv = lambda v: _array(v) if isinstance(v, np.ndarray) else v  # noqa: E731
-        return cls(tuple(conv(a) for a in args), {k: conv(v) for k, v in forward_kwargs.items()})
+        return cls(
+            tuple(_tensor_of(a, "additional_forward_args") for a in args),
+            {k: _tensor_of(v, f"forward_kwargs[{k!r}]") for k, v in forward_kwargs.items()},
+        )
 
     def __bool__(self) -> bool:
         return bool(self.args or self.kwargs)
@@ -221,24 +222,6 @@ class Forward:
     labels: torch.Tensor | None
     input_shape: tuple[int, ...] | None  # shape of one model input (without the batch dimension)
     input_type: str = "Tensor"  # type name of the model input of the batches
-
-
-def as_labels(values: Any, n: int | None, name: str = "labels") -> torch.Tensor:
-    if hasattr(values, "to_numpy"):
-        values = values.to_numpy()
-    if isinstance(values, (list, tuple, np.ndarray)):
-        values = np.asarray(values)
-        values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
-    values = values.reshape(-1) if values.ndim == 2 and values.shape[1] == 1 else values
-    if values.ndim != 1:
-        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(values.shape)}.")
-    if n is not None and values.shape[0] != n:
-        raise ValueError(
-            f"Expected `{name}` to have one entry per sample of `inputs` ({n}), but got {values.shape[0]}."
-        )
-    return values
 
 
 def run_model(

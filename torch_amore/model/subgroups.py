@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_amore.model.forward import as_labels
+from torch_amore.data.validation import to_labels
 
 
 def _is_range(target: Any) -> bool:
@@ -131,7 +131,7 @@ def subgroup_mask(
 
 
 def _callable_mask(outputs: torch.Tensor, target: Any) -> tuple[torch.Tensor, str]:
-    mask = as_labels(target(outputs), outputs.shape[0], "target(outputs)")
+    mask = to_labels(target(outputs), outputs.shape[0], "target(outputs)")
     if mask.dtype != torch.bool:
         raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
     name = getattr(target, "__name__", "target")
@@ -195,7 +195,7 @@ def _given_mask(target: Any, n: int) -> torch.Tensor:
             "`target=lambda out: out[:, 0, 1] > 0`."
         )
     try:
-        mask = as_labels(target, n, "target")
+        mask = to_labels(target, n, "target")
     except TypeError:
         raise TypeError(
             "Expected `target` to be a class index, a boolean mask, a callable on the model outputs or a "
