@@ -99,3 +99,22 @@ def test_stream_refuses_what_it_cannot_do(task):
     shuffled = DataLoader(TensorDataset(images), batch_size=64, shuffle=True)
     with pytest.raises(ValueError, match="shuffle"):
         explainer.explain(shuffled, 1, stream=True)
+
+
+@pytest.mark.parametrize("stream", [False, "auto", True])
+def test_nan_outputs_are_counted_over_the_samples_that_give_them(task, stream):
+    """NaN outputs are reported by the pass that runs the model over the samples (not by the one-sample probe of
+    stream='auto'): how many samples give NaN, of which rows, and the first one's index among all samples."""
+    model, images, _ = task
+    poisoned = images.clone()
+    if stream is True:  # batches of 64: the batch of rows 64..127 holds the first two
+        poisoned[[70, 75, 300]] = float("nan")
+        expected = (
+            r"^Expected finite model outputs, but 2 of the 64 samples 64\.\.127 give NaN \(first at sample 70\)\.$"
+        )
+    else:  # the first sample too, which the probe runs alone
+        poisoned[[0, 70, 75, 300]] = float("nan")
+        expected = r"^Expected finite model outputs, but 4 of 1200 samples give NaN \(first at sample 0\)\.$"
+    explainer = RegionalRuleExplainer(model, "conv")
+    with pytest.raises(ValueError, match=expected):
+        explainer.explain(poisoned, 1, min_support=60, stream=stream, batch_size=64)

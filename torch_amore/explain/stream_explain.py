@@ -153,8 +153,9 @@ class ModelBatches:
                 out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
                 out = output_tensor(out).detach()
                 rows = out.shape[0]
+                if not first_only:  # the probe only measures the width; the passes report NaN outputs
+                    check_finite_outputs(out, batch_start=start)
                 start += rows
-                check_finite_outputs(out)
                 X = self._features(capture, inp, rows)
                 yield X, self._subgroup(out, lab, rows).to(X.device)
                 if first_only:

@@ -346,10 +346,21 @@ def layer_activations(values: list[torch.Tensor], layer_name: str | None, rows: 
     return act.reshape(rows, -1)
 
 
-def check_finite_outputs(out: torch.Tensor) -> None:
+def check_finite_outputs(out: torch.Tensor, batch_start: int | None = None) -> None:
+    """A ``ValueError`` where the model's outputs hold NaN, counting the samples that give it; ``batch_start``: the
+    outputs are a batch whose first sample has this index (``None``: the outputs of every sample).
+
+    Example:
+        >>> check_finite_outputs(torch.tensor([[0.5], [float("nan")]]), batch_start=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected finite model outputs, but 1 of the 2 samples 10..11 give NaN (first at sample 11).
+    """
     if out.is_floating_point() and bool(torch.isnan(out).any()):
         bad = torch.isnan(out.reshape(out.shape[0], -1)).any(1)
+        n, start = out.shape[0], batch_start or 0
+        where = f"{n} samples" if batch_start is None else f"the {n} samples {start}..{start + n - 1}"
         raise ValueError(
-            f"Expected finite model outputs, but {int(bad.sum())} of {out.shape[0]} samples give NaN "
-            f"(first at sample {int(torch.nonzero(bad)[0])})."
+            f"Expected finite model outputs, but {int(bad.sum())} of {where} give NaN "
+            f"(first at sample {start + int(torch.nonzero(bad)[0])})."
         )
