@@ -360,15 +360,9 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
 
 def _target_tensor(target: Any, name: str) -> torch.Tensor:
     """``target`` as a tensor of bools or real numbers (not yet checked for shape or values)."""
-    if hasattr(target, "to_numpy"):  # pandas Series or one-column DataFrame
-        if bool(target.isna().to_numpy().any()):
-            raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
-        target = target.to_numpy()
-    if isinstance(target, (list, tuple)):
-        try:
-            target = np.asarray(target)
-        except ValueError as err:
-            raise ValueError(f"Expected `{name}` to be a flat sequence of booleans, but it is ragged.") from err
+    if hasattr(target, "to_numpy") and bool(target.isna().to_numpy().any()):  # pandas Series or DataFrame
+        raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
+    target = _as_array(target, name, "booleans")
     if isinstance(target, np.ndarray):
         kind = target.dtype.kind
         if kind == "O":
@@ -384,6 +378,19 @@ def _target_tensor(target: Any, name: str) -> torch.Tensor:
             f"Expected `{name}` to be a boolean tensor or array of shape (N,), but got {type(target).__name__}."
         )
     return check_dense_tensor(target, name)
+
+
+def _as_array(values: Any, name: str, what: str) -> Any:
+    """A pandas Series (or one-column DataFrame), list or tuple of per-sample values as a numpy array; anything else
+    as it is."""
+    if hasattr(values, "to_numpy"):
+        values = values.to_numpy()
+    if isinstance(values, (list, tuple)):
+        try:
+            return np.asarray(values)
+        except ValueError as err:
+            raise ValueError(f"Expected `{name}` to be a flat sequence of {what}, but it is ragged.") from err
+    return values
 
 
 def _object_target(target: np.ndarray, name: str) -> np.ndarray:
@@ -411,13 +418,7 @@ def to_labels(values: Any, n: int | None, name: str = "labels", *, what: str = "
         ...
         TypeError: Expected `labels` to hold numbers or booleans, but got dtype <U1.
     """
-    if hasattr(values, "to_numpy"):  # a pandas Series or one-column DataFrame
-        values = values.to_numpy()
-    if isinstance(values, (list, tuple)):
-        try:
-            values = np.asarray(values)
-        except ValueError as err:
-            raise ValueError(f"Expected `{name}` to be a flat sequence of {what}, but it is ragged.") from err
+    values = _as_array(values, name, what)
     if isinstance(values, np.ndarray):
         if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
             raise TypeError(f"Expected `{name}` to hold {what}, but got dtype {values.dtype}.")
