@@ -153,6 +153,21 @@ def test_to_class_labels():
         V.to_class_labels(["a", "b"], 2)
 
 
+@pytest.mark.parametrize(
+    "bad", [[[True], [False, True]] * 20, np.zeros((20, 2), dtype=bool)], ids=["ragged", "two columns"]
+)
+def test_extract_rules_and_explain_convert_a_mask_target_alike(bad):
+    """One converter of per-sample values: a malformed mask ``target`` gets the same message from ``extract_rules``
+    (which also takes 0/1 numbers) and ``explain`` (booleans only, Captum's integers being class indices)."""
+    X = torch.rand(40, 3)
+    with pytest.raises(ValueError) as extracting:
+        ta.extract_rules(X, bad)
+    with pytest.raises(ValueError) as explaining:
+        ta.RegionalRuleExplainer(nn.Linear(3, 2)).explain(X, bad)
+    assert str(extracting.value) == str(explaining.value)
+    assert str(extracting.value).startswith("Expected `target` to ")
+
+
 def test_explain_converts_numpy_inputs_and_model_arguments_with_the_one_converter():
     """numpy inputs and model arguments go through ``numpy_to_tensor``: its message, naming the argument; integer ids
     keep their dtype for an embedding."""

@@ -330,12 +330,7 @@ def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool | None = Non
 
 def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
     """Boolean (N,) subgroup mask on ``device``; 0/1 numbers are accepted."""
-    target = _target_tensor(target, name)
-    target = target.reshape(-1) if target.ndim == 2 and 1 in target.shape else target
-    if target.ndim != 1:
-        raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(target.shape)}.")
-    if target.shape[0] != n:
-        raise ValueError(f"Expected `{name}` to have one entry per row of X ({n}), but got {target.shape[0]}.")
+    target = to_labels(_mask_values(target, name), n, name, what="booleans", per="row of X")
     if target.dtype != torch.bool:
         if target.is_floating_point() and torch.isnan(target).any():
             raise ValueError(f"Expected `{name}` to be boolean, but it holds NaN.")
@@ -358,26 +353,22 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
     return target.to(device)
 
 
-def _target_tensor(target: Any, name: str) -> torch.Tensor:
-    """``target`` as a tensor of bools or real numbers (not yet checked for shape or values)."""
+def _mask_values(target: Any, name: str) -> Any:
+    """``target`` with its mask-specific checks done: pandas NA refused, an object array of numbers made numeric, and
+    strings refused with a hint at building a mask (the rest is :func:`to_labels`')."""
     if hasattr(target, "to_numpy") and bool(target.isna().to_numpy().any()):  # pandas Series or DataFrame
         raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
     target = _as_array(target, name, "booleans")
     if isinstance(target, np.ndarray):
         kind = target.dtype.kind
         if kind == "O":
-            target = _object_target(target, name)
-        elif kind not in "biuf":
+            return _object_target(target, name)
+        if kind not in "biuf":
             raise TypeError(
                 f"Expected `{name}` to be boolean (or 0/1), but got dtype {target.dtype} (e.g. "
                 f"{target.reshape(-1)[:3].tolist()}); build a mask first, e.g. `{name} = (labels == 'yes')`."
             )
-        target = torch.from_numpy(np.array(target))  # a copy: read-only arrays (pandas) cannot be shared
-    if not isinstance(target, torch.Tensor):
-        raise TypeError(
-            f"Expected `{name}` to be a boolean tensor or array of shape (N,), but got {type(target).__name__}."
-        )
-    return check_dense_tensor(target, name)
+    return target
 
 
 def _as_array(values: Any, name: str, what: str) -> Any:
@@ -405,10 +396,18 @@ def _object_target(target: np.ndarray, name: str) -> np.ndarray:
     return flat.astype(np.float64).reshape(target.shape)
 
 
-def to_labels(values: Any, n: int | None, name: str = "labels", *, what: str = "numbers or booleans") -> torch.Tensor:
+def to_labels(
+    values: Any,
+    n: int | None,
+    name: str = "labels",
+    *,
+    what: str = "numbers or booleans",
+    per: str = "sample of `inputs`",
+) -> torch.Tensor:
     """Per-sample values (N,) as a tensor, on the device of a given tensor: a pandas Series, list, tuple, numpy array
-    or tensor of ``what``; an (N, 1) or (1, N) array is flattened; ``n`` entries (any number when ``n`` is None).
-    The one converter of labels and per-sample masks (:func:`to_class_labels` adds the class-index checks).
+    or dense tensor of ``what``; an (N, 1) or (1, N) array is flattened; ``n`` entries, one per ``per`` (any number
+    when ``n`` is None). The one converter of labels and masks: :func:`to_class_labels` adds the class-index checks,
+    :func:`to_target` the subgroup's.
 
     Example:
         >>> to_labels([True, False], 2).tolist()
@@ -425,13 +424,12 @@ def to_labels(values: Any, n: int | None, name: str = "labels", *, what: str = "
         values = torch.as_tensor(values if values.flags.writeable else values.copy())  # e.g. a pandas view
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"Expected `{name}` to be a tensor or array of shape (N,), but got {type(values).__name__}.")
+    values = check_dense_tensor(values, name)
     values = values.reshape(-1) if values.ndim == 2 and 1 in values.shape else values
     if values.ndim != 1:
         raise ValueError(f"Expected `{name}` to have shape (N,), but got shape {tuple(values.shape)}.")
     if n is not None and values.shape[0] != n:
-        raise ValueError(
-            f"Expected `{name}` to have one entry per sample of `inputs` ({n}), but got {values.shape[0]}."
-        )
+        raise ValueError(f"Expected `{name}` to have one entry per {per} ({n}), but got {values.shape[0]}.")
     return values
 
 

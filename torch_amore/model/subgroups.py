@@ -131,7 +131,7 @@ def subgroup_mask(
 
 
 def _callable_mask(outputs: torch.Tensor, target: Any) -> tuple[torch.Tensor, str]:
-    mask = to_labels(target(outputs), outputs.shape[0], "target(outputs)")
+    mask = to_labels(target(outputs), outputs.shape[0], "target(outputs)", what="booleans")
     if mask.dtype != torch.bool:
         raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
     name = getattr(target, "__name__", "target")
@@ -195,7 +195,7 @@ def _given_mask(target: Any, n: int) -> torch.Tensor:
             "`target=lambda out: out[:, 0, 1] > 0`."
         )
     try:
-        mask = to_labels(target, n, "target")
+        mask = to_labels(target, n, "target", what="booleans")
     except TypeError:
         raise TypeError(
             "Expected `target` to be a class index, a boolean mask, a callable on the model outputs or a "
