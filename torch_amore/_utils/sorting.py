@@ -16,8 +16,17 @@ import torch
 
 __all__ = ["argsort_values", "sort_values"]
 
-_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
-                 torch.uint8, torch.bool}  # fmt: skip
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+}
 
 
 def sort_values(values: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -369,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # a bug: one line, the traceback on request
         if os.environ.get("TORCH_AMORE_TRACEBACK"):
             raise
-        print(f"{PROG}: internal error: {type(err).__name__}: {_one_line(str(err))} (set TORCH_AMORE_TRACEBACK=1 "
-              "for the traceback)", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: internal error: {type(err).__name__}: {_one_line(str(err))} (set TORCH_AMORE_TRACEBACK=1 "
+            "for the traceback)",
+            file=sys.stderr,
+        )
         return 1

@@ -197,8 +197,9 @@ def _check_kinds(a: _Value, b: _Value, symbol: str) -> None:
         example = f"{txt.text} in ['{other.text}']" if symbol == "in" else f"{txt.text} {symbol} '{other.text}'"
         raise ExpressionError(f"cannot compare text {txt.text} with {other.text}; quote the value, e.g. {example}")
     if other.column and not txt.column:
-        raise ExpressionError(f"cannot compare {other.text} ({what}) with the text {txt.text}; write the value "
-                              "without quotes")  # fmt: skip
+        raise ExpressionError(
+            f"cannot compare {other.text} ({what}) with the text {txt.text}; write the value without quotes"
+        )
     raise ExpressionError(f"cannot compare text {txt.text} with {other.text} ({what})")
 
 

@@ -48,8 +48,15 @@ _COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Gt: (">", operator.gt),
     ast.GtE: (">=", operator.ge),
 }
-_OTHER_BINOPS = {ast.Pow: "**", ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<",
-                 ast.RShift: ">>", ast.BitXor: "^"}  # fmt: skip
+_OTHER_BINOPS = {
+    ast.Pow: "**",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.MatMult: "@",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitXor: "^",
+}
 
 
 class ExpressionError(ValueError):

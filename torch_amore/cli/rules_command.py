@@ -63,8 +63,10 @@ def _expand(spec: list | dict, names: list[str], owners: dict[str, list[str]], f
     if isinstance(spec, list):
         if len(spec) != len(names):
             values = f"{len(spec)} value{'s' if len(spec) != 1 else ''}"
-            raise CLIError(f"{flag} has {values}, but there are {len(names)} features ({show_columns(names)}); give "
-                           "one per feature or name=value pairs")  # fmt: skip
+            raise CLIError(
+                f"{flag} has {values}, but there are {len(names)} features ({show_columns(names)}); give "
+                "one per feature or name=value pairs"
+            )
         return spec
     values = [default] * len(names)
     index = {n: i for i, n in enumerate(names)}
@@ -107,8 +109,10 @@ def _device(text: str) -> torch.device:
             raise CLIError(f"cannot use --device {text!r}: CUDA is not available here; use --device cpu")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise CLIError(f"cannot use --device {text!r}: there {'is' if count == 1 else 'are'} {count} CUDA "
-                           f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})")  # fmt: skip
+            raise CLIError(
+                f"cannot use --device {text!r}: there {'is' if count == 1 else 'are'} {count} CUDA "
+                f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})"
+            )
         return device
     if device.type == "mps":
         if not torch.backends.mps.is_available():
@@ -139,8 +143,10 @@ def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -
 
 def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> str:
     """What the rows of the table are, in one line."""
-    tree = (f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
-            f"max_length={options.max_length} conditions)")  # fmt: skip
+    tree = (
+        f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
+        f"max_length={options.max_length} conditions)"
+    )
     what = (
         tree
         if options.strategy == "paper"
@@ -176,8 +182,9 @@ def _write(flag: str, path: str, explanation: RegionalExplanation) -> None:
 
 def _one_hot_owners(df: pd.DataFrame, names: list[str]) -> dict[str, list[str]]:
     """For each string column, the one-hot feature names it became."""
-    return {c: [n for n in names if n.startswith(c + "_") and n not in df.columns] for c in df.columns
-            if is_text(df[c])}  # fmt: skip
+    return {
+        c: [n for n in names if n.startswith(c + "_") and n not in df.columns] for c in df.columns if is_text(df[c])
+    }
 
 
 def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, list[str], str, str]:
@@ -206,11 +213,14 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
     try:
         found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
     except torch.cuda.OutOfMemoryError:
-        raise CLIError(f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
-                       "--n-grids or --beam-width, or --device cpu") from None  # fmt: skip
+        raise CLIError(
+            f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
+            "--n-grids or --beam-width, or --device cpu"
+        ) from None
     except MemoryError as err:
-        raise CLIError(_flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller "
-                       "--n-grids") from None  # fmt: skip
+        raise CLIError(
+            _flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller --n-grids"
+        ) from None
     except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
         raise CLIError(_flag_names(str(err))) from None
     return found
@@ -248,16 +258,27 @@ class _Run:
         """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
         ``params`` hold every search option (as the explainer's do) and the facts of the run."""
         params = {
-            **self.options.to_dict(), "min_support_count": self.options.support_count(self.n, int(self.target.sum())),
-            "source": "torch-amore rules", "table": str(self.args.table), "target": self.target_label,
-            "target_name": self.target_name, "n_samples": self.n, "subgroup_size": int(self.target.sum()),
-            "excluded": self.excluded, "device": str(self.device),
-        }  # fmt: skip
+            **self.options.to_dict(),
+            "min_support_count": self.options.support_count(self.n, int(self.target.sum())),
+            "source": "torch-amore rules",
+            "table": str(self.args.table),
+            "target": self.target_label,
+            "target_name": self.target_name,
+            "n_samples": self.n,
+            "subgroup_size": int(self.target.sum()),
+            "excluded": self.excluded,
+            "device": str(self.device),
+        }
         return RegionalExplanation(
-            rule_sets=list(self.found), subgroup=torch.from_numpy(self.target), threshold=None,
-            features=list(range(len(self.names))), feature_names=list(self.names), params=params,
-            features_matrix=torch.from_numpy(self.X), message="" if self.found else "no rule set found",
-        )  # fmt: skip
+            rule_sets=list(self.found),
+            subgroup=torch.from_numpy(self.target),
+            threshold=None,
+            features=list(range(len(self.names))),
+            feature_names=list(self.names),
+            params=params,
+            features_matrix=torch.from_numpy(self.X),
+            message="" if self.found else "no rule set found",
+        )
 
 
 def _prepare(args: argparse.Namespace) -> _Run:
@@ -277,8 +298,9 @@ def _prepare(args: argparse.Namespace) -> _Run:
         raise CLIError(f"unknown column(s) {unknown} in --exclude; columns are: {show_columns(list(df.columns))}")
     excluded = list(dict.fromkeys(list(used) + exclude))
     try:
-        X, names, types = encode_features(df, exclude=excluded, features=args.features,
-                                          max_categories=args.max_categories)  # fmt: skip
+        X, names, types = encode_features(
+            df, exclude=excluded, features=args.features, max_categories=args.max_categories
+        )
     except ValueError as err:
         raise CLIError(str(err)) from None
     options = _build_options(args, names, types, _one_hot_owners(df, names))
@@ -289,12 +311,16 @@ def _report(run: _Run) -> None:
     """Print what was run and the table of rule sets."""
     n_target = int(run.target.sum())
     features = f"{len(run.names)} feature{'s' if len(run.names) != 1 else ''}"
-    print(f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
-          f"(excluded: {', '.join(run.excluded) or 'none'})")  # fmt: skip
+    print(
+        f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
+        f"(excluded: {', '.join(run.excluded) or 'none'})"
+    )
     print(_describe_options(run.options, run.n, n_target))
     if not run.found:
-        print("no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
-              "--min-support")  # fmt: skip
+        print(
+            "no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
+            "--min-support"
+        )
         return
     print(_describe_rows(run.options, run.n_found, run.args.limit))
     shown, negative = run.shown(), run.negative
@@ -304,8 +330,10 @@ def _report(run: _Run) -> None:
         print(f"best: {run.found[0].optimum_text()} (--strategy exact on the same grid)")
     hidden = len(run.found) - len(shown)
     if hidden:
-        print(f"{hidden} of {len(run.found)} rule sets not shown: near-duplicates of a fitter one, or negative fitness "
-              f"({len(negative)}: covering more rows outside the subgroup than inside); --all shows them")  # fmt: skip
+        print(
+            f"{hidden} of {len(run.found)} rule sets not shown: near-duplicates of a fitter one, or negative fitness "
+            f"({len(negative)}: covering more rows outside the subgroup than inside); --all shows them"
+        )
 
 
 def _run_rules(args: argparse.Namespace) -> int:

@@ -119,8 +119,10 @@ def _check_csv_shape(path: Path, sep: str) -> None:
         count, (line, fields) = bad[kind]
         if count:
             rows = f"{count} row{'s have' if count > 1 else ' has'}"
-            raise TableError(f"cannot read {path}: {rows} {kind} fields than the header's {n} (first: line {line} "
-                             f"has {fields}); {advice}")  # fmt: skip
+            raise TableError(
+                f"cannot read {path}: {rows} {kind} fields than the header's {n} (first: line {line} "
+                f"has {fields}); {advice}"
+            )
 
 
 def _count_bad_rows(reader, path: Path) -> tuple[int, dict[str, tuple[int, tuple[int, int]]]] | None:
@@ -162,14 +164,18 @@ def subgroup_from_column(df: pd.DataFrame, column: str) -> np.ndarray:
     if pd.api.types.is_bool_dtype(col.dtype):
         return np.array(col.to_numpy(dtype=bool), dtype=bool)
     if not pd.api.types.is_numeric_dtype(col) or isinstance(col.dtype, pd.CategoricalDtype):
-        raise TableError(f"--target-column {column!r} must hold 0/1 predictions, but it has dtype {col.dtype}; "
-                         f"use --target \"{column} == ...\" for other values")  # fmt: skip
+        raise TableError(
+            f"--target-column {column!r} must hold 0/1 predictions, but it has dtype {col.dtype}; "
+            f'use --target "{column} == ..." for other values'
+        )
     values = col.to_numpy(dtype=np.float64)
     bad = np.unique(values[(values != 0) & (values != 1)])
     if bad.size:
         shown = [v.item() for v in bad[:5]]
-        raise TableError(f"--target-column {column!r} must hold 0/1 predictions, but it also holds {shown}; use "
-                         f"--target \"{column} == ...\" to pick one class")  # fmt: skip
+        raise TableError(
+            f"--target-column {column!r} must hold 0/1 predictions, but it also holds {shown}; use "
+            f'--target "{column} == ..." to pick one class'
+        )
     return values == 1
 
 
@@ -250,8 +256,9 @@ def _encode_column(
                 raise TableError(f"{err} (or --exclude {name})") from None
         values = np.array(col.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
         if np.isinf(values).any():
-            raise TableError(f"column {name!r} holds infinite values; replace them or remove the column with "
-                             f"--exclude {name}")  # fmt: skip
+            raise TableError(
+                f"column {name!r} holds infinite values; replace them or remove the column with --exclude {name}"
+            )
         return values[:, None], [name], A.infer_feature_types(torch.from_numpy(values[:, None]))
     if is_text(col):
         return _one_hot(col, name, keep, max_categories)
@@ -264,8 +271,10 @@ def _one_hot(
     missing = col.isna().to_numpy()
     codes, uniques = pd.factorize(col.astype(str).to_numpy(dtype=object)[~missing], sort=True)
     if len(uniques) > max_categories:
-        raise TableError(f"column {name!r} has {len(uniques)} distinct values (more than --max-categories "
-                         f"{max_categories}); remove it with --exclude {name} or raise --max-categories")  # fmt: skip
+        raise TableError(
+            f"column {name!r} has {len(uniques)} distinct values (more than --max-categories "
+            f"{max_categories}); remove it with --exclude {name} or raise --max-categories"
+        )
     names = [f"{name}_{c}" for c in uniques]
     chosen = [i for i, n in enumerate(names) if keep is None or n in keep]
     values = np.full((len(col), len(chosen)), np.nan)

@@ -125,8 +125,10 @@ class ColumnStats:
             diff = s.hi - s.lo  # in the work dtype, as the grids compute it
             rows += [s.lo, s.hi, s.is_int, s.has_inf, torch.isinf(diff), diff.abs().nan_to_num(0.0)]
         values = torch.stack([r.to(self.lo.dtype) for r in rows]).tolist()
-        hosts = [HostColumnStats(*values[6 * i : 6 * i + 2], *_bools(values[6 * i + 2 : 6 * i + 5]),
-                                 values[6 * i + 5]) for i in range(len(parts))]  # fmt: skip
+        hosts = [
+            HostColumnStats(*values[6 * i : 6 * i + 2], *_bools(values[6 * i + 2 : 6 * i + 5]), values[6 * i + 5])
+            for i in range(len(parts))
+        ]
         if len(hosts) == 2:
             hosts[0].units = hosts[1]
         self._host = hosts[0]

@@ -135,8 +135,9 @@ def estimate_memory(
     """
     n, n_features = (int(s) for s in X.shape)
     n_searched = n_features if features is None else len(features)
-    search = search_memory(n, n_searched, n_grids, strategy=strategy, max_length=max_length, top_k=top_k,
-                           bin_strategy=bin_strategy)  # fmt: skip
+    search = search_memory(
+        n, n_searched, n_grids, strategy=strategy, max_length=max_length, top_k=top_k, bin_strategy=bin_strategy
+    )
     return conversion_memory(X) + search
 
 
@@ -312,8 +313,15 @@ def check_memory(
     if device is None:
         device = X.device if isinstance(X, torch.Tensor) else "cpu"
     device = torch.device(device)
-    need = estimate_memory(X, n_grids=n_grids, strategy=strategy, max_length=max_length, top_k=top_k,
-                           bin_strategy=bin_strategy, features=features)  # fmt: skip
+    need = estimate_memory(
+        X,
+        n_grids=n_grids,
+        strategy=strategy,
+        max_length=max_length,
+        top_k=top_k,
+        bin_strategy=bin_strategy,
+        features=features,
+    )
     free, limit = available_memory(device)
     short = free is not None and need > free
     if not D.any_rank(short):  # every shard of a DDP run raises together

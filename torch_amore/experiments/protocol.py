@@ -221,8 +221,9 @@ def search_hyperparameters(
     with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
         for strategy, n_g in itertools.product(strategies, grids):
             setting_options = options.replace(bin_strategy=strategy, n_grids=n_g)
-            extractor = prepare(X_t, target, setting_options, features=features, feature_names=names,
-                                target_name=target_name)  # fmt: skip
+            extractor = prepare(
+                X_t, target, setting_options, features=features, feature_names=names, target_name=target_name
+            )
             local_codes = extractor.binned.encode_sample(local) if local is not None else None
             for s_min in supports:
                 rule_sets = extractor.extract(setting_options, min_support=s_min, local_codes=local_codes)

@@ -185,12 +185,24 @@ class RegionalRuleExplainer:
             reaches positive fitness.
         """
         request = ExplainRequest.make(
-            target=target, threshold=threshold, outputs=outputs, labels=labels, features=features,
-            feature_names=feature_names, select_features=select_features, scaler=scaler, options=options,
-            search_options=search_options, batch_size=batch_size, input_key=input_key, label_key=label_key,
-            target_name=target_name, additional_forward_args=additional_forward_args, forward_kwargs=forward_kwargs,
+            target=target,
+            threshold=threshold,
+            outputs=outputs,
+            labels=labels,
+            features=features,
+            feature_names=feature_names,
+            select_features=select_features,
+            scaler=scaler,
+            options=options,
+            search_options=search_options,
+            batch_size=batch_size,
+            input_key=input_key,
+            label_key=label_key,
+            target_name=target_name,
+            additional_forward_args=additional_forward_args,
+            forward_kwargs=forward_kwargs,
             local=local,
-        )  # fmt: skip
+        )
         return self._explain(inputs, request, stream=check_stream(stream))
 
     def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
@@ -236,9 +248,13 @@ class RegionalRuleExplainer:
         V.check_model_device(self.model)
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
-            inputs, batch_size=batch_size, progress=progress, input_key=input_key, collect_inputs=self.layer is None,
+            inputs,
+            batch_size=batch_size,
+            progress=progress,
+            input_key=input_key,
+            collect_inputs=self.layer is None,
             model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
-        )  # fmt: skip
+        )
         return fwd.activations if self.layer is not None else fwd.flat_inputs
 
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
@@ -280,16 +296,29 @@ class RegionalRuleExplainer:
         message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
-        facts = {"min_support_count": min_count, "source": source, "target_name": target_name,
-                 "n_samples": X.shape[0], "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
-                 "target": _target_param(request.target, desc),
-                 "input_shape": None if fwd.input_shape is None else list(fwd.input_shape)}  # fmt: skip
+        facts = {
+            "min_support_count": min_count,
+            "source": source,
+            "target_name": target_name,
+            "n_samples": X.shape[0],
+            "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
+            "target": _target_param(request.target, desc),
+            "input_shape": None if fwd.input_shape is None else list(fwd.input_shape),
+        }
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=threshold, features=A.resolve_features(features, X.shape[1]),
-            feature_names=names, params=self._params(request, options, facts), features_matrix=X,
-            sample=None if local_x is None else local_x.detach().reshape(-1), message=message, selection=selection,
-            explainer=self, data_options=_data_options(request, fwd.outputs.shape[0]),
-        )  # fmt: skip
+            rule_sets=rule_sets,
+            subgroup=mask,
+            threshold=threshold,
+            features=A.resolve_features(features, X.shape[1]),
+            feature_names=names,
+            params=self._params(request, options, facts),
+            features_matrix=X,
+            sample=None if local_x is None else local_x.detach().reshape(-1),
+            message=message,
+            selection=selection,
+            explainer=self,
+            data_options=_data_options(request, fwd.outputs.shape[0]),
+        )
 
     def _explain_streamed(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
         """:meth:`_explain` on streamed batches (:func:`torch_amore.explain.stream_explain.explain_stream`)."""
@@ -300,24 +329,40 @@ class RegionalRuleExplainer:
         message = _guardrail(rule_sets, min_count, n, size, local=False)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
-        params = {"min_support_count": min_count, "source": facts["source"], "target_name": facts["target_name"],
-                  "n_samples": mask.shape[0], "subgroup_size": int(mask.sum()),
-                  "target": _target_param(request.target, facts["target_name"]), "stream": True}  # fmt: skip
+        params = {
+            "min_support_count": min_count,
+            "source": facts["source"],
+            "target_name": facts["target_name"],
+            "n_samples": mask.shape[0],
+            "subgroup_size": int(mask.sum()),
+            "target": _target_param(request.target, facts["target_name"]),
+            "stream": True,
+        }
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=facts["threshold"], features=list(extractor.binned.columns),
-            feature_names=names, params=self._params(request, options, params), message=message, explainer=self,
+            rule_sets=rule_sets,
+            subgroup=mask,
+            threshold=facts["threshold"],
+            features=list(extractor.binned.columns),
+            feature_names=names,
+            params=self._params(request, options, params),
+            message=message,
+            explainer=self,
             data_options=_data_options(request, mask.shape[0]),
-        )  # fmt: skip
+        )
 
     def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:
         """The explanation's parameters: every search option, how the subgroup was defined, and data facts."""
         thr = request.threshold
         return {
-            **options.to_dict(), **facts, "layer": self.layer_name, "layer_input": self.layer_input,
-            "threshold": thr if isinstance(thr, str) or thr is None else float(thr), "outputs": request.outputs,
+            **options.to_dict(),
+            **facts,
+            "layer": self.layer_name,
+            "layer_input": self.layer_input,
+            "threshold": thr if isinstance(thr, str) or thr is None else float(thr),
+            "outputs": request.outputs,
             "select_features": dict(request.select) if isinstance(request.select, dict) else bool(request.select),
             "local": request.local is not None,
-        }  # fmt: skip
+        }
 
     def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
         """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
@@ -331,10 +376,16 @@ class RegionalRuleExplainer:
         when rules are on them (and, where tensors, for feature selection)."""
         on_inputs = request.matrix is None and self.layer is None
         fwd = self._forward(
-            inputs, batch_size=request.batch_size, progress=request.options.progress, input_key=request.input_key,
-            label_key=request.label_key, collect_inputs=on_inputs or bool(request.select),
-            require_inputs=on_inputs, use_layer=request.matrix is None, model_args=request.model_args,
-        )  # fmt: skip
+            inputs,
+            batch_size=request.batch_size,
+            progress=request.options.progress,
+            input_key=request.input_key,
+            label_key=request.label_key,
+            collect_inputs=on_inputs or bool(request.select),
+            require_inputs=on_inputs,
+            use_layer=request.matrix is None,
+            model_args=request.model_args,
+        )
         n = fwd.outputs.shape[0]
         if request.matrix is not None and request.matrix.shape[0] != n:
             raise ValueError(
@@ -438,10 +489,16 @@ class RegionalRuleExplainer:
             matrix, _ = V.to_tensor_2d(features, "features")
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
-            inputs, batch_size=batch_size, progress=progress, input_key=input_key, label_key=label_key,
-            collect_inputs=source == "inputs", require_inputs=source == "inputs", use_layer=source == "layer",
+            inputs,
+            batch_size=batch_size,
+            progress=progress,
+            input_key=input_key,
+            label_key=label_key,
+            collect_inputs=source == "inputs",
+            require_inputs=source == "inputs",
+            use_layer=source == "layer",
             model_args=_evaluation_args(explanation, *model_args),
-        )  # fmt: skip
+        )
         n = fwd.outputs.shape[0]
         label_t = fwd.labels if labels is None else V.to_labels(labels, n)
         threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None

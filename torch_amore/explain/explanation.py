@@ -228,8 +228,10 @@ class RegionalExplanation(Sequence[RuleSet]):
             negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in self.rule_sets)
             why = [f"{negative} with fitness <= 0"] if negative else []
             why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
-            lines.append(f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
-                         f"include_negative=True) lists all {len(self.rule_sets)})")  # fmt: skip
+            lines.append(
+                f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
+                f"include_negative=True) lists all {len(self.rule_sets)})"
+            )
         if self.verification is not None:
             lines.append(self.verification.format(precision))
         return "\n".join(lines)
@@ -358,8 +360,19 @@ class RegionalExplanation(Sequence[RuleSet]):
             }
             for _, rs in rows
         ]
-        columns = ["rule_set", "length", "features", "support", "confidence", "fitness", "optimum", "lift", "recall",
-                   "base_rate", "positive_fitness"]  # fmt: skip
+        columns = [
+            "rule_set",
+            "length",
+            "features",
+            "support",
+            "confidence",
+            "fitness",
+            "optimum",
+            "lift",
+            "recall",
+            "base_rate",
+            "positive_fitness",
+        ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -467,8 +480,16 @@ class RegionalExplanation(Sequence[RuleSet]):
         from torch_amore.verify.engine import VerifyArgs, verify
 
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.verify")
-        args = VerifyArgs(rule_sets=rule_sets, method=method, n_controls=n_controls, level=level, seed=seed,
-                          target=target, model=model, **{**run, "progress": bool(run["progress"])})  # fmt: skip
+        args = VerifyArgs(
+            rule_sets=rule_sets,
+            method=method,
+            n_controls=n_controls,
+            level=level,
+            seed=seed,
+            target=target,
+            model=model,
+            **{**run, "progress": bool(run["progress"])},
+        )
         self.verification = verify(self, inputs, args)
         return self.verification
 

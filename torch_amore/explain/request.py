@@ -87,12 +87,24 @@ class ExplainRequest:
                 "model's inputs or layer, and a separate features matrix has no gradients."
             )
         return cls(
-            target=target, threshold=threshold, outputs=check_outputs(outputs), labels=labels, matrix=matrix,
-            matrix_names=matrix_names, indices=indices, select=select_features, scaler=scaler, options=opts,
+            target=target,
+            threshold=threshold,
+            outputs=check_outputs(outputs),
+            labels=labels,
+            matrix=matrix,
+            matrix_names=matrix_names,
+            indices=indices,
+            select=select_features,
+            scaler=scaler,
+            options=opts,
             feature_names=None if feature_names is None else [str(n) for n in feature_names],
-            batch_size=A.check_int(batch_size, "batch_size", 1), input_key=input_key, label_key=label_key,
-            target_name=target_name, model_args=ModelArgs.make(additional_forward_args, forward_kwargs), local=local,
-        )  # fmt: skip
+            batch_size=A.check_int(batch_size, "batch_size", 1),
+            input_key=input_key,
+            label_key=label_key,
+            target_name=target_name,
+            model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
+            local=local,
+        )
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
         """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
@@ -143,8 +155,11 @@ class ExplainRequest:
 def _class_index(target: Any) -> Any:
     """A class index given as a 0-dim integer tensor or array becomes an int."""
     if isinstance(target, (torch.Tensor, np.ndarray)) and target.ndim == 0:
-        is_int = not (target.is_floating_point() or target.dtype == torch.bool) if isinstance(target, torch.Tensor) \
-            else np.issubdtype(target.dtype, np.integer)  # fmt: skip
+        is_int = (
+            not (target.is_floating_point() or target.dtype == torch.bool)
+            if isinstance(target, torch.Tensor)
+            else np.issubdtype(target.dtype, np.integer)
+        )
         if is_int:
             return int(target)
     return target
@@ -210,10 +225,13 @@ def _data_options(request: ExplainRequest, n: int) -> dict[str, Any]:
     """What :meth:`RegionalExplanation.evaluate` reuses on new data."""
     target = request.target if not isinstance(request.target, (torch.Tensor, np.ndarray, list)) else None
     return {
-        "target": target, "input_key": request.input_key, "label_key": request.label_key,
-        "batch_size": request.batch_size, "model_args": request.model_args,
+        "target": target,
+        "input_key": request.input_key,
+        "label_key": request.label_key,
+        "batch_size": request.batch_size,
+        "model_args": request.model_args,
         "per_sample_args": request.model_args.has_per_sample(n),
-    }  # fmt: skip
+    }
 
 
 def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict | None) -> ModelArgs:

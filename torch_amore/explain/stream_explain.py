@@ -193,13 +193,24 @@ def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, tor
     options = request.options
     if request.scaler is not None:  # the width is needed first: the probe's
         options = with_units(options, request.scaler, batches.probe()[0], batches.source)
-    extractor = prepare_stream(batches, options, features=request.indices, feature_names=names,
-                               target_name=request.target_name or "target", name_prefix=prefix)  # fmt: skip
+    extractor = prepare_stream(
+        batches,
+        options,
+        features=request.indices,
+        feature_names=names,
+        target_name=request.target_name or "target",
+        name_prefix=prefix,
+    )
     target_name = request.target_name or batches.desc
     extractor.target_name = target_name
     rule_sets = search_stream(extractor, options)
-    facts = {"source": batches.source, "target_name": target_name, "threshold": batches.threshold,
-             "options": options, "stream": True}  # fmt: skip
+    facts = {
+        "source": batches.source,
+        "target_name": target_name,
+        "threshold": batches.threshold,
+        "options": options,
+        "stream": True,
+    }
     return rule_sets, extractor.target, extractor, extractor.names, facts
 
 
@@ -207,8 +218,17 @@ class ModuleBatches:
     """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
     loader batch by batch through the trainer's batch path (:func:`torch_amore.model.lightning_batches.run_module`)."""
 
-    def __init__(self, trainer: Any, pl_module: Any, loader: Any, *, layer: Any, layer_name: Any,
-                 max_batches: int | float, callback: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        loader: Any,
+        *,
+        layer: Any,
+        layer_name: Any,
+        max_batches: int | float,
+        callback: Any,
+    ) -> None:
         self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
         self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
         self.desc, self.threshold = "target", None
@@ -218,9 +238,17 @@ class ModuleBatches:
         from torch_amore.model.lightning_batches import run_module
 
         cb = self.cb
-        return run_module(self.trainer, self.pl_module, [batch], layer=self.layer, layer_name=self.layer_name,
-                          input_key=cb.input_key, label_key=cb.label_key, forward_kwargs=cb.forward_kwargs,
-                          collect_inputs=self.layer is None)  # fmt: skip
+        return run_module(
+            self.trainer,
+            self.pl_module,
+            [batch],
+            layer=self.layer,
+            layer_name=self.layer_name,
+            input_key=cb.input_key,
+            label_key=cb.label_key,
+            forward_kwargs=cb.forward_kwargs,
+            collect_inputs=self.layer is None,
+        )
 
     def probe(self) -> tuple[int, int]:
         """(width, bytes per value) of the features, from the first batch."""
@@ -235,8 +263,7 @@ class ModuleBatches:
             fwd = self._one(batch)
             n = fwd.outputs.shape[0]
             X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
-            mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, self.cb.target, self.cb.threshold,
-                                                            fwd.labels)  # fmt: skip
+            mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, self.cb.target, self.cb.threshold, fwd.labels)
             yield X, mask.to(X.device)
 
 

@@ -219,7 +219,7 @@ def _kmeans_sorted(
             out[f0:f1] = torch.from_numpy(
                 _lloyd_on_host(
                     vals.numpy(), prefix.numpy(), n_valid.numpy(), c.numpy(), scale.numpy(), col_tol.numpy(), max_iter
-                )  # fmt: skip
+                )
             )
             continue
         active = torch.ones(f1 - f0, 1, dtype=torch.bool, device=X.device)

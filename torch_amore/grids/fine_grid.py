@@ -158,8 +158,9 @@ class FineBinned(Binned):
         if self.lo_host is None:
             self.lo_host, self.hi_host, self.scale_host = torch.stack([self.lo, self.hi, self.scale]).tolist()
 
-    def write_codes(self, sub: torch.Tensor, base: Binned, base_codes: torch.Tensor, codes_t: torch.Tensor,
-                    work: torch.Tensor) -> None:  # fmt: skip
+    def write_codes(
+        self, sub: torch.Tensor, base: Binned, base_codes: torch.Tensor, codes_t: torch.Tensor, work: torch.Tensor
+    ) -> None:
         """Write into ``codes_t`` (F', n) the codes in these grids of more rows ``sub`` (n, F', the searched
         columns): what :func:`fine_binning` gives them. ``base_codes`` (n, F'): their codes in ``base``, the binning
         these grids refine (categorical features keep its categories); ``work``: float scratch in the work dtype,
@@ -209,9 +210,15 @@ def default_n_fine(n_samples: int) -> int:
     return min(1024, max(256, 1 << (cells.bit_length() - 1)))
 
 
-def _write_codes(sub: torch.Tensor, base_codes: torch.Tensor | None, base_nan: int, is_cat: torch.Tensor,
-                 grid: tuple[torch.Tensor, torch.Tensor, int, int], codes_t: torch.Tensor,
-                 work: torch.Tensor) -> None:  # fmt: skip
+def _write_codes(
+    sub: torch.Tensor,
+    base_codes: torch.Tensor | None,
+    base_nan: int,
+    is_cat: torch.Tensor,
+    grid: tuple[torch.Tensor, torch.Tensor, int, int],
+    codes_t: torch.Tensor,
+    work: torch.Tensor,
+) -> None:
     """Write into ``codes_t`` (F', n) the fine codes of the rows ``sub`` (n, F'), ``work.shape[0]`` rows at a time in
     the float scratch ``work``; ``grid``: (the columns' lower ends, cells per unit, ``n_fine``, the missing code);
     ``base_codes`` (n, F'): the rows' base codes, whose categories categorical features keep (``None``: no
@@ -219,8 +226,9 @@ def _write_codes(sub: torch.Tensor, base_codes: torch.Tensor | None, base_nan: i
     lo0, scale, n_fine, nan_code = grid
     step, dt = work.shape[0], work.dtype
     # the chunks as views made by one operation each (the loop runs many times on big data)
-    parts = zip(sub.split(step), codes_t.T.split(step), itertools.repeat(None) if base_codes is None else
-                base_codes.split(step))  # fmt: skip
+    parts = zip(
+        sub.split(step), codes_t.T.split(step), itertools.repeat(None) if base_codes is None else base_codes.split(step)
+    )
     for chunk, dst, codes in parts:
         c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
@@ -262,8 +270,9 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     cat_host = [k == "cat" for k in base.kinds]
     any_cat = any(cat_host)
     work = torch.empty(min(step, sub.shape[0]), sub.shape[1], dtype=dt, device=device)  # reused: stays in cache
-    _write_codes(sub, base.codes if any_cat else None, base.nan_code, is_cat, (lo0, scale, n_fine, nan_code),
-                 codes_t, work)  # fmt: skip
+    _write_codes(
+        sub, base.codes if any_cat else None, base.nan_code, is_cat, (lo0, scale, n_fine, nan_code), codes_t, work
+    )
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
     categories[:, : base.n_bins_max] = base.categories

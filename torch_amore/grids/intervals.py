@@ -231,8 +231,10 @@ def expand_intervals(
     width = segs.ratio.shape[1]
     if n_start * width > _EXPANSION_BUDGET:  # many segments: blocks of starts, so that each chunk stays bounded
         block = max(1, _EXPANSION_BUDGET // width)
-        parts = [expand_intervals(segs, start[:, p0 : p0 + block], min_support, n_target, n_samples, local)
-                 for p0 in range(0, n_start, block)]  # fmt: skip
+        parts = [
+            expand_intervals(segs, start[:, p0 : p0 + block], min_support, n_target, n_samples, local)
+            for p0 in range(0, n_start, block)
+        ]
         return _cat_expansions(parts, 1)
     step = max(1, _EXPANSION_BUDGET // max(1, n_start * width))
     if step >= n_rows:

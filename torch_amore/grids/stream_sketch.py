@@ -152,9 +152,16 @@ class HistogramSketch:
         means = D.fixed_point_value(sums, scale) / counts.clamp(min=1)
         means = torch.where(low == high, low, means)  # one distinct value: itself, not its rounded mean
         pad = torch.nn.functional.pad
-        tables = {"counts": counts, "sums": sums, "low": low, "high": high, "mean": means,
-                  "known": self._resolved_table(), "cum_counts": pad(counts.cumsum(1), (1, 0)),
-                  "cum_sums": pad(sums.cumsum(2), (1, 0))}  # fmt: skip
+        tables = {
+            "counts": counts,
+            "sums": sums,
+            "low": low,
+            "high": high,
+            "mean": means,
+            "known": self._resolved_table(),
+            "cum_counts": pad(counts.cumsum(1), (1, 0)),
+            "cum_sums": pad(sums.cumsum(2), (1, 0)),
+        }
         needed = torch.zeros(counts.numel(), dtype=torch.bool, device=lo.device)
 
         def cluster_means(centres: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
@@ -251,8 +258,9 @@ class HistogramSketch:
         self._values = (keys, f, values, limbs, f * self.n_bins + j)
 
 
-def sketch_thresholds(source: BatchSource, binned: Binned, bin_strategy: str, progress: bool = False,
-                      n_bins: int = SKETCH_BINS) -> HistogramSketch | None:  # fmt: skip
+def sketch_thresholds(
+    source: BatchSource, binned: Binned, bin_strategy: str, progress: bool = False, n_bins: int = SKETCH_BINS
+) -> HistogramSketch | None:
     """Replace the numeric features' thresholds of ``binned`` (made as uniform grids from the exact ranges) by
     ``bin_strategy``'s (``"quantile"`` or ``"kmeans"``) from one pass filling a :class:`HistogramSketch`; returns it
     (``None`` when no searched feature is numeric)."""
@@ -286,8 +294,9 @@ def _pieces(X: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return X.split(max(1, (1 << 20) // max(1, X.shape[1])))
 
 
-def _exact_kmeans(source: BatchSource, sketch: HistogramSketch, cols: torch.Tensor, n_grids: int,
-                  progress: bool) -> torch.Tensor:  # fmt: skip
+def _exact_kmeans(
+    source: BatchSource, sketch: HistogramSketch, cols: torch.Tensor, n_grids: int, progress: bool
+) -> torch.Tensor:
     """k-means edges of the sketch; while its iterations met bins holding a bound whose values are unknown, one
     more pass reads those bins' values (at most :data:`KMEANS_ROUNDS` passes; then the bins without values count
     whole in the cluster of their mean)."""

@@ -55,15 +55,22 @@ class CallbackExplain:
         rows = list(range(D.rank(), len(dataset), D.world_size()))
         shard = DataLoader(
             Subset(dataset, rows) if D.is_sharded() else dataset,
-            batch_size=loader.batch_size or self.batch_size, shuffle=False, collate_fn=loader.collate_fn,
+            batch_size=loader.batch_size or self.batch_size,
+            shuffle=False,
+            collate_fn=loader.collate_fn,
             num_workers=loader.num_workers,
-        )  # fmt: skip
+        )
         return shard, rows, limited_batches(len(shard), limit)
 
     def _explain(
-        self, pl_module: LightningModule, fwd: ModuleOutputs, rows: list[int] | None, layer: Any, layer_name: Any,
+        self,
+        pl_module: LightningModule,
+        fwd: ModuleOutputs,
+        rows: list[int] | None,
+        layer: Any,
+        layer_name: Any,
         rank_zero: bool,
-    ) -> RegionalExplanation:  # fmt: skip
+    ) -> RegionalExplanation:
         n = fwd.outputs.shape[0]
         target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
         mask, thr_used, desc = subgroup_mask(fwd.outputs, target, self.threshold, fwd.labels)
@@ -81,21 +88,35 @@ class CallbackExplain:
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
         params = self._params(desc, n_all, n_sub, source, layer_name)
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=thr_used,
-            features=A.resolve_features(indices, X.shape[1]), feature_names=names, params=params,
-            features_matrix=X, message=message, selection=selection,
-        )  # fmt: skip
+            rule_sets=rule_sets,
+            subgroup=mask,
+            threshold=thr_used,
+            features=A.resolve_features(indices, X.shape[1]),
+            feature_names=names,
+            params=params,
+            features_matrix=X,
+            message=message,
+            selection=selection,
+        )
 
     def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
-            min_support_count=self.options.support_count(n_all, n_sub), source=source,
-            layer=layer_name, layer_input=False, target=_target_param(self.target, desc), target_name=desc,
-            threshold=self.threshold if isinstance(self.threshold, str) or self.threshold is None
+            min_support_count=self.options.support_count(n_all, n_sub),
+            source=source,
+            layer=layer_name,
+            layer_input=False,
+            target=_target_param(self.target, desc),
+            target_name=desc,
+            threshold=self.threshold
+            if isinstance(self.threshold, str) or self.threshold is None
             else float(self.threshold),
-            select_features=bool(self.select_features), n_samples=n_all, subgroup_size=n_sub, local=False,
+            select_features=bool(self.select_features),
+            n_samples=n_all,
+            subgroup_size=n_sub,
+            local=False,
             world_size=D.world_size(),
-        )  # fmt: skip
+        )
         return params
 
     def _explain_streamed(self, batches: ModuleBatches, layer_name: Any, rank_zero: bool) -> RegionalExplanation:
@@ -104,8 +125,9 @@ class CallbackExplain:
 
         options = self.options.replace(progress=self.options.progress and rank_zero)
         prefix = "z" if batches.source == "layer" else "feature"
-        extractor = prepare_stream(batches, options, features=self.features, feature_names=self.feature_names,
-                                   name_prefix=prefix)  # fmt: skip
+        extractor = prepare_stream(
+            batches, options, features=self.features, feature_names=self.feature_names, name_prefix=prefix
+        )
         extractor.target_name = batches.desc
         rule_sets = search_stream(extractor, options)
         mask = extractor.target
@@ -113,9 +135,13 @@ class CallbackExplain:
         params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name)
         params["stream"] = True
         return RegionalExplanation(
-            rule_sets=rule_sets, subgroup=mask, threshold=batches.threshold, features=list(extractor.binned.columns),
-            feature_names=extractor.names, params=params,
-        )  # fmt: skip
+            rule_sets=rule_sets,
+            subgroup=mask,
+            threshold=batches.threshold,
+            features=list(extractor.binned.columns),
+            feature_names=extractor.names,
+            params=params,
+        )
 
     def _features(self, fwd: ModuleOutputs, rows: list[int] | None, n: int) -> tuple[torch.Tensor, list, str, Any]:
         """The (N, D) rule features, their names, their source and the searched feature subset."""

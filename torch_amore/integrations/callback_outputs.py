@@ -112,9 +112,12 @@ def _rule_table_figure(explanation: RegionalExplanation, max_rows: int = 10) -> 
     ax.axis("off")
     ax.set_title(explanation.format(max_rows=0).splitlines()[0], fontsize=9)
     table = ax.table(
-        cellText=rows, colLabels=["#", "support", "confidence", "fitness", "rule set"], loc="center", cellLoc="left",
+        cellText=rows,
+        colLabels=["#", "support", "confidence", "fitness", "rule set"],
+        loc="center",
+        cellLoc="left",
         colWidths=[0.04, 0.09, 0.11, 0.09, 0.67],
-    )  # fmt: skip
+    )
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     return figure

@@ -352,23 +352,36 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         epoch = self._train_epoch if split != "test" else (trainer.current_epoch - 1 if trainer.current_epoch else None)
         rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: explaining the {split} data (epoch {epoch}) ...")
         layer, layer_name = resolve_layer(pl_module, self.layer)
-        batches = ModuleBatches(trainer, pl_module, loader, layer=layer, layer_name=layer_name,
-                                max_batches=max_batches, callback=self)  # fmt: skip
+        batches = ModuleBatches(
+            trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches, callback=self
+        )
         n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
         if callback_streams(self, batches, n_rows):
             explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
         else:
             fwd = run_module(
-                trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches,
-                input_key=self.input_key, label_key=self.label_key, forward_kwargs=self.forward_kwargs,
+                trainer,
+                pl_module,
+                loader,
+                layer=layer,
+                layer_name=layer_name,
+                max_batches=max_batches,
+                input_key=self.input_key,
+                label_key=self.label_key,
+                forward_kwargs=self.forward_kwargs,
                 collect_inputs=layer is None or bool(self.select_features),
-            )  # fmt: skip
+            )
             explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
         if self.verify is not None and explanation.rule_sets:
-            explanation.verify(loader, model=pl_module, target=self.target, input_key=self.input_key,
-                               forward_kwargs=self.forward_kwargs or None, **{"batch_size": self.batch_size,
-                                                                               **self.verify})  # fmt: skip
+            explanation.verify(
+                loader,
+                model=pl_module,
+                target=self.target,
+                input_key=self.input_key,
+                forward_kwargs=self.forward_kwargs or None,
+                **{"batch_size": self.batch_size, **self.verify},
+            )
         self.explanation, self.last_epoch, self.last_step = explanation, epoch, int(trainer.global_step)
         self._write(trainer, explanation)
         self._log(trainer, pl_module, explanation, in_loop)
@@ -411,9 +424,16 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
         layer, layer_name = resolve_layer(pl_module, self.layer) if source == "layer" else (None, None)
         fwd = run_module(
-            None, pl_module, data, layer=layer, layer_name=layer_name, input_key=self.input_key,
-            label_key=self.label_key, forward_kwargs=self.forward_kwargs, collect_inputs=source == "inputs",
-        )  # fmt: skip
+            None,
+            pl_module,
+            data,
+            layer=layer,
+            layer_name=layer_name,
+            input_key=self.input_key,
+            label_key=self.label_key,
+            forward_kwargs=self.forward_kwargs,
+            collect_inputs=source == "inputs",
+        )
         n = fwd.outputs.shape[0]
         if source == "features":
             X, _ = V.to_tensor_2d(features, "features")

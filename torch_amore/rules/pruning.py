@@ -58,8 +58,11 @@ def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
     at = {f: i for i, f in enumerate(feats)}
     cols = X.index_select(1, tensor_on(feats, device=X.device)).to(torch.float64).t()  # (F', N)
     nan = math.nan
-    table = tensor_on([[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value,
-                           at[r.feature]] for r in rules], dtype=torch.float64, device=X.device)  # fmt: skip
+    table = tensor_on(
+        [[r.low, r.high, nan, at[r.feature]] if r.value is None else [nan, nan, r.value, at[r.feature]] for r in rules],
+        dtype=torch.float64,
+        device=X.device,
+    )
     low, high, value, which = table.unsqueeze(2).unbind(1)
     c = cols.index_select(0, which.view(-1).long())  # (R, N)
     return torch.where(torch.isnan(value), (c >= low) & ~(c >= high), c == value)
@@ -244,8 +247,9 @@ def _prune(
     known: dict[frozenset, tuple[int, int]] = {}  # (hits, support) of each conjunction counted (shared by many)
     while current:
         order = sorted(current)
-        wanted = [current[i] for i in order] + [current[i][:k] + current[i][k + 1 :] for i in order
-                                                for k in range(len(current[i]))]  # fmt: skip
+        wanted = [current[i] for i in order] + [
+            current[i][:k] + current[i][k + 1 :] for i in order for k in range(len(current[i]))
+        ]
         todo = list(dict.fromkeys(frozenset(c) for c in wanted if frozenset(c) not in known))
         known.update(zip(todo, count([tuple(sorted(c)) for c in todo])))
         nxt: dict[int, tuple[int, ...]] = {}

@@ -75,8 +75,15 @@ def prepare(
     options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
     o = options
     if not memory_checked:  # before the target's checks and the pass over X
-        M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
-                       bin_strategy=o.bin_strategy, features=columns)  # fmt: skip
+        M.check_memory(
+            X,
+            n_grids=o.n_grids,
+            strategy=o.strategy,
+            max_length=o.max_length,
+            top_k=o.top_k,
+            bin_strategy=o.bin_strategy,
+            features=columns,
+        )
     scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
     offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
@@ -177,16 +184,30 @@ def extract_rules(
         _no_target(target)
         from torch_amore.search.stream import extract_stream
 
-        return extract_stream(X, options, features=features, feature_names=feature_names, local_x=local_x,
-                              target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+        return extract_stream(
+            X,
+            options,
+            features=features,
+            feature_names=feature_names,
+            local_x=local_x,
+            target_name=target_name,
+            codes_dir=codes_dir,
+        )
     if codes_dir is not None:
         raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
     o = options
     searched = A.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
-    M.check_memory(X, n_grids=o.n_grids, strategy=o.strategy, max_length=o.max_length, top_k=o.top_k,
-                   bin_strategy=o.bin_strategy, features=searched)  # before the conversion copies X  # fmt: skip
+    M.check_memory(
+        X,
+        n_grids=o.n_grids,
+        strategy=o.strategy,
+        max_length=o.max_length,
+        top_k=o.top_k,
+        bin_strategy=o.bin_strategy,
+        features=searched,
+    )  # before the conversion copies X
     target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)

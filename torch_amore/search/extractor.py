@@ -66,8 +66,9 @@ def _to_polish(
     best two-feature-set picks of every length (and the confident ones, with their goal), once each."""
     chosen: dict[tuple, tuple[RuleSet, float | None]] = {}  # to polish, once each
     for length in range(1, max_length + 1):
-        part = [rs for at, rs in tagged if at <= length] + [rs for k, opt in optima.items() if k <= length
-                                                             for rs in opt]  # fmt: skip
+        part = [rs for at, rs in tagged if at <= length] + [
+            rs for k, opt in optima.items() if k <= length for rs in opt
+        ]
         ranked = sort_rule_sets(part)
         picks = [(rs, None) for rs in _two_feature_sets(ranked)]
         if min_confidence is not None:
@@ -122,9 +123,14 @@ class Extractor:
         """Rule sets of the paper's rule tree (:func:`torch_amore.strategies.tree.grow_tree`, whose keywords
         ``max_length``, ``min_support``, ``top_k`` and ``progress`` are ``limits``), best fitness first."""
         chosen = grow_tree(
-            self.binned, self.target, self.root_counts(), self.n_total_target, local_codes=local_codes,
-            row_chunk=self.row_chunk, **limits,
-        )  # fmt: skip
+            self.binned,
+            self.target,
+            self.root_counts(),
+            self.n_total_target,
+            local_codes=local_codes,
+            row_chunk=self.row_chunk,
+            **limits,
+        )
         found: dict[frozenset, RuleSet] = {}
         conds = sorted({s[:3] for c in chosen for s in c.steps})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds, local=local_codes is not None)))
@@ -174,16 +180,24 @@ class Extractor:
         """The exact strategy of :meth:`extract`."""
         if local_codes is not None:
             raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
-        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k,
-                               budget=o.exact_budget, shorter=o.min_gain > 0)  # fmt: skip
+        found = self.run_exact(
+            max_length=o.max_length,
+            min_support=min_support,
+            top_k=o.top_k,
+            budget=o.exact_budget,
+            shorter=o.min_gain > 0,
+        )
         return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
 
     def _tree(self, o: SearchOptions, min_support: int, local_codes: list[int] | None) -> list[RuleSet]:
         """The rule tree of :meth:`run` with the options of ``o``."""
         return self.run(
-            max_length=o.max_length, min_support=min_support, top_k=o.top_k, local_codes=local_codes,
+            max_length=o.max_length,
+            min_support=min_support,
+            top_k=o.top_k,
+            local_codes=local_codes,
             progress=o.progress,
-        )  # fmt: skip
+        )
 
     def _extract_beam(self, o: SearchOptions, min_support: int) -> tuple[list[RuleSet], list[RuleSet]]:
         """The beam strategy of :meth:`extract`: the rule tree, the grid's optima and the beam, the best of each
@@ -198,9 +212,13 @@ class Extractor:
         later = beside(tree_and_optima, self.binned.codes.numel()) if not o.progress else done(tree_and_optima())
         # pairs weak alone but strong together seed the beam unless the grid's optimum of pairs is a candidate
         beam = functools.partial(
-            self.run_beam, max_length=o.max_length, min_support=min_support, beam_width=o.beam_width,
-            min_confidence=o.min_confidence, progress=o.progress,
-        )  # fmt: skip
+            self.run_beam,
+            max_length=o.max_length,
+            min_support=min_support,
+            beam_width=o.beam_width,
+            min_confidence=o.min_confidence,
+            progress=o.progress,
+        )
         seed = o.max_length >= 2 and not self.optimum_affordable(o.replace(max_length=2))
         tagged = beam(seed=seed)
         rule_sets, optima = later()
@@ -211,8 +229,9 @@ class Extractor:
             if k < o.max_length:  # a candidate; its optimum is that of a shorter search
                 optima[k] = [replace(rs, optimum=None) for rs in optima[k]]
         to_polish = _to_polish(tagged, optima, o.max_length, o.min_confidence)
-        polished = self.polish([rs for rs, _ in to_polish], min_support,
-                               min_confidence=[g for _, g in to_polish])  # all at once  # fmt: skip
+        polished = self.polish(
+            [rs for rs, _ in to_polish], min_support, min_confidence=[g for _, g in to_polish]
+        )  # all at once
         found = [rs for _, rs in tagged] + [rs for opt in optima.values() for rs in opt]
         return self.finish(rule_sets + found + polished, o), optimal
 
@@ -227,8 +246,14 @@ class Extractor:
         """:func:`torch_amore.rules.pruning.prune_rule_sets` on the searched data."""
         if self.X is None:
             return rule_sets
-        return prune_rule_sets(rule_sets, self.X, self.target, self.n_total_target, min_gain=options.min_gain,
-                               min_confidence=options.min_confidence)  # fmt: skip
+        return prune_rule_sets(
+            rule_sets,
+            self.X,
+            self.target,
+            self.n_total_target,
+            min_gain=options.min_gain,
+            min_confidence=options.min_confidence,
+        )
 
     def drop_same_mask(self, rule_sets: list[RuleSet]) -> list[RuleSet]:
         """:func:`torch_amore.rules.masks.drop_same_mask` on the searched data."""
@@ -241,8 +266,12 @@ class Extractor:
         o = options
         if not self.optimum_affordable(o):
             return []
-        found = self.run_exact(max_length=o.max_length, min_support=min_support, top_k=1, budget=o.optimum_budget
-                               if o.max_length > 1 else 1 << 62)  # fmt: skip
+        found = self.run_exact(
+            max_length=o.max_length,
+            min_support=min_support,
+            top_k=1,
+            budget=o.optimum_budget if o.max_length > 1 else 1 << 62,
+        )
         return [rs for rs in found if rs.optimum is not None]
 
     def grid_optima(self, options: SearchOptions, min_support: int) -> dict[int, list[RuleSet]]:
@@ -252,8 +281,9 @@ class Extractor:
         out = {k: [] for k in (1, 2) if k <= o.max_length}
         two = o.replace(max_length=2)
         if o.max_length >= 2 and self.optimum_affordable(two):
-            found = self.run_exact(max_length=2, min_support=min_support, top_k=1, budget=o.optimum_budget,
-                                   shorter=True)  # fmt: skip
+            found = self.run_exact(
+                max_length=2, min_support=min_support, top_k=1, budget=o.optimum_budget, shorter=True
+            )
             complete = [rs for rs in found if rs.optimum is not None]
             if complete:  # the best of the pairs' search, then of the singles' (with its own optimum)
                 out[2] = complete[:1]
@@ -280,8 +310,15 @@ class Extractor:
         optimum
         (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of each
         shorter ``max_length`` (the pools a search at that length returns)."""
-        found = exact_search(self.binned, self.target, max_length=max_length, min_support=min_support, top_k=top_k,
-                             budget=budget, grid_counts=self.root_counts())  # fmt: skip
+        found = exact_search(
+            self.binned,
+            self.target,
+            max_length=max_length,
+            min_support=min_support,
+            top_k=top_k,
+            budget=budget,
+            grid_counts=self.root_counts(),
+        )
         optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
         boxes = found.boxes + ([b for pool in found.shorter for b in pool] if shorter else [])
         conds = sorted({c for _, _, box in boxes for c in box})
@@ -332,9 +369,13 @@ class Extractor:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
         search = BeamSearch(
-            fine, self.target, self.n_total_target, beam_width=beam_width, min_confidence=min_confidence,
+            fine,
+            self.target,
+            self.n_total_target,
+            beam_width=beam_width,
+            min_confidence=min_confidence,
             row_chunk=self.row_chunk,
-        )  # fmt: skip
+        )
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
         seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
         # twice the beam's width of pairs: on a 128-d latent layer at min_support twice the subgroup, five miss the
@@ -376,8 +417,7 @@ class Extractor:
         rule_sets = list(rule_sets)
         if not rule_sets:
             return rule_sets
-        goals = (list(min_confidence) if isinstance(min_confidence, Sequence)
-                 else [min_confidence] * len(rule_sets))  # fmt: skip
+        goals = list(min_confidence) if isinstance(min_confidence, Sequence) else [min_confidence] * len(rule_sets)
         return self.polish_goals(rule_sets, min_support, goals)
 
     def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
@@ -402,10 +442,22 @@ class Extractor:
         once in one process (:func:`torch_amore.strategies.polish.polish_many`; ``columns``: ``X``'s argsorted columns
         when kept), one by one in a sharded (DDP) run (:func:`torch_amore.strategies.polish.polish_one`)."""
         if D.is_sharded():
-            return [polish_one(rs, X, self.target, min_support, self.n_total_target, min_confidence=c,
-                               target_name=self.target_name) for rs, c in zip(rule_sets, goals)]  # fmt: skip
-        return polish_many(rule_sets, X, self.target, min_support, self.n_total_target, goals=goals, columns=columns,
-                           target_name=self.target_name)  # fmt: skip
+            return [
+                polish_one(
+                    rs, X, self.target, min_support, self.n_total_target, min_confidence=c, target_name=self.target_name
+                )
+                for rs, c in zip(rule_sets, goals)
+            ]
+        return polish_many(
+            rule_sets,
+            X,
+            self.target,
+            min_support,
+            self.n_total_target,
+            goals=goals,
+            columns=columns,
+            target_name=self.target_name,
+        )
 
 
 @contextmanager

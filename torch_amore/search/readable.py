@@ -81,16 +81,25 @@ class ReadableRules:
         grids inside, e.g. a local sample's). One host sync for all of them."""
         conds = [tuple(int(v) for v in c) for c in conds]
         cat = [binned.kinds[j] == "cat" for j, _, _ in conds]
-        edges = sorted({(j, g) for (j, lo, hi), c in zip(conds, cat) if not c for g in (lo, hi + 1)
-                        if 0 < g < binned.n_grids})  # fmt: skip
+        edges = sorted(
+            {(j, g) for (j, lo, hi), c in zip(conds, cat) if not c for g in (lo, hi + 1) if 0 < g < binned.n_grids}
+        )
         cells = sorted({(j, lo) for (j, lo, _), c in zip(conds, cat) if c})
         near, values = self._fetch(binned, edges, cells)
         out = []
         for (j, lo, hi), c in zip(conds, cat):
             if c:
                 col = binned.columns[j]
-                out.append(Rule(col, self.names[col], value=values[(j, lo)], kind="cat", scale=self.scale[col],
-                                offset=self.offset[col]))  # fmt: skip
+                out.append(
+                    Rule(
+                        col,
+                        self.names[col],
+                        value=values[(j, lo)],
+                        kind="cat",
+                        scale=self.scale[col],
+                        offset=self.offset[col],
+                    )
+                )
             else:
                 out.append(self._interval(binned, j, lo, hi, near, local))
         return out
@@ -180,8 +189,9 @@ class ReadableRules:
         return torch.stack([below[r, g - 1], above[r, g]])
 
 
-def _cell_extremes(binned: Binned, X: torch.Tensor, fidx: torch.Tensor, cidx: torch.Tensor, width: int,
-                   vdt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def _cell_extremes(
+    binned: Binned, X: torch.Tensor, fidx: torch.Tensor, cidx: torch.Tensor, width: int, vdt: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(F' x width,) minima and maxima of the values of X's columns ``cidx`` per grid cell of the searched features
     ``fidx`` (``+inf``/``-inf`` for empty cells), in ``vdt``; features a few at a time (about
     :data:`_SCATTER_VALUES` values), into reused buffers."""

@@ -138,8 +138,7 @@ def _resolve_columns(options: SearchOptions, X: torch.Tensor) -> tuple[list[floa
     return scale, offset, given
 
 
-def _check_facts(facts: _Facts, stats: ColumnStats, columns: list[int], scale: list, offset: list,
-                 n_all: int) -> None:  # fmt: skip
+def _check_facts(facts: _Facts, stats: ColumnStats, columns: list[int], scale: list, offset: list, n_all: int) -> None:
     """The checks of :func:`torch_amore.search.extract.prepare` on the streamed facts."""
     host = stats.fetch()
     if any(host.has_inf):
@@ -302,8 +301,9 @@ def prepare_stream(
 class _StreamReadable(ReadableRules):
     """:class:`ReadableRules` whose observed neighbours come from the extremes stored in pass 2."""
 
-    def __init__(self, extremes: dict, stub: torch.Tensor, names: Sequence[str], scale: Sequence[float],
-                 offset: Sequence[float]) -> None:  # fmt: skip
+    def __init__(
+        self, extremes: dict, stub: torch.Tensor, names: Sequence[str], scale: Sequence[float], offset: Sequence[float]
+    ) -> None:
         super().__init__(stub, names, scale, offset)  # ``stub``: X's dtype and device, no rows
         self.extremes = extremes
         if D.is_sharded():  # reduced over the shards of a DDP run once
@@ -328,9 +328,16 @@ class StreamExtractor(Extractor):
     steps that need observed values read the source again (the polish: its rule sets' columns; pruning by ``min_gain``
     and the same-mask check: the masks, batch by batch)."""
 
-    def __init__(self, store: _Codes, source: BatchSource, names: Sequence[str], scale: Sequence[float],
-                 offset: Sequence[float], target_name: str = "target",
-                 disk: DiskCodes | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: _Codes,
+        source: BatchSource,
+        names: Sequence[str],
+        scale: Sequence[float],
+        offset: Sequence[float],
+        target_name: str = "target",
+        disk: DiskCodes | None = None,
+    ) -> None:
         self.disk = disk
         if disk is not None and disk.folder is not None:  # codes on disk: no row lists (one chunk at a time)
             self.row_chunk = ROW_CHUNK
@@ -384,9 +391,14 @@ class StreamExtractor(Extractor):
     def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
         """:func:`torch_amore.rules.pruning.prune_rule_sets_batches` on the source (one pass, when a rule set has two
         conditions or more: each rule's mask packed a bit a row, no columns gathered)."""
-        return prune_rule_sets_batches(rule_sets, self._pass_of("min_gain"), self.n_total_target,
-                                       min_gain=options.min_gain, min_confidence=options.min_confidence,
-                                       device=self.source.device)  # fmt: skip
+        return prune_rule_sets_batches(
+            rule_sets,
+            self._pass_of("min_gain"),
+            self.n_total_target,
+            min_gain=options.min_gain,
+            min_confidence=options.min_confidence,
+            device=self.source.device,
+        )
 
     def _pass_of(self, what: str) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
         """A zero-argument callable: one pass over the source's batches, with its progress bar (every pass of the
@@ -446,8 +458,14 @@ def extract_stream(
     from torch_amore.search.extractor import search_scope
 
     with search_scope("cpu"):  # one thread for small operations, no autograd bookkeeping
-        extractor = prepare_stream(source, options, features=features, feature_names=feature_names,
-                                   target_name=target_name, codes_dir=codes_dir)  # fmt: skip
+        extractor = prepare_stream(
+            source,
+            options,
+            features=features,
+            feature_names=feature_names,
+            target_name=target_name,
+            codes_dir=codes_dir,
+        )
         try:
             return search_stream(extractor, options, local_x)
         finally:
@@ -463,8 +481,9 @@ def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: A
     with search_scope("cpu"):
         n_all = D.global_count(extractor.binned.codes.shape[0])
         if options.strategy == "exact":
-            check_budget(n_all, len(extractor.binned.columns), options.n_grids, options.max_length,
-                         options.exact_budget)  # fmt: skip
+            check_budget(
+                n_all, len(extractor.binned.columns), options.n_grids, options.max_length, options.exact_budget
+            )
         local = V.to_local_x(local_x, extractor.source.width)
         if local is not None and bool(torch.isinf(local).any()):
             raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")

@@ -131,14 +131,23 @@ class BeamSearch(Refinement):
         self.lift = Lift(rate)
         self.kappas = tuple(sorted(set(self.objectives[-1].kappas()) | {rate, half}))
 
-    def _dense(self, tot: torch.Tensor, tgt: torch.Tensor, feats: torch.Tensor, min_support: int,
-               kappas: tuple[float, ...]) -> DenseBest:  # fmt: skip
+    def _dense(
+        self, tot: torch.Tensor, tgt: torch.Tensor, feats: torch.Tensor, min_support: int, kappas: tuple[float, ...]
+    ) -> DenseBest:
         """:func:`best_intervals_dense` of count rows on searched features ``feats`` (no host sync)."""
         fine = self.fine
         return best_intervals_dense(
-            tot, tgt, fine.n_bins[feats], fine.is_cat[feats], min_support, kappas, positive=False,
-            max_count=self.n_rows, any_cat=self.any_cat, budget=self.budget,
-        )  # fmt: skip
+            tot,
+            tgt,
+            fine.n_bins[feats],
+            fine.is_cat[feats],
+            min_support,
+            kappas,
+            positive=False,
+            max_count=self.n_rows,
+            any_cat=self.any_cat,
+            budget=self.budget,
+        )
 
     def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
         """(G, N) bool: the samples satisfying each node's conditions
@@ -238,8 +247,10 @@ class BeamSearch(Refinement):
             fetched.append(fields.gather(2, order[None, :, :m].expand(6, -1, -1)))
         lists = torch.stack(fetched).tolist()  # (objectives, 6, G, M): the one host sync of the expansion
         children: dict[tuple, State] = {}
-        phases = [[o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
-                  [o for o, (obj, _) in enumerate(chooser) if obj is self.lift]]  # fmt: skip
+        phases = [
+            [o for o, (obj, _) in enumerate(chooser) if obj is not self.lift],
+            [o for o, (obj, _) in enumerate(chooser) if obj is self.lift],
+        ]
         for n_phase, phase in enumerate(phases):
             if n_phase:
                 objective_children = dict(children)
@@ -279,8 +290,9 @@ class BeamSearch(Refinement):
     ) -> list[State]:
         """The rule sets of :meth:`run_by_length`, once each."""
         out: dict[tuple, State] = {}
-        for _, state in self.run_by_length(max_length=max_length, min_support=min_support, progress=progress,
-                                           seeds=seeds):  # fmt: skip
+        for _, state in self.run_by_length(
+            max_length=max_length, min_support=min_support, progress=progress, seeds=seeds
+        ):
             out.setdefault(state.conds, state)
         return list(out.values())
 
@@ -360,8 +372,10 @@ class BeamSearch(Refinement):
             # children on the same features tend to climb to the same optimum: refine the best of each set
             firsts = [_first_per_features(pool, obj) for pool in (children, seeded)]
             done = self._refine(firsts[0] + firsts[1], min_support, obj)
-            for pool, tops, goes_on in ((children, done[: len(firsts[0])], True),
-                                        ({**children, **seeded}, done, False)):  # fmt: skip
+            for pool, tops, goes_on in (
+                (children, done[: len(firsts[0])], True),
+                ({**children, **seeded}, done, False),
+            ):
                 refined: dict[tuple, State] = dict(pool)
                 for state in tops:
                     refined.setdefault(state.conds, state)

@@ -80,9 +80,13 @@ class DenseBest:
         """The valid entries as a :class:`_Best`, rows in order and kappas in order within a row (one host sync)."""
         feature, kappa = torch.nonzero(self.valid, as_tuple=True)
         return _Best(
-            feature, self.g_low[feature, kappa], self.g_high[feature, kappa], self.hits[feature, kappa],
-            self.support[feature, kappa], kappa,
-        )  # fmt: skip
+            feature,
+            self.g_low[feature, kappa],
+            self.g_high[feature, kappa],
+            self.hits[feature, kappa],
+            self.support[feature, kappa],
+            kappa,
+        )
 
 
 def best_intervals(*args: Any, **kwargs: Any) -> _Best:
@@ -149,7 +153,7 @@ def best_intervals_dense(
             positive,
             max_count,
             any_cat,
-        )  # fmt: skip
+        )
         for f0 in range(0, max(1, n_feat), block)
     ]
     return DenseBest.cat(parts)
@@ -363,8 +367,15 @@ def _best_of_row(
     smallest kappa), as ``(g_low, g_high, hits, support)``; ``None`` when no proper interval has positive value."""
     device = counts.device
     no = tensor_on([False], device=device)
-    b = best_intervals(counts[None], hits[None], tensor_on([counts.numel()], device=device), no, min_support,
-                       kappas=objective.kappas(False), any_cat=False)  # fmt: skip
+    b = best_intervals(
+        counts[None],
+        hits[None],
+        tensor_on([counts.numel()], device=device),
+        no,
+        min_support,
+        kappas=objective.kappas(False),
+        any_cat=False,
+    )
     rows = list(zip(b.g_low.tolist(), b.g_high.tolist(), b.hits.tolist(), b.support.tolist()))
     if not rows:
         return None

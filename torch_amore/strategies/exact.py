@@ -171,8 +171,9 @@ def _merge(
     return pool, kth
 
 
-def _rows(values: torch.Tensor, hits: torch.Tensor, support: torch.Tensor, conds: list[torch.Tensor],
-          n_cond: int) -> torch.Tensor:  # fmt: skip
+def _rows(
+    values: torch.Tensor, hits: torch.Tensor, support: torch.Tensor, conds: list[torch.Tensor], n_cond: int
+) -> torch.Tensor:
     """Pool rows from flat tensors; ``conds`` holds a (feature, s, e) triple of tensors per condition."""
     fill = torch.full_like(values, -1)
     cols = [values, hits, support] + conds + [fill] * (3 * n_cond - len(conds))
@@ -360,8 +361,15 @@ def _expand(ctx: _Context, nodes: torch.Tensor, target: torch.Tensor, ctot: torc
     in_j = (cj >= sj[:, None]) & (cj < ej[:, None])
     in_k = (ck >= sk[:, None]) & (ck < ek[:, None])
     node = in_j & in_k
-    groups = torch.stack([node, node & (cj == sj[:, None]), node & (cj == ej[:, None] - 1),
-                          node & (ck == sk[:, None]), node & (ck == ek[:, None] - 1)])  # fmt: skip
+    groups = torch.stack(
+        [
+            node,
+            node & (cj == sj[:, None]),
+            node & (cj == ej[:, None] - 1),
+            node & (ck == sk[:, None]),
+            node & (ck == ek[:, None] - 1),
+        ]
+    )
     n_groups = groups.shape[0] * groups.shape[1]
     g, rows = torch.nonzero(groups.view(n_groups, -1), as_tuple=True)
     tot = group_grid_counts(grid.codes_t, rows, g, n_groups, grid.n_max)

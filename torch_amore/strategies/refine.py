@@ -177,8 +177,25 @@ class Refinement:
         n_k = len(kappas)
         tie = torch.arange(n_k - 1, -1, -1, device=device)  # ties: the smallest kappa
         score = obj.tensor_score(st[:, 2 * length], st[:, 2 * length + 1])  # each state's own
-        return _Refining(length, n_states, device, st, cols, codes, weights, wide, offsets, sat, n_bins, is_cat,
-                         cat_at, kappas, n_k, tie, score)  # fmt: skip
+        return _Refining(
+            length,
+            n_states,
+            device,
+            st,
+            cols,
+            codes,
+            weights,
+            wide,
+            offsets,
+            sat,
+            n_bins,
+            is_cat,
+            cat_at,
+            kappas,
+            n_k,
+            tie,
+            score,
+        )
 
     def _cut_position(self, r: _Refining, k: int, min_support: int, obj: Objective) -> torch.Tensor:
         """One step of :meth:`_refine`: every state's condition at position ``k`` re-optimised given the others;
@@ -188,9 +205,17 @@ class Refinement:
         tot = D.all_reduce_sum(tot).view(r.n_states, r.wide)[:, : self.width]
         tgt = D.all_reduce_sum(tgt).view(r.n_states, r.wide)[:, : self.width]
         b = best_intervals_dense(
-            tot, tgt, r.n_bins[k], r.is_cat[k], min_support, r.kappas, positive=False, max_count=self.n_rows,
-            any_cat=r.cat_at[k], budget=self.budget,
-        )  # fmt: skip
+            tot,
+            tgt,
+            r.n_bins[k],
+            r.is_cat[k],
+            min_support,
+            r.kappas,
+            positive=False,
+            max_count=self.n_rows,
+            any_cat=r.cat_at[k],
+            budget=self.budget,
+        )
         found = obj.tensor_score(b.hits, b.support, b.valid)  # (S, K)
         new = torch.cat([b.g_low, b.g_high, b.hits, b.support], 1)  # (S, 4 K)
         if r.n_k > 1:

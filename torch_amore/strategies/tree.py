@@ -191,12 +191,19 @@ def grow_tree(
         if depth:
             allowed.scatter_(1, tensor_on([[s[0] for s in steps] for steps in node_steps], device=device), False)
         table = candidate_table(
-            level.tot.reshape(n_nodes * n_feat, -1), level.tgt.reshape(n_nodes * n_feat, -1), None,
-            binned.is_cat.repeat(n_nodes) if len(kinds) == 2 else None, allowed.view(-1), min_support,
-            level.t_node.repeat_interleave(n_feat), level.n_node.repeat_interleave(n_feat),
-            local_codes=None if local is None else local.repeat(n_nodes), numeric_width=min(binned.n_grids, width),
-            numeric=False in kinds, categorical=True in kinds,
-        )  # fmt: skip
+            level.tot.reshape(n_nodes * n_feat, -1),
+            level.tgt.reshape(n_nodes * n_feat, -1),
+            None,
+            binned.is_cat.repeat(n_nodes) if len(kinds) == 2 else None,
+            allowed.view(-1),
+            min_support,
+            level.t_node.repeat_interleave(n_feat),
+            level.n_node.repeat_interleave(n_feat),
+            local_codes=None if local is None else local.repeat(n_nodes),
+            numeric_width=min(binned.n_grids, width),
+            numeric=False in kinds,
+            categorical=True in kinds,
+        )
         chosen, ratio = _top_k(table, n_nodes, width, top_k)
         found: list[TreeCandidate] = []
         children: list[tuple[int, int, TreeCandidate]] = []

@@ -85,8 +85,9 @@ def verify(explanation: Any, inputs: Any, args: VerifyArgs) -> Verification:
         rows = [_verify_one(setup, inputs, X, T, pos, rs, bar) for pos, rs in setup.chosen]
     finally:
         bar.close()
-    return Verification(rows, setup.method, setup.n_controls, setup.level, setup.seed, int(X.shape[0]),
-                        explanation.target_name)  # fmt: skip
+    return Verification(
+        rows, setup.method, setup.n_controls, setup.level, setup.seed, int(X.shape[0]), explanation.target_name
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -114,14 +115,23 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
     _check_shape(inputs, explanation.params.get("input_shape"), n_units if layer is None else None)
     batch_size = given.batch_size or explanation.data_options.get("batch_size", 256)
     return _Setup(
-        model=model, layer=layer, layer_input=layer_input, n_units=n_units, target=target,
+        model=model,
+        layer=layer,
+        layer_input=layer_input,
+        n_units=n_units,
+        target=target,
         threshold=explanation.threshold if isinstance(target, (int, np.integer)) else None,
-        outputs=explanation.params.get("outputs", "auto"), chosen=chosen, method=check_method(given.method),
-        n_controls=n_controls, level=float(level), seed=seed, batch_size=check_int(batch_size, "batch_size", 1),
+        outputs=explanation.params.get("outputs", "auto"),
+        chosen=chosen,
+        method=check_method(given.method),
+        n_controls=n_controls,
+        level=float(level),
+        seed=seed,
+        batch_size=check_int(batch_size, "batch_size", 1),
         input_key=given.input_key if given.input_key is not None else explanation.data_options.get("input_key"),
         model_args=_model_args(explanation, given.additional_forward_args, given.forward_kwargs),
         progress=bool(given.progress),
-    )  # fmt: skip
+    )
 
 
 def _model_and_layer(explanation: Any, model: nn.Module | None) -> tuple[nn.Module, nn.Module | None, bool]:
@@ -229,10 +239,18 @@ def _clean_pass(setup: _Setup, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]
     on_inputs = setup.layer is None
     with torch.inference_mode():
         fwd = run_model(
-            setup.model, inputs, layer=setup.layer, layer_name="layer", layer_input=setup.layer_input,
-            batch_size=setup.batch_size, progress=setup.progress, input_key=setup.input_key,
-            collect_inputs=on_inputs, require_inputs=on_inputs, model_args=setup.model_args,
-        )  # fmt: skip
+            setup.model,
+            inputs,
+            layer=setup.layer,
+            layer_name="layer",
+            layer_input=setup.layer_input,
+            batch_size=setup.batch_size,
+            progress=setup.progress,
+            input_key=setup.input_key,
+            collect_inputs=on_inputs,
+            require_inputs=on_inputs,
+            model_args=setup.model_args,
+        )
     X = (fwd.flat_inputs if on_inputs else fwd.activations).cpu()
     if X.shape[1] != setup.n_units:
         raise ValueError(
@@ -256,8 +274,10 @@ def _verify_one(
     pool_in, pool_out = torch.nonzero(inside).flatten(), torch.nonzero(~inside).flatten()
     S = torch.nonzero(~inside & ~T).flatten() if len(pool_in) else torch.zeros(0, dtype=torch.long)
     Q = torch.nonzero(inside & T).flatten() if len(pool_out) else torch.zeros(0, dtype=torch.long)
-    donors = (pool_in[torch.randint(len(pool_in), (len(S),), generator=gen)] if len(S) else S,
-              pool_out[torch.randint(len(pool_out), (len(Q),), generator=gen)] if len(Q) else Q)  # fmt: skip
+    donors = (
+        pool_in[torch.randint(len(pool_in), (len(S),), generator=gen)] if len(S) else S,
+        pool_out[torch.randint(len(pool_out), (len(Q),), generator=gen)] if len(Q) else Q,
+    )
     plan = _Plan(setup, inputs, X, S, Q, donors, pool_in, pool_out, list(rs.rules))
     flipped = plan.run(torch.tensor(units))
     bar.update(1)
@@ -271,15 +291,22 @@ def _verify_one(
     # outcomes that share a donor are correlated: clusters for the intervals (each sample its own without donors)
     cl = (torch.cat(donors) if setup.method == "resample" else torch.cat([S, Q])).tolist()
     return RuleVerification(
-        position=position, rule_set=" AND ".join(r.format() for r in rs.rules), units=tuple(units),
+        position=position,
+        rule_set=" AND ".join(r.format() for r in rs.rules),
+        units=tuple(units),
         sufficiency=Share.clustered(flipped[:n_s].tolist(), cl[:n_s], level),
         necessity=Share.clustered(flipped[n_s:].tolist(), cl[n_s:], level),
         control_sufficiency=ControlShare.of([f[:n_s].tolist() for f in control_flipped], level, cl[:n_s]),
         control_necessity=ControlShare.of([f[n_s:].tolist() for f in control_flipped], level, cl[n_s:]),
-        details={"sufficiency_samples": S, "necessity_samples": Q, "donors": torch.cat(donors) if
-                 setup.method == "resample" else None, "flipped": flipped, "control_units": draws,
-                 "control_flipped": control_flipped},
-    )  # fmt: skip
+        details={
+            "sufficiency_samples": S,
+            "necessity_samples": Q,
+            "donors": torch.cat(donors) if setup.method == "resample" else None,
+            "flipped": flipped,
+            "control_units": draws,
+            "control_flipped": control_flipped,
+        },
+    )
 
 
 @dataclass
@@ -305,9 +332,17 @@ class _Plan:
         s = self.setup
         values = self.values(units) if units.ndim == 1 else self.control_values(units)
         out = patched_outputs(
-            s.model, self.inputs, rows, units, values, layer=s.layer, layer_input=s.layer_input,
-            batch_size=s.batch_size, input_key=s.input_key, model_args=subset_args(s.model_args, rows, self.X.shape[0]),
-        )  # fmt: skip
+            s.model,
+            self.inputs,
+            rows,
+            units,
+            values,
+            layer=s.layer,
+            layer_input=s.layer_input,
+            batch_size=s.batch_size,
+            input_key=s.input_key,
+            model_args=subset_args(s.model_args, rows, self.X.shape[0]),
+        )
         in_target = _target_mask(s, out)
         return torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])
 

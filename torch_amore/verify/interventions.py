@@ -201,9 +201,12 @@ def subset_inputs(inputs: Any, index: torch.Tensor, batch_size: int) -> Any:
         if isinstance(inputs.dataset, IterableDataset):
             raise TypeError("Expected a DataLoader over a map-style Dataset to verify rules, not an IterableDataset.")
         return DataLoader(
-            Subset(inputs.dataset, idx), batch_size=inputs.batch_size or batch_size, shuffle=False,
-            collate_fn=inputs.collate_fn, num_workers=inputs.num_workers,
-        )  # fmt: skip
+            Subset(inputs.dataset, idx),
+            batch_size=inputs.batch_size or batch_size,
+            shuffle=False,
+            collate_fn=inputs.collate_fn,
+            num_workers=inputs.num_workers,
+        )
     if isinstance(inputs, Dataset):
         return Subset(inputs, idx)
     raise TypeError(f"Expected `inputs` that can be indexed by sample, but got {type(inputs).__name__}.")

@@ -171,11 +171,14 @@ class RuleVerification:
             tuple(f(s) for s in d["shares"]), int(d["n"]), f(d["value"]), f(d["low"]), f(d["high"])
         )
         return cls(
-            position=int(data["position"]), rule_set=str(data["rule_set"]), units=tuple(int(u) for u in data["units"]),
-            sufficiency=share(data["sufficiency"]), necessity=share(data["necessity"]),
+            position=int(data["position"]),
+            rule_set=str(data["rule_set"]),
+            units=tuple(int(u) for u in data["units"]),
+            sufficiency=share(data["sufficiency"]),
+            necessity=share(data["necessity"]),
             control_sufficiency=control(data["control_sufficiency"]),
             control_necessity=control(data["control_necessity"]),
-        )  # fmt: skip
+        )
 
 
 def _nan_to_none(value: Any) -> Any:
@@ -252,8 +255,10 @@ class Verification:
         cols = ["sufficiency", "necessity", "control suff.", "control nec."]
         lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + "rule set"]
         for r in self.rows:
-            cells = [_fmt(s.value, s.low, s.high, precision) for s in
-                     (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)]  # fmt: skip
+            cells = [
+                _fmt(s.value, s.low, s.high, precision)
+                for s in (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)
+            ]
             lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + r.rule_set)
         return "\n".join(lines)
 
@@ -263,10 +268,15 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN as ``None``); :meth:`from_dict` reads it back (without the per-sample details)."""
         return {
-            "version": VERIFICATION_VERSION, "method": self.method, "n_controls": self.n_controls,
-            "level": self.level, "seed": self.seed, "n_samples": self.n_samples, "target_name": self.target_name,
+            "version": VERIFICATION_VERSION,
+            "method": self.method,
+            "n_controls": self.n_controls,
+            "level": self.level,
+            "seed": self.seed,
+            "n_samples": self.n_samples,
+            "target_name": self.target_name,
             "rows": [r.to_dict() for r in self.rows],
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verification:
@@ -275,10 +285,14 @@ class Verification:
             got = data.get("version") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"Expected a verification dict of version {VERIFICATION_VERSION}, but got {got!r}.")
         return cls(
-            rows=[RuleVerification.from_dict(r) for r in data["rows"]], method=str(data["method"]),
-            n_controls=int(data["n_controls"]), level=float(data["level"]), seed=int(data["seed"]),
-            n_samples=int(data["n_samples"]), target_name=str(data.get("target_name", "target")),
-        )  # fmt: skip
+            rows=[RuleVerification.from_dict(r) for r in data["rows"]],
+            method=str(data["method"]),
+            n_controls=int(data["n_controls"]),
+            level=float(data["level"]),
+            seed=int(data["seed"]),
+            n_samples=int(data["n_samples"]),
+            target_name=str(data.get("target_name", "target")),
+        )
 
     def to_frame(self) -> Any:
         """A pandas DataFrame, one row per rule set (index ``#``): each share, its interval bounds and its ``n``."""
@@ -287,8 +301,12 @@ class Verification:
         records = []
         for r in self.rows:
             rec: dict[str, Any] = {"rule_set": r.rule_set, "units": r.units}
-            shares = {"sufficiency": r.sufficiency, "necessity": r.necessity, "control_sufficiency":
-                      r.control_sufficiency, "control_necessity": r.control_necessity}  # fmt: skip
+            shares = {
+                "sufficiency": r.sufficiency,
+                "necessity": r.necessity,
+                "control_sufficiency": r.control_sufficiency,
+                "control_necessity": r.control_necessity,
+            }
             for name, s in shares.items():
                 rec.update({name: s.value, f"{name}_low": s.low, f"{name}_high": s.high, f"{name}_n": s.n})
             records.append(rec)

@@ -63,14 +63,25 @@ def best_cuts(
     end = torch.where(b1 == total, N, end)  # nothing above: open
     support, hits = b1 - b0, t1 - t0
     near = pos.gather(1, torch.cat([below, below + 1], 1)).clamp_(0, N - 1)  # the c-th inside row and the next
-    return {"start": start, "end": end, "hits": hits, "support": support, "valid": (best_val > 0) & (support > 0),
-            "near": near}  # fmt: skip
+    return {
+        "start": start,
+        "end": end,
+        "hits": hits,
+        "support": support,
+        "valid": (best_val > 0) & (support > 0),
+        "near": near,
+    }
 
 
 def _best_of(
-    cb: torch.Tensor, ct: torch.Tensor, blocked: torch.Tensor, no_end: torch.Tensor, no_tail: torch.Tensor,
-    m: torch.Tensor, kappas: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    cb: torch.Tensor,
+    ct: torch.Tensor,
+    blocked: torch.Tensor,
+    no_end: torch.Tensor,
+    no_tail: torch.Tensor,
+    m: torch.Tensor,
+    kappas: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The best value, start and end (S, K) of :func:`best_cuts` for the kappas ``kappas`` (S, K), from the counts
     ``cb``/``ct`` (S, N + 1), the cuts not allowed, not allowed as an end, not allowed as the start of an interval
     to the end, and the last start ``m`` keeping ``min_support`` rows: three (S, K, N + 1) int64 tables."""

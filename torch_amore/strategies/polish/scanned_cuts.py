@@ -68,8 +68,10 @@ def sorted_keys(
         >>> key_values(keys).tolist()[:3], key_values(hits).tolist()
         ([1.0, 1.0, 3.0], [1.0, 3.0])
     """
-    parts = [(inside[r0 : r0 + chunk], target[r0 : r0 + chunk], column[r0 : r0 + chunk]) for r0 in
-             range(0, column.shape[0], chunk)]  # fmt: skip
+    parts = [
+        (inside[r0 : r0 + chunk], target[r0 : r0 + chunk], column[r0 : r0 + chunk])
+        for r0 in range(0, column.shape[0], chunk)
+    ]
     sizes = [(int(i.sum()), int((i & t & ~torch.isnan(c)).sum())) for i, t, c in parts]
     key_dtype = _key_dtype(column.dtype)
     np_dtype = np.int32 if key_dtype == torch.int32 else np.int64
@@ -98,8 +100,9 @@ class _Scan:
         self.tail_min, self.tail_start = z + _BIG, z.clone()
 
 
-def _allowed_weights(keys: torch.Tensor, hit_keys: torch.Tensor, p0: int, p1: int, kappas: torch.Tensor,
-                     n_obs: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def _allowed_weights(
+    keys: torch.Tensor, hit_keys: torch.Tensor, p0: int, p1: int, kappas: torch.Tensor, n_obs: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions ``[p0, p1)``: whether a cut is allowed there (0, N and between distinct keys) and the prefix weights
     ``1000 * hits - kappa * samples`` before it (K, p1 - p0)."""
     n = keys.shape[0]
@@ -115,8 +118,16 @@ def _allowed_weights(keys: torch.Tensor, hit_keys: torch.Tensor, p0: int, p1: in
     return allowed, ct.mul(1000).unsqueeze(0) - kappas.unsqueeze(1) * cb.unsqueeze(0)
 
 
-def _scan_chunk(state: _Scan, keys: torch.Tensor, hit_keys: torch.Tensor, q0: int, q1: int,
-                kappas: torch.Tensor, n_obs: int, min_support: int) -> None:  # fmt: skip
+def _scan_chunk(
+    state: _Scan,
+    keys: torch.Tensor,
+    hit_keys: torch.Tensor,
+    q0: int,
+    q1: int,
+    kappas: torch.Tensor,
+    n_obs: int,
+    min_support: int,
+) -> None:
     """Lagging positions ``q`` in ``[q0, q1)``: the running minimum, the open-above starts among them, and the ends
     ``q + min_support`` (those before the first NaN)."""
     allowed, pw = _allowed_weights(keys, hit_keys, q0, q1, kappas, n_obs)
@@ -174,8 +185,9 @@ def scanned_cuts(
     return _finish(keys, hit_keys, n_obs, start, end, best)
 
 
-def _finish(keys: torch.Tensor, hit_keys: torch.Tensor, n_obs: int, start: torch.Tensor, end: torch.Tensor,
-            best: torch.Tensor) -> dict[str, torch.Tensor]:  # fmt: skip
+def _finish(
+    keys: torch.Tensor, hit_keys: torch.Tensor, n_obs: int, start: torch.Tensor, end: torch.Tensor, best: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """The outputs of :func:`best_cuts` from the chosen cuts: bounds opened where nothing lies beyond them, counts
     and the positions of the samples next to the cuts."""
     n = keys.shape[0]

@@ -112,8 +112,14 @@ def _compact_cuts(
 def _no_cuts(k: int, n: int, X: torch.Tensor) -> dict[str, torch.Tensor]:
     """:func:`_compact_cuts` where no sample holds: no interval."""
     zero = torch.zeros(1, k, dtype=torch.long, device=X.device)
-    return {"start": zero, "end": zero + n, "hits": zero, "support": zero, "valid": zero.bool(),
-            "near": X.new_zeros(1, 4 * k)}  # fmt: skip
+    return {
+        "start": zero,
+        "end": zero + n,
+        "hits": zero,
+        "support": zero,
+        "valid": zero.bool(),
+        "near": X.new_zeros(1, 4 * k),
+    }
 
 
 def _scanned_compact_cuts(
@@ -149,9 +155,17 @@ def _pick(b: dict[str, torch.Tensor], keys: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def _step(
-    masks: torch.Tensor, k: int, columns: SortedColumns, cols: list[int], target: torch.Tensor, min_support: int,
-    several: torch.Tensor, conf: torch.Tensor | None, kappas: torch.Tensor, best: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    masks: torch.Tensor,
+    k: int,
+    columns: SortedColumns,
+    cols: list[int],
+    target: torch.Tensor,
+    min_support: int,
+    several: torch.Tensor,
+    conf: torch.Tensor | None,
+    kappas: torch.Tensor,
+    best: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One coordinate-ascent step of several rule sets (rows): position ``k`` given their other rules. ``masks``
     (S, L, N) the rules' masks, ``cols`` the column of each row's rule ``k`` (:class:`SortedColumns`). Returns the
     outcome of each row as int64 (S, 12) (flags, counts, and the new cuts' observed neighbours as float64 bits), and
@@ -180,8 +194,10 @@ def _count_hits(masks: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     n = masks.shape[1]
     if n <= _CHUNK_BYTES:
         return count_true(masks & target)
-    return sum(count_true(masks[:, r0 : r0 + _CHUNK_BYTES] & target[r0 : r0 + _CHUNK_BYTES]) for r0 in
-               range(0, n, _CHUNK_BYTES))  # fmt: skip
+    return sum(
+        count_true(masks[:, r0 : r0 + _CHUNK_BYTES] & target[r0 : r0 + _CHUNK_BYTES])
+        for r0 in range(0, n, _CHUNK_BYTES)
+    )
 
 
 def polish_many(
@@ -208,8 +224,7 @@ def polish_many(
     masks = _stacked_masks(flat, [len(rules[s]) for s in todo], depth, X)  # (S, L, N)
     conf = None  # the confidence goal of each rule set: -1 for none
     if any(goals[s] is not None for s in todo):
-        conf = tensor_on([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64,
-                            device=X.device)  # fmt: skip
+        conf = tensor_on([-1.0 if goals[s] is None else goals[s] for s in todo], dtype=torch.float64, device=X.device)
     full = all_along(masks, 1)
     best = _keys(count_true(full & target), count_true(full), conf)
     del full
@@ -366,8 +381,9 @@ def polish_one(
             del rules[k], masks[k]
             break
         units = (rules[k].scale, rules[k].offset)
-        found = exact_best_interval(X[others, rules[k].feature], target[others], min_support,
-                                    min_confidence=min_confidence, units=units)  # fmt: skip
+        found = exact_best_interval(
+            X[others, rules[k].feature], target[others], min_support, min_confidence=min_confidence, units=units
+        )
         if found is None or key(found[2], found[3]) <= best:
             continue
         rules[k] = replace(rules[k], low=found[0], high=found[1])
