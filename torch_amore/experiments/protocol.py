@@ -262,6 +262,10 @@ class DecisionList:
         ELSE IF x >= 0.4 THEN target  (support=1, confidence=1.000, fitness=1.000)
         ELSE not target
         covers 3 of 3 target samples (coverage=1.000); support=3, confidence=1.000, fitness=0.778
+        >>> dl.coverage, dl.hits
+        (1.0, (2, 1))
+        >>> dl.assign(torch.tensor([[0.9], [0.5], [0.1]])).tolist()
+        [0, 1, -1]
     """
 
     rule_sets: tuple[RuleSet, ...]

@@ -258,7 +258,7 @@ class RegionalRuleExplainer:
         return fwd.activations if self.layer is not None else fwd.flat_inputs
 
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
-        """Pixel (input) attribution maps of the latent unit of each rule, shape (n_rules, N, *inputs.shape[1:]).
+        """Pixel (input) attribution maps of the latent unit of each rule, shape ``(n_rules, N, *inputs.shape[1:])``.
 
         ``rules`` is a rule set (e.g. ``explanation.best``), rules or unit indices on this explainer's layer; keyword
         arguments go to :meth:`torch_amore.RuleAttribution.attribute` (``baselines``, ``n_steps``, ``batch_size``,

@@ -113,6 +113,14 @@ class Rule:
         [False, True, False]
         >>> print(Rule(1, "x", low=0.1 + 0.2, high=0.5))  # every digit it takes to name the stored bound
         0.30000000000000004 <= x < 0.5
+        >>> print(Rule(0, "count", low=3, high=5, kind="int"))
+        3 <= count <= 4
+        >>> Rule(0, "x", low=0.25, high=0.5).contains(0.5)  # the upper bound is exclusive
+        False
+        >>> print(Rule(1, "smoker", value=1.0, kind="cat"))
+        smoker == 1
+        >>> Rule.from_dict(rule.to_dict()) == rule
+        True
     """
 
     feature: int

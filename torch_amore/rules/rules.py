@@ -70,6 +70,12 @@ class RuleSet:
         IF x >= 0.65 THEN target  (support=2, confidence=1.000, fitness=1.000)
         >>> RuleSet.from_json(rs.to_json()) == rs
         True
+        >>> rs.mask(X).tolist(), rs.features
+        ([False, False, True, True], (0,))
+        >>> rs.evaluate(X[:3], target[:3])
+        RuleMetrics(support=1, confidence=1.0, fitness=1.0)
+        >>> print(rs.with_units(scale=[10.0], offset=[5.0]))
+        IF x >= 11.5 THEN target  (support=2, confidence=1.000, fitness=1.000)
     """
 
     rules: tuple[Rule, ...]

@@ -178,6 +178,9 @@ def extract_rules(
         >>> best = extract_rules(X, target, max_length=2, min_support=50, n_grids=10)[0]
         >>> print(best)
         IF feature_0 >= 0.7 AND feature_2 < 0.5 THEN target  (support=156, confidence=1.000, fitness=1.000)
+        >>> paper = extract_rules(X, target, max_length=2, min_support=50, n_grids=10, strategy="paper")[0]
+        >>> print(paper)  # the paper's ratio-driven tree stops at a narrower interval here
+        IF feature_0 >= 0.899 AND feature_2 < 0.5 THEN target  (support=57, confidence=1.000, fitness=0.365)
     """
     options = SearchOptions.resolve(options, **search_options)
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
