@@ -297,6 +297,7 @@ class DecisionList:
 
     @property
     def covered_target(self) -> int:
+        """Target samples covered by the list."""
         return int(sum(self.hits))
 
     @property
@@ -342,6 +343,7 @@ class DecisionList:
         return rule_metrics(mask, t)
 
     def format(self, precision: int = 3) -> str:
+        """The list as text: one ``IF``/``ELSE IF`` line per entry, ``ELSE not <target>``, then the totals."""
         if not self.rule_sets:
             return f"(empty decision list: no rule set for {self.target_name})"
         lines = [r.format(precision) if i == 0 else "ELSE " + r.format(precision) for i, r in enumerate(self)]

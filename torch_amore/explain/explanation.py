@@ -112,6 +112,7 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     @property
     def target_name(self) -> str:
+        """The subgroup's name in the printed rules (e.g. ``"predicted 7"``)."""
         if self.rule_sets:
             return self.rule_sets[0].target_name
         return str(self.params.get("target_name", "target"))

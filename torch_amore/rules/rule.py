@@ -165,6 +165,7 @@ class Rule:
 
     @property
     def is_categorical(self) -> bool:
+        """Whether the rule selects one category (``value`` is not ``None``)."""
         return self.value is not None
 
     def mask(self, X: ArrayLike) -> torch.Tensor:

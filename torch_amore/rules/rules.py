@@ -127,6 +127,7 @@ class RuleSet:
 
     @property
     def features(self) -> tuple[int, ...]:
+        """The feature indices of the rules, in the rules' order."""
         return tuple(r.feature for r in self.rules)
 
     def mask(self, X: ArrayLike) -> torch.Tensor:
