@@ -36,7 +36,6 @@ exclude_patterns = ["_build"]
 
 # MyST: the guides link to each other's headings as GitHub does (``concepts.md#the-interval-convention``)
 myst_heading_anchors = 4
-myst_enable_extensions = ["dollarmath"]
 
 # autodoc: members in source order, signatures with their type hints; the lazily imported names (Lightning and
 # torchmetrics) load when their page is rendered
