@@ -3,8 +3,9 @@
 Build it with ``sphinx-build -W --keep-going -b html docs docs/_build/html`` (``pip install -e ".[docs]"``). The
 guides are the markdown files of this folder (read by MyST); the API reference (``reference/``) is rendered from the
 docstrings by autodoc and napoleon. The build needs no network: intersphinx is off, so names of other libraries
-(``torch.Tensor``, ``pandas.DataFrame``) print as plain text, while every reference to a name of torch_amore must
-resolve (``nitpicky``; ``-W`` makes a broken one fail the build).
+(``torch.Tensor``, ``pandas.DataFrame``) print as plain text, while a reference to a torch_amore name must name one
+that exists (``nitpicky``; ``-W`` makes a broken one fail the build): a public one links to its section, an internal
+one prints as code.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
 
-# every reference to a torch_amore name must resolve; other libraries' names stay plain text (no intersphinx)
+# a reference to a torch_amore name must resolve (or exist: _missing_reference); other libraries' names stay plain
+# text (no intersphinx)
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(?!torch_amore\b).*"),
