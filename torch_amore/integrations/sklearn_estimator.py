@@ -42,7 +42,8 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
     Args:
         target_class: the label of ``y`` whose subgroup the rules describe, against all other labels (any number of
             classes); ``None`` (default): ``y`` must be binary and the rules describe ``classes_[1]``.
-        n_rule_sets: how many of the best rule sets form the decision set (an integer >= 1, default 1).
+        n_rule_sets: how many of the best rule sets form the decision set (an integer >= 1, default 1; all of
+            them when the search finds fewer).
 
     Attributes:
         classes_: the two outcomes: ``y``'s two labels, or ``[0, 1]`` (1: ``y == target_class``) with
