@@ -1,14 +1,17 @@
-"""Integrations: the Lightning callback :class:`RegionalRuleExtractor` and the torchmetrics classes. Lightning and
-torchmetrics take seconds to import, so these names load on first use."""
+"""Integrations: the Lightning callback :class:`RegionalRuleExtractor`, the torchmetrics classes and the scikit-learn
+estimator :class:`RegionalRuleClassifier`. Lightning and torchmetrics take seconds to import, so these names load on
+first use."""
 
 import importlib
 
 _LAZY = {
+    "RegionalRuleClassifier": "torch_amore.integrations.sklearn_estimator",
     "RegionalRuleExtractor": "torch_amore.integrations.callbacks",
     "RuleConfidence": "torch_amore.integrations.metric_classes",
     "RuleFitness": "torch_amore.integrations.metric_classes",
     "RuleSetMetrics": "torch_amore.integrations.metric_classes",
     "RuleSupport": "torch_amore.integrations.metric_classes",
+    "fitness_scorer": "torch_amore.integrations.sklearn_estimator",
 }
 
 
@@ -18,4 +21,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'torch_amore.integrations' has no attribute {name!r}")
 
 
-__all__ = ["RegionalRuleExtractor", "RuleConfidence", "RuleFitness", "RuleSetMetrics", "RuleSupport"]
+__all__ = [
+    "RegionalRuleClassifier",
+    "RegionalRuleExtractor",
+    "RuleConfidence",
+    "RuleFitness",
+    "RuleSetMetrics",
+    "RuleSupport",
+    "fitness_scorer",
+]
