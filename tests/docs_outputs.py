@@ -67,7 +67,8 @@ class Shown:
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.command.start + 1}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.command.start + 1}"
 
 
 def blocks(text: str) -> list[Block]:
@@ -107,6 +108,14 @@ def shown_outputs(page: Path) -> tuple[list[Block], list[Shown]]:
             continue  # prose between: the block is no output of the command above
         pairs.append(Shown(page, prev, block))
     return every, pairs
+
+
+def runs_with(shown: Shown) -> str:
+    """The text that runs for ``shown``: the page's python blocks up to its command (they share a namespace) and the
+    command itself."""
+    every, _ = shown_outputs(shown.page)
+    earlier = [b.text for b in every if b.lang == "python" and b.start < shown.command.start]
+    return "\n".join([*earlier, shown.command.text])
 
 
 # ---------------------------------------------------------------------------------------------------------- running
