@@ -165,14 +165,19 @@ def run_shell(text: str, cwd: Path) -> str:
 
 
 def run_python(text: str, namespace: dict) -> str:
-    """What a python block prints, run in ``namespace``; a ``>>>`` block runs its examples' sources."""
-    if ">>>" in text:
-        source = "".join(ex.source for ex in doctest.DocTestParser().get_examples(text))
-    else:
-        source = text
+    """What a python block prints, run in ``namespace``; a ``>>>`` block runs its examples one by one (an example
+    that shows a traceback may raise)."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        exec(compile(_with_data(source), "<docs>", "exec"), namespace)
+        if ">>>" not in text:
+            exec(compile(_with_data(text), "<docs>", "exec"), namespace)
+            return buffer.getvalue()
+        for example in doctest.DocTestParser().get_examples(text):
+            try:
+                exec(compile(_with_data(example.source), "<docs>", "exec"), namespace)
+            except Exception:
+                if example.exc_msg is None:
+                    raise
     return buffer.getvalue()
 
 

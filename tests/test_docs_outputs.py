@@ -116,3 +116,15 @@ def test_pairs_need_the_output_right_below_the_command(tmp_path: Path) -> None:
     assert [(p.command.start, p.output.start, p.command.skip) for p in pairs] == [(second, second + 4, True)]
     assert lines[second - 1].startswith("<!-- docs-outputs: skip")
     assert D.check_pages([str(page)]) == []  # the skipped pair is not run
+
+
+def test_doctest_blocks_run_in_the_pages_namespace(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    text = (
+        "```python\n>>> x = 6\n>>> int('no')\nTraceback (most recent call last):\n...\nValueError: ...\n"
+        ">>> y = 7\n```\n\n```python\nprint(x * y)\n```\n\n```\n42\n```\n"
+    )
+    page.write_text(text)
+    assert D.check_pages([str(page)]) == []
+    page.write_text(text.replace("\n42\n", "\n41\n"))
+    assert D.check_pages([str(page)]) == [f"{page}:{text.splitlines().index('print(x * y)')}"]

@@ -107,6 +107,15 @@ def test_other_errors_inside_the_model_pass_unchanged() -> None:
         call_model(nn.Sequential(nn.Linear(3, 2), Broken()), torch.zeros(4, 3))
 
 
+def test_out_of_memory_is_no_shape_mistake() -> None:
+    class Hungry(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise torch.OutOfMemoryError("out of memory; try setting max_split_size_mb, input size (4, 20)")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        call_model(Hungry(), torch.zeros(4, 20), accepted=(30,))
+
+
 @pytest.fixture(scope="module")
 def explained() -> tuple[nn.Module, torch.Tensor, object]:
     model = _mlp(30)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 #: torch's words for a shape mismatch (other errors inside the model pass unchanged).
-_SHAPE_WORDS = re.compile(r"shape|size|dimension|channels|expected input|must match", re.IGNORECASE)
+_SHAPE_WORDS = re.compile(r"\bshapes?\b|\bsize\b|dimension|channels|expected input|must match", re.IGNORECASE)
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
@@ -87,7 +87,9 @@ def shape_error(
         >>> shape_error(model, torch.zeros(4, 3), RuntimeError("CUDA out of memory")) is None  # not a shape error
         True
     """
-    if not isinstance(err, RuntimeError) or not isinstance(batch, torch.Tensor):
+    if not isinstance(err, RuntimeError) or isinstance(err, torch.OutOfMemoryError):
+        return None
+    if not isinstance(batch, torch.Tensor):
         return None
     shape = tuple(batch.shape)
     expects = _expects(model, shape)
