@@ -8,7 +8,8 @@ by the doctests); ``torch-amore ...`` and ``python examples/...`` lines run as c
 ``../shared/data`` in a command or a block means the shared data (``TORCH_AMORE_DATA`` to put them elsewhere).
 
 The comparison: the text between numbers equal up to runs of white space, integers equal, decimals within the page's
-rounding (half a unit of its last digit), and a line ``...`` on the page standing for any lines of the output.
+rounding (half a unit of its last digit), timings (a number followed by ``s``, ``ms`` or ``min``) not compared, and a
+line ``...`` on the page standing for any lines of the output.
 An HTML comment ``<!-- docs-outputs: skip REASON -->`` right before a command block exempts it: measured tables
 that name their machine, date and command, and timings (a benchmark states them).
 
@@ -42,6 +43,7 @@ DATA = Path(os.environ.get("TORCH_AMORE_DATA", ROOT.parent / "shared" / "data"))
 _FENCE = re.compile(r"^```([\w-]*)[ \t]*$")
 _SKIP = re.compile(r"<!--\s*docs-outputs:\s*skip\b")
 _COMMAND_LANGS = ("bash", "console", "sh", "shell", "python")
+_TIMING = re.compile(r" ?(s|ms|min)\b")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])", re.IGNORECASE)
 
 
@@ -224,22 +226,22 @@ def _cwd(path: Path):
 
 def _line_matches(shown: str, actual: str) -> bool:
     """One line: the text between numbers equal (white space runs alike), integers equal, decimals within the page's
-    rounding (half a unit of the shown last digit)."""
-    shown_nums, actual_nums = _NUMBER.findall(shown), _NUMBER.findall(actual)
-    if _NUMBER.split(" ".join(shown.split())) != _NUMBER.split(" ".join(actual.split())):
+    rounding (half a unit of the shown last digit); a timing (a number followed by s, ms or min) is not compared."""
+    shown, actual = " ".join(shown.split()), " ".join(actual.split())
+    if _NUMBER.split(shown) != _NUMBER.split(actual):
         return False
+    shown_nums, actual_nums = list(_NUMBER.finditer(shown)), _NUMBER.findall(actual)
     if len(shown_nums) != len(actual_nums):
         return False
-    for s, a in zip(shown_nums, actual_nums):
-        s_val, a_val = float(s.replace(",", "")), float(a.replace(",", ""))
-        if "." not in s and "e" not in s.lower():
-            if s_val != a_val:
-                return False
-            continue
-        digits = len(s.split(".")[1].lower().split("e")[0]) if "." in s else 0
-        if abs(s_val - a_val) > 0.5 * 10.0**-digits * (1 + 1e-9):
-            return False
-    return True
+    return all(_TIMING.match(shown, m.end()) or _number_matches(m.group(), a) for m, a in zip(shown_nums, actual_nums))
+
+
+def _number_matches(shown: str, actual: str) -> bool:
+    s_val, a_val = float(shown.replace(",", "")), float(actual.replace(",", ""))
+    if "." not in shown and "e" not in shown.lower():
+        return s_val == a_val
+    digits = len(shown.split(".")[1].lower().split("e")[0]) if "." in shown else 0
+    return abs(s_val - a_val) <= 0.5 * 10.0**-digits * (1 + 1e-9)
 
 
 def _is_gap(line: str) -> bool:

@@ -82,6 +82,21 @@ def test_convolution_states_its_channels() -> None:
     assert "but got shape (10, 1, 8, 8)" in message
 
 
+def test_recurrent_layer_states_its_input_size() -> None:
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(5, 3, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0][:, -1]
+
+    with pytest.raises(ValueError) as info:
+        call_model(Tagger(), torch.zeros(2, 7, 4))
+    assert str(info.value).startswith("Expected `inputs` of shape (..., 5) (the model's first layer, `rnn`, is GRU(")
+    assert "but got a batch of shape (2, 7, 4)" in str(info.value)
+
+
 def test_a_later_batch_is_compared_with_the_accepted_ones() -> None:
     model = MatMul(30)
     batches = [torch.randn(8, 30), torch.randn(8, 20), torch.randn(8, 30)]

@@ -56,7 +56,7 @@ def _expects(model: nn.Module, shape: tuple[int, ...]) -> tuple[str, bool] | Non
         return words, math.prod(per_sample) != width
     if isinstance(layer, nn.RNNBase):
         width = layer.input_size
-        words = f"(N, L, {width}) (the model's first layer, `{name}`, is {type(layer).__name__}(input_size={width}))"
+        words = f"(..., {width}) (the model's first layer, `{name}`, is {type(layer).__name__}(input_size={width}))"
         return words, first and shape[-1] != width
     dims = int(type(layer).__name__[-2])
     channels = layer.in_channels
