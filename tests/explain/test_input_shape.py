@@ -178,3 +178,16 @@ def test_evaluate_checks_a_separate_feature_matrix() -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         explanation.evaluate(X[:40], features=F[:40, :4])
     assert calls == []
+
+
+def test_evaluate_on_a_layer_checks_the_sample_shape() -> None:
+    model = _mlp(30)
+    X = torch.randn(300, 30)
+    explanation = RegionalRuleExplainer(model, layer="1").explain(X, 1, max_length=1, progress=False)
+    calls = _counted(model)
+    message = "Expected `inputs` of shape (N, 30) like the explained samples, but got shape (40, 3, 10)."
+    with pytest.raises(ValueError, match=re.escape(message)):
+        explanation.evaluate(X[:40].reshape(40, 3, 10))
+    assert calls == []
+    assert len(explanation.evaluate(X[:40])) == len(explanation.rule_sets)
+    assert len(calls) == 1  # the right shape runs (one batch)
