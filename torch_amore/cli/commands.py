@@ -16,6 +16,7 @@ An unexpected failure is one line ``torch-amore: internal error: ...`` with exit
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import warnings
@@ -25,6 +26,7 @@ from torch_amore._utils.typing import BIN_STRATEGIES, FEATURE_TYPES
 from torch_amore._version import __version__
 from torch_amore.cli.expression import GRAMMAR
 from torch_amore.cli.rules_command import CLIError, _flag_names, _run_rules
+from torch_amore.data.arguments import did_you_mean
 from torch_amore.search.options import STRATEGIES, SearchOptions
 
 PROG = "torch-amore"
@@ -35,7 +37,35 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are raised (and reported on one line by :func:`main`) instead of printed."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise CLIError(message)
+        raise CLIError(message + _flag_hint(message, self.flags()))
+
+    def flags(self) -> list[str]:
+        """The long option strings of this parser and of its sub-commands."""
+        flags: list[str] = []
+        for action in self._actions:
+            flags += [s for s in action.option_strings if s.startswith("--")]
+            if isinstance(action.choices, dict):  # the sub-commands
+                flags += [f for p in action.choices.values() if isinstance(p, _Parser) for f in p.flags()]
+        return list(dict.fromkeys(flags))
+
+
+def _flag_hint(message: str, flags: list[str]) -> str:
+    """`` (did you mean '--max-length'?)`` for the misspelled flags of argparse's "unrecognized arguments" message.
+
+    Example:
+        >>> _flag_hint("unrecognized arguments: --max-lenght 2", ["--max-length", "--min-support"])
+        " (did you mean '--max-length'?)"
+    """
+    if not message.startswith("unrecognized arguments: "):
+        return ""
+    given = [t.split("=")[0] for t in message.split(": ", 1)[1].split() if t.startswith("--")]
+    close = [(flag, difflib.get_close_matches(flag, flags, n=1)) for flag in given]
+    close = [(flag, match[0]) for flag, match in close if match]
+    if len(close) == 1:
+        return did_you_mean(close[0][0], flags)
+    if not close:
+        return ""
+    return " (did you mean " + ", ".join(f"{match!r} for {flag}" for flag, match in close) + "?)"
 
 
 # --------------------------------------------------------------------------------------------------- option types

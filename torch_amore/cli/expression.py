@@ -37,6 +37,7 @@ from torch_amore.cli.expression_syntax import (
     ExpressionError,
     _Checker,
     _replace_backquotes,
+    equals_hint,
     show_columns,
 )
 
@@ -127,10 +128,13 @@ are column names, numbers, 'strings', True/False, comparisons, and/or/not, in [.
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as err:
         where = f" at column {err.offset}" if err.offset else ""  # one line: newlines became spaces
-        raise ExpressionError(
-            f"cannot parse the expression: {err.msg}{where} (backquote column names that are not Python identifiers, "
-            "e.g. `blood glucose` > 100)"
-        ) from None
+        fixed = equals_hint(text)
+        hint = (
+            f" (did you mean {' '.join(fixed.split())}? == compares, = is not in the language)"
+            if fixed
+            else " (backquote column names that are not Python identifiers, e.g. `blood glucose` > 100)"
+        )
+        raise ExpressionError(f"cannot parse the expression: {err.msg}{where}{hint}") from None
     except (RecursionError, MemoryError):
         raise ExpressionError("cannot parse the expression: it is nested too deeply") from None
     except ValueError as err:  # null bytes, integers with more than 4300 digits

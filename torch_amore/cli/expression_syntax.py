@@ -185,6 +185,10 @@ class _Checker:
         if not in_list:
             raise self.refuse("lists outside 'x in [...]'", node)
         for elt in node.elts:
+            if isinstance(elt, ast.Name) and elt.id not in self.names and elt.id not in self.columns:
+                raise ExpressionError(
+                    f"a bare word inside 'in [...]': {elt.id} (did you mean \"{elt.id}\"? strings are quoted)"
+                )
             if _literal(elt) is None:
                 raise self.refuse("anything but numbers, strings and True/False inside 'in [...]'", elt)
 
@@ -205,6 +209,7 @@ class _Checker:
             raise self.refuse(f"{type(node.value).__name__} literals", node)
 
     def compare(self, node: ast.Compare) -> None:
+        self.bare_word(node)
         if len(node.ops) > 1 and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
             raise self.refuse("'in' in a chain of comparisons (use parentheses and 'and')", node)
         self.check(node.left, in_list=False)
@@ -217,6 +222,63 @@ class _Checker:
                 self.check(right, in_list=False)
             else:
                 raise self.refuse("'is' comparisons (use == or !=)", node)
+
+    def bare_word(self, node: ast.Compare) -> None:
+        """A column compared with a bare word that is no column: the word is meant as a string, so say how to
+        quote it (with the closest column, where one is close)."""
+        operands = [node.left, *node.comparators]
+        words = [o for o in operands if isinstance(o, ast.Name) and o.id not in self.names]
+        unknown = [o for o in words if o.id not in self.columns and not o.id.startswith("__")]
+        has_column = any(isinstance(o, ast.Name) and self.names.get(o.id, o.id) in self.columns for o in operands)
+        if not unknown or not has_column:
+            return
+        word = unknown[0]
+        text = ast.get_source_segment(self.source, node) or ""
+        start, end = word.col_offset - node.col_offset, word.end_col_offset - node.col_offset
+        quoted = text[:start] + f'"{word.id}"' + text[end:]
+        for placeholder, name in self.names.items():
+            quoted = quoted.replace(placeholder, f"`{name}`")
+        close = difflib.get_close_matches(word.id, self.columns, n=1)
+        column = f"{close[0]!r}, or " if close else ""
+        raise ExpressionError(
+            f"unknown column {word.id!r} (did you mean {column}{' '.join(quoted.split())}? strings are quoted); "
+            f"columns are: {show_columns(self.columns)}"
+        )
+
+
+def equals_hint(text: str) -> str:
+    """The expression with each lone ``=`` outside strings and backquotes written ``==``, where that parses; ``''``
+    where it does not (or there is none).
+
+    Example:
+        >>> equals_hint("predicted = 0")
+        'predicted == 0'
+        >>> equals_hint("`a=b` >= 1")
+        ''
+    """
+    out, i, changed = [], 0, False
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            j = _string_end(text, i)
+        elif ch == "`":
+            j = text.find("`", i + 1) + 1 or len(text)
+        elif ch == "=" and text[i - 1 : i] not in ("=", "!", "<", ">") and text[i + 1 : i + 2] != "=":
+            out.append("==")
+            changed, i = True, i + 1
+            continue
+        else:
+            j = i + 1
+        out.append(text[i:j])
+        i = j
+    fixed = "".join(out)
+    if not changed:
+        return ""
+    try:
+        ast.parse(_replace_backquotes(fixed)[0].strip(), mode="eval")
+    except (SyntaxError, ValueError, ExpressionError):
+        return ""
+    return fixed
 
 
 def _snippet(source: str, names: dict[str, str], node: ast.AST, limit: int = 60) -> str:

@@ -5,6 +5,7 @@ keep one module of checks (``V``).
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -149,6 +150,36 @@ class ColumnArgs(TypedDict, total=False):
     features: Sequence[int] | None
     feature_names: Sequence[str] | None
     target_name: str
+
+
+def did_you_mean(name: Any, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the name in ``known`` closest to ``name`` (difflib's ratio of at least 0.6), else
+    ``''``: the hint of every message about a misspelled keyword, option or flag.
+
+    Example:
+        >>> did_you_mean("feature_name", ["feature_names", "layer", "layer_input"])
+        " (did you mean 'feature_names'?)"
+        >>> did_you_mean("xyz", ["layer"])
+        ''
+    """
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unexpected_keywords(given: Mapping[str, Any], known: Iterable[str], caller: str) -> None:
+    """A ``TypeError`` for the first key of ``given`` not in ``known``, worded as Python words an unexpected keyword
+    argument, with :func:`did_you_mean`'s hint.
+
+    Example:
+        >>> unexpected_keywords({"feature_name": ["a"]}, ["feature_names", "layer_input"], "f")
+        Traceback (most recent call last):
+        ...
+        TypeError: f() got an unexpected keyword argument 'feature_name' (did you mean 'feature_names'?)
+    """
+    known = list(known)
+    for key in given:
+        if key not in known:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}{did_you_mean(key, known)}")
 
 
 def keyword_args(given: Mapping[str, Any], group: type, caller: str) -> dict[str, Any]:

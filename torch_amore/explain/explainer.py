@@ -62,6 +62,8 @@ class RegionalRuleExplainer:
             are the features of the rules; ``None`` uses the model inputs, flattened.
         feature_names: names of the D features (default ``z_{i}`` for a layer, ``feature_{i}`` for inputs).
         layer_input: use the layer's (first) input instead of its output, e.g. the input of the last linear layer.
+            Any other keyword is a ``TypeError`` that names the closest one (``feature_name``: did you mean
+            ``feature_names``?).
 
     Example:
         >>> import torch
@@ -86,7 +88,9 @@ class RegionalRuleExplainer:
         *,
         feature_names: Sequence[str] | None = None,
         layer_input: bool = False,
+        **unknown: Any,
     ) -> None:
+        A.unexpected_keywords(unknown, ("layer", "feature_names", "layer_input"), type(self).__name__)
         if not isinstance(model, nn.Module):
             raise TypeError(f"Expected `model` to be a torch.nn.Module, but got {type(model).__name__}.")
         if isinstance(feature_names, str):

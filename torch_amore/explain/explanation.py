@@ -407,6 +407,7 @@ class RegionalExplanation(Sequence[RuleSet]):
         """
         from torch_amore.data import arguments as A
         from torch_amore.data import validation as V
+        from torch_amore.model.input_shape import check_new_data, check_width
 
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.evaluate")
         opts = self.data_options
@@ -425,11 +426,14 @@ class RegionalExplanation(Sequence[RuleSet]):
         if self.explainer is None:
             matrix = features if features is not None else inputs
             target = V.align_rows(target, matrix, "target", "features" if features is not None else "inputs")
+            check_width(matrix, "inputs", n_features=len(self.feature_names))
             X, _ = V.to_tensor_2d(matrix, "inputs")
             if callable(target) or not hasattr(target, "__len__"):
                 raise TypeError("Expected a boolean mask `target` when evaluating without an explainer (on a matrix).")
             mask = _mask(target, X.shape[0])
             return [rs.evaluate(X, mask.to(X.device)) for rs in self.rule_sets]
+        source, shape = self.params.get("source"), self.params.get("input_shape")
+        check_new_data(inputs, features, source=source, n_features=len(self.feature_names), input_shape=shape)
         return self.explainer._evaluate(
             self,
             inputs,

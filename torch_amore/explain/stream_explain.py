@@ -33,6 +33,7 @@ from torch_amore.model.forward import (
     output_tensor,
     to_device,
 )
+from torch_amore.model.input_shape import call_model
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
 __all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "ModelBatches"]
@@ -150,7 +151,7 @@ class ModelBatches:
                 inp = to_device(inp, device)
                 args, kwargs = to_device(batch_args(r.model_args, inp, start, self.n), device, dtype)
                 fed = to_device(inp, device, dtype)
-                out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
+                out = call_model(model, fed, args, kwargs, inputs=self.inputs)
                 out = output_tensor(out).detach()
                 rows = out.shape[0]
                 if not first_only:  # the probe only measures the width; the passes report NaN outputs

@@ -19,6 +19,7 @@ from torch_amore._utils.typing import BatchKey
 from torch_amore.data.arguments import check_int
 from torch_amore.data.validation import check_model_device, check_not_meta, numpy_to_tensor, to_tensor_2d
 from torch_amore.model.batches import batch_len, is_graph, iter_batches, n_rows
+from torch_amore.model.input_shape import call_model
 
 # --------------------------------------------------------------------------------------------------------------------
 # layers, modes, hooks
@@ -267,7 +268,7 @@ def run_model(
             inp = to_device(inp, device)
             args, kwargs = to_device(batch_args(model_args, inp, start, n_known), device, dtype)
             fed = to_device(inp, device, dtype)
-            out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
+            out = call_model(model, fed, args, kwargs, accepted=input_shape, inputs=inputs)
             out = output_tensor(out)
             rows = out.shape[0]
             start += rows

@@ -8,7 +8,6 @@ plain keyword arguments, which are turned into one), so an option accepted by on
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -237,6 +236,5 @@ def check_option_names(names: Mapping[str, Any] | Sequence[str], what: str = "ke
     known = SearchOptions.names()
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(str(name), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; expected one of {list(known)}"
+            hint = A.did_you_mean(name, known) or f"; expected one of {list(known)}"
             raise TypeError(f"Unexpected {what} {name!r}{hint}.")

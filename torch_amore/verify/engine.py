@@ -7,7 +7,6 @@ moves the first into the rule set and the second out of it. Private; see :mod:`t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from torch import nn
 from torch_amore._utils.progress import progress_bar
 from torch_amore.data.arguments import check_int
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer, run_model
+from torch_amore.model.input_shape import check_width
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.interventions import (
@@ -112,7 +112,8 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
             f"Expected at least {2 * longest} units for control draws of {longest} units besides the rule set's, but "
             f"the explanation has {n_units}; pass n_controls=0."
         )
-    _check_shape(inputs, explanation.params.get("input_shape"), n_units if layer is None else None)
+    shape = explanation.params.get("input_shape")
+    check_width(inputs, "inputs", n_features=n_units if layer is None else None, input_shape=shape)
     batch_size = given.batch_size or explanation.data_options.get("batch_size", 256)
     return _Setup(
         model=model,
@@ -204,24 +205,6 @@ def _position(every: list[RuleSet], rs: Any) -> int:
         if other == rs:
             return i
     raise ValueError(f"Expected rule sets of this explanation, but {rs.format()!r} is not one of its rule sets.")
-
-
-def _check_shape(inputs: Any, input_shape: Any, n_units: int | None) -> None:
-    """Tensor inputs must have the shape of one explained sample (``input_shape``, recorded by ``explain``) and, for
-    rules on raw inputs, as many features (flattened) as the explanation (``n_units``)."""
-    if not isinstance(inputs, torch.Tensor) or inputs.ndim < 1:
-        return
-    shape = tuple(inputs.shape[1:])
-    if input_shape is not None and shape != tuple(input_shape):
-        raise ValueError(
-            f"Expected `inputs` of shape (N, {', '.join(map(str, input_shape))}) like the explained samples, but got "
-            f"shape {tuple(inputs.shape)}."
-        )
-    if n_units is not None and math.prod(shape) != n_units:
-        raise ValueError(
-            f"Expected `inputs` with {n_units} features per sample (those the rules were built on), but got "
-            f"shape {tuple(inputs.shape)} ({math.prod(shape)} features)."
-        )
 
 
 def _model_args(explanation: Any, args: Any, kwargs: dict | None) -> ModelArgs:
