@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(args.seed)
 
+    print(f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}, 1 thread")
     images = read_idx(args.data / "mnist-t10k-images-idx3-ubyte.gz")
     labels = read_idx(args.data / "mnist-t10k-labels-idx1-ubyte.gz")
     x = torch.from_numpy(images.astype(np.float32) / 255.0)[:, None]  # (10000, 1, 28, 28) in [0, 1]
