@@ -207,6 +207,14 @@ def main(argv: list[str] | None = None) -> None:
     test = (z_test, probs_test.argmax(1) == args.digit)
     print(f"subgroup: {int(subgroup.sum())} of {n} training images ({int(test[1].sum())} of {len(x_test)} held out)\n")
     print(rows_table(ours, test))
+    print("\nthe default strategy's rule sets, as the explainer shows them:")
+    print(explanation.format(max_rows=5))
+    held_out = explanation.evaluate(x_test)
+    print(f"on the {len(x_test)} held-out images:")
+    print(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}")
+    shown = [explanation.rule_sets.index(rs) for rs in explanation.distinct()[:5]]  # the rows of the table above
+    for i, m in enumerate((held_out[j] for j in shown), 1):
+        print(f"  {i:>2}  {m.support:>7}  {m.confidence:>10.3f}  {m.fitness:>7.3f}")
 
     if not args.no_figures:
         figures(explainer, explanation, x_train, x_test, y_test, z_test, model, args.out)
