@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
@@ -46,6 +47,7 @@ from torch_amore.model.forward import (
     run_model,
 )
 from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.rules.caveats import useless_reason
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -203,7 +205,10 @@ class RegionalRuleExplainer:
             forward_kwargs=forward_kwargs,
             local=local,
         )
-        return self._explain(inputs, request, stream=check_stream(stream))
+        with OneWarning(stacklevel=2) as warned:  # every reason this call has to warn, in one UserWarning
+            explanation = self._explain(inputs, request, stream=check_stream(stream))
+        explanation.message = warned.text
+        return explanation
 
     def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
         """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
@@ -518,28 +523,5 @@ class RegionalRuleExplainer:
 
 
 def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
-    """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
-    rule set with positive fitness ('' when none applies)."""
-    if local:
-        if rule_sets:
-            return ""
-        return (
-            "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
-            "subgroup's share above its base rate with enough support (try a smaller min_support)."
-        )
-    reasons = []
-    if min_count > size:
-        reasons.append(
-            f"min_support ({min_count} samples) exceeds the subgroup ({size} of {n} samples): every rule set holds "
-            "samples outside it, and above twice the subgroup its fitness is negative; pass a smaller min_support "
-            "(the default, None, takes at most half the subgroup)"
-        )
-    best = rule_sets[0].fitness if rule_sets else None
-    if best is None or best <= 0:
-        found = "no rule set" if best is None else f"the best has fitness {best:.3f}"
-        reasons.append(
-            f"no rule set reaches positive fitness ({found}; the subgroup is {size} of {n} samples, base rate "
-            f"{size / n:.2%}): try a smaller min_support, a larger max_length or n_grids, or features on which the "
-            "subgroup separates"
-        )
-    return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""
+    """Why the rule sets may be useless (:func:`torch_amore.rules.caveats.useless_reason`; '' when none applies)."""
+    return useless_reason(rule_sets, n, size, min_count=min_count, local=local)
