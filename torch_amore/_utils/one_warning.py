@@ -31,6 +31,7 @@ class OneWarning:
     Args:
         stacklevel: as in :func:`warnings.warn`, counted from the function that holds the ``with`` block (2: its
             caller).
+        leave_out: kinds of reasons (see :meth:`add`) this call does not give, also those of inner collectors.
 
     Example:
         >>> import warnings
@@ -49,17 +50,21 @@ class OneWarning:
         'the first reason. Also: the second reason.'
     """
 
-    def __init__(self, stacklevel: int = 2) -> None:
+    def __init__(self, stacklevel: int = 2, *, leave_out: tuple[str, ...] = ()) -> None:
         self.stacklevel = stacklevel
+        self.leave_out = tuple(leave_out)
         self.reasons: list[str] = []
+        self.kinds: list[str] = []
         self._catcher: warnings.catch_warnings | None = None
         self._caught: list[warnings.WarningMessage] = []
 
-    def add(self, reason: str) -> None:
-        """Keep ``reason`` (a sentence; '' and repeats are left out)."""
+    def add(self, reason: str, kind: str = "") -> None:
+        """Keep ``reason`` (a sentence; '', repeats and kinds in ``leave_out`` are left out); ``kind`` names what
+        it is about (e.g. ``"leak"``) for an outer call that leaves that kind out."""
         reason = str(reason).strip()
-        if reason and reason not in self.reasons:
+        if reason and reason not in self.reasons and kind not in self.leave_out:
             self.reasons.append(reason)
+            self.kinds.append(kind)
 
     @property
     def text(self) -> str:
@@ -89,7 +94,7 @@ class OneWarning:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         outer = _stack()
         if outer:
-            for reason in self.reasons:
-                outer[-1].add(reason)
+            for reason, reason_kind in zip(self.reasons, self.kinds):
+                outer[-1].add(reason, reason_kind)
         elif self.reasons and kind is None:
             warnings.warn(self.text, UserWarning, stacklevel=self.stacklevel + 1)

@@ -13,7 +13,8 @@
   is flagged in the tables (:func:`at_base_rate`); the warning comes when the best one is;
 * **a leaking feature**: a rule set of one condition whose rows match the subgroup with a Jaccard index
   ``hits / (support + subgroup - hits)`` of at least :data:`LEAK_JACCARD`: one feature alone reproduces the
-  subgroup, which is what a feature that encodes the target (a label column left among the features) does.
+  subgroup, which is what a feature that encodes the target (a label column left among the features) does. Rules on
+  a model's hidden units are meant to reproduce its decision: ``explain`` on a layer leaves this caveat out.
 
 Rule sets are named by their position in the list, ``#i+1`` for ``rule_sets[i]``, as in every display.
 """
@@ -169,8 +170,11 @@ def leak_reason(rule_sets: Sequence[RuleSet], size: int, min_jaccard: float = LE
     return " ".join(parts)
 
 
-def caveats(rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count: int, local: bool = False) -> list[str]:
-    """Every reason to read the rule sets with care, each a sentence ([] when there is none); see the module.
+def caveats(
+    rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count: int, local: bool = False
+) -> list[tuple[str, str]]:
+    """Every reason to read the rule sets with care, as (kind, sentence) pairs ([] when there is none): kinds
+    ``"useless"``, ``"base_rate"`` and ``"leak"``; see the module.
 
     Args:
         rule_sets: a search's rule sets, best first (named ``#i+1`` for ``rule_sets[i]``).
@@ -181,12 +185,12 @@ def caveats(rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count: int, 
     Example:
         >>> from torch_amore.rules.rule import Rule
         >>> leak = RuleSet((Rule(0, "y", value=1.0, kind="cat"),), support=40, confidence=1.0, fitness=1.0)
-        >>> [reason[:24] for reason in caveats([leak], 1000, 40, min_count=20)]
-        ["Feature 'y' may leak the"]
+        >>> [(kind, reason[:24]) for kind, reason in caveats([leak], 1000, 40, min_count=20)]
+        [('leak', "Feature 'y' may leak the")]
     """
     if not n:
         return []
-    reasons = [useless_reason(rule_sets, n, size, min_count=min_count, local=local)]
+    reasons = [("useless", useless_reason(rule_sets, n, size, min_count=min_count, local=local))]
     if size:
-        reasons += [base_rate_reason(rule_sets, n, size), leak_reason(rule_sets, size)]
-    return [r for r in reasons if r]
+        reasons += [("base_rate", base_rate_reason(rule_sets, n, size)), ("leak", leak_reason(rule_sets, size))]
+    return [(kind, text) for kind, text in reasons if text]

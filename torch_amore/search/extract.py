@@ -195,8 +195,8 @@ def extract_rules(
         )
         if facts is not None:
             n, size, min_count, local = facts
-            for reason in caveats(rule_sets, n, size, min_count=min_count, local=local):
-                warned.add(reason)
+            for kind, reason in caveats(rule_sets, n, size, min_count=min_count, local=local):
+                warned.add(reason, kind)
     return rule_sets
 
 
