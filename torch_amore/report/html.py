@@ -28,12 +28,12 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 88em; 
 h1 { font-size: 1.45em; margin-bottom: 0.2em; overflow-wrap: anywhere; }
 h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; max-width: 100%; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.4em; text-align: right; vertical-align: top; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.35em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; cursor: pointer; user-select: none; font-weight: 600; }
 th.rule, td.rule, td.note, td.verdict { text-align: left; }
-td.rule { font-family: ui-monospace, monospace; }
+td.rule { font-family: ui-monospace, monospace; font-size: 0.92em; }
 .cond { white-space: nowrap; }
-td.note { color: #555; font-size: 0.92em; }
+td.note { color: #555; font-size: 0.92em; overflow-wrap: anywhere; min-width: 8em; }
 tr.negative td { color: #a00; }
 tr.duplicate td { color: #888; }
 th.verified, td.verified { background: #f2f6fb; }
@@ -165,10 +165,7 @@ def _notes(explanation: Any, max_jaccard: float) -> tuple[list[int], list[str]]:
     for i, rs in enumerate(rule_sets):
         parts = []
         if rep[i] != i:
-            parts.append(
-                f"near-duplicate of #{rep[i] + 1} ({_cond(rule_sets[rep[i]])}; covered rows' Jaccard index >= "
-                f"{max_jaccard:g})"
-            )
+            parts.append(f"near-duplicate of #{rep[i] + 1} (covered rows' Jaccard index >= {max_jaccard:g})")
         if rs.fitness < 0:
             parts.append("negative fitness: covers more rows outside the subgroup than in it")
         elif explanation.stats(rs)["at_base_rate"]:
