@@ -152,14 +152,35 @@ class _Threshold(nn.Module):
         return torch.stack([0.6 - h[:, 0], h[:, 0] - 0.6], 1)
 
 
-def test_explain_warns_once_with_the_leak_on_inputs_and_not_on_a_layer():
+class _Ripples(nn.Module):
+    """Class 1 for about 90 % of the rows, by a pattern far finer than any grid: no interval beats the base rate."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.sin(997.0 * x[:, 0] + 613.0 * x[:, 1])
+        return torch.stack([-0.95 - s, s + 0.95], 1)
+
+
+def test_explain_leaves_the_leak_out_its_rules_are_meant_to_match_the_decision():
     g = torch.Generator().manual_seed(2)
     X = torch.rand(800, 3, generator=g)
-    explainer = ta.RegionalRuleExplainer(_Threshold())
-    explanation, caught = _calls_warnings(explainer.explain, X, 1, max_length=2)
+    for layer in (None, "hidden"):
+        explanation, caught = _calls_warnings(ta.RegionalRuleExplainer(_Threshold(), layer=layer).explain, X, 1)
+        best = explanation.best
+        assert len(best) == 1 and best.features == (0,) and best.confidence == 1.0  # reproduces the decision
+        assert caught == [] and explanation.message == ""
+
+
+def test_explain_gives_one_warning_with_every_reason_and_keeps_it_as_its_message():
+    """A best rule at the base rate and max_length 3 on two features (capped): one UserWarning with both reasons."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(3000, 2, generator=g)
+    explanation, caught = _calls_warnings(ta.RegionalRuleExplainer(_Ripples()).explain, X, 1, max_length=3)
+    size = int(explanation.subgroup.sum())
+    best = explanation.best
+    mask = best.mask(X)
+    low, high = _wilson(int((mask & explanation.subgroup).sum()), int(mask.sum()))
+    assert 0.8 < size / 3000 < 0.97 and low <= size / 3000 <= high  # the case the warning is for
     assert len(caught) == 1 and explanation.message == str(caught[0].message)
-    assert "Feature 'feature_0' may leak the target" in explanation.message
-    on_layer = ta.RegionalRuleExplainer(_Threshold(), layer="hidden")
-    explanation, caught = _calls_warnings(on_layer.explain, X, 1, max_length=2)
-    assert explanation.best.features == (0,) and explanation.best.confidence == 1.0  # the unit reproduces the decision
-    assert not any("may leak" in str(w.message) for w in caught) and "may leak" not in explanation.message
+    assert "max_length" in explanation.message and "#1" in explanation.message
+    assert "may describe the data rather than the subgroup" in explanation.message
+    assert caught[0].filename == __file__

@@ -205,8 +205,8 @@ class RegionalRuleExplainer:
             forward_kwargs=forward_kwargs,
             local=local,
         )
-        leave_out = ("leak",) if self.layer is not None else ()  # rules on units are meant to match the decision
-        with OneWarning(stacklevel=2, leave_out=leave_out) as warned:  # every reason to warn, in one UserWarning
+        # every reason to warn, in one UserWarning; not the leak caveat: rules are meant to match the model's decision
+        with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:
             explanation = self._explain(inputs, request, stream=check_stream(stream))
         explanation.message = warned.text
         return explanation

@@ -14,7 +14,7 @@
 * **a leaking feature**: a rule set of one condition whose rows match the subgroup with a Jaccard index
   ``hits / (support + subgroup - hits)`` of at least :data:`LEAK_JACCARD`: one feature alone reproduces the
   subgroup, which is what a feature that encodes the target (a label column left among the features) does. Rules on
-  a model's hidden units are meant to reproduce its decision: ``explain`` on a layer leaves this caveat out.
+  a model's decision are meant to reproduce it: ``explain`` and the Lightning callback leave this caveat out.
 
 Rule sets are named by their position in the list, ``#i+1`` for ``rule_sets[i]``, as in every display.
 """
