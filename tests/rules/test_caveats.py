@@ -184,3 +184,14 @@ def test_explain_gives_one_warning_with_every_reason_and_keeps_it_as_its_message
     assert "max_length" in explanation.message and "#1" in explanation.message
     assert "may describe the data rather than the subgroup" in explanation.message
     assert caught[0].filename == __file__
+
+
+def test_streamed_explain_warns_the_same_way():
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(3000, 2, generator=g)
+    explanation, caught = _calls_warnings(ta.RegionalRuleExplainer(_Ripples()).explain, X, 1, stream=True)
+    base = int(explanation.subgroup.sum()) / 3000
+    low, high = _wilson(int((explanation.best.mask(X) & explanation.subgroup).sum()), explanation.best.support)
+    assert low <= base <= high
+    assert len(caught) == 1 and explanation.message == str(caught[0].message)
+    assert explanation.message.startswith("Rule set") and "may describe the data rather than" in explanation.message

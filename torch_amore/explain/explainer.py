@@ -47,7 +47,7 @@ from torch_amore.model.forward import (
     run_model,
 )
 from torch_amore.model.subgroups import subgroup, subgroup_mask
-from torch_amore.rules.caveats import useless_reason
+from torch_amore.rules.caveats import base_rate_reason, useless_reason
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -333,8 +333,9 @@ class RegionalRuleExplainer:
         n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
         min_count = options.support_count(n, size)
         message = _guardrail(rule_sets, min_count, n, size, local=False)
-        if message:
-            warnings.warn(message, UserWarning, stacklevel=3)
+        for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
+            if reason:
+                warnings.warn(reason, UserWarning, stacklevel=3)
         params = {
             "min_support_count": min_count,
             "source": facts["source"],
