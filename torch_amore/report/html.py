@@ -30,7 +30,7 @@ h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; max-width: 100%; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.35em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; cursor: pointer; user-select: none; font-weight: 600; }
-th.rule, td.rule, td.note, td.verdict { text-align: left; }
+th.rule, td.rule, td.note, th.verdict, td.verdict { text-align: left; }
 td.rule { font-family: ui-monospace, monospace; font-size: 0.92em; }
 .cond { white-space: nowrap; }
 td.note { color: #555; font-size: 0.92em; overflow-wrap: anywhere; min-width: 8em; }

@@ -381,7 +381,9 @@ _HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control nec
 
 def verification_header() -> str:
     """The header cells of the report's verification column group."""
-    return "".join(f'<th class="verified">{name}</th>' for name in _HTML_COLUMNS)
+    return "".join(
+        f'<th class="verified{" verdict" if name == "verdict" else ""}">{name}</th>' for name in _HTML_COLUMNS
+    )
 
 
 def verification_cells(row: RuleVerification | None) -> str:
