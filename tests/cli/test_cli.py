@@ -33,9 +33,9 @@ def _run_module(*args: str) -> subprocess.CompletedProcess:
 
 
 def _parse_rows(stdout: str) -> list[tuple[int, str, int, float, float]]:
-    """(rank, rule text, support, confidence, fitness) of every printed table row."""
+    """(#, rule text, support, confidence, fitness) of every printed table row."""
     lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "rule"]) + 1
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["#", "rule"]) + 1
     rows = []
     for line in lines[start:]:
         if not (line[:4].strip().isdigit() and line[4:6] == "  "):
@@ -655,8 +655,9 @@ def test_empty_column_is_left_out_with_a_one_line_warning(tmp_path, capsys):
     df.to_csv(path, index=False)
     assert main(["rules", str(path), "--target", "y == 1\n or y == 2", "--min-support", "10"]) == 0  # two lines
     captured = capsys.readouterr()
-    assert captured.err == ("torch-amore: warning: column 'empty' has no values (all missing); it is left out of "
-                            "the features\n")  # fmt: skip
+    empty, leak = captured.err.splitlines()  # the table's warning, then the search's (y is x > 0.7: x leaks it)
+    assert empty == "torch-amore: warning: column 'empty' has no values (all missing); it is left out of the features"
+    assert leak.startswith("torch-amore: warning: Feature 'x' may leak the target: rule set #1 (x >= 0.7")
     assert "subgroup y == 1 or y == 2: " in captured.out and "1 feature (excluded: y)" in captured.out
     assert _parse_rows(captured.out)[0][1].startswith("x >= 0.7")
 

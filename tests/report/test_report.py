@@ -118,7 +118,7 @@ def test_to_html_is_one_self_contained_file_whose_table_equals_the_explanation(t
         assert ("negative" in attrs["class"]) == (rs.fitness < 0)
         assert ("negative fitness" in cells[-1][1]) == (rs.fitness < 0)
     notes = [cells[-1][1] for _, cells in every]
-    assert sum("near-duplicate of x >= 50" in n for n in notes) == 1
+    assert sum(n.startswith("near-duplicate of #1 (") for n in notes) == 1
     # one embedded PNG per figure: two rule plots and the caller's figure, each a real, non-blank image
     assert len(page.images) == 3
     for img in page.images:

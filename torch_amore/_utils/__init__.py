@@ -2,4 +2,4 @@
 CPU threads, stable sorting, sync-free host-to-device copies, progress bars, type aliases. Import the modules
 themselves (``from torch_amore._utils import distributed as D``)."""
 
-__all__ = ["counting", "distributed", "division", "progress", "sorting", "threads", "transfer", "typing"]
+__all__ = ["counting", "distributed", "division", "one_warning", "progress", "sorting", "threads", "transfer", "typing"]

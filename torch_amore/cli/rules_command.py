@@ -121,23 +121,34 @@ def _device(text: str) -> torch.device:
     raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps")
 
 
-def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -> str:
-    """The rule sets as an aligned text table: rank, rule, support, confidence, fitness (and, with
-    ``flag_negative``, a note on rule sets with negative fitness).
+def format_table(
+    rule_sets: Sequence[RuleSet],
+    *,
+    flag_negative: bool = False,
+    positions: Sequence[int] | None = None,
+    base_rate: float | None = None,
+) -> str:
+    """The rule sets as an aligned text table: ``#`` (``positions``, 1-based places in the full list; default
+    1, 2, ...), rule, support, confidence, fitness (and, with ``flag_negative``, a note on rule sets with negative
+    fitness), then a legend line (with the ``base_rate`` when given).
 
     Example:
         >>> from torch_amore.rules.rule import Rule
         >>> rs = RuleSet((Rule(0, "age", low=50.0),), support=120, confidence=0.75, fitness=0.2)
-        >>> print(format_table([rs]))
-        rank  rule       support  confidence  fitness
-           1  age >= 50      120       0.750    0.200
+        >>> print(format_table([rs], positions=[3], base_rate=0.25))
+           #  rule       support  confidence  fitness
+           3  age >= 50      120       0.750    0.200
+        confidence: the subgroup's share of the rows covered (base rate 0.250); fitness: (in - out) / subgroup
     """
+    positions = list(range(1, len(rule_sets) + 1)) if positions is None else list(positions)
     rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
     width = max([len("rule")] + [len(r) for r in rules])
-    lines = [f"{'rank':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
-    for i, (rs, text) in enumerate(zip(rule_sets, rules), start=1):
+    lines = [f"{'#':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
+    for i, rs, text in zip(positions, rule_sets, rules):
         note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
         lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{note}")
+    base = "" if base_rate is None else f" (base rate {base_rate:.3f})"
+    lines.append(f"confidence: the subgroup's share of the rows covered{base}; fitness: (in - out) / subgroup")
     return "\n".join(lines)
 
 
@@ -325,9 +336,17 @@ def _report(run: _Run) -> None:
     print(_describe_rows(run.options, run.n_found, run.args.limit))
     shown, negative = run.shown(), run.negative
     if shown:
-        print(format_table(shown, flag_negative=run.args.all_rule_sets))
+        place = {id(rs): i for i, rs in enumerate(run.found, 1)}  # rule_sets[i] is #i+1, as in --json and --html
+        print(
+            format_table(
+                shown,
+                flag_negative=run.args.all_rule_sets,
+                positions=[place[id(rs)] for rs in shown],
+                base_rate=n_target / run.n,
+            )
+        )
     if run.found and run.found[0].optimum is not None:
-        print(f"best: {run.found[0].optimum_text()} (--strategy exact on the same grid)")
+        print(f"best: {run.found[0].optimum_text()}")
     hidden = len(run.found) - len(shown)
     if hidden:
         print(

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
@@ -46,6 +47,7 @@ from torch_amore.model.forward import (
     run_model,
 )
 from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.rules.caveats import base_rate_reason, useless_reason
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -207,7 +209,11 @@ class RegionalRuleExplainer:
             forward_kwargs=forward_kwargs,
             local=local,
         )
-        return self._explain(inputs, request, stream=check_stream(stream))
+        # every reason to warn, in one UserWarning; not the leak caveat: rules are meant to match the model's decision
+        with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:
+            explanation = self._explain(inputs, request, stream=check_stream(stream))
+        explanation.message = warned.text
+        return explanation
 
     def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
         """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
@@ -331,8 +337,9 @@ class RegionalRuleExplainer:
         n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
         min_count = options.support_count(n, size)
         message = _guardrail(rule_sets, min_count, n, size, local=False)
-        if message:
-            warnings.warn(message, UserWarning, stacklevel=3)
+        for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
+            if reason:
+                warnings.warn(reason, UserWarning, stacklevel=3)
         params = {
             "min_support_count": min_count,
             "source": facts["source"],
@@ -522,28 +529,5 @@ class RegionalRuleExplainer:
 
 
 def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
-    """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
-    rule set with positive fitness ('' when none applies)."""
-    if local:
-        if rule_sets:
-            return ""
-        return (
-            "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
-            "subgroup's share above its base rate with enough support (try a smaller min_support)."
-        )
-    reasons = []
-    if min_count > size:
-        reasons.append(
-            f"min_support ({min_count} samples) exceeds the subgroup ({size} of {n} samples): every rule set holds "
-            "samples outside it, and above twice the subgroup its fitness is negative; pass a smaller min_support "
-            "(the default, None, takes at most half the subgroup)"
-        )
-    best = rule_sets[0].fitness if rule_sets else None
-    if best is None or best <= 0:
-        found = "no rule set" if best is None else f"the best has fitness {best:.3f}"
-        reasons.append(
-            f"no rule set reaches positive fitness ({found}; the subgroup is {size} of {n} samples, base rate "
-            f"{size / n:.2%}): try a smaller min_support, a larger max_length or n_grids, or features on which the "
-            "subgroup separates"
-        )
-    return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""
+    """Why the rule sets may be useless (:func:`torch_amore.rules.caveats.useless_reason`; '' when none applies)."""
+    return useless_reason(rule_sets, n, size, min_count=min_count, local=local)

@@ -3,7 +3,6 @@ extracted on, convertible to text, HTML, JSON and a DataFrame, and measurable on
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import torch
 
+from torch_amore.explain.explanation_text import explanation_table_html, format_explanation
 from torch_amore.explain.loading import (
     _json_safe,
     _load_name,
@@ -23,6 +23,7 @@ from torch_amore.explain.loading import (
 )
 from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules import serialization as S
+from torch_amore.rules.caveats import at_base_rate, confidence_interval
 from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
 
@@ -77,7 +78,9 @@ class RegionalExplanation(Sequence[RuleSet]):
         >>> print(explanation)
         Regional rules for predicted 1 (subgroup: 2 of 4 samples, threshold 0.5)
            #  support  confidence  fitness    lift  recall  rule set
-           1        2       1.000    1.000   2.000   1.000  x >= 0.65
+           1        2       1.000    1.000   2.000*  1.000  x >= 0.65
+          lift: confidence / base rate 0.500 (1: no better than all rows); recall: share of the subgroup covered
+          *: the confidence's 95% interval contains the base rate (not measurably above all rows)
         >>> explanation
         RegionalExplanation(target='predicted 1', rule_sets=1, best_fitness=1.000, subgroup=2/4)
         >>> explanation.evaluate(X, target=subgroup)[0]
@@ -136,9 +139,12 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     def stats(self, rule_set: RuleSet) -> dict[str, Any]:
         """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
-        subgroup it covers), the base rate and whether its fitness is positive (NaN where the sizes are unknown)."""
+        subgroup it covers), the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence
+        and whether that interval contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`; NaN where
+        the sizes are unknown)."""
         size, base = self.params.get("subgroup_size"), self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
+        low, high = confidence_interval(rule_set)
         return {
             "support": rule_set.support,
             "confidence": rule_set.confidence,
@@ -147,6 +153,9 @@ class RegionalExplanation(Sequence[RuleSet]):
             "recall": recall(hits, size) if size else float("nan"),
             "base_rate": base if base is not None else float("nan"),
             "positive_fitness": rule_set.fitness > 0,
+            "confidence_low": low,
+            "confidence_high": high,
+            "at_base_rate": at_base_rate(rule_set, base),
         }
 
     def shown(self, include_negative: bool = False, *, distinct: bool = True) -> list[tuple[int, RuleSet]]:
@@ -207,59 +216,18 @@ class RegionalExplanation(Sequence[RuleSet]):
         self, max_rows: int | None = 10, precision: int = 3, *, include_negative: bool = False, distinct: bool = True
     ) -> str:
         """A readable table of the first ``max_rows`` rule sets (``None``: all) of :meth:`shown`: distinct rule sets
-        with positive fitness by default; ``#`` is the position in :attr:`rule_sets`."""
+        with positive fitness by default; ``#`` is the position in :attr:`rule_sets` (``#i+1`` for ``rule_sets[i]``,
+        so rule sets left out leave gaps), a legend line says what the columns mean and ``*`` flags a confidence
+        interval that contains the base rate (:mod:`torch_amore.explain.explanation_text`)."""
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
             raise ValueError(f"Expected `max_rows` to be an int >= 0 or None, but got {max_rows!r}.")
-        lines = [self._header()]
-        rows = self.shown(include_negative, distinct=distinct)
-        hidden = len(self.rule_sets) - len(rows)
-        if not rows:
-            what = "no rule sets with positive fitness" if self.rule_sets else "no rule sets"
-            lines.append(f"  ({what}) {self.message}".rstrip())
-        else:
-            lines.append(
-                f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
-            )
-            lines += [self._row(i, rs, precision) for i, rs in rows[:max_rows]]
-            if max_rows is not None and len(rows) > max_rows:
-                lines.append(f"  ... {len(rows) - max_rows} more")
-        if self.best is not None and self.best.optimum is not None:
-            lines.append(f"  best: {self.best.optimum_text(precision)} (strategy='exact' on the same grid)")
-        if hidden:
-            negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in self.rule_sets)
-            why = [f"{negative} with fitness <= 0"] if negative else []
-            why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
-            lines.append(
-                f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, "
-                f"include_negative=True) lists all {len(self.rule_sets)})"
-            )
-        if self.verification is not None:
-            lines.append(self.verification.format(precision))
-        return "\n".join(lines)
-
-    def _row(self, i: int, rs: RuleSet, precision: int) -> str:
-        st = self.stats(rs)
-        cond = " AND ".join(r.format(precision) for r in rs.rules)
-        return (
-            f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}  "
-            f"{st['recall']:>6.3f}  {cond}"
-        )
+        return format_explanation(self, max_rows, precision, include_negative=include_negative, distinct=distinct)
 
     def __str__(self) -> str:
         return self.format()
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
-            f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
-            for i, rs in self.shown()[:20]
-        )
-        empty = f"<p>{html.escape(self.message or 'No rule sets.')}</p>" if not self.rule_sets else ""
-        return (
-            f"<div><p><b>{html.escape(self._header())}</b></p>{empty}"
-            "<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th><th>rule set</th></tr>"
-            f"</thead><tbody>{rows}</tbody></table></div>"
-        )
+        return explanation_table_html(self)
 
     # ---------------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -272,7 +240,9 @@ class RegionalExplanation(Sequence[RuleSet]):
             "format": _FORMAT,
             "format_version": FORMAT_VERSION,
             "library_version": __version__,
-            "rule_sets": [{**rs.to_dict(), **_json_safe(self.stats(rs))} for rs in self.rule_sets],
+            "rule_sets": [
+                {"position": i, **rs.to_dict(), **_json_safe(self.stats(rs))} for i, rs in enumerate(self.rule_sets, 1)
+            ],
             "threshold": self.threshold,
             "features": [int(f) for f in self.features],
             "feature_names": list(self.feature_names),
@@ -346,8 +316,9 @@ class RegionalExplanation(Sequence[RuleSet]):
     def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
         """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
         rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
-        NaN when not computed), lift, recall, base rate and the flag ``positive_fitness``; the index is the position
-        in :attr:`rule_sets`."""
+        NaN when not computed), lift, recall, base rate, the flag ``positive_fitness``, the 95 % interval of the
+        confidence and the flag ``at_base_rate`` (that interval contains the base rate); the index ``#`` is the
+        position in :attr:`rule_sets` (``#i+1`` for ``rule_sets[i]``), as in every display."""
         import pandas as pd
 
         rows = self.shown(include_negative, distinct=distinct)
@@ -373,6 +344,9 @@ class RegionalExplanation(Sequence[RuleSet]):
             "recall",
             "base_rate",
             "positive_fitness",
+            "confidence_low",
+            "confidence_high",
+            "at_base_rate",
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 

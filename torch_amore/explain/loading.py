@@ -13,7 +13,16 @@ from torch_amore.rules import serialization as S
 from torch_amore.rules.rules import RuleSet
 
 #: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
-_DERIVED = ("lift", "recall", "base_rate", "positive_fitness")
+_DERIVED = (
+    "position",
+    "lift",
+    "recall",
+    "base_rate",
+    "positive_fitness",
+    "confidence_low",
+    "confidence_high",
+    "at_base_rate",
+)
 
 
 def _load_rule_set(data: Any) -> RuleSet:

@@ -16,6 +16,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, IterableDataset, Subset
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
@@ -82,7 +83,10 @@ class CallbackExplain:
         if 0 < n_sub < n_all:
             if self.select_features:
                 indices = selection = self._select(pl_module, fwd, mask, names, layer)
-            rule_sets = extract_rules(X, mask, options=options, features=indices, feature_names=names, target_name=desc)
+            with OneWarning(stacklevel=2, leave_out=("leak",)):  # rules are meant to match the model's decision
+                rule_sets = extract_rules(
+                    X, mask, options=options, features=indices, feature_names=names, target_name=desc
+                )
         else:
             message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")

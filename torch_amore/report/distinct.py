@@ -22,6 +22,9 @@ category (categorical rules) and the same open sides (``x >= a`` vs ``x >= b``).
 
 ``min_fitness`` additionally leaves out rule sets below a fitness (``0.0`` drops the negative-fitness ones: rules that
 cover more rows outside the subgroup than in it).
+
+Displays number a kept rule set by its place in the full list (``rule_sets[i]`` is ``#i+1``), so the rule sets left
+out leave gaps in the shown numbers, never a renumbering.
 """
 
 from __future__ import annotations

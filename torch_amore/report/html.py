@@ -22,19 +22,27 @@ from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import verification_cells, verification_header, verification_note
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 90em; color: #222; padding: 0 1em; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; cursor: pointer; user-select: none; }
-td.rule, th.rule, td.key { text-align: left; font-family: ui-monospace, monospace; }
-td.rule { min-width: 16em; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 88em; color: #222; padding: 0 1em;
+       line-height: 1.35; }
+h1 { font-size: 1.45em; margin-bottom: 0.2em; overflow-wrap: anywhere; }
+h2 { font-size: 1.2em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; max-width: 100%; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.35em; text-align: right; vertical-align: top; }
+th { background: #f3f3f3; cursor: pointer; user-select: none; font-weight: 600; }
+th.rule, td.rule, td.note, th.verdict, td.verdict { text-align: left; }
+td.rule { font-family: ui-monospace, monospace; font-size: 0.92em; }
+.cond { white-space: nowrap; }
+td.note { color: #555; font-size: 0.92em; overflow-wrap: anywhere; min-width: 8em; }
 tr.negative td { color: #a00; }
 tr.duplicate td { color: #888; }
 th.verified, td.verified { background: #f2f6fb; }
-td.verified { white-space: nowrap; }
-.interval { font-size: 0.8em; color: #555; }
+.interval { font-size: 0.85em; color: #555; white-space: nowrap; }
+table#options { table-layout: fixed; width: 100%; }
+table#options th, table#options td { text-align: left; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+table#options th:first-child { width: 16em; }
 figure { margin: 1em 0 2em; }
-figure img { max-width: 100%; border: 1px solid #eee; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }
 .note { color: #555; font-size: 0.9em; }
 """
@@ -80,6 +88,12 @@ def _cond(rs: RuleSet) -> str:
     return " AND ".join(r.format() for r in rs.rules) or "TRUE"
 
 
+def _cond_html(rs: RuleSet) -> str:
+    """The conditions, each in a ``cond`` span that never breaks (lines break only between conditions)."""
+    conds = [f'<span class="cond">{html.escape(r.format())}</span>' for r in rs.rules]
+    return " AND ".join(conds) or '<span class="cond">TRUE</span>'
+
+
 def _num(value: float, text: str) -> str:
     return f'<td data-value="{float(value)!r}">{text}</td>'
 
@@ -96,28 +110,47 @@ def _rule_table(
     rows: Sequence[tuple[int, RuleSet, str]],
     held: Mapping[int, RuleMetrics] | None,
     table_id: str,
-    verified: Any = None,
 ) -> str:
-    """rows: (index in explanation.rule_sets, rule set, note); ``verified``: the explanation's verification."""
+    """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1``. The note column is left out
+    when every note is empty."""
     head = '<th>#</th><th class="rule">rule set</th><th>length</th><th>support</th><th>confidence</th><th>fitness</th>'
     if held is not None:
         head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"
-    if verified is not None:
-        head += verification_header()
-    head += '<th class="rule">note</th>'
+    with_note = any(note for _, _, note in rows)
+    if with_note:
+        head += '<th class="rule">note</th>'
     body = []
-    for rank, (i, rs, note) in enumerate(rows, 1):
+    for i, rs, note in rows:
         cls = "negative" if rs.fitness < 0 else "duplicate" if note.startswith("near-duplicate") else ""
-        cells = _num(rank, str(rank)) + f'<td class="rule">{html.escape(_cond(rs))}</td>' + _num(len(rs), str(len(rs)))
+        cells = _num(i + 1, str(i + 1)) + f'<td class="rule">{_cond_html(rs)}</td>' + _num(len(rs), str(len(rs)))
         cells += _metric_cells(rs)
         if held is not None:
             cells += _metric_cells(held[i])
-        if verified is not None:
-            cells += verification_cells(verified.row(i + 1))
-        cells += f'<td class="rule">{html.escape(note)}</td>'
+        if with_note:
+            cells += f'<td class="note">{html.escape(note)}</td>'
         body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
     return (
         f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _verification_table(explanation: Any, verified: Any) -> str:
+    """The verified rule sets (``#`` as everywhere) with their shares, controls and verdicts ('' without)."""
+    if verified is None:
+        return ""
+    body = []
+    for row in verified.rows:
+        i = row.position - 1
+        rs = explanation.rule_sets[i] if 0 <= i < len(explanation.rule_sets) else None
+        cond = _cond_html(rs) if rs is not None else html.escape(row.rule_set)
+        cells = _num(row.position, str(row.position)) + f'<td class="rule">{cond}</td>' + verification_cells(row)
+        body.append(f'<tr data-index="{i}">{cells}</tr>')
+    head = '<th>#</th><th class="rule">rule set</th>' + verification_header()
+    return (
+        "<h2>Verification by intervention</h2>"
+        + verification_note(verified)
+        + f'<table id="verification" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table>"
     )
 
 
@@ -132,9 +165,11 @@ def _notes(explanation: Any, max_jaccard: float) -> tuple[list[int], list[str]]:
     for i, rs in enumerate(rule_sets):
         parts = []
         if rep[i] != i:
-            parts.append(f"near-duplicate of {_cond(rule_sets[rep[i]])} (row Jaccard >= {max_jaccard:g})")
+            parts.append(f"near-duplicate of #{rep[i] + 1} (covered rows' Jaccard index >= {max_jaccard:g})")
         if rs.fitness < 0:
             parts.append("negative fitness: covers more rows outside the subgroup than in it")
+        elif explanation.stats(rs)["at_base_rate"]:
+            parts.append("at the base rate: the confidence's 95% interval contains it")
         notes.append("; ".join(parts))
     return shown_idx, notes
 
@@ -150,10 +185,10 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
     from torch_amore.report.plot import plot_rule
 
     out = []
-    for rank, i in enumerate(shown_idx[:n_rules], 1):
+    for i in shown_idx[:n_rules]:
         rs = explanation.rule_sets[i]
         fig = plot_rule(rs, explanation.features_matrix, explanation.subgroup)
-        out.append((f"Rule set #{rank}: each condition's feature in the subgroup and in the rest", fig))
+        out.append((f"Rule set #{i + 1}: each condition's feature in the subgroup and in the rest", fig))
     return out
 
 
@@ -201,10 +236,31 @@ def _optimum_note(explanation: Any) -> str:
     if best is None or best.optimum is None:
         return ""
     return (
-        f'<p class="note">Best rule set: {html.escape(best.optimum_text())}. The optimum is the highest fitness '
-        "of any rule set on the search's grid with the same length and support limits, found by an exhaustive "
-        "search (strategy='exact').</p>"
+        f'<p class="note">Best rule set, #1: {html.escape(best.optimum_text(), quote=False)}. The best rule set on '
+        "the coarse grid (the n_grids cuts per feature, the same length and support limits) is found by an "
+        "exhaustive search, as strategy='exact' does; the search then moves its cuts to points between observed "
+        "values, which can do better.</p>"
     )
+
+
+def _png_width(uri: str) -> int:
+    """The pixel width of a PNG data URI (its IHDR chunk)."""
+    head = base64.b64decode(uri.split(",", 1)[1][:32])
+    return int.from_bytes(head[16:20], "big")
+
+
+def _figure_html(caption: str, fig: Any, dpi: int) -> str:
+    """A figure at its natural size (one image pixel per CSS pixel), narrower where the window is."""
+    uri = figure_data_uri(fig, dpi=dpi)
+    alt = html.escape(caption or "figure", quote=True)
+    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
+    return f'<figure><img src="{uri}" width="{_png_width(uri)}" alt="{alt}">{cap}</figure>'
+
+
+def _title(header: str) -> str:
+    """The page's heading: the header without its facts in parentheses (they follow below it)."""
+    cut = header.rfind(" (")
+    return header[:cut] if cut > 0 and header.endswith(")") else header
 
 
 def explanation_html(
@@ -215,7 +271,7 @@ def explanation_html(
     title: str | None = None,
     plot_rules: int = 3,
     max_jaccard: float = MAX_JACCARD,
-    dpi: int = 100,
+    dpi: int = 150,
 ) -> str:
     """The report as one HTML string (see :func:`write_html`)."""
     if not (hasattr(explanation, "rule_sets") and hasattr(explanation, "distinct")):
@@ -235,30 +291,28 @@ def explanation_html(
     own = _default_figures(explanation, shown_idx, plot_rules)
     figs = own + figs
     header = explanation.format(max_rows=0).splitlines()[0]
-    title = title or header
+    heading = title or _title(header)
     parts = [
-        f"<h1>{html.escape(title)}</h1>",
-        f"<p>{html.escape(header)}</p>" if title != header else "",
+        f"<h1>{html.escape(heading)}</h1>",
+        f"<p>{html.escape(header)}</p>" if heading != header else "",
         f'<p class="note">{html.escape(explanation.message)}</p>' if explanation.message else "",
         "<h2>Rule sets</h2>",
         f'<p class="note">Best fitness first; near-duplicates (covered rows with a Jaccard index >= {max_jaccard:g}) '
         "are collapsed into the fitter rule set and negative-fitness rule sets left out; the full list is below. "
+        "# is a rule set's place in the full list (rule_sets[i] is #i+1), so rule sets left out leave gaps. "
         "Click a column header to sort. Support: rows satisfying the rule set; confidence: the share of them in "
         "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."
         + (" Held-out columns: the same rule sets measured on new data." if held is not None else "")
         + "</p>",
-        verification_note(verified),
-        _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules", verified)
+        _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules")
         if shown_idx
         else '<p class="note">No rule set with non-negative fitness.</p>',
         _optimum_note(explanation),
+        _verification_table(explanation, verified),
     ]
     if figs:
         parts.append("<h2>Figures</h2>")
-        for caption, fig in figs:
-            alt = html.escape(caption or "figure", quote=True)
-            cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-            parts.append(f'<figure><img src="{figure_data_uri(fig, dpi=dpi)}" alt="{alt}">{cap}</figure>')
+        parts += [_figure_html(caption, fig, dpi) for caption, fig in figs]
         if own:
             import matplotlib.pyplot as plt
 
@@ -267,14 +321,15 @@ def explanation_html(
     parts += [
         f"<h2>All {n_sets} rule sets</h2>",
         "<details><summary>show the full list (near-duplicates and negative fitness marked)</summary>",
-        _rule_table([(i, rs, notes[i]) for i, rs in enumerate(explanation.rule_sets)], held, "all-rules", verified),
+        _rule_table([(i, rs, notes[i]) for i, rs in enumerate(explanation.rule_sets)], held, "all-rules"),
         "</details>",
         "<h2>Options</h2>",
         _options_table(explanation),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title or header)}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(p for p in parts if p)
         + f"\n<script>{_SCRIPT}</script>\n</body></html>\n"
     )
@@ -289,12 +344,12 @@ def write_html(explanation: Any, path: str | Path, **kwargs: Any) -> Path:
         figures: extra matplotlib figures: a figure, a list of figures or ``(caption, figure)`` pairs, or a dict
             ``{caption: figure}`` (e.g. :func:`~torch_amore.report.plot.plot_rule_attributions`); inlined as PNG.
         held_out: ``explanation.evaluate(...)`` on new data (one :class:`~torch_amore.RuleMetrics` per rule set).
-        title: the page title (default: the explanation's header).
+        title: the page title (default: the explanation's header; its facts in parentheses follow the heading).
         plot_rules: a :func:`~torch_amore.report.plot.plot_rule` figure for this many of the best distinct rule sets
-        (when
-            the explanation holds its data); ``0`` for none.
+            (when the explanation holds its data); ``0`` for none.
         max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.report.distinct`).
-        dpi: resolution of the inlined figures.
+        dpi: resolution of the inlined figures (each shown at one image pixel per CSS pixel, at most the page's
+            width).
 
     Returns:
         The path written.

@@ -14,11 +14,14 @@ Definitions (``hits`` = ``sum(mask & target)``, ``T`` = number of target samples
 * recall     = ``hits / T``, also the optimistic bound on fitness: no rule set below these hits (adding conditions only
   drops samples) has a fitness above it
 * lift       = ``confidence / (T / N)`` (confidence over the base rate)
+
+and the Wilson score interval of a share (:func:`wilson_interval`), of a confidence as of a verification's shares.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any, NamedTuple
 
 import torch
@@ -239,3 +242,21 @@ def rule_metrics(mask: torch.Tensor, target: torch.Tensor) -> RuleMetrics:
         confidence=float(confidence_compute(covered, hits)),
         fitness=float(fitness_compute(covered, hits, n_target)),
     )
+
+
+def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0);
+    ``n`` may be an effective sample size (and ``hits`` fractional).
+
+    Example:
+        >>> low, high = wilson_interval(45, 50)
+        >>> round(low, 4), round(high, 4)
+        (0.7864, 0.9565)
+    """
+    if n <= 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

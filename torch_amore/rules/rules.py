@@ -106,24 +106,25 @@ class RuleSet:
         return len(self.rules)
 
     def optimum_text(self, precision: int = 3) -> str | None:
-        """How this rule set's fitness compares with :attr:`optimum`, the best the search's grid can express (``None``
-        when the optimum was not computed).
+        """What this rule set's fitness means beside :attr:`optimum`, the best fitness a rule set on the search's
+        coarse grid reaches (found by an exhaustive search, as ``strategy='exact'`` does); ``None`` when the optimum
+        was not computed. Above it means that the search's polished cuts, between observed values, found more than
+        the grid can express.
 
         Example:
-            >>> rs = RuleSet((), 10, 0.9, 0.74, optimum=0.76)
-            >>> rs.optimum_text()
-            'fitness 0.740 of an optimum 0.760 on this grid'
             >>> RuleSet((), 10, 0.9, 0.78, optimum=0.76).optimum_text()
-            'fitness 0.780, above the optimum 0.760 on this grid (cuts between observed values)'
+            "fitness 0.780, so the search's polished cuts beat the best rule set on the coarse grid (0.760)"
+            >>> RuleSet((), 10, 0.9, 0.74, optimum=0.76).optimum_text()
+            'fitness 0.740, below the best rule set on the coarse grid (0.760)'
         """
         if self.optimum is None:
             return None
         fit, opt = f"{self.fitness:.{precision}f}", f"{self.optimum:.{precision}f}"
         if self.fitness > self.optimum:
-            return f"fitness {fit}, above the optimum {opt} on this grid (cuts between observed values)"
+            return f"fitness {fit}, so the search's polished cuts beat the best rule set on the coarse grid ({opt})"
         if self.fitness == self.optimum:
-            return f"fitness {fit}, the optimum on this grid"
-        return f"fitness {fit} of an optimum {opt} on this grid"
+            return f"fitness {fit}, as good as the best rule set on the coarse grid"
+        return f"fitness {fit}, below the best rule set on the coarse grid ({opt})"
 
     @property
     def features(self) -> tuple[int, ...]:

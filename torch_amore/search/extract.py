@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.one_warning import OneWarning
 from torch_amore._utils.threads import parallel_pass
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
@@ -25,6 +26,7 @@ from torch_amore.data import validation as V
 from torch_amore.data.column_stats import column_stats
 from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import encode_features
+from torch_amore.rules.caveats import caveats
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
@@ -182,12 +184,45 @@ def extract_rules(
         >>> print(paper)  # the paper's ratio-driven tree stops at a narrower interval here
         IF feature_0 >= 0.899 AND feature_2 < 0.5 THEN target  (support=57, confidence=1.000, fitness=0.365)
     """
+    with OneWarning(stacklevel=2) as warned:  # every reason to warn (caveats included) in one UserWarning
+        rule_sets, facts = _extract(
+            X,
+            target,
+            options,
+            features=features,
+            feature_names=feature_names,
+            local_x=local_x,
+            target_name=target_name,
+            codes_dir=codes_dir,
+            search_options=search_options,
+        )
+        if facts is not None:
+            n, size, min_count, local = facts
+            for kind, reason in caveats(rule_sets, n, size, min_count=min_count, local=local):
+                warned.add(reason, kind)
+    return rule_sets
+
+
+def _extract(
+    X: ArrayLike | Any,
+    target: MaskLike | None,
+    options: SearchOptions | None,
+    *,
+    features: Sequence[int] | None,
+    feature_names: Sequence[str] | None,
+    local_x: ArrayLike | None,
+    target_name: str,
+    codes_dir: str | None,
+    search_options: dict[str, Any],
+) -> tuple[list[RuleSet], tuple[int, int, int, bool] | None]:
+    """:func:`extract_rules`' search: the rule sets and, in memory, the facts of its caveats (rows, subgroup rows,
+    ``min_support`` as a count, local)."""
     options = SearchOptions.resolve(options, **search_options)
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
         _no_target(target)
         from torch_amore.search.stream import extract_stream
 
-        return extract_stream(
+        found = extract_stream(
             X,
             options,
             features=features,
@@ -196,6 +231,7 @@ def extract_rules(
             target_name=target_name,
             codes_dir=codes_dir,
         )
+        return found, None
     if codes_dir is not None:
         raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
     if target is None:
@@ -235,4 +271,4 @@ def extract_rules(
     min_confidence = options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
-    return rule_sets
+    return rule_sets, (n_all, extractor.n_total_target, min_s, local is not None)

@@ -28,29 +28,12 @@ import difflib
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
 from typing import Any
+
+from torch_amore.rules.metrics import wilson_interval
 
 #: Version of the dict layout of :meth:`Verification.to_dict`.
 VERIFICATION_VERSION = 1
-
-
-def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0);
-    ``n`` may be an effective sample size (and ``hits`` fractional).
-
-    Example:
-        >>> low, high = wilson_interval(45, 50)
-        >>> round(low, 4), round(high, 4)
-        (0.7864, 0.9565)
-    """
-    if n <= 0:
-        return math.nan, math.nan
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def clustered_interval(
@@ -82,6 +65,46 @@ def clustered_interval(
     else:
         n_eff = min(float(n), p * (1 - p) / var) if var > 0 else float(n)
     return (p, *wilson_interval(p * n_eff, n_eff, level))
+
+
+#: The legend line of :meth:`Verification.format`.
+LEGEND = "  sufficiency/necessity: share of decisions moved into/out of the target; verdict: beside random units"
+
+#: The words of a verdict (:func:`verdict`).
+USED, AT_CONTROL, BELOW_CONTROL, NOT_MEASURED, NO_CONTROL = (
+    "used",
+    "at control level",
+    "below control",
+    "not measured",
+    "no control",
+)
+
+
+def verdict(low: float, high: float, control_low: float, control_high: float) -> str:
+    """What a share's interval says beside its control's: ``"used"`` when the share's lower end lies above the
+    control's upper end (the rule set's units move the model's decision more than random units do),
+    ``"below control"`` when the share's upper end lies below the control's lower end (they move it less than random
+    units: the model reads these units less than the others, or reads the same signal elsewhere), ``"at control
+    level"`` when the intervals overlap (no measurable difference: e.g. the units are redundant with others). Without
+    samples the share is ``"not measured"``; without control draws ``"no control"``.
+
+    Example:
+        >>> verdict(0.19, 0.24, 0.00, 0.01), verdict(0.019, 0.073, 0.014, 0.040), verdict(0.0, 0.01, 0.05, 0.09)
+        ('used', 'at control level', 'below control')
+    """
+    if math.isnan(low) or math.isnan(high):
+        return NOT_MEASURED
+    if math.isnan(control_low) or math.isnan(control_high):
+        return NO_CONTROL
+    if low > control_high:
+        return USED
+    if high < control_low:
+        return BELOW_CONTROL
+    return AT_CONTROL
+
+
+def _share_verdict(share: Share, control: ControlShare) -> str:
+    return verdict(share.low, share.high, control.low, control.high)
 
 
 @dataclass(frozen=True)
@@ -155,9 +178,32 @@ class RuleVerification:
     control_necessity: ControlShare
     details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def sufficiency_verdict(self) -> str:
+        """:func:`verdict` of the sufficiency beside its control."""
+        return _share_verdict(self.sufficiency, self.control_sufficiency)
+
+    @property
+    def necessity_verdict(self) -> str:
+        """:func:`verdict` of the necessity beside its control."""
+        return _share_verdict(self.necessity, self.control_necessity)
+
+    @property
+    def verdict(self) -> str:
+        """The rule set's verdict in words: the common verdict of its sufficiency and necessity (:func:`verdict`);
+        ``"used (sufficiency)"`` or ``"used (necessity)"`` when only that share lies above its control; otherwise
+        each share's (``"sufficiency at control level, necessity below control"``)."""
+        s, n = self.sufficiency_verdict, self.necessity_verdict
+        if s == n:
+            return s
+        if USED in (s, n):
+            return f"{USED} ({'sufficiency' if s == USED else 'necessity'})"
+        return f"sufficiency {s}, necessity {n}"
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("details")
+        out["verdict"] = self.verdict
         for key in ("control_sufficiency", "control_necessity"):
             out[key]["shares"] = list(out[key]["shares"])
         out["units"] = list(self.units)
@@ -219,8 +265,9 @@ class Verification:
         Verification(method='resample', rule_sets=1, n_controls=2, n_samples=40)
         >>> print(result)
         Verification by intervention (method 'resample', 2 control draws, 95% intervals, 40 samples)
-           #  sufficiency            necessity              control suff.          control nec.           rule set
-           1  0.950 [0.764, 0.991]   1.000 [0.839, 1.000]   0.025 [0.004, 0.129]   0.000 [0.000, 0.161]   z_0 >= 1
+           #  sufficiency           necessity             control suff.         control nec.          verdict  rule set
+           1  0.950 [0.764, 0.991]  1.000 [0.839, 1.000]  0.025 [0.004, 0.129]  0.000 [0.000, 0.161]  used     z_0 >= 1
+          sufficiency/necessity: share of decisions moved into/out of the target; verdict: beside random units
         >>> Verification.from_dict(result.to_dict()) == result
         True
         >>> float(result.to_frame().loc[1, "sufficiency"])
@@ -246,20 +293,24 @@ class Verification:
         return next((r for r in self.rows if r.position == position), None)
 
     def format(self, precision: int = 3) -> str:
-        """A readable table: each share with its interval, the rule set's ``#`` and conditions."""
-        w = 3 * (precision + 2) + 8
+        """A readable table: each share with its interval, the verdict (:func:`verdict`), the rule set's ``#`` and
+        conditions, and a legend line."""
+        w = 3 * (precision + 2) + 7
         head = (
             f"Verification by intervention (method {self.method!r}, {self.n_controls} control draws, "
             f"{self.level:.0%} intervals, {self.n_samples} samples)"
         )
         cols = ["sufficiency", "necessity", "control suff.", "control nec."]
-        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + "rule set"]
-        for r in self.rows:
+        verdicts = [r.verdict for r in self.rows]
+        wv = max([len("verdict"), *map(len, verdicts)]) + 2
+        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + f"{'verdict':<{wv}}rule set"]
+        for r, v in zip(self.rows, verdicts):
             cells = [
                 _fmt(s.value, s.low, s.high, precision)
                 for s in (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)
             ]
-            lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + r.rule_set)
+            lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + f"{v:<{wv}}" + r.rule_set)
+        lines.append(LEGEND)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -295,12 +346,20 @@ class Verification:
         )
 
     def to_frame(self) -> Any:
-        """A pandas DataFrame, one row per rule set (index ``#``): each share, its interval bounds and its ``n``."""
+        """A pandas DataFrame, one row per rule set (index ``#``, the position in the explanation's ``rule_sets``): the
+        verdicts (:attr:`RuleVerification.verdict`, and one per share) and each share, its interval bounds and its
+        ``n``."""
         import pandas as pd
 
         records = []
         for r in self.rows:
-            rec: dict[str, Any] = {"rule_set": r.rule_set, "units": r.units}
+            rec: dict[str, Any] = {
+                "rule_set": r.rule_set,
+                "units": r.units,
+                "verdict": r.verdict,
+                "sufficiency_verdict": r.sufficiency_verdict,
+                "necessity_verdict": r.necessity_verdict,
+            }
             shares = {
                 "sufficiency": r.sufficiency,
                 "necessity": r.necessity,
@@ -317,12 +376,14 @@ class Verification:
 # --------------------------------------------------------------------------------------------------------------------
 # the HTML report's column group (used by :mod:`torch_amore.report.html`)
 
-_HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control necessity")
+_HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control necessity", "verdict")
 
 
 def verification_header() -> str:
     """The header cells of the report's verification column group."""
-    return "".join(f'<th class="verified">{name}</th>' for name in _HTML_COLUMNS)
+    return "".join(
+        f'<th class="verified{" verdict" if name == "verdict" else ""}">{name}</th>' for name in _HTML_COLUMNS
+    )
 
 
 def verification_cells(row: RuleVerification | None) -> str:
@@ -333,12 +394,13 @@ def verification_cells(row: RuleVerification | None) -> str:
         ...                        ControlShare.of([[False] * 20], 0.95), ControlShare.of([], 0.95))
         >>> cells = verification_cells(row)
         >>> cells.count("<td"), '0.950<br><span class="interval">[0.764, 0.991]' in cells
-        (4, True)
+        (5, True)
     """
     if row is None:
         return '<td class="verified"></td>' * len(_HTML_COLUMNS)
     shares = (row.sufficiency, row.necessity, row.control_sufficiency, row.control_necessity)
-    return "".join(f'<td class="verified" data-value="{s.value!r}">{_html_share(s)}</td>' for s in shares)
+    cells = "".join(f'<td class="verified" data-value="{s.value!r}">{_html_share(s)}</td>' for s in shares)
+    return cells + f'<td class="verified verdict">{row.verdict}</td>'
 
 
 def _html_share(share: Share | ControlShare) -> str:
@@ -359,8 +421,9 @@ def verification_note(verification: Verification | None) -> str:
         "model does not assign to the target, the share it assigns to the target once the rule set's units are put "
         "inside its intervals. Necessity: of the samples inside the rule set that the model assigns to the target, "
         "the share that leave it once the units are moved out. The control columns replace as many random units of "
-        "the same layer the same way: a rule set the model uses stands well above its control. These numbers test "
-        "this model on these samples, not the world the samples come from.</p>"
+        "the same layer the same way. Verdict: 'used' when a share's interval lies above its control's, 'at control "
+        "level' when they overlap (no measurable use: e.g. the units are redundant with others), 'below control' when "
+        "it lies below. These numbers test this model on these samples, not the world the samples come from.</p>"
     )
 
 

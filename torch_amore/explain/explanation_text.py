@@ -1,0 +1,105 @@
+"""The printout of a :class:`~torch_amore.RegionalExplanation`: its text table (``print``, ``format``) and the small
+HTML table of notebooks (``_repr_html_``).
+
+Every display numbers a rule set by its position in :attr:`RegionalExplanation.rule_sets` (``#i+1`` for
+``rule_sets[i]``): rule sets left out (near-duplicates, fitness <= 0) leave gaps in the numbers, never a
+renumbering. A legend line says what the columns mean; a ``*`` after the lift flags a rule set whose confidence
+interval (95 %, Wilson) contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from torch_amore.rules.rules import RuleSet
+
+#: The mark after the lift of a rule set at the base rate.
+AT_BASE_RATE = "*"
+
+
+def legend(base_rate: float | None, flagged: bool) -> str:
+    """The line that says what the table's columns mean (``flagged``: and a line for the ``*``).
+
+    Example:
+        >>> print(legend(0.25, True))
+          lift: confidence / base rate 0.250 (1: no better than all rows); recall: share of the subgroup covered
+          *: the confidence's 95% interval contains the base rate (not measurably above all rows)
+    """
+    base = "the base rate" if base_rate is None or math.isnan(base_rate) else f"base rate {base_rate:.3f}"
+    line = f"  lift: confidence / {base} (1: no better than all rows); recall: share of the subgroup covered"
+    if flagged:
+        line += (
+            f"\n  {AT_BASE_RATE}: the confidence's 95% interval contains the base rate (not measurably above all rows)"
+        )
+    return line
+
+
+def _row(explanation: Any, i: int, rs: RuleSet, precision: int) -> str:
+    st = explanation.stats(rs)
+    cond = " AND ".join(r.format(precision) for r in rs.rules)
+    mark = AT_BASE_RATE if st["at_base_rate"] else " "
+    return (
+        f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}{mark} "
+        f"{st['recall']:>6.3f}  {cond}"
+    )
+
+
+def _hidden_line(explanation: Any, n_shown: int, include_negative: bool) -> str:
+    rule_sets = explanation.rule_sets
+    hidden = len(rule_sets) - n_shown
+    if not hidden:
+        return ""
+    negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in rule_sets)
+    why = [f"{negative} with fitness <= 0"] if negative else []
+    why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
+    return (
+        f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, include_negative=True) lists "
+        f"all {len(rule_sets)})"
+    )
+
+
+def format_explanation(
+    explanation: Any, max_rows: int | None, precision: int, *, include_negative: bool, distinct: bool
+) -> str:
+    """The text of :meth:`RegionalExplanation.format` (its arguments checked there)."""
+    lines = [explanation._header()]
+    rows = explanation.shown(include_negative, distinct=distinct)
+    if not rows:
+        what = "no rule sets with positive fitness" if explanation.rule_sets else "no rule sets"
+        lines.append(f"  ({what}) {explanation.message}".rstrip())
+    else:
+        lines.append(
+            f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
+        )
+        lines += [_row(explanation, i, rs, precision) for i, rs in rows[:max_rows]]
+        if max_rows is not None and len(rows) > max_rows:
+            lines.append(f"  ... {len(rows) - max_rows} more")
+        flagged = any(explanation.stats(rs)["at_base_rate"] for _, rs in rows[:max_rows])
+        lines.append(legend(explanation.base_rate, flagged))
+    best = explanation.best
+    if best is not None and best.optimum is not None:
+        lines.append(f"  best: {best.optimum_text(precision)}")
+    hidden = _hidden_line(explanation, len(rows), include_negative)
+    if hidden:
+        lines.append(hidden)
+    if explanation.verification is not None:
+        lines.append(explanation.verification.format(precision))
+    return "\n".join(lines)
+
+
+def explanation_table_html(explanation: Any) -> str:
+    """The notebook display (:meth:`RegionalExplanation._repr_html_`): the header and the first 20 rows of
+    :meth:`RegionalExplanation.shown`, numbered as everywhere."""
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
+        f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
+        for i, rs in explanation.shown()[:20]
+    )
+    empty = f"<p>{html.escape(explanation.message or 'No rule sets.')}</p>" if not explanation.rule_sets else ""
+    return (
+        f"<div><p><b>{html.escape(explanation._header())}</b></p>{empty}"
+        "<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th><th>rule set</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table></div>"
+    )
