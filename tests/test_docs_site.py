@@ -173,5 +173,5 @@ def test_the_explainer_page_shows_the_rendered_signature_without_sideways_scroll
     signature = seen["signature"]
     assert signature.startswith("class torch_amore.RegionalRuleExplainer(")
     parameters = inspect.signature(torch_amore.RegionalRuleExplainer).parameters
-    shown = re.findall(r"[(,]\s*\*?\s*,?\s*(\w+):", signature)
+    shown = re.findall(r"[(,]\s*\*{0,2}\s*,?\s*(\w+):", signature)
     assert shown == list(parameters)
