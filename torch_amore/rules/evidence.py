@@ -68,9 +68,10 @@ def verdict(rule_sets: Sequence[Any], *, permutations: int | None = None, alpha:
     return "; ".join(parts) if parts else None
 
 
-def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05) -> str | None:
+def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations: int | None = None) -> str | None:
     """The warning's text when the evidence computed for ``rule_sets`` shows none of them apart from noise: no
-    ``p_value <= alpha`` (where computed) and no held-out ``p_value <= alpha`` (where computed); ``None`` otherwise.
+    ``p_value <= alpha`` (where computed, and where ``permutations`` allow one: ``1 / (permutations + 1) <= alpha``)
+    and no held-out ``p_value <= alpha`` (where computed); ``None`` otherwise.
 
     Example:
         >>> from torch_amore.rules.rules import RuleSet
@@ -81,6 +82,8 @@ def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05) -> str | Non
     found = list(rule_sets)
     reasons = []
     tested = [rs for rs in found if getattr(rs, "p_value", None) is not None]
+    if permutations is not None and 1.0 / (permutations + 1) > alpha:
+        tested = []  # too few permutations to reach alpha: no p-value can say "noise" or not
     if tested and not any(rs.p_value <= alpha for rs in tested):
         reasons.append(
             f"None of the {len(tested)} rule sets beats the best fitness the same search finds on shuffled targets "
@@ -98,7 +101,9 @@ def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05) -> str | Non
     return text[0].upper() + text[1:] + ": they are not distinguishable from what the search finds in noise."
 
 
-def warn_noise(rule_sets: Sequence[Any], *, alpha: float = 0.05, stacklevel: int = 2) -> str | None:
+def warn_noise(
+    rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations: int | None = None, stacklevel: int = 2
+) -> str | None:
     """Emit :func:`noise_message` as one ``UserWarning`` when there is one (the one place this warning is made, so
     that a caller can route it elsewhere); returns the message.
 
@@ -107,7 +112,7 @@ def warn_noise(rule_sets: Sequence[Any], *, alpha: float = 0.05, stacklevel: int
         >>> warn_noise([RuleSet((), 10, 0.9, 0.5, p_value=0.01)]) is None
         True
     """
-    message = noise_message(rule_sets, alpha=alpha)
+    message = noise_message(rule_sets, alpha=alpha, permutations=permutations)
     if message is not None:
         warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
     return message

@@ -136,7 +136,7 @@ def extract_with_evidence(
         for c, h in zip(changes, held_out_metrics(masks, target_t[held], options.level)):
             c["held_out"] = h
     out = [replace(rs, **c) for rs, c in zip(found, changes)]
-    warn_noise(out, alpha=1.0 - options.level, stacklevel=3)
+    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=3)
     return out
 
 
