@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from torch_amore.cli.evidence_table import evidence_columns, evidence_verdict
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
@@ -134,10 +135,13 @@ def format_table(rule_sets: Sequence[RuleSet], *, flag_negative: bool = False) -
     """
     rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
     width = max([len("rule")] + [len(r) for r in rules])
-    lines = [f"{'rank':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
-    for i, (rs, text) in enumerate(zip(rule_sets, rules), start=1):
+    extra, cells = evidence_columns(rule_sets)  # held-out numbers, p-values, stability: when computed
+    lines = [f"{'rank':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}{extra}"]
+    for i, (rs, text, cell) in enumerate(zip(rule_sets, rules, cells), start=1):
         note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
-        lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{note}")
+        lines.append(
+            f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{cell}{note}"
+        )
     return "\n".join(lines)
 
 
@@ -323,6 +327,9 @@ def _report(run: _Run) -> None:
         )
         return
     print(_describe_rows(run.options, run.n_found, run.args.limit))
+    line = evidence_verdict(run.found, run.options.permutations, run.options.level)
+    if line is not None:
+        print(line)
     shown, negative = run.shown(), run.negative
     if shown:
         print(format_table(shown, flag_negative=run.args.all_rule_sets))
