@@ -131,6 +131,23 @@ def test_stability_is_a_literal_loop_over_half_samples():
     assert any(0 < rs.stability for rs in found)
 
 
+def test_stability_with_holdout_searches_halves_of_the_searched_rows_and_compares_on_all_rows():
+    X, t = weak_box()
+    B = 2
+    found = extract_rules(X, t, stability=B, holdout=0.25, seed=2, **OPTS)
+    keep = ~holdout_mask(t, 0.25, seed=2)
+    Xs, ts = X[keep], t[keep]
+    hits = [0] * len(found)
+    for b in range(B):
+        rows = torch.from_numpy(half_sample(ts, 2, b))
+        half = dict(OPTS, min_support=math.ceil(OPTS["min_support"] * len(rows) / len(ts)))
+        other = [rs.mask(X) for rs in extract_rules(Xs[rows], ts[rows], **half)[: len(found)]]
+        for i, rs in enumerate(found):
+            m = rs.mask(X)  # all rows, held-out ones included
+            hits[i] += any(int((m & o).sum()) / int((m | o).sum()) >= 0.8 for o in other)
+    assert len(found) >= 2 and [rs.stability for rs in found] == [h / B for h in hits]
+
+
 def test_seeded_runs_repeat_exactly_and_seeds_matter():
     X, t = weak_box()
     kw = dict(OPTS, holdout=0.3, permutations=5, stability=2)

@@ -14,7 +14,8 @@
   (:class:`torch_amore.search.null_search.NullSearch`).
 * **Stability** (``stability=B``): B seeded, stratified half-samples of the searched rows are searched again (a count
   ``min_support`` scaled to the half); ``stability`` is the share of them in whose first ``len(result)`` rule sets
-  one selects nearly the same searched rows as the rule set (Jaccard >= :data:`STABILITY_JACCARD`).
+  one selects nearly the same rows of the data as the rule set (all rows, held-out ones included; Jaccard >=
+  :data:`STABILITY_JACCARD`).
 
 When none of the rule sets stands out at ``1 - level``, one ``UserWarning`` says so
 (:func:`torch_amore.rules.evidence.warn_noise`).
@@ -129,7 +130,8 @@ def extract_with_evidence(
         for c, p in zip(changes, permutation_p_values(Xs, ts, found, plain, options.permutations, options.seed, args)):
             c["p_value"] = p
     if found and options.stability:
-        for c, s in zip(changes, stability_shares(Xs, ts, found, plain, options.stability, options.seed, args)):
+        shares = stability_shares(Xs, ts, found, plain, options.stability, options.seed, args, masks_on=X_t)
+        for c, s in zip(changes, shares):
             c["stability"] = s
     if found and held is not None:
         masks = [rs.mask(X_t[held]) for rs in found]
@@ -183,14 +185,18 @@ def stability_shares(
     n_halves: int,
     seed: int,
     args: dict[str, Any],
+    *,
+    masks_on: torch.Tensor | None = None,
 ) -> list[float]:
-    """For each of ``found``, the share of ``n_halves`` seeded half-samples
+    """For each of ``found``, the share of ``n_halves`` seeded half-samples of the searched rows ``X``
     (:func:`torch_amore.search.evidence_split.half_sample`) in whose first ``len(found)`` rule sets one selects nearly
-    the same rows of ``X`` (Jaccard >= :data:`STABILITY_JACCARD`). A count ``min_support`` is scaled to the
-    half-sample's rows (rounded up); a fraction or the default applies as it is."""
+    the same rows of ``masks_on`` (default ``X``; :func:`extract_with_evidence` passes all rows, held-out ones
+    included) (Jaccard >= :data:`STABILITY_JACCARD`). A count ``min_support`` is scaled to the half-sample's rows
+    (rounded up); a fraction or the default applies as it is."""
     from torch_amore.search.extract import extract_rules
 
-    masks = [rs.mask(X) for rs in found]
+    on = X if masks_on is None else masks_on
+    masks = [rs.mask(on) for rs in found]
     hits = [0] * len(found)
     n = X.shape[0]
     for b in range(n_halves):
@@ -201,7 +207,7 @@ def stability_shares(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             again = extract_rules(X[rows], target[rows], options=half, **args)[: len(found)]
-        other = [rs.mask(X) for rs in again]
+        other = [rs.mask(on) for rs in again]
         for i, m in enumerate(masks):
             hits[i] += any(_jaccard(m, o) >= STABILITY_JACCARD for o in other)
     return [h / n_halves for h in hits]
