@@ -82,8 +82,12 @@ def test_a_held_out_part_without_target_rows_is_refused():
     X, t = data()
     with pytest.raises(ValueError, match="held-out rows hold none"):
         extract_rules(X, t, holdout_rows=torch.nonzero(~t).flatten()[:20])
-    with pytest.raises(ValueError, match="rows left to search hold none"):
+    with pytest.raises(ValueError, match="target rows both among .* rows left to search hold none"):
         extract_rules(X, t, holdout_rows=t | (torch.arange(300) < 5))
+    with pytest.raises(ValueError, match="rows outside the target both among .* held-out rows hold none"):
+        extract_rules(X, t, holdout_rows=t & (torch.arange(300) > 10))
+    with pytest.raises(ValueError, match="rows outside the target both among .* rows left to search hold none"):
+        extract_rules(X, t, holdout_rows=~t | (t & (torch.arange(300) < 100)))
 
 
 def test_holdout_and_holdout_rows_together_are_refused():

@@ -63,7 +63,7 @@ def _refuse(X: Any, codes_dir: str | None) -> None:
 
 
 def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) -> torch.Tensor | None:
-    """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows."""
+    """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows and others."""
     if holdout_rows is not None and options.holdout is not None:
         raise ValueError("Expected either `holdout` (a fraction) or `holdout_rows` (the rows), not both.")
     if holdout_rows is not None:
@@ -72,15 +72,14 @@ def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) 
         held = holdout_mask(target, options.holdout, options.seed)
     else:
         return None
-    n_held, n_rest = int((target & held).sum()), int((target & ~held).sum())
-    if n_held == 0 or n_rest == 0:
-        part = "held-out rows" if n_held == 0 else "rows left to search"
-        raise ValueError(
-            f"Expected target rows both among the held-out rows and among the rows searched, but the {part} hold "
-            f"none ({n_held} held out, {n_rest} searched): hold out other rows or more of them."
-        )
-    if int(held.sum()) == target.shape[0]:
-        raise ValueError("Expected `holdout` to leave rows to search, but it holds out every row.")
+    for rows, what in ((target, "target rows"), (~target, "rows outside the target")):
+        n_held, n_rest = int((rows & held).sum()), int((rows & ~held).sum())
+        if n_held == 0 or n_rest == 0:
+            part = "held-out rows" if n_held == 0 else "rows left to search"
+            raise ValueError(
+                f"Expected {what} both among the held-out rows and among the rows searched, but the {part} hold "
+                f"none ({n_held} held out, {n_rest} searched): hold out other rows or more of them."
+            )
     return held
 
 
