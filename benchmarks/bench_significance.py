@@ -43,11 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tasks import latent_like  # noqa: E402
 
 import torch_amore  # noqa: E402
+import torch_amore.search.extractor as extractor_module  # noqa: E402
 from torch_amore.rules.held_out import held_out_metrics  # noqa: E402
 from torch_amore.search.evidence_split import permutation_order  # noqa: E402
 from torch_amore.search.extractor import Extractor  # noqa: E402
 from torch_amore.search.null_search import NullSearch  # noqa: E402
 from torch_amore.search.options import SearchOptions  # noqa: E402
+from torch_amore.search.readable import ReadableRules  # noqa: E402
+from torch_amore.strategies.beam import BeamSearch  # noqa: E402
 
 KINDS = ("uniform 2000x16", "relu 5000x128", "mixed 3000x24")
 BOX_EDGE = 0.7601  # P(ReLU(N(0,1)) > c) = 1 - Phi(c) = sqrt(0.05): the box on two features holds 5 % of the rows
@@ -155,25 +158,37 @@ def coverage(draws: int, level: float = 0.95) -> None:
           f"covers it in {covered}/{draws} = {covered / draws:.3f} of the held-out draws of 1,500 rows")  # fmt: skip
 
 
-STAGES = ("_tree", "grid_optima", "run_beam", "polish", "finish")
+#: (owner, attribute, label) of the stages timed in one permutation's search; nested stages count in each (the beam
+#: holds the pair seeds, the beam proper and the readable bounds of its conditions).
+STAGES = (
+    (NullSearch, "extractor", "target counts per grid"),
+    (Extractor, "_tree", "rule tree"),
+    (Extractor, "grid_optima", "grid optima"),
+    (Extractor, "run_beam", "beam (all)"),
+    (extractor_module, "pair_seeds", "  pair seeds"),
+    (BeamSearch, "run_by_length", "  beam proper"),
+    (ReadableRules, "rules", "readable bounds (all)"),
+    (Extractor, "polish", "polish"),
+    (Extractor, "finish", "pruning and same-mask check"),
+)
 
 
-def staged(times: dict[str, float]):
-    """Extractor methods wrapped to add their seconds to ``times`` (nested calls count in each)."""
-    saved = {name: getattr(Extractor, name) for name in STAGES}
+def staged(times: dict[str, float]) -> list[tuple[object, str, object]]:
+    """The :data:`STAGES` wrapped to add their seconds to ``times``; returns what to put back."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STAGES]
 
-    def wrap(name, fn):
-        def timed(self, *a, **k):
+    def wrap(label, fn):
+        def timed(*a, **k):
             t0 = time.perf_counter()
             try:
-                return fn(self, *a, **k)
+                return fn(*a, **k)
             finally:
-                times[name] += time.perf_counter() - t0
+                times[label] += time.perf_counter() - t0
 
         return timed
 
-    for name, fn in saved.items():
-        setattr(Extractor, name, wrap(name, fn))
+    for (owner, name, fn), (_, _, label) in zip(saved, STAGES):
+        setattr(owner, name, wrap(label, fn))
     return saved
 
 
@@ -200,15 +215,16 @@ def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> N
             order = torch.from_numpy(permutation_order(n, 0, k)).to(device)
             perms.append(seconds(lambda o=order: null.best_fitness(t[o]))[0])
     finally:
-        for name, fn in saved.items():
-            setattr(Extractor, name, fn)
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
     per = sum(perms) / len(perms)
     total = prep + 99 * per
     print(f"  {n} x {f}, max_length {max_length}: one search {one:.3f} s; 99 permutations {total:.1f} s "
           f"(preparation {prep:.3f} s + 99 x {per:.3f} s, from {cost_perms} timed) = {total / one:.1f} x one "
           "search")  # fmt: skip
-    parts = ", ".join(f"{k.strip('_')} {v / cost_perms:.3f} s" for k, v in times.items())
-    print(f"    one permutation by stage (nested stages count in each): {parts}")
+    print("    one permutation by stage (seconds; nested stages count in each):")
+    for _, _, label in STAGES:
+        print(f"      {label:<30} {times[label] / cost_perms:7.3f}")
 
 
 def evidence_cost(n: int, f: int, device: str) -> None:
