@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.progress import progress_bar
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.data.stream_source import is_source
@@ -146,13 +147,16 @@ def null_fitness(
 ) -> list[float]:
     """The best fitness of the search on each of the ``permutations`` seeded permutations of ``target``
     (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search returns nothing)."""
+    bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
     with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
         warnings.simplefilter("ignore")
-        null = NullSearch(X, target, options, **args)
+        null = NullSearch(X, target, options.replace(progress=False), **args)
         out = []
         for k in range(permutations):
             order = torch.from_numpy(permutation_order(target.shape[0], seed, k)).to(target.device)
             out.append(null.best_fitness(target[order]))
+            bar.update(1)
+    bar.close()
     return out
 
 
@@ -198,15 +202,18 @@ def stability_shares(
     masks = [rs.mask(on) for rs in found]
     hits = [0] * len(found)
     n = X.shape[0]
+    bar = progress_bar(options.progress, total=n_halves, desc="half-samples")
     for b in range(n_halves):
         rows = torch.from_numpy(half_sample(target, seed, b)).to(X.device)
-        half = options
+        half = options.replace(progress=False)
         if isinstance(options.min_support, int):
-            half = options.replace(min_support=max(1, math.ceil(options.min_support * len(rows) / n)))
+            half = half.replace(min_support=max(1, math.ceil(options.min_support * len(rows) / n)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             again = extract_rules(X[rows], target[rows], options=half, **args)[: len(found)]
         other = [rs.mask(on) for rs in again]
         for i, m in enumerate(masks):
             hits[i] += any(_jaccard(m, o) >= STABILITY_JACCARD for o in other)
+        bar.update(1)
+    bar.close()
     return [h / n_halves for h in hits]
