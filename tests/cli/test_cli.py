@@ -503,7 +503,8 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
         "--strategy", "paper", "--min-confidence", "0.3", "--beam-width", "3",
         "--feature-types", "count=float,city=cat", "--feature-scale", "size=2.5,count=10",
         "--feature-offset", "size=-1", "--exact-budget", "123456789", "--optimum-budget", "0", "--progress", "--all",
-        "--min-gain", "0.004",
+        "--min-gain", "0.004", "--holdout", "0.3", "--permutations", "2", "--stability", "1", "--seed", "3",
+        "--level", "0.9",
     ]  # fmt: skip
     assert main(argv) == 0
     capsys.readouterr()
@@ -514,7 +515,7 @@ def test_every_search_option_flag_equals_extract_rules(small_csv, tmp_path, caps
         max_length=3, min_support=25, n_grids=6, bin_strategy="quantile", top_k=2, strategy="paper",
         min_confidence=0.3, beam_width=3, feature_types=["cat", "cat", "cat", "float", "cat", "cat", "cat", "float"],
         feature_scale=[1, 1, 1, 2.5, 1, 1, 1, 10], feature_offset=[0, 0, 0, -1, 0, 0, 0, 0], exact_budget=123456789,
-        progress=True, optimum_budget=0, min_gain=0.004,
+        progress=True, optimum_budget=0, min_gain=0.004, holdout=0.3, permutations=2, stability=1, seed=3, level=0.9,
     )  # fmt: skip
     assert set(SearchOptions.names()) == {
         f for f in options.to_dict() if options.to_dict()[f] != getattr(SearchOptions(), f)

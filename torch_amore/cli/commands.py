@@ -288,6 +288,42 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="show progress bars over the rule tree and the beam search (on stderr)",
     )
+    _add_evidence_arguments(parser)
+
+
+def _add_evidence_arguments(parser: argparse.ArgumentParser) -> None:
+    d = _DEFAULTS
+    group = parser.add_argument_group("how far to trust the rules (docs/trust.md)")
+    group.add_argument(
+        "--holdout",
+        type=_float,
+        metavar="F",
+        help="hold out a fraction F in (0, 1) of the rows (stratified by the subgroup, seeded) and show each rule "
+        "set's confidence there, with its interval and a Holm-adjusted p-value (default: none)",
+    )
+    group.add_argument(
+        "--permutations",
+        type=_integer,
+        metavar="P",
+        help="run the same search on P seeded permutations of the subgroup: a p-value that knows the search "
+        f"(99 allows 0.01) (default: {d.permutations})",
+    )
+    group.add_argument(
+        "--stability",
+        type=_integer,
+        metavar="B",
+        help=f"search B seeded half-samples again: the share that finds nearly the same rows (default: {d.stability})",
+    )
+    group.add_argument(
+        "--seed", type=_integer, metavar="S", help=f"seed of --holdout, --permutations, --stability (default: {d.seed})"
+    )
+    group.add_argument(
+        "--level",
+        type=_float,
+        metavar="L",
+        help=f"confidence level of the held-out intervals, in (0, 1); 1 - L is the verdict's threshold "
+        f"(default: {d.level})",
+    )
 
 
 def _add_feature_arguments(parser: argparse.ArgumentParser) -> None:

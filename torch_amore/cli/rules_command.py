@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from torch_amore.cli.evidence_table import evidence_columns, evidence_verdict
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
@@ -143,10 +144,13 @@ def format_table(
     positions = list(range(1, len(rule_sets) + 1)) if positions is None else list(positions)
     rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
     width = max([len("rule")] + [len(r) for r in rules])
-    lines = [f"{'#':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}"]
-    for i, rs, text in zip(positions, rule_sets, rules):
+    extra, cells = evidence_columns(rule_sets)  # held-out numbers, p-values, stability: when computed
+    lines = [f"{'#':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}{extra}"]
+    for i, rs, text, cell in zip(positions, rule_sets, rules, cells):
         note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
-        lines.append(f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{note}")
+        lines.append(
+            f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{cell}{note}"
+        )
     base = "" if base_rate is None else f" (base rate {base_rate:.3f})"
     lines.append(f"confidence: the subgroup's share of the rows covered{base}; fitness: (in - out) / subgroup")
     return "\n".join(lines)
@@ -334,6 +338,9 @@ def _report(run: _Run) -> None:
         )
         return
     print(_describe_rows(run.options, run.n_found, run.args.limit))
+    line = evidence_verdict(run.found, run.options.permutations, run.options.level)
+    if line is not None:
+        print(line)
     shown, negative = run.shown(), run.negative
     if shown:
         place = {id(rs): i for i, rs in enumerate(run.found, 1)}  # rule_sets[i] is #i+1, as in --json and --html

@@ -202,6 +202,12 @@ def search_hyperparameters(
     """
     bound = check_bound(confidence_lower_bound)
     options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
+    if options.wants_evidence:  # its choice of the setting is a search the p-values would not cover
+        raise ValueError(
+            "search_hyperparameters does not compute `holdout`, `permutations` or `stability`: its choice among the "
+            "settings is part of the search, and their p-values would not cover it. Pick the setting here, then run "
+            "extract_rules with that setting and the evidence on fresh rows (docs/trust.md)."
+        )
     progress = options.progress
     options = options.replace(progress=False)
     strategies = [A.check_bin_strategy(s) for s in as_grid(bin_strategies, "bin_strategies", str)]

@@ -66,6 +66,8 @@ def unsupported(request: Any) -> str:
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
     if request.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
+    if request.options.wants_evidence:
+        return "`holdout`, `permutations` or `stability` (not supported yet with streamed data)"
     return ""
 
 

@@ -36,8 +36,9 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters are those of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``, ``n_grids``,
     ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``,
-    ``feature_scale``, ``feature_offset``, ``progress``, ``exact_budget``, ``optimum_budget``, ``min_gain``; same
-    defaults and meanings), checked in :meth:`fit` as scikit-learn asks, plus:
+    ``feature_scale``, ``feature_offset``, ``progress``, ``exact_budget``, ``optimum_budget``, ``min_gain``,
+    ``holdout``, ``permutations``, ``stability``, ``seed``, ``level``; same defaults and meanings), checked in
+    :meth:`fit` as scikit-learn asks, plus:
 
     Args:
         target_class: the label of ``y`` whose subgroup the rules describe, against all other labels (any number of
@@ -97,6 +98,11 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         exact_budget: int = 2 * 10**9,
         optimum_budget: int = 5 * 10**7,
         min_gain: float = 0.001,
+        holdout: float | None = None,
+        permutations: int = 0,
+        stability: int = 0,
+        seed: int = 0,
+        level: float = 0.95,
         target_class: Any = None,
         n_rule_sets: int = 1,
     ) -> None:
@@ -115,6 +121,11 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         self.exact_budget = exact_budget
         self.optimum_budget = optimum_budget
         self.min_gain = min_gain
+        self.holdout = holdout
+        self.permutations = permutations
+        self.stability = stability
+        self.seed = seed
+        self.level = level
         self.target_class = target_class
         self.n_rule_sets = n_rule_sets
 

@@ -31,9 +31,12 @@ import numpy as np
 import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.rules.evidence import evidence_text
+from torch_amore.rules.held_out import HeldOut
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.serialization import (
+    at_path,
     expect_float,
     expect_format_version,
     expect_int,
@@ -60,6 +63,12 @@ class RuleSet:
         optimum: the highest fitness any rule set of the search's grid reaches at the same ``max_length`` and
             ``min_support`` (:mod:`torch_amore.strategies.exact`), when it was computed; ``None`` otherwise. Cuts off
             the grid (the beam strategy's fine grids and polish) may exceed it.
+        held_out: its numbers on rows the search did not see (:class:`torch_amore.rules.held_out.HeldOut`), with
+            ``extract_rules(..., holdout=...)`` or ``holdout_rows=``; ``None`` otherwise.
+        p_value: the search-aware p-value of ``extract_rules(..., permutations=P)``: the share of P searches on
+            shuffled targets whose best fitness reaches this rule set's, ``(1 + count) / (P + 1)``; ``None`` otherwise.
+        stability: with ``extract_rules(..., stability=B)``, the share of B half-samples whose search returns a rule
+            set selecting nearly the same rows (Jaccard >= 0.8); ``None`` otherwise.
 
     Example:
         >>> import torch
@@ -85,6 +94,9 @@ class RuleSet:
     ratios: tuple[float, ...] = field(default=(), compare=False)
     target_name: str = field(default="target", compare=False)
     optimum: float | None = field(default=None, compare=False)
+    held_out: HeldOut | None = field(default=None, compare=False)
+    p_value: float | None = field(default=None, compare=False)
+    stability: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
@@ -180,9 +192,10 @@ class RuleSet:
         """
         del precision
         cond = " AND ".join(r.format() for r in self.rules) if self.rules else "TRUE"
+        evidence = evidence_text(self)  # held-out numbers, p-value, stability: when computed
         return (
             f"IF {cond} THEN {self.target_name}  (support={self.support}, confidence={self.confidence:.3f}, "
-            f"fitness={self.fitness:.3f})"
+            f"fitness={self.fitness:.3f}{'; ' + evidence if evidence else ''})"
         )
 
     def __str__(self) -> str:
@@ -201,7 +214,8 @@ class RuleSet:
             "target_name": self.target_name,
         }
         for f in _extra_fields():  # optional fields (e.g. added by a strategy) travel as they are
-            out[f.name] = getattr(self, f.name)
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, HeldOut) else value
         return out
 
     def to_json(self, **kwargs: Any) -> str:
@@ -257,7 +271,10 @@ def _extra_fields() -> list[Any]:
 
 
 def _extra_value(value: Any, path: str) -> Any:
-    """An optional field's value: ``None``, a finite number or a string."""
+    """An optional field's value: ``None``, a finite number, a string or the held-out numbers' dict."""
+    if path == "held_out" and value is not None:
+        with at_path(path):
+            return HeldOut.from_dict(value)
     if value is None or isinstance(value, str):
         return value
     return expect_float(value, path)

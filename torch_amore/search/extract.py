@@ -124,6 +124,7 @@ def extract_rules(
     local_x: ArrayLike | None = None,
     target_name: str = "target",
     codes_dir: str | None = None,
+    holdout_rows: ArrayLike | None = None,
     **search_options: Any,
 ) -> list[RuleSet]:
     """Regional rules for a target subgroup: conjunctions of at most ``max_length`` conditions with at least
@@ -144,6 +145,8 @@ def extract_rules(
         target_name: name of the subgroup in printed rules.
         codes_dir: with a source of batches, keep the grid codes in memory-mapped files of a fresh folder inside this
             existing folder (removed afterwards, also on an error) rather than in memory.
+        holdout_rows: rows held out of the search (a boolean (N,) mask or row indices): every returned rule set gets
+            its numbers there, ``held_out`` (see ``holdout`` below and docs/trust.md).
         **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
 
             * ``max_length``: l_max, the most conditions in a rule set (default 2).
@@ -168,6 +171,10 @@ def extract_rules(
             * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
             * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
             * ``exact_budget``: the work allowed to ``strategy="exact"`` (grid-cell updates; default 2e9).
+            * ``holdout``, ``permutations``, ``stability``, ``seed``, ``level``: how far to trust the rule sets
+              (:mod:`torch_amore.search.significance`, docs/trust.md): a held-out fraction of the rows
+              (``RuleSet.held_out``), P searches on permuted targets (``RuleSet.p_value``) and B half-samples
+              (``RuleSet.stability``).
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
@@ -218,6 +225,11 @@ def _extract(
     """:func:`extract_rules`' search: the rule sets and, in memory, the facts of its caveats (rows, subgroup rows,
     ``min_support`` as a count, local)."""
     options = SearchOptions.resolve(options, **search_options)
+    if options.wants_evidence or holdout_rows is not None:  # held-out numbers, p-values, stability
+        from torch_amore.search.significance import extract_with_evidence
+
+        named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
+        return extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
         _no_target(target)
         from torch_amore.search.stream import extract_stream

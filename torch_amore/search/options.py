@@ -17,6 +17,7 @@ import numpy as np
 
 from torch_amore._utils.typing import FEATURE_TYPES
 from torch_amore.data import arguments as A
+from torch_amore.rules.held_out import check_level
 
 #: Search strategies understood by :func:`torch_amore.extract_rules`.
 STRATEGIES = ("beam", "paper", "exact")
@@ -117,6 +118,16 @@ class SearchOptions:
             its fitness by less than this (measured on the data searched) loses that condition, the least useful
             first, until every condition earns it; a condition without which the rule set's confidence falls below
             ``min_confidence`` earns its place. 0 returns the rule sets as the strategies find them.
+        holdout: a fraction in (0, 1) of the rows held out of the search, stratified by the target and drawn with
+            ``seed`` (:mod:`torch_amore.search.evidence_split`); every returned rule set gets its numbers there,
+            :attr:`torch_amore.RuleSet.held_out`. ``None`` (default): no rows held out (or those of ``holdout_rows=``).
+        permutations: P, searches on seeded permutations of the target (default 0: none); every returned rule set
+            gets the search-aware :attr:`torch_amore.RuleSet.p_value` (:mod:`torch_amore.search.significance`).
+        stability: B, seeded half-samples searched again (default 0: none); every returned rule set gets
+            :attr:`torch_amore.RuleSet.stability`.
+        seed: the seed of the held-out split, the permutations and the half-samples (default 0).
+        level: the confidence level of the held-out intervals, in (0, 1) (default 0.95); ``1 - level`` is the
+            threshold of the verdict and of the warning on noise.
 
     Example:
         >>> options = SearchOptions(max_length=3, min_support=100)
@@ -143,6 +154,11 @@ class SearchOptions:
     exact_budget: int = 2 * 10**9
     optimum_budget: int = 5 * 10**7
     min_gain: float = 0.001
+    holdout: float | None = None
+    permutations: int = 0
+    stability: int = 0
+    seed: int = 0
+    level: float = 0.95
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
@@ -166,6 +182,16 @@ class SearchOptions:
         set_(self, "exact_budget", A.check_int(self.exact_budget, "exact_budget", 1))
         set_(self, "optimum_budget", A.check_int(self.optimum_budget, "optimum_budget", 0))
         set_(self, "min_gain", _check_gain(self.min_gain))
+        set_(self, "holdout", None if self.holdout is None else check_level(self.holdout, "holdout", "0.3"))
+        set_(self, "permutations", A.check_int(self.permutations, "permutations", 0))
+        set_(self, "stability", A.check_int(self.stability, "stability", 0))
+        set_(self, "seed", A.check_int(self.seed, "seed", 0))
+        set_(self, "level", check_level(self.level, "level"))
+
+    @property
+    def wants_evidence(self) -> bool:
+        """Whether the search is asked for held-out numbers, a permutation p-value or stability."""
+        return self.holdout is not None or self.permutations > 0 or self.stability > 0
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

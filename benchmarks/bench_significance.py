@@ -1,0 +1,278 @@
+"""How far to trust a rule (issue 40): calibration on noise, power on a planted box, interval coverage, and cost.
+
+Parts (``--parts``, comma-separated):
+
+1. ``calibration``: ``--n-datasets`` seeded null data sets (target independent of X, base rate 0.1), a third each of
+   2,000 x 16 uniform, 5,000 x 128 ReLU Gaussian, and 3,000 x 24 mixed (8 float, 8 integer 0..9, 8 binary category
+   columns); ``max_length=2, min_support=50``. Counts of the best rule set's search-aware ``p_value <= 0.05``
+   (``--permutations`` P, default 99) and of a Holm-adjusted held-out ``p_value <= 0.05`` (``holdout=0.3``; the best
+   rule set's, and any rule set's), with the 99.5 % quantile of Binomial(n, 0.05) they must stay under.
+2. ``power``: ``--seeds`` planted boxes at 5,000 x 128 (ReLU Gaussian; 5 % of the rows in a box on features 0 and 1,
+   confidence 0.8 inside, 0.1 outside), ``max_length=2, min_support=100``: the share with ``p_value <= 0.01`` and with
+   a held-out ``p_value <= 0.01`` (``holdout=0.3``).
+3. ``coverage``: the best rule set of one planted data set, its true confidence from the generator (Monte Carlo over
+   2,000,000 fresh rows), and ``--draws`` fresh held-out sets of 1,500 rows: how often the 95 % interval covers it.
+4. ``cost``: one thread; one default search against 99 permutations (the null's preparation plus ``--cost-perms``
+   timed permutations, scaled to 99) at each of ``--sizes`` (default 10,000 x 128 and 100,000 x 128, latent-like data
+   of ``_tasks.latent_like``, ``max_length`` 2), with a breakdown of one permutation's search by stage; then the
+   ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=10`` against one search.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_significance.py                     # the full run (hours)
+    python benchmarks/bench_significance.py --n-datasets 12 --permutations 19 --seeds 4 --draws 1000 \\
+        --sizes 10000x128 --cost-perms 3                                           # a reduced run (minutes)
+    python benchmarks/bench_significance.py --parts cost --sizes 1000000x128 --device cuda   # where a GPU is lent
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import binom
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tasks import latent_like  # noqa: E402
+
+import torch_amore  # noqa: E402
+import torch_amore.search.extractor as extractor_module  # noqa: E402
+from torch_amore.rules.held_out import held_out_metrics  # noqa: E402
+from torch_amore.search.evidence_split import permutation_order  # noqa: E402
+from torch_amore.search.extractor import Extractor  # noqa: E402
+from torch_amore.search.null_search import NullSearch  # noqa: E402
+from torch_amore.search.options import SearchOptions  # noqa: E402
+from torch_amore.search.readable import ReadableRules  # noqa: E402
+from torch_amore.strategies.beam import BeamSearch  # noqa: E402
+
+KINDS = ("uniform 2000x16", "relu 5000x128", "mixed 3000x24")
+BOX_EDGE = 0.7601  # P(ReLU(N(0,1)) > c) = 1 - Phi(c) = sqrt(0.05): the box on two features holds 5 % of the rows
+
+
+def null_data(kind: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One null data set of ``kind``: X and a target drawn independently of it at base rate 0.1."""
+    rng = np.random.default_rng([seed, 7])
+    if kind.startswith("uniform"):
+        X = rng.uniform(size=(2000, 16))
+    elif kind.startswith("relu"):
+        X = np.maximum(rng.standard_normal((5000, 128)), 0)
+    else:
+        n = 3000
+        X = np.concatenate(
+            [rng.uniform(size=(n, 8)), rng.integers(0, 10, size=(n, 8)), rng.integers(0, 2, size=(n, 8))], axis=1
+        ).astype(np.float64)
+    target = rng.random(X.shape[0]) < 0.1
+    return torch.from_numpy(X), torch.from_numpy(target)
+
+
+def box_columns(rng: np.random.Generator, n: int, f: int) -> np.ndarray:
+    return np.maximum(rng.standard_normal((n, f)), 0)
+
+
+def box_target(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    inside = (X[:, 0] > BOX_EDGE) & (X[:, 1] > BOX_EDGE)
+    u = rng.random(X.shape[0])
+    return np.where(inside, u < 0.8, u < 0.1)
+
+
+def planted(seed: int, n: int = 5000, f: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng([seed, 11])
+    X = box_columns(rng, n, f)
+    return torch.from_numpy(X), torch.from_numpy(box_target(X, rng))
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def calibration(n_datasets: int, permutations: int) -> None:
+    print(f"== calibration: {n_datasets} null data sets, P={permutations}, max_length=2, min_support=50")
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # data sets, perm, held best, held any
+    t0 = time.perf_counter()
+    for i in range(n_datasets):
+        kind = KINDS[i % len(KINDS)]
+        X, t = null_data(kind, i)
+        kw = {"max_length": 2, "min_support": 50, "seed": i}
+        perm = quiet(torch_amore.extract_rules, X, t, permutations=permutations, **kw)
+        held = quiet(torch_amore.extract_rules, X, t, holdout=0.3, **kw)
+        c = counts[kind]
+        c[0] += 1
+        c[1] += bool(perm) and perm[0].p_value <= 0.05
+        c[2] += bool(held) and held[0].held_out.p_value <= 0.05
+        c[3] += any(rs.held_out.p_value <= 0.05 for rs in held)
+    total = [sum(c[j] for c in counts.values()) for j in range(4)]
+    for kind, c in [*counts.items(), ("all", total)]:
+        limit = int(binom.ppf(0.995, c[0], 0.05))
+        print(f"  {kind:<16} n={c[0]:>4}  p<=0.05: search-aware {c[1]:>3}  held-out best {c[2]:>3}  held-out any "
+              f"{c[3]:>3}  (99.5% quantile of Binomial({c[0]}, 0.05): {limit})")  # fmt: skip
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
+
+
+def power(seeds: int, permutations: int) -> None:
+    print(f"== power: {seeds} planted boxes at 5000 x 128, max_length=2, min_support=100, P={permutations}")
+    smallest = 1 / (permutations + 1)
+    perm_hits = held_hits = 0
+    for s in range(seeds):
+        X, t = planted(s)
+        kw = {"max_length": 2, "min_support": 100, "seed": s}
+        best = quiet(torch_amore.extract_rules, X, t, permutations=permutations, **kw)[0]
+        held = quiet(torch_amore.extract_rules, X, t, holdout=0.3, **kw)[0]
+        perm_hits += best.p_value <= max(0.01, smallest)
+        held_hits += held.held_out.p_value <= 0.01
+    print(f"  p_value <= {max(0.01, smallest):g}: {perm_hits}/{seeds}; held-out p_value <= 0.01: {held_hits}/{seeds}")
+
+
+def true_confidence(rule_set, f: int, n: int = 2_000_000, seed: int = 99) -> float:
+    rng = np.random.default_rng([seed, 13])
+    hits = support = 0
+    for _ in range(n // 200_000):
+        X = box_columns(rng, 200_000, f)
+        t = box_target(X, rng)
+        m = rule_set.mask(torch.from_numpy(X)).numpy()
+        support, hits = support + int(m.sum()), hits + int((m & t).sum())
+    return hits / support
+
+
+def coverage(draws: int, level: float = 0.95) -> None:
+    f = 8  # the box's generator: features beyond the rule's do not matter, so fewer columns keep the draws cheap
+    X, t = planted(0, 5000, f)
+    best = quiet(torch_amore.extract_rules, X, t, max_length=2, min_support=100)[0]
+    truth = true_confidence(best, f)
+    rng = np.random.default_rng([0, 17])
+    covered = 0
+    for _ in range(draws):
+        Xh = box_columns(rng, 1500, f)
+        th = torch.from_numpy(box_target(Xh, rng))
+        low, high = held_out_metrics([best.mask(torch.from_numpy(Xh))], th, level)[0].confidence_interval
+        covered += low <= truth <= high
+    print(f"== coverage: {best}\n  true confidence {truth:.4f} (Monte Carlo, 2,000,000 rows); the {level:g} interval "
+          f"covers it in {covered}/{draws} = {covered / draws:.3f} of the held-out draws of 1,500 rows")  # fmt: skip
+
+
+#: (owner, attribute, label) of the stages timed in one permutation's search; nested stages count in each (the beam
+#: holds the pair seeds, the beam proper and the readable bounds of its conditions).
+STAGES = (
+    (NullSearch, "extractor", "target counts per grid"),
+    (Extractor, "_tree", "rule tree"),
+    (Extractor, "grid_optima", "grid optima"),
+    (Extractor, "run_beam", "beam (all)"),
+    (extractor_module, "pair_seeds", "  pair seeds"),
+    (BeamSearch, "run_by_length", "  beam proper"),
+    (ReadableRules, "rules", "readable bounds (all)"),
+    (Extractor, "polish", "polish"),
+    (Extractor, "finish", "pruning and same-mask check"),
+)
+
+
+def staged(times: dict[str, float]) -> list[tuple[object, str, object]]:
+    """The :data:`STAGES` wrapped to add their seconds to ``times``; returns what to put back."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STAGES]
+
+    def wrap(label, fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                times[label] += time.perf_counter() - t0
+
+        return timed
+
+    for (owner, name, fn), (_, _, label) in zip(saved, STAGES):
+        setattr(owner, name, wrap(label, fn))
+    return saved
+
+
+def seconds(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> None:
+    X, t = latent_like(n, f)
+    X, t = X.to(device), t.to(device)
+    kw = {"max_length": max_length}
+    quiet(torch_amore.extract_rules, X, t, **kw)  # warm-up
+    one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))
+    prep, null = seconds(lambda: quiet(NullSearch, X, t, SearchOptions(**kw)))
+    times: dict[str, float] = defaultdict(float)
+    saved = staged(times)
+    try:
+        perms = []
+        for k in range(cost_perms):
+            order = torch.from_numpy(permutation_order(n, 0, k)).to(device)
+            perms.append(seconds(lambda o=order: null.best_fitness(t[o]))[0])
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    per = sum(perms) / len(perms)
+    total = prep + 99 * per
+    print(f"  {n} x {f}, max_length {max_length}: one search {one:.3f} s; 99 permutations {total:.1f} s "
+          f"(preparation {prep:.3f} s + 99 x {per:.3f} s, from {cost_perms} timed) = {total / one:.1f} x one "
+          "search")  # fmt: skip
+    print("    one permutation by stage (seconds; nested stages count in each):")
+    for _, _, label in STAGES:
+        print(f"      {label:<30} {times[label] / cost_perms:7.3f}")
+
+
+def evidence_cost(n: int, f: int, device: str) -> None:
+    X, t = latent_like(n, f)
+    X, t = X.to(device), t.to(device)
+    one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2))
+    held, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, holdout=0.3))
+    stab, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, stability=10))
+    print(f"  {n} x {f}: one search {one:.3f} s; holdout=0.3 {held:.3f} s ({held / one:.2f} x); stability=10 "
+          f"{stab:.1f} s ({stab / one:.1f} x)")  # fmt: skip
+
+
+def cost(sizes: list[tuple[int, int]], cost_perms: int, device: str) -> None:
+    print(f"== cost: {torch.get_num_threads()} thread(s), device {device}")
+    for n, f in sizes:
+        cost_row(n, f, cost_perms, device, 2)
+    n, f = sizes[0]
+    cost_row(n, f, cost_perms, device, 3)
+    evidence_cost(n, f, device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="calibration,power,coverage,cost")
+    parser.add_argument("--n-datasets", type=int, default=200)
+    parser.add_argument("--permutations", type=int, default=99)
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--sizes", default="10000x128,100000x128")
+    parser.add_argument("--cost-perms", type=int, default=99, help="permutations timed in the cost part")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    parts = args.parts.split(",")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load {load:.1f}")
+    if "calibration" in parts:
+        calibration(args.n_datasets, args.permutations)
+    if "power" in parts:
+        power(args.seeds, args.permutations)
+    if "coverage" in parts:
+        coverage(args.draws)
+    if "cost" in parts:
+        sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+        cost(sizes, args.cost_perms, args.device)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

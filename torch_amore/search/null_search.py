@@ -1,0 +1,104 @@
+"""The same search on other targets over the same rows, without binning again (:class:`NullSearch`): the null
+distribution of the search-aware p-value (:mod:`torch_amore.search.significance`).
+
+What does not depend on the target is made once and shared by every search: the grid codes and their edges
+(:func:`torch_amore.search.extract.prepare`), the readable bounds, the beam's fine grids and the per-grid counts of
+all rows. Each target then costs its own per-grid target counts and the strategies (tree, grid optima, beam, polish,
+pruning), which depend on it throughout. The result of each search is the one :func:`torch_amore.extract_rules` gives
+on the same rows, target and options (the tests replay it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torch_amore.data import arguments as A
+from torch_amore.data import validation as V
+from torch_amore.grids.ratios import grid_counts
+from torch_amore.rules.rules import RuleSet
+from torch_amore.search.extract import prepare
+from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
+from torch_amore.search.options import SearchOptions, auto_min_support
+
+__all__ = ["NullSearch"]
+
+
+class NullSearch:
+    """The search of ``extract_rules(X, target, options=options, ...)`` made ready for any target of ``X``'s rows.
+
+    Args:
+        X: (N, F) the searched rows (a floating tensor, checked by the caller's search).
+        target: (N,) a boolean target of those rows; the others have the same number of target rows (permutations),
+            so the default ``min_support`` is the same for all.
+        options: the search's options (the evidence fields are ignored).
+        features, feature_names, local_x, target_name: as in :func:`torch_amore.extract_rules`.
+
+    Example:
+        >>> import torch
+        >>> from torch_amore import extract_rules
+        >>> X = torch.rand(500, 3, generator=torch.Generator().manual_seed(0))
+        >>> t = X[:, 0] > 0.8
+        >>> null = NullSearch(X, t, SearchOptions(min_support=20))
+        >>> null.search(t)[0] == extract_rules(X, t, min_support=20)[0]
+        True
+    """
+
+    def __init__(
+        self,
+        X: torch.Tensor,
+        target: torch.Tensor,
+        options: SearchOptions,
+        *,
+        features: Sequence[int] | None = None,
+        feature_names: Sequence[str] | None = None,
+        local_x: Any = None,
+        target_name: str = "target",
+    ) -> None:
+        self.options = capped_max_length(options, len(A.resolve_features(features, X.shape[1])), warn=False)
+        self.device = X.device
+        with search_scope(X.device):
+            self.base = prepare(
+                X,
+                target,
+                self.options,
+                features=features,
+                feature_names=feature_names,
+                target_name=target_name,
+                memory_checked=True,
+            )
+            local = V.to_local_x(local_x, X.shape[1])
+            self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
+            self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
+        n = X.shape[0]
+        given = self.options.given_support_count(n)
+        self.min_support = auto_min_support(n, self.base.n_total_target) if given is None else given
+        self.target_name = target_name
+
+    def extractor(self, target: torch.Tensor) -> Extractor:
+        """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""
+        b = self.base
+        ex = Extractor(b.binned, target, b.names, b.scale, b.offset, target_name=self.target_name, X=b.X)
+        ex.readable = b.readable
+        ex.__dict__["_fine"] = b.__dict__.setdefault("_fine", {})  # fine grids depend on X alone
+        t_rows = torch.nonzero(target, as_tuple=True)[0]
+        ex._root = (self.all_counts, grid_counts(b.binned.codes, t_rows, b.binned.n_bins_max))
+        return ex
+
+    def search(self, target: torch.Tensor) -> list[RuleSet]:
+        """The rule sets ``extract_rules`` returns for ``target`` on these rows, best first."""
+        with search_scope(self.device):
+            found = self.extractor(target.to(self.device)).extract(
+                self.options, min_support=self.min_support, local_codes=self.local_codes
+            )
+        if self.options.min_confidence is not None:
+            found = [rs for rs in found if rs.confidence >= self.options.min_confidence]
+        return found
+
+    def best_fitness(self, target: torch.Tensor) -> float:
+        """The best fitness the search finds for ``target`` (``-inf`` when it returns no rule set)."""
+        found = self.search(target)
+        return found[0].fitness if found else -math.inf

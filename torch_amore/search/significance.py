@@ -1,0 +1,219 @@
+"""Rules that hold beyond the sample: :func:`extract_rules` with ``holdout``, ``holdout_rows``, ``permutations`` or
+``stability`` (:func:`extract_with_evidence`).
+
+* **Held-out numbers** (``holdout=f`` or ``holdout_rows=``): the search sees only the other rows (a fractional
+  ``min_support`` is of those rows); every returned rule set gets ``held_out``
+  (:class:`torch_amore.rules.held_out.HeldOut`: support, confidence, fitness, lift, a Clopper-Pearson interval at
+  ``level`` and a one-sided exact binomial p-value against the held-out base rate, Holm-adjusted over the rule sets
+  returned). The split is stratified by the target and seeded (:mod:`torch_amore.search.evidence_split`).
+* **Search-aware p-value** (``permutations=P``): the same search, with the same options and grids, on P seeded
+  permutations of the target over the searched rows (permutation ``k`` is
+  :func:`torch_amore.search.evidence_split.permutation_order` of ``seed`` and ``k``); the best fitness of each is the
+  null distribution, and a rule set of fitness ``f`` gets ``p_value = (1 + #{null >= f}) / (P + 1)``, the
+  Westfall-Young max-statistic p-value, family-wise over everything the search compared. The grid codes are made once
+  (:class:`torch_amore.search.null_search.NullSearch`).
+* **Stability** (``stability=B``): B seeded, stratified half-samples of the searched rows are searched again (a count
+  ``min_support`` scaled to the half); ``stability`` is the share of them in whose first ``len(result)`` rule sets
+  one selects nearly the same rows of the data as the rule set (all rows, held-out ones included; Jaccard >=
+  :data:`STABILITY_JACCARD`).
+
+When none of the rule sets stands out at ``1 - level``, one ``UserWarning`` says so
+(:func:`torch_amore.rules.evidence.warn_noise`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from torch_amore._utils import distributed as D
+from torch_amore._utils.progress import progress_bar
+from torch_amore.data import arguments as A
+from torch_amore.data import validation as V
+from torch_amore.data.stream_source import is_source
+from torch_amore.rules.evidence import warn_noise
+from torch_amore.rules.held_out import held_out_metrics
+from torch_amore.rules.rules import RuleSet
+from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order, resolve_holdout_rows
+from torch_amore.search.null_search import NullSearch
+from torch_amore.search.options import SearchOptions
+
+__all__ = ["STABILITY_JACCARD", "extract_with_evidence", "permutation_p_values", "stability_shares"]
+
+#: Two rule sets select "nearly the same rows" when the Jaccard index of their masks is at least this.
+STABILITY_JACCARD = 0.8
+
+
+def _refuse(X: Any, codes_dir: str | None) -> None:
+    """What the evidence does not support yet, refused before any work."""
+    if is_source(X) or codes_dir is not None:
+        raise ValueError(
+            "`holdout`, `holdout_rows`, `permutations` and `stability` are not supported yet with a source of "
+            "batches (streamed data): extract from an (N, F) X in memory, or set them to None / 0."
+        )
+    if D.is_sharded():
+        raise ValueError(
+            "`holdout`, `holdout_rows`, `permutations` and `stability` are not supported yet in a sharded (DDP) "
+            "run: extract on one process, or set them to None / 0."
+        )
+
+
+def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) -> torch.Tensor | None:
+    """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows and others."""
+    if holdout_rows is not None and options.holdout is not None:
+        raise ValueError("Expected either `holdout` (a fraction) or `holdout_rows` (the rows), not both.")
+    if holdout_rows is not None:
+        held = resolve_holdout_rows(holdout_rows, target.shape[0]).to(target.device)
+    elif options.holdout is not None:
+        held = holdout_mask(target, options.holdout, options.seed)
+    else:
+        return None
+    for rows, what in ((target, "target rows"), (~target, "rows outside the target")):
+        n_held, n_rest = int((rows & held).sum()), int((rows & ~held).sum())
+        if n_held == 0 or n_rest == 0:
+            part = "held-out rows" if n_held == 0 else "rows left to search"
+            raise ValueError(
+                f"Expected {what} both among the held-out rows and among the rows searched, but the {part} hold "
+                f"none ({n_held} held out, {n_rest} searched): hold out other rows or more of them."
+            )
+    return held
+
+
+def extract_with_evidence(
+    X: Any,
+    target: Any,
+    options: SearchOptions,
+    *,
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    local_x: Any = None,
+    target_name: str = "target",
+    codes_dir: str | None = None,
+    holdout_rows: Any = None,
+) -> list[RuleSet]:
+    """:func:`torch_amore.extract_rules` with the evidence ``options`` asks for (see the module's docstring): the rule
+    sets of the search on the rows not held out, each with ``held_out``, ``p_value`` and ``stability`` where
+    computed (``None`` otherwise).
+
+    Example:
+        >>> import torch
+        >>> from torch_amore import extract_rules
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.rand(2000, 3, generator=g)
+        >>> target = (X[:, 0] > 0.7) & (torch.rand(2000, generator=g) < 0.8)
+        >>> best = extract_rules(X, target, min_support=50, holdout=0.3, permutations=19)[0]
+        >>> best.p_value, best.held_out.p_value < 1e-6
+        (0.05, True)
+    """
+    _refuse(X, codes_dir)
+    if target is None:
+        raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+    target = V.align_rows(target, X, "target")
+    X_t, frame_names = V.to_tensor_2d(X)
+    V.check_not_empty(X_t)
+    target_t = V.to_target(target, X_t.shape[0], X_t.device)
+    names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
+    held = _held_rows(target_t, options, holdout_rows)
+    Xs, ts = (X_t, target_t) if held is None else (X_t[~held], target_t[~held])
+    plain = options.replace(holdout=None, permutations=0, stability=0)
+    args = {"features": features, "feature_names": names, "local_x": local_x, "target_name": target_name}
+    from torch_amore.search.extract import extract_rules
+
+    found = extract_rules(Xs, ts, options=plain, **args)
+    changes: list[dict[str, Any]] = [{} for _ in found]
+    if found and options.permutations:
+        for c, p in zip(changes, permutation_p_values(Xs, ts, found, plain, options.permutations, options.seed, args)):
+            c["p_value"] = p
+    if found and options.stability:
+        shares = stability_shares(Xs, ts, found, plain, options.stability, options.seed, args, masks_on=X_t)
+        for c, s in zip(changes, shares):
+            c["stability"] = s
+    if found and held is not None:
+        masks = [rs.mask(X_t[held]) for rs in found]
+        for c, h in zip(changes, held_out_metrics(masks, target_t[held], options.level)):
+            c["held_out"] = h
+    out = [replace(rs, **c) for rs, c in zip(found, changes)]
+    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=3)
+    return out
+
+
+def null_fitness(
+    X: torch.Tensor, target: torch.Tensor, options: SearchOptions, permutations: int, seed: int, args: dict[str, Any]
+) -> list[float]:
+    """The best fitness of the search on each of the ``permutations`` seeded permutations of ``target``
+    (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search returns nothing)."""
+    bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
+    with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
+        warnings.simplefilter("ignore")
+        null = NullSearch(X, target, options.replace(progress=False), **args)
+        out = []
+        for k in range(permutations):
+            order = torch.from_numpy(permutation_order(target.shape[0], seed, k)).to(target.device)
+            out.append(null.best_fitness(target[order]))
+            bar.update(1)
+    bar.close()
+    return out
+
+
+def permutation_p_values(
+    X: torch.Tensor,
+    target: torch.Tensor,
+    found: Sequence[RuleSet],
+    options: SearchOptions,
+    permutations: int,
+    seed: int,
+    args: dict[str, Any],
+) -> list[float]:
+    """The search-aware p-value of each of ``found``: ``(1 + #{null >= fitness}) / (permutations + 1)`` over
+    :func:`null_fitness`."""
+    null = null_fitness(X, target, options, permutations, seed, args)
+    return [(1 + sum(f >= rs.fitness for f in null)) / (permutations + 1) for rs in found]
+
+
+def _jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
+    union = int((a | b).sum())
+    return int((a & b).sum()) / union if union else 1.0
+
+
+def stability_shares(
+    X: torch.Tensor,
+    target: torch.Tensor,
+    found: Sequence[RuleSet],
+    options: SearchOptions,
+    n_halves: int,
+    seed: int,
+    args: dict[str, Any],
+    *,
+    masks_on: torch.Tensor | None = None,
+) -> list[float]:
+    """For each of ``found``, the share of ``n_halves`` seeded half-samples of the searched rows ``X``
+    (:func:`torch_amore.search.evidence_split.half_sample`) in whose first ``len(found)`` rule sets one selects nearly
+    the same rows of ``masks_on`` (default ``X``; :func:`extract_with_evidence` passes all rows, held-out ones
+    included) (Jaccard >= :data:`STABILITY_JACCARD`). A count ``min_support`` is scaled to the half-sample's rows
+    (rounded up); a fraction or the default applies as it is."""
+    from torch_amore.search.extract import extract_rules
+
+    on = X if masks_on is None else masks_on
+    masks = [rs.mask(on) for rs in found]
+    hits = [0] * len(found)
+    n = X.shape[0]
+    bar = progress_bar(options.progress, total=n_halves, desc="half-samples")
+    for b in range(n_halves):
+        rows = torch.from_numpy(half_sample(target, seed, b)).to(X.device)
+        half = options.replace(progress=False)
+        if isinstance(options.min_support, int):
+            half = half.replace(min_support=max(1, math.ceil(options.min_support * len(rows) / n)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            again = extract_rules(X[rows], target[rows], options=half, **args)[: len(found)]
+        other = [rs.mask(on) for rs in again]
+        for i, m in enumerate(masks):
+            hits[i] += any(_jaccard(m, o) >= STABILITY_JACCARD for o in other)
+        bar.update(1)
+    bar.close()
+    return [h / n_halves for h in hits]
