@@ -31,7 +31,7 @@ def test_flags_print_the_verdict_and_columns_and_write_the_fields(table, tmp_pat
     assert main(argv) == 0
     stdout = capsys.readouterr().out
     assert "verdict: " in stdout and "beat the search on shuffled targets at 0.05, 19 permutations" in stdout
-    header = next(line for line in stdout.splitlines() if line.lstrip().startswith("rank"))
+    header = next(line for line in stdout.splitlines() if line.lstrip().startswith("#  rule"))
     assert "held-out confidence [95% CI]" in header and "p(perm)" in header and "stability" in header
     saved = json.loads(out.read_text())["rule_sets"]
     assert saved and all({"held_out", "p_value", "stability"} <= set(rs) for rs in saved)

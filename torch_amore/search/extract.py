@@ -201,6 +201,7 @@ def extract_rules(
             local_x=local_x,
             target_name=target_name,
             codes_dir=codes_dir,
+            holdout_rows=holdout_rows,
             search_options=search_options,
         )
         if facts is not None:
@@ -220,6 +221,7 @@ def _extract(
     local_x: ArrayLike | None,
     target_name: str,
     codes_dir: str | None,
+    holdout_rows: ArrayLike | None,
     search_options: dict[str, Any],
 ) -> tuple[list[RuleSet], tuple[int, int, int, bool] | None]:
     """:func:`extract_rules`' search: the rule sets and, in memory, the facts of its caveats (rows, subgroup rows,
@@ -229,7 +231,8 @@ def _extract(
         from torch_amore.search.significance import extract_with_evidence
 
         named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
-        return extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
+        found = extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
+        return found, None  # the evidence's own numbers and warning stand for the caveats
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
         _no_target(target)
         from torch_amore.search.stream import extract_stream
