@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -23,19 +24,15 @@ from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.model.batches import iter_batches, n_rows
 from torch_amore.model.forward import (
-    batch_args,
     check_finite_outputs,
-    eval_mode,
-    hooked,
-    layer_activations,
+    forward_batches,
+    model_batches,
     model_device,
-    model_dtype,
-    output_tensor,
-    to_device,
+    model_feed,
 )
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "too_big", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -82,10 +79,10 @@ def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any)
     if why or n is None:
         return bool(D.any_rank(False))
     device = model_device(explainer.model)
-    return _too_big(n, device, lambda: ModelBatches(explainer, inputs, request).probe(), "the rules are found")
+    return too_big(n, device, lambda: ModelBatches(explainer, inputs, request).probe(), "the rules are found")
 
 
-def _too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
+def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
     """Whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s available memory
     (on any rank of a DDP run: every rank then streams); says so once."""
     free, _ = M.available_memory(device)
@@ -137,33 +134,32 @@ class ModelBatches:
 
     def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         ex, r = self.explainer, self.request
-        model = ex.model
         # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
         it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
-        device, dtype = model_device(model), model_dtype(model)
-        start = 0
         V.check_not_meta(r.model_args.args, "additional_forward_args")
         V.check_not_meta(dict(r.model_args.kwargs), "forward_kwargs")
-        with eval_mode(model), hooked(ex.layer, ex.layer_input) as capture, torch.no_grad():
-            for inp, lab in it:
-                V.check_not_meta(inp, "inputs")  # before the model sees the batch
-                inp = to_device(inp, device)
-                args, kwargs = to_device(batch_args(r.model_args, inp, start, self.n), device, dtype)
-                fed = to_device(inp, device, dtype)
-                out = model(*fed, *args, **kwargs) if isinstance(fed, tuple) else model(fed, *args, **kwargs)
-                out = output_tensor(out).detach()
-                rows = out.shape[0]
+        feed = model_feed(ex.model, r.model_args, self.n)
+        steps = forward_batches(
+            ex.model,
+            model_batches(ex.model, it),
+            feed,
+            layer=ex.layer,
+            layer_name=ex.layer_name,
+            layer_input=ex.layer_input,
+        )
+        with closing(steps):
+            for step in steps:
+                rows = step.outputs.shape[0]
                 if not first_only:  # the probe only measures the width; the passes report NaN outputs
-                    check_finite_outputs(out, batch_start=start)
-                start += rows
-                X = self._features(capture, inp, rows)
-                yield X, self._subgroup(out, lab, rows).to(X.device)
+                    check_finite_outputs(step.outputs, batch_start=step.start)
+                X = self._features(step.activations, step.inputs, rows)
+                yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
                 if first_only:
                     return
 
-    def _features(self, capture: Any, inp: Any, rows: int) -> torch.Tensor:
-        if capture is not None:
-            return layer_activations(capture.values, self.explainer.layer_name, rows)
+    def _features(self, activations: torch.Tensor | None, inp: Any, rows: int) -> torch.Tensor:
+        if activations is not None:
+            return activations
         if not isinstance(inp, torch.Tensor):
             raise TypeError(
                 "Expected tensor model inputs to build rules on them, but the batches hold "
@@ -212,78 +208,3 @@ def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, tor
         "stream": True,
     }
     return rule_sets, extractor.target, extractor, extractor.names, facts
-
-
-class ModuleBatches:
-    """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
-    loader batch by batch through the trainer's batch path (:func:`torch_amore.model.lightning_batches.run_module`)."""
-
-    def __init__(
-        self,
-        trainer: Any,
-        pl_module: Any,
-        loader: Any,
-        *,
-        layer: Any,
-        layer_name: Any,
-        max_batches: int | float,
-        callback: Any,
-    ) -> None:
-        self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
-        self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
-        self.desc, self.threshold = "target", None
-        self.source = "layer" if layer is not None else "inputs"
-
-    def _one(self, batch: Any) -> Any:
-        from torch_amore.model.lightning_batches import run_module
-
-        cb = self.cb
-        return run_module(
-            self.trainer,
-            self.pl_module,
-            [batch],
-            layer=self.layer,
-            layer_name=self.layer_name,
-            input_key=cb.input_key,
-            label_key=cb.label_key,
-            forward_kwargs=cb.forward_kwargs,
-            collect_inputs=self.layer is None,
-        )
-
-    def probe(self) -> tuple[int, int]:
-        """(width, bytes per value) of the features, from the first batch."""
-        for X, _ in self():
-            return X.shape[1], X.element_size()
-        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
-
-    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for i, batch in enumerate(self.loader):
-            if i >= self.max_batches:
-                return
-            fwd = self._one(batch)
-            n = fwd.outputs.shape[0]
-            X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
-            mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, self.cb.target, self.cb.threshold, fwd.labels)
-            yield X, mask.to(X.device)
-
-
-def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
-    """Whether the callback streams (its ``stream``; for ``"auto"``, as :func:`should_stream`)."""
-    stream = callback.stream
-    why = ""
-    f = callback.features
-    if hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")):
-        why = "a separate `features` matrix"
-    elif callback.select_features:
-        why = "select_features=True"
-    elif callback.threshold == "roc":
-        why = "threshold='roc' (it needs all outputs at once)"
-    elif isinstance(callback.target, (torch.Tensor, np.ndarray, list)):
-        why = "a mask `target`"
-    if stream is True and why:
-        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
-    if stream is True or stream != "auto" or why:
-        return stream is True
-    if n_rows is None:
-        return bool(D.any_rank(False))
-    return _too_big(n_rows, torch.device(batches.pl_module.device), batches.probe, "the callback finds the rules")

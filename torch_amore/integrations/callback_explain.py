@@ -19,9 +19,9 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.stream_explain import ModuleBatches
 from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of, _target_param
-from torch_amore.model.lightning_batches import ModuleOutputs, eval_mode, limited_batches
+from torch_amore.integrations.lightning_batches import ModuleBatches, ModuleOutputs, limited_batches
+from torch_amore.model.forward import eval_mode
 from torch_amore.model.subgroups import subgroup_mask
 from torch_amore.search.extract import extract_rules
 

@@ -1,8 +1,9 @@
 """RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
 
 The callback runs the LightningModule over the explained data exactly as Lightning's validation loop does (the
-precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.model.lightning_batches`), takes
-the subgroup from its outputs and the features from its inputs or a layer, and runs :func:`torch_amore.extract_rules`.
+precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.integrations.lightning_batches`),
+takes the subgroup from its outputs and the features from its inputs or a layer, and runs
+:func:`torch_amore.extract_rules`.
 
 When (see ``docs/lightning.md``):
 
@@ -44,7 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.stream_explain import ModuleBatches, callback_streams, check_stream
+from torch_amore.explain.stream_explain import check_stream
 from torch_amore.integrations.callback_args import (
     _describe_target,
     _first_loader,
@@ -54,8 +55,8 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
+from torch_amore.integrations.lightning_batches import BatchKey, ModuleBatches, callback_streams, run_module
 from torch_amore.model.forward import resolve_layer
-from torch_amore.model.lightning_batches import BatchKey, run_module
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics
@@ -91,7 +92,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         log_prefix: prefix of the logged metric names (default ``f"{filename}/"``).
         batch_size: batch size when ``data``'s DataLoader has none.
         input_key, label_key: where the model input and the labels are in a batch
-            (:func:`torch_amore.model.lightning_batches.split_batch`).
+            (:func:`torch_amore.model.batches.split_batch`).
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
         set
