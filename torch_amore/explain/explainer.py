@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from torch_amore._utils import distributed as D
-from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import (
@@ -46,7 +45,7 @@ from torch_amore.model.forward import (
     run_model,
 )
 from torch_amore.model.subgroups import subgroup, subgroup_mask
-from torch_amore.search.extract import extract_rules
+from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
@@ -275,9 +274,9 @@ class RegionalRuleExplainer:
         V.check_model_device(self.model)
         request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
-        _, labels = request.check_data(inputs)
+        counted, labels = request.check_data(inputs)
         if stream is not False and should_stream(stream, self, inputs, request):
-            return self._explain_streamed(inputs, request)
+            return self._explain_streamed(inputs, request, counted)
         fwd = self._run(inputs, request)
         labels = self._labels(fwd, labels)
         mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
@@ -288,11 +287,17 @@ class RegionalRuleExplainer:
         options = with_units(request.options, request.scaler, X.shape[1], source)
         target_name = request.target_name or desc
         features = selection if selection is not None else request.indices
-        rule_sets = extract_rules(
-            X, mask, options=options, features=features, feature_names=names, local_x=local_x, target_name=target_name
+        rule_sets, plan, min_count = extract_planned(
+            X,
+            mask,
+            options,
+            features=features,
+            feature_names=names,
+            local_x=local_x,
+            target_name=target_name,
+            counted=counted,
         )
-        n, size = D.global_count(X.shape[0]), D.global_count(int(mask.sum()))
-        min_count = options.support_count(n, size)
+        n, size = plan.n_rows, D.global_count(int(mask.sum()))
         message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
@@ -309,7 +314,7 @@ class RegionalRuleExplainer:
             rule_sets=rule_sets,
             subgroup=mask,
             threshold=threshold,
-            features=A.resolve_features(features, X.shape[1]),
+            features=list(plan.columns),
             feature_names=names,
             params=self._params(request, options, facts),
             features_matrix=X,
@@ -320,12 +325,13 @@ class RegionalRuleExplainer:
             data_options=_data_options(request, fwd.outputs.shape[0]),
         )
 
-    def _explain_streamed(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+    def _explain_streamed(
+        self, inputs: Any, request: ExplainRequest, counted: tuple[int, int | None] | None
+    ) -> RegionalExplanation:
         """:meth:`_explain` on streamed batches (:func:`torch_amore.explain.stream_explain.explain_stream`)."""
-        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request)
-        options = facts["options"]
-        n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
-        min_count = options.support_count(n, size)
+        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request, counted)
+        options, min_count = facts["options"], facts["min_support_count"]
+        n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
         message = _guardrail(rule_sets, min_count, n, size, local=False)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)

@@ -177,9 +177,12 @@ class ModelBatches:
         return mask
 
 
-def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, torch.Tensor, Any, list[str], dict]:
+def explain_stream(
+    explainer: Any, inputs: Any, request: Any, counted: tuple[int, int | None] | None = None
+) -> tuple[list, torch.Tensor, Any, list[str], dict]:
     """The rule sets of a streamed explanation, its subgroup mask, the batches' source, the feature names and data
-    facts."""
+    facts; ``counted``: the ``min_support`` count resolved before the model ran (see
+    :meth:`torch_amore.search.plan.SearchPlan.make`)."""
     from torch_amore.explain.units import with_units
     from torch_amore.search.stream import prepare_stream, search_stream
 
@@ -196,11 +199,13 @@ def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, tor
         feature_names=names,
         target_name=request.target_name or "target",
         name_prefix=prefix,
+        counted=counted,
     )
     target_name = request.target_name or batches.desc
     extractor.target_name = target_name
-    rule_sets = search_stream(extractor, options)
+    rule_sets, min_count = search_stream(extractor)
     facts = {
+        "min_support_count": min_count,
         "source": batches.source,
         "target_name": target_name,
         "threshold": batches.threshold,

@@ -23,7 +23,7 @@ from torch_amore.integrations.callback_args import _first_loader, _is_mask, _row
 from torch_amore.integrations.lightning_batches import ModuleBatches, ModuleOutputs, limited_batches
 from torch_amore.model.forward import eval_mode
 from torch_amore.model.subgroups import subgroup_mask
-from torch_amore.search.extract import extract_rules
+from torch_amore.search.extract import extract_planned
 
 _LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
@@ -82,16 +82,20 @@ class CallbackExplain:
         if 0 < n_sub < n_all:
             if self.select_features:
                 indices = selection = self._select(pl_module, fwd, mask, names, layer)
-            rule_sets = extract_rules(X, mask, options=options, features=indices, feature_names=names, target_name=desc)
+            rule_sets, plan, min_count = extract_planned(
+                X, mask, options, features=indices, feature_names=names, target_name=desc
+            )
+            columns = list(plan.columns)
         else:
             message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
-        params = self._params(desc, n_all, n_sub, source, layer_name)
+            columns, min_count = A.resolve_features(indices, X.shape[1]), self.options.support_count(n_all, n_sub)
+        params = self._params(desc, n_all, n_sub, source, layer_name, min_count)
         return RegionalExplanation(
             rule_sets=rule_sets,
             subgroup=mask,
             threshold=thr_used,
-            features=A.resolve_features(indices, X.shape[1]),
+            features=columns,
             feature_names=names,
             params=params,
             features_matrix=X,
@@ -99,10 +103,12 @@ class CallbackExplain:
             selection=selection,
         )
 
-    def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
+    def _params(
+        self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any, min_count: int
+    ) -> dict[str, Any]:
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
-            min_support_count=self.options.support_count(n_all, n_sub),
+            min_support_count=min_count,
             source=source,
             layer=layer_name,
             layer_input=False,
@@ -129,10 +135,10 @@ class CallbackExplain:
             batches, options, features=self.features, feature_names=self.feature_names, name_prefix=prefix
         )
         extractor.target_name = batches.desc
-        rule_sets = search_stream(extractor, options)
+        rule_sets, min_count = search_stream(extractor)
         mask = extractor.target
-        n_all, n_sub = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
-        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name)
+        n_all, n_sub = extractor.plan.n_rows, D.global_count(int(mask.sum()))
+        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name, min_count)
         params["stream"] = True
         return RegionalExplanation(
             rule_sets=rule_sets,

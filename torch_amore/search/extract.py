@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import parallel_pass
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
@@ -26,9 +25,9 @@ from torch_amore.data.column_stats import column_stats
 from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import encode_features
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
-from torch_amore.search.options import SearchOptions, auto_min_support
-from torch_amore.strategies.exact import check_budget
+from torch_amore.search.extractor import Extractor, search_scope
+from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -52,12 +51,10 @@ def prepare(
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
 
-    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
-    ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
-    is checked first (:func:`torch_amore.data.memory.check_memory`; ``memory_checked``: the caller did so). ``X``
-    may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
+    ``X`` may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
     (:func:`torch_amore.search.stream.prepare_stream`). ``columns``: ``features``, ``feature_names`` and
-    ``target_name``, as in :func:`extract_rules`."""
+    ``target_name``, as in :func:`extract_rules`; ``memory_checked``: the caller checked the memory the search needs
+    (:func:`torch_amore.data.memory.check_memory`)."""
     options = SearchOptions() if options is None else options
     named = A.column_args(columns, "prepare")
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
@@ -65,15 +62,36 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, **named)
-    features, target_name = named["features"], named["target_name"]
+    X, target, frame_names = _converted(X, target)
+    plan = SearchPlan.make(
+        X.shape[0],
+        X.shape[1],
+        options,
+        features=named["features"],
+        feature_names=named["feature_names"],
+        frame_names=frame_names,
+        target_name=named["target_name"],
+    )
+    return bin_plan(X, target, plan, memory_checked=memory_checked)
+
+
+def _converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
+    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
+    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
     target = V.align_rows(target, X, "target")
-    X, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X)
+    X_t, frame_names = V.to_tensor_2d(X)
+    V.check_not_empty(X_t)
+    return X_t, target, frame_names
+
+
+def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: bool = True) -> Extractor:
+    """The converted ``X`` binned as ``plan`` says, with ``target`` as a mask: what the strategies search.
+
+    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
+    ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
+    is checked first unless ``memory_checked``."""
+    o, columns = plan.options, list(plan.columns)
     n, n_features = X.shape
-    names = A.resolve_names(named["feature_names"], frame_names, n_features)
-    columns = A.resolve_features(features, n_features)
-    options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
-    o = options
     if not memory_checked:  # before the target's checks and the pass over X
         M.check_memory(
             X,
@@ -84,12 +102,12 @@ def prepare(
             bin_strategy=o.bin_strategy,
             features=columns,
         )
-    scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
-    offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
+    scale = A.resolve_affine(o.feature_scale, "feature_scale", n_features, 1.0)
+    offset = A.resolve_affine(o.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
-    given = None if options.feature_types is None else A.resolve_feature_types(options.feature_types, X)
+    given = None if o.feature_types is None else A.resolve_feature_types(o.feature_types, X)
     # types are inferred in the user's units when feature_scale/feature_offset are given
-    in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
+    in_units = given is None and (any(s != 1.0 for s in scale) or any(v != 0.0 for v in offset))
     with parallel_pass(X.numel()):  # all columns: +-inf anywhere in X is an error
         stats = column_stats(X, units=(scale, offset) if in_units else None)
     facts = stats.fetch()
@@ -101,10 +119,23 @@ def prepare(
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = encode_features(
-            X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy, stats=stats
-        )
-    return Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
+        binned = encode_features(X, columns, kinds, n_grids=o.n_grids, bin_strategy=o.bin_strategy, stats=stats)
+    return Extractor(binned, target_t, list(plan.names), scale, offset, target_name=plan.target_name, X=X)
+
+
+def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[RuleSet], int]:
+    """The rule sets of ``plan`` on the converted ``X`` (best fitness first, ``min_confidence`` applied) and the
+    ``min_support`` count they were searched with."""
+    with search_scope(X.device):  # one thread for small operations, no autograd bookkeeping
+        extractor = bin_plan(X, target, plan)
+        local = plan.local_x
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        min_support = plan.support_count(extractor.n_total_target)
+        rule_sets = extractor.extract(plan.options, min_support=min_support, local_codes=local_codes)
+    min_confidence = plan.options.min_confidence
+    if min_confidence is not None:
+        rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
+    return rule_sets, min_support
 
 
 def _is_2d(X: Any) -> bool:
@@ -197,8 +228,29 @@ def extract_rules(
         raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+    rule_sets, _, _ = extract_planned(
+        X, target, options, features=features, feature_names=feature_names, local_x=local_x, target_name=target_name
+    )
+    return rule_sets
+
+
+def extract_planned(
+    X: ArrayLike,
+    target: MaskLike,
+    options: SearchOptions,
+    *,
+    features: Any = None,
+    feature_names: Sequence[str] | None = None,
+    local_x: ArrayLike | None = None,
+    target_name: str = "target",
+    counted: tuple[int, int | None] | None = None,
+) -> tuple[list[RuleSet], SearchPlan, int]:
+    """:func:`extract_rules` on data in memory with checked ``options``, for the explainer and the callback: the rule
+    sets, the plan and the ``min_support`` count they were searched with. ``counted``: ``(rows, count)``, the count
+    of ``min_support`` resolved before on this many rows (see :meth:`SearchPlan.make`)."""
     o = options
-    searched = A.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
+    n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
+    columns = None if n_features is None else A.resolve_features(features, n_features)
     M.check_memory(
         X,
         n_grids=o.n_grids,
@@ -206,30 +258,20 @@ def extract_rules(
         max_length=o.max_length,
         top_k=o.top_k,
         bin_strategy=o.bin_strategy,
-        features=searched,
+        features=None if features is None else columns,
     )  # before the conversion copies X
-    target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
-    X_t, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X_t)
-    options = capped_max_length(options, len(A.resolve_features(features, X_t.shape[1])))
-    n_all = D.global_count(X_t.shape[0])
-    min_s = options.given_support_count(n_all)  # resolved once; a bad count fails before the binning
-    if options.strategy == "exact":  # refused before any binning when it would take too long
-        n_feat = X_t.shape[1] if features is None else len(features)
-        check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
-    local = V.to_local_x(local_x, X_t.shape[1])
-    if local is not None and bool(torch.isinf(local).any()):
-        raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
-    with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
-        extractor = prepare(
-            X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True
-        )
-        local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        if min_s is None:  # the default: from the subgroup's size
-            min_s = auto_min_support(n_all, extractor.n_total_target)
-        rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
-    min_confidence = options.min_confidence
-    if min_confidence is not None:
-        rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
-    return rule_sets
+    X_t, target, frame_names = _converted(X, target)  # a pandas Series target by its index when X is a DataFrame
+    plan = SearchPlan.make(
+        X_t.shape[0],
+        X_t.shape[1],
+        options,
+        features=features,
+        columns=columns,
+        feature_names=feature_names,
+        frame_names=frame_names,
+        local_x=local_x,
+        target_name=target_name,
+        counted=counted,
+    )
+    rule_sets, min_support = search_plan(X_t, target, plan)
+    return rule_sets, plan, min_support
