@@ -138,7 +138,9 @@ class RuleSet:
         of booleans (or numbers: nonzero is in the subgroup), one per row of ``X``."""
         from torch_amore.data.validation import align_rows, to_labels
 
-        target = to_labels(align_rows(target, X, "target"), X.shape[0], "target", what="booleans", per="row of X")
+        if not isinstance(target, torch.Tensor):  # a pandas Series by the index of a DataFrame X
+            target = align_rows(target, X, "target")
+        target = to_labels(target, X.shape[0], "target", what="booleans", per="row of X")
         mask = self.mask(X)
         target = target if target.dtype == torch.bool else target != 0
         return rule_metrics(mask, target.to(mask.device))

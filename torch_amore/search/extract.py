@@ -78,7 +78,8 @@ def prepare(
 def _converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
     """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
     floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
-    target = V.align_rows(target, X, "target")
+    if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
+        target = V.align_rows(target, X, "target")
     X_t, frame_names = V.to_tensor_2d(X)
     V.check_not_empty(X_t)
     return X_t, target, frame_names

@@ -162,7 +162,7 @@ class Extractor:
         best fitness never drops when one more condition is allowed. Then every condition must earn
         ``options.min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets`).
         """
-        o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
+        o = options  # max_length capped by the plan (:class:`torch_amore.search.plan.SearchPlan`)
         if o.strategy == "exact":
             return self._extract_exact(o, min_support, local_codes)
         if o.strategy == "beam" and local_codes is None:
