@@ -173,10 +173,8 @@ class RegionalRuleExplainer:
                 ``local``.
             local: a sample for local rules (:meth:`explain_local`): only rule sets whose every interval contains it
                 are returned. ``None`` (default): global rules.
-            **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
-                (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
-                ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
-                ``feature_offset``, ``progress``. Any other name is a ``TypeError``.
+            **search_options: any field of :class:`torch_amore.SearchOptions` (documented there); an unknown name
+                is a ``TypeError``.
 
         Returns:
             A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.

@@ -95,9 +95,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             (:func:`torch_amore.model.batches.split_batch`).
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
-        set
-            to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g. Weights
-            & Biases), when matplotlib is installed.
+            set to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g.
+            Weights & Biases), when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
         verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`, on the module and the
             explained data, before the files are written, so they show it); a dict passes options to it
@@ -107,10 +106,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             (:mod:`torch_amore.search.stream`) when the (N, D) features would exceed half the available memory (and says
             so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
             and takes no mask target, separate features, ``select_features`` or ``"roc"``.
-        **search_options: any field of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``,
-            ``n_grids``, ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``,
-            ``feature_types``, ``feature_scale``, ``feature_offset``, ``progress``); a fractional ``min_support`` is
-            taken of all the explained rows (all ranks).
+        **search_options: any field of :class:`~torch_amore.SearchOptions` (documented there); a fractional
+            ``min_support`` is taken of all the explained rows (all ranks).
 
     Attributes:
         explanation: the last :class:`RegionalExplanation` (``None`` before the first extraction). Its

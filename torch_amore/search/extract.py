@@ -174,30 +174,8 @@ def extract_rules(
         target_name: name of the subgroup in printed rules.
         codes_dir: with a source of batches, keep the grid codes in memory-mapped files of a fresh folder inside this
             existing folder (removed afterwards, also on an error) rather than in memory.
-        **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
-
-            * ``max_length``: l_max, the most conditions in a rule set (default 2).
-            * ``min_support``: s_min, an int count or a float fraction of N in (0, 1); default ``None``: 5 % of N
-              but at most half the subgroup (:func:`torch_amore.search.options.auto_min_support`).
-            * ``n_grids``: n_g, initial value grids per numeric feature (default 10).
-            * ``bin_strategy``: ``"uniform"`` (default), ``"quantile"`` or ``"kmeans"``.
-            * ``top_k``: K, candidate rules kept at each node of the rule tree (default 3).
-            * ``strategy``: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5).
-              ``"beam"`` (default) runs it too and adds a beam search over fitness-optimal intervals on fine grids
-              with refinement (:mod:`torch_amore.strategies.beam`), so its best fitness is never below the paper
-              strategy's. ``"exact"`` returns the ``top_k`` rule sets of highest fitness on the grid (``n_grids``,
-              ``bin_strategy``), provably (:mod:`torch_amore.strategies.exact`; ``max_length`` <= 3, no ``local_x``); a
-              search whose estimated work exceeds ``exact_budget`` is refused up front (``max_length`` <= 2) or stopped
-              with a warning and the best bound not explored (``max_length`` = 3).
-            * ``min_confidence``: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy
-              also looks for the fittest rule sets that are this confident.
-            * ``beam_width``: rule sets kept per length by the beam strategy (default 5).
-            * ``feature_types``: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1
-              values: cat; integer values: int; else float), in original units when ``feature_scale`` or
-              ``feature_offset`` is given (a standardized 0/1 column stays a 0/1 category).
-            * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
-            * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
-            * ``exact_budget``: the work allowed to ``strategy="exact"`` (grid-cell updates; default 2e9).
+        **search_options: any field of :class:`torch_amore.SearchOptions` (``max_length``, ``min_support``,
+            ``strategy``, ...: its fields are documented there, once); an unknown name is a ``TypeError``.
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
