@@ -291,8 +291,7 @@ def write_html(explanation: Any, path: str | Path, **kwargs: Any) -> Path:
         held_out: ``explanation.evaluate(...)`` on new data (one :class:`~torch_amore.RuleMetrics` per rule set).
         title: the page title (default: the explanation's header).
         plot_rules: a :func:`~torch_amore.report.plot.plot_rule` figure for this many of the best distinct rule sets
-        (when
-            the explanation holds its data); ``0`` for none.
+            (when the explanation holds its data); ``0`` for none.
         max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.report.distinct`).
         dpi: resolution of the inlined figures.
 
