@@ -31,7 +31,6 @@ from torch_amore.explain.request import (
     _data_options,
     _evaluation_args,
     _one_sample,
-    _target_param,
     resolve_names,
 )
 from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
@@ -44,9 +43,10 @@ from torch_amore.model.forward import (
     resolve_layer,
     run_model,
 )
-from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.model.subgroups import subgroup, subgroup_mask, target_param
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
+from torch_amore.selection.for_subgroup import select_for_subgroup
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
 TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
@@ -305,7 +305,7 @@ class RegionalRuleExplainer:
             "target_name": target_name,
             "n_samples": X.shape[0],
             "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
-            "target": _target_param(request.target, desc),
+            "target": target_param(request.target, desc),
             "input_shape": None if fwd.input_shape is None else list(fwd.input_shape),
         }
         return RegionalExplanation(
@@ -339,7 +339,7 @@ class RegionalRuleExplainer:
             "target_name": facts["target_name"],
             "n_samples": mask.shape[0],
             "subgroup_size": int(mask.sum()),
-            "target": _target_param(request.target, facts["target_name"]),
+            "target": target_param(request.target, facts["target_name"]),
             "stream": True,
         }
         return RegionalExplanation(
@@ -444,8 +444,6 @@ class RegionalRuleExplainer:
     ) -> Any:
         """Run :func:`torch_amore.select_features` on the collected inputs (classes: the labels for a class target,
         else the subgroup)."""
-        from torch_amore.selection.selection import select_features
-
         if fwd.flat_inputs is None or fwd.input_shape is None:
             raise TypeError(
                 "Expected tensor model inputs for `select_features=True` (integrated gradients interpolate the "
@@ -453,16 +451,18 @@ class RegionalRuleExplainer:
                 "data, or pass a separate `features=` matrix."
             )
         inputs = fwd.flat_inputs.reshape(-1, *fwd.input_shape)
-        target = request.target
-        is_class = isinstance(target, (int, np.integer))
-        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
-        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
-        opts = dict(request.select) if isinstance(request.select, dict) else {}
-        opts.setdefault("target", int(target) if is_class and multi else None)
-        opts.setdefault("layer", self.layer)
-        opts.setdefault("attribute_to_layer_input", self.layer_input)
-        opts.setdefault("feature_names", names)
-        return select_features(self.model, inputs, classes, **opts)
+        return select_for_subgroup(
+            self.model,
+            inputs,
+            request.target,
+            fwd.outputs,
+            labels,
+            mask,
+            request.select,
+            layer=self.layer,
+            layer_input=self.layer_input,
+            names=names,
+        )
 
     def _evaluate(
         self,

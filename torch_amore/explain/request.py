@@ -204,15 +204,6 @@ def resolve_names(
     return A.resolve_names(names, None, n_features)
 
 
-def _target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
-    if isinstance(target, (int, np.integer)):
-        return int(target)
-    if isinstance(target, tuple) and len(target) == 2 and not callable(target):
-        return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
-    return desc
-
-
 def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
     """One model input as a batch of one: a graph as a list of one graph, a tensor with a batch dimension."""
     if is_graph(x):

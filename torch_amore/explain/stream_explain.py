@@ -32,7 +32,7 @@ from torch_amore.model.forward import (
 )
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "too_big", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "decide_stream", "should_stream", "unsupported", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -47,39 +47,55 @@ def check_stream(stream: Any) -> bool | str:
     raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
 
 
-def unsupported(request: Any) -> str:
-    """What of the request a streamed explanation cannot do ('' when it can do all)."""
-    if request.matrix is not None:
+def unsupported(
+    *, matrix: bool, select: Any, threshold: Any, target: Any, local: Any = None, labels: Any = None
+) -> str:
+    """What of a request a streamed explanation cannot do ('' when it can do all): the one list of the explainer and
+    the Lightning callback."""
+    if matrix:
         return "a separate `features` matrix"
-    if request.select:
+    if select:
         return "select_features=True"
-    if request.local is not None:
+    if local is not None:
         return "local rules (explain_local)"
-    if request.threshold == "roc":
+    if threshold == "roc":
         return "threshold='roc' (it needs all outputs at once)"
-    target = request.target
     if isinstance(target, (torch.Tensor, np.ndarray, list)) or hasattr(target, "iloc"):  # iloc: a pandas Series
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
-    if request.labels is not None:
+    if labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
     return ""
 
 
-def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any) -> bool:
-    """Whether to stream: ``stream`` itself, or for ``"auto"`` whether the estimated activations (N rows, the width
-    measured on the first batch) exceed :data:`STREAM_MEMORY_SHARE` of the available memory of the model's device."""
-    if stream is not True and stream != "auto":
-        return False
-    why = unsupported(request)
-    if stream is True:
-        if why:
-            raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
-        return True
-    n = n_rows(inputs)
+def decide_stream(
+    stream: bool | str, why: str, n: int | None, device: torch.device, probe: Callable[[], tuple[int, int]], what: str
+) -> bool:
+    """Whether to stream: ``stream`` itself (``True`` refused with the reason ``why`` from :func:`unsupported`), or
+    for ``"auto"`` whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s
+    available memory (:func:`too_big`); never when ``why`` or when ``n`` is unknown before the model runs."""
+    if stream is True and why:
+        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+    if stream != "auto":
+        return stream is True
     if why or n is None:
         return bool(D.any_rank(False))
-    device = model_device(explainer.model)
-    return too_big(n, device, lambda: ModelBatches(explainer, inputs, request).probe(), "the rules are found")
+    return too_big(n, device, probe, what)
+
+
+def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any) -> bool:
+    """:func:`decide_stream` for an ``explain`` call (the width measured on the first sample)."""
+    r = request
+    why = unsupported(
+        matrix=r.matrix is not None,
+        select=r.select,
+        threshold=r.threshold,
+        target=r.target,
+        local=r.local,
+        labels=r.labels,
+    )
+    n = n_rows(inputs) if stream == "auto" else None
+    probe = lambda: ModelBatches(explainer, inputs, request).probe()  # noqa: E731
+    return decide_stream(stream, why, n, model_device(explainer.model), probe, "the rules are found")
 
 
 def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.utilities import rank_zero_warn
@@ -19,11 +18,12 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of, _target_param
+from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of
 from torch_amore.integrations.lightning_batches import ModuleBatches, ModuleOutputs, limited_batches
 from torch_amore.model.forward import eval_mode
-from torch_amore.model.subgroups import subgroup_mask
+from torch_amore.model.subgroups import subgroup_mask, target_param
 from torch_amore.search.extract import extract_planned
+from torch_amore.selection.for_subgroup import select_for_subgroup
 
 _LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
@@ -112,7 +112,7 @@ class CallbackExplain:
             source=source,
             layer=layer_name,
             layer_input=False,
-            target=_target_param(self.target, desc),
+            target=target_param(self.target, desc),
             target_name=desc,
             threshold=self.threshold
             if isinstance(self.threshold, str) or self.threshold is None
@@ -171,15 +171,16 @@ class CallbackExplain:
 
     def _select(self, pl_module: LightningModule, fwd: ModuleOutputs, mask: torch.Tensor, names: list, layer: Any):
         """:func:`torch_amore.select_features` on the explained inputs (classes: the labels for a class target)."""
-        from torch_amore.selection.selection import select_features
-
-        is_class = isinstance(self.target, (int, np.integer))
-        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
-        labels = fwd.labels
-        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
-        opts = dict(self.select_features) if isinstance(self.select_features, dict) else {}
-        opts.setdefault("target", int(self.target) if is_class and multi else None)
-        opts.setdefault("layer", layer)
-        opts.setdefault("feature_names", names)
         with eval_mode(pl_module):
-            return select_features(pl_module, fwd.inputs, classes, **opts)
+            return select_for_subgroup(
+                pl_module,
+                fwd.inputs,
+                self.target,
+                fwd.outputs,
+                fwd.labels,
+                mask,
+                self.select_features,
+                layer=layer,
+                layer_input=False,
+                names=names,
+            )

@@ -19,16 +19,14 @@ from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
-from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
-from torch_amore.explain.stream_explain import too_big
+from torch_amore.explain.stream_explain import decide_stream, unsupported
 from torch_amore.model.batches import split_batch
 from torch_amore.model.forward import Step, forward_batches
 from torch_amore.model.subgroups import subgroup_mask
@@ -236,22 +234,13 @@ class ModuleBatches:
 
 
 def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
-    """Whether the callback streams (its ``stream``; for ``"auto"``, as :func:`should_stream`)."""
-    stream = callback.stream
-    why = ""
+    """Whether the callback streams: :func:`~torch_amore.explain.stream_explain.decide_stream` of its ``stream``."""
     f = callback.features
-    if hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")):
-        why = "a separate `features` matrix"
-    elif callback.select_features:
-        why = "select_features=True"
-    elif callback.threshold == "roc":
-        why = "threshold='roc' (it needs all outputs at once)"
-    elif isinstance(callback.target, (torch.Tensor, np.ndarray, list)):
-        why = "a mask `target`"
-    if stream is True and why:
-        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
-    if stream is True or stream != "auto" or why:
-        return stream is True
-    if n_rows is None:
-        return bool(D.any_rank(False))
-    return too_big(n_rows, torch.device(batches.pl_module.device), batches.probe, "the callback finds the rules")
+    why = unsupported(
+        matrix=hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")),
+        select=callback.select_features,
+        threshold=callback.threshold,
+        target=callback.target,
+    )
+    device = torch.device(batches.pl_module.device)
+    return decide_stream(callback.stream, why, n_rows, device, batches.probe, "the callback finds the rules")
