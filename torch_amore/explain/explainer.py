@@ -26,6 +26,7 @@ from torch import nn
 from torch_amore._utils import distributed as D
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.guardrail import guardrail
 from torch_amore.explain.request import (
     ExplainRequest,
     _data_options,
@@ -296,7 +297,7 @@ class RegionalRuleExplainer:
             counted=counted,
         )
         n, size = plan.n_rows, D.global_count(int(mask.sum()))
-        message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
+        message = guardrail(rule_sets, min_count, n, size, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
         facts = {
@@ -330,7 +331,7 @@ class RegionalRuleExplainer:
         rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request, counted)
         options, min_count = facts["options"], facts["min_support_count"]
         n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
-        message = _guardrail(rule_sets, min_count, n, size, local=False)
+        message = guardrail(rule_sets, min_count, n, size, local=False)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
         params = {
@@ -515,35 +516,3 @@ class RegionalRuleExplainer:
             raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}), got {mask.shape[0]}.")
         mask = mask.to(X.device)
         return [rs.evaluate(X, mask) for rs in explanation.rule_sets]
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# helpers of the steps
-
-
-def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
-    """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
-    rule set with positive fitness ('' when none applies)."""
-    if local:
-        if rule_sets:
-            return ""
-        return (
-            "No local rules: the sample is an outlier of the subgroup — no interval containing it raises the "
-            "subgroup's share above its base rate with enough support (try a smaller min_support)."
-        )
-    reasons = []
-    if min_count > size:
-        reasons.append(
-            f"min_support ({min_count} samples) exceeds the subgroup ({size} of {n} samples): every rule set holds "
-            "samples outside it, and above twice the subgroup its fitness is negative; pass a smaller min_support "
-            "(the default, None, takes at most half the subgroup)"
-        )
-    best = rule_sets[0].fitness if rule_sets else None
-    if best is None or best <= 0:
-        found = "no rule set" if best is None else f"the best has fitness {best:.3f}"
-        reasons.append(
-            f"no rule set reaches positive fitness ({found}; the subgroup is {size} of {n} samples, base rate "
-            f"{size / n:.2%}): try a smaller min_support, a larger max_length or n_grids, or features on which the "
-            "subgroup separates"
-        )
-    return "Rule sets may be useless: " + "; ".join(reasons) + "." if reasons else ""

@@ -51,7 +51,12 @@ def unsupported(
     *, matrix: bool, select: Any, threshold: Any, target: Any, local: Any = None, labels: Any = None
 ) -> str:
     """What of a request a streamed explanation cannot do ('' when it can do all): the one list of the explainer and
-    the Lightning callback."""
+    the Lightning callback.
+
+    Example:
+        >>> unsupported(matrix=False, select=False, threshold="roc", target=1)
+        "threshold='roc' (it needs all outputs at once)"
+    """
     if matrix:
         return "a separate `features` matrix"
     if select:

@@ -279,6 +279,13 @@ def forward_batches(
     (:mod:`torch_amore.integrations.lightning_batches`). ``noun`` names the model in messages. The hook is removed
     and every submodule's mode restored when the loop ends, also on an error; a consumer that may stop early closes
     the generator (``contextlib.closing``).
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        >>> batches = [(torch.rand(5, 3), None), (torch.rand(2, 3), None)]
+        >>> steps = forward_batches(model, batches, model_feed(model, ModelArgs(), 7), layer=model[1])
+        >>> [(s.start, tuple(s.outputs.shape), tuple(s.activations.shape)) for s in steps]
+        [(0, (5, 2), (5, 4)), (5, (2, 2), (2, 4))]
     """
     with eval_mode(model), hooked(layer, layer_input) as capture, torch.no_grad():
         start = 0
