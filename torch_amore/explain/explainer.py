@@ -35,6 +35,7 @@ from torch_amore.explain.request import (
     resolve_names,
 )
 from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
+from torch_amore.explain.subgroup_selection import select_for_subgroup
 from torch_amore.explain.units import with_units
 from torch_amore.model.forward import (
     BatchKey,
@@ -47,7 +48,6 @@ from torch_amore.model.forward import (
 from torch_amore.model.subgroups import subgroup, subgroup_mask, target_param
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
-from torch_amore.selection.for_subgroup import select_for_subgroup
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
 TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
