@@ -33,6 +33,7 @@ from torch_amore.explain.request import (
     _evaluation_args,
     _one_sample,
     resolve_names,
+    target_param,
 )
 from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
 from torch_amore.explain.subgroup_selection import select_for_subgroup
@@ -45,7 +46,7 @@ from torch_amore.model.forward import (
     resolve_layer,
     run_model,
 )
-from torch_amore.model.subgroups import subgroup, subgroup_mask, target_param
+from torch_amore.model.subgroups import subgroup, subgroup_mask
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
@@ -274,7 +275,8 @@ class RegionalRuleExplainer:
         request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
         counted, labels = request.check_data(inputs)
-        if stream is not False and should_stream(stream, self, inputs, request):
+        n = None if counted is None else counted[0]
+        if stream is not False and should_stream(stream, self, inputs, request, n):
             return self._explain_streamed(inputs, request, counted)
         fwd = self._run(inputs, request)
         labels = self._labels(fwd, labels)

@@ -204,6 +204,21 @@ def resolve_names(
     return A.resolve_names(names, None, n_features)
 
 
+def target_param(target: Any, desc: str) -> Any:
+    """JSON-safe form of a checked target (:func:`check_target`) for an explanation's parameters: a class index,
+    ``[low, high]`` (``None``: open), or the subgroup's description.
+
+    Example:
+        >>> target_param(3, "predicted 3"), target_param((0.5, None), "in [0.5, inf)"), target_param(abs, "abs")
+        (3, [0.5, None], 'abs')
+    """
+    if isinstance(target, (int, np.integer)):
+        return int(target)
+    if isinstance(target, tuple) and len(target) == 2:
+        return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
+    return desc
+
+
 def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
     """One model input as a batch of one: a graph as a list of one graph, a tensor with a batch dimension."""
     if is_graph(x):

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
-from torch_amore.model.batches import iter_batches, n_rows
+from torch_amore.model.batches import iter_batches
 from torch_amore.model.forward import (
     check_finite_outputs,
     forward_batches,
@@ -87,8 +87,9 @@ def decide_stream(
     return too_big(n, device, probe, what)
 
 
-def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any) -> bool:
-    """:func:`decide_stream` for an ``explain`` call (the width measured on the first sample)."""
+def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any, n: int | None) -> bool:
+    """:func:`decide_stream` for an ``explain`` call on ``n`` rows (``None``: unknown before the model runs; the
+    width measured on the first sample)."""
     r = request
     why = unsupported(
         matrix=r.matrix is not None,
@@ -98,8 +99,7 @@ def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any)
         local=r.local,
         labels=r.labels,
     )
-    n = n_rows(inputs) if stream == "auto" else None
-    probe = lambda: ModelBatches(explainer, inputs, request).probe()  # noqa: E731
+    probe = lambda: ModelBatches(explainer, inputs, request, n).probe()  # noqa: E731
     return decide_stream(stream, why, n, model_device(explainer.model), probe, "the rules are found")
 
 
@@ -131,14 +131,14 @@ class ModelBatches:
     describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
     """
 
-    def __init__(self, explainer: Any, inputs: Any, request: Any) -> None:
+    def __init__(self, explainer: Any, inputs: Any, request: Any, n: int | None) -> None:
         if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
             raise ValueError(
                 "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
                 "shuffles; pass DataLoader(..., shuffle=False)."
             )
         self.explainer, self.inputs, self.request = explainer, inputs, request
-        self.n = n_rows(inputs)  # per-sample model arguments are split by it
+        self.n = n  # the rows of ``inputs`` (None: unknown): per-sample model arguments are split by it
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
         self.source = "layer" if explainer.layer is not None else "inputs"
@@ -207,7 +207,7 @@ def explain_stream(
     from torch_amore.explain.units import with_units
     from torch_amore.search.stream import prepare_stream, search_stream
 
-    batches = ModelBatches(explainer, inputs, request)
+    batches = ModelBatches(explainer, inputs, request, None if counted is None else counted[0])
     names = request.feature_names or explainer.feature_names
     prefix = "z" if batches.source == "layer" else "feature"
     options = request.options

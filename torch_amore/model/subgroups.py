@@ -45,21 +45,6 @@ def check_target(target: Any, threshold: Any) -> None:
         raise ValueError(f"Expected `threshold` to be a probability in [0, 1], but got {threshold}.")
 
 
-def target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of a checked target (:func:`check_target`) for an explanation's parameters: a class index,
-    ``[low, high]`` (``None``: open), or the subgroup's description.
-
-    Example:
-        >>> target_param(3, "predicted 3"), target_param((0.5, None), "in [0.5, inf)"), target_param(abs, "abs")
-        (3, [0.5, None], 'abs')
-    """
-    if isinstance(target, (int, np.integer)):
-        return int(target)
-    if isinstance(target, tuple) and len(target) == 2:
-        return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
-    return desc
-
-
 #: What ``outputs=`` accepts: guess from the values, or say what the model returns.
 OUTPUT_KINDS = ("auto", "logits", "probs")
 
