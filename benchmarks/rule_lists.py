@@ -20,6 +20,12 @@ Usage::
 
 The comparison prints each case that differs and exits with 1 when any does. ``--cases random`` (or a comma list of
 case names) runs a part of them; ``mnist7`` trains a small CNN once and caches its latent layer (``_tasks.py``).
+
+``--cases explain`` (not part of ``all``) runs the explainer's paths instead: ``RegionalRuleExplainer.explain`` in
+memory and streamed, and the Lightning callback (on ``trainer.test``) in memory and streamed, each on the inputs and
+on a hidden layer of a seeded, untrained MLP over 2,000 seeded rows: 8 cases, e.g. ``explain:stream:layer``::
+
+    python benchmarks/rule_lists.py --cases explain --baseline ../base
 """
 
 from __future__ import annotations
@@ -38,8 +44,12 @@ N_RANDOM = 20
 BINNINGS = ("uniform", "quantile", "kmeans")
 
 
+EXPLAIN_CASES = [f"{how}:{mode}:{space}" for how in ("explain", "callback") for mode in ("memory", "stream")
+                 for space in ("inputs", "layer")]  # fmt: skip
+
+
 def case_names() -> list[str]:
-    """Every case, in the order they run."""
+    """Every case of ``all``, in the order they run."""
     quality = [f"{task}:{strategy}" for task in QUALITY_TASKS for strategy in STRATEGIES]
     return quality + [f"random_{seed:02d}" for seed in range(N_RANDOM)]
 
@@ -91,10 +101,56 @@ def quality_case(task_name: str, strategy: str) -> tuple[object, object, dict]:
     return task.X, task.target, options
 
 
+def explain_case(name: str) -> list:
+    """The rule sets of an ``explain`` or callback case (``{how}:{mode}:{space}``)."""
+    import tempfile
+
+    import torch
+    from torch import nn
+
+    import torch_amore
+
+    how, mode, space = name.split(":")
+    g = torch.Generator().manual_seed(7)
+    X = torch.randn(2000, 6, generator=g)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    layer = "1" if space == "layer" else None
+    options = dict(max_length=2, min_support=0.05, n_grids=6, stream=mode == "stream")
+    if how == "explain":
+        explainer = torch_amore.RegionalRuleExplainer(net, layer=layer)
+        return explainer.explain(X, 1, batch_size=256, **options).rule_sets
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(x)
+
+        def test_step(self, batch, batch_idx):
+            return None
+
+    with tempfile.TemporaryDirectory() as root:
+        callback = torch_amore.RegionalRuleExtractor(target=1, data="test", layer=None if layer is None else "net.1",
+                                                     dirpath=root, log_figures=False, **options)  # fmt: skip
+        trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=root, callbacks=[callback])  # fmt: skip
+        loader = DataLoader(TensorDataset(X, torch.zeros(len(X), dtype=torch.long)), batch_size=256)
+        trainer.test(Module(), dataloaders=loader, verbose=False)
+        return callback.explanation.rule_sets
+
+
 def rule_list(name: str) -> str:
     """The repr of one case's rule list (or ``error: <type>: <message>`` when the call refuses)."""
     import torch_amore
 
+    if name.split(":")[0] in ("explain", "callback"):
+        rule_sets = explain_case(name)
+        return repr([(rs.rules, rs.support, rs.confidence, rs.fitness) for rs in rule_sets])
     if name.startswith("random_"):
         X, target, options = random_case(int(name.split("_")[1]))
     else:
@@ -144,13 +200,17 @@ def main() -> None:
     parser.add_argument("--out", help="write this checkout's rule lists to this JSON file ('-': standard output)")
     parser.add_argument("--baseline", type=Path, help="another checkout to compare this one with")
     parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two JSON files")
-    parser.add_argument("--cases", default="all", help="'all', 'random', 'quality' or a comma list of case names")
+    parser.add_argument(
+        "--cases", default="all", help="'all', 'random', 'quality', 'explain' or a comma list of case names"
+    )
     args = parser.parse_args()
     names = case_names()
     if args.cases == "random":
         names = [n for n in names if n.startswith("random_")]
     elif args.cases == "quality":
         names = [n for n in names if not n.startswith("random_")]
+    elif args.cases == "explain":
+        names = EXPLAIN_CASES
     elif args.cases != "all":
         names = args.cases.split(",")
     if args.compare:

@@ -63,3 +63,43 @@ def test_every_folder_is_on_a_layer_and_names_its_surface():
         tree = ast.parse((PACKAGE / folder / "__init__.py").read_text())
         assert any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
                    for n in tree.body), f"{folder}/__init__.py has no __all__"  # fmt: skip
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level names of every module outside torch_amore that ``path`` imports, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+    return found - {"torch_amore"}
+
+
+LIGHTNING = {"lightning", "pytorch_lightning", "lightning_utilities"}
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_integrations_import_lightning(path):
+    """Lightning is an integration: the explainer, the model runs and the search work without it."""
+    if path.relative_to(PACKAGE).parts[0] == "integrations":
+        return
+    assert not _third_party(path) & LIGHTNING, f"{path.relative_to(PACKAGE)} imports Lightning"
+
+
+def test_every_required_dependency_is_imported_by_the_package():
+    """A required dependency does a job in the package; one that only the tests use belongs to the test extra."""
+    import re
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    # distribution name -> import name, where they differ
+    import_name = {"pytorch-lightning": "pytorch_lightning", "scikit-learn": "sklearn"}
+    required = [re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower() for dep in pyproject["project"]["dependencies"]]
+    assert required, "pyproject.toml lists no required dependency"
+    imported = set().union(*(_third_party(p) for p in PACKAGE.rglob("*.py")))
+    unused = [dep for dep in required if import_name.get(dep, dep.replace("-", "_")) not in imported]
+    assert not unused, f"required dependencies that the package never imports: {unused}"

@@ -35,7 +35,8 @@ from torch_amore import (  # noqa: E402
     extract_rules,
 )
 from torch_amore._utils import distributed as D  # noqa: E402
-from torch_amore.model.lightning_batches import run_module, split_batch  # noqa: E402
+from torch_amore.integrations.lightning_batches import run_module  # noqa: E402
+from torch_amore.model.batches import split_batch  # noqa: E402
 
 TASK = Path(__file__).resolve().parents[1] / "lightning_task.py"
 

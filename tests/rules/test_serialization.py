@@ -345,3 +345,18 @@ def test_explanation_file_that_is_not_json_text(tmp_path):
     file.write_bytes(b"\xff\xfe\x00\x81garbage")
     with pytest.raises(FieldError, match="UTF-8"):
         ta.RegionalExplanation.from_json(file)
+
+
+@pytest.mark.parametrize("field", ["name", "feature", "low"])
+def test_a_deeply_nested_rule_field_is_a_field_error_naming_it(field):
+    """A dict nested deeper than the recursion limit (built in Python, not parsed) in a rule's field: the message
+    that names the field must not recurse while showing the value."""
+    deep: dict = {"x": 1}
+    for _ in range(DEEP):
+        deep = {"a": deep}
+    data = good()
+    data["rules"][0][field] = deep
+    with pytest.raises(FieldError) as info:
+        RuleSet.from_dict(data)
+    assert info.value.path == f"rules[0].{field}"
+    assert "nested too deeply to show" in str(info.value)

@@ -1,6 +1,6 @@
 """Checks of the arguments (not the data) at the public boundary: grid counts, supports, integers and choices,
-feature names and indices, units, feature types. :mod:`torch_amore.data.validation` re-exports them, so that callers
-keep one module of checks (``V``).
+feature names and indices, units, feature types (the data's own conversions and checks are in
+:mod:`torch_amore.data.validation`).
 """
 
 from __future__ import annotations

@@ -33,10 +33,11 @@ from torch_amore.explain.request import (
     _data_options,
     _evaluation_args,
     _one_sample,
-    _target_param,
     resolve_names,
+    target_param,
 )
 from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
+from torch_amore.explain.subgroup_selection import select_for_subgroup
 from torch_amore.explain.units import with_units
 from torch_amore.model.forward import (
     BatchKey,
@@ -48,7 +49,7 @@ from torch_amore.model.forward import (
 )
 from torch_amore.model.subgroups import subgroup, subgroup_mask
 from torch_amore.rules.caveats import base_rate_reason, useless_reason
-from torch_amore.search.extract import extract_rules
+from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
@@ -180,10 +181,8 @@ class RegionalRuleExplainer:
                 ``local``.
             local: a sample for local rules (:meth:`explain_local`): only rule sets whose every interval contains it
                 are returned. ``None`` (default): global rules.
-            **search_options: fields of :class:`torch_amore.SearchOptions`: ``max_length``, ``min_support``
-                (default: 5 % of the samples, at most half the subgroup), ``n_grids``, ``bin_strategy``, ``top_k``,
-                ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``, ``feature_scale``,
-                ``feature_offset``, ``progress``. Any other name is a ``TypeError``.
+            **search_options: any field of :class:`torch_amore.SearchOptions` (documented there); an unknown name
+                is a ``TypeError``.
 
         Returns:
             A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.
@@ -285,9 +284,10 @@ class RegionalRuleExplainer:
         V.check_model_device(self.model)
         request = request.aligned_to(inputs)
         inputs, column_names = as_inputs(inputs)
-        _, labels = request.check_data(inputs)
-        if stream is not False and should_stream(stream, self, inputs, request):
-            return self._explain_streamed(inputs, request)
+        counted, labels = request.check_data(inputs)
+        n = None if counted is None else counted[0]
+        if stream is not False and should_stream(stream, self, inputs, request, n):
+            return self._explain_streamed(inputs, request, counted)
         fwd = self._run(inputs, request)
         labels = self._labels(fwd, labels)
         mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
@@ -298,11 +298,17 @@ class RegionalRuleExplainer:
         options = with_units(request.options, request.scaler, X.shape[1], source)
         target_name = request.target_name or desc
         features = selection if selection is not None else request.indices
-        rule_sets = extract_rules(
-            X, mask, options=options, features=features, feature_names=names, local_x=local_x, target_name=target_name
+        rule_sets, plan, min_count = extract_planned(
+            X,
+            mask,
+            options,
+            features=features,
+            feature_names=names,
+            local_x=local_x,
+            target_name=target_name,
+            counted=counted,
         )
-        n, size = D.global_count(X.shape[0]), D.global_count(int(mask.sum()))
-        min_count = options.support_count(n, size)
+        n, size = plan.n_rows, D.global_count(int(mask.sum()))
         message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
@@ -312,14 +318,14 @@ class RegionalRuleExplainer:
             "target_name": target_name,
             "n_samples": X.shape[0],
             "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
-            "target": _target_param(request.target, desc),
+            "target": target_param(request.target, desc),
             "input_shape": None if fwd.input_shape is None else list(fwd.input_shape),
         }
         return RegionalExplanation(
             rule_sets=rule_sets,
             subgroup=mask,
             threshold=threshold,
-            features=A.resolve_features(features, X.shape[1]),
+            features=list(plan.columns),
             feature_names=names,
             params=self._params(request, options, facts),
             features_matrix=X,
@@ -330,12 +336,13 @@ class RegionalRuleExplainer:
             data_options=_data_options(request, fwd.outputs.shape[0]),
         )
 
-    def _explain_streamed(self, inputs: Any, request: ExplainRequest) -> RegionalExplanation:
+    def _explain_streamed(
+        self, inputs: Any, request: ExplainRequest, counted: tuple[int, int | None] | None
+    ) -> RegionalExplanation:
         """:meth:`_explain` on streamed batches (:func:`torch_amore.explain.stream_explain.explain_stream`)."""
-        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request)
-        options = facts["options"]
-        n, size = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
-        min_count = options.support_count(n, size)
+        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request, counted)
+        options, min_count = facts["options"], facts["min_support_count"]
+        n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
         message = _guardrail(rule_sets, min_count, n, size, local=False)
         for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
             if reason:
@@ -346,7 +353,7 @@ class RegionalRuleExplainer:
             "target_name": facts["target_name"],
             "n_samples": mask.shape[0],
             "subgroup_size": int(mask.sum()),
-            "target": _target_param(request.target, facts["target_name"]),
+            "target": target_param(request.target, facts["target_name"]),
             "stream": True,
         }
         return RegionalExplanation(
@@ -451,8 +458,6 @@ class RegionalRuleExplainer:
     ) -> Any:
         """Run :func:`torch_amore.select_features` on the collected inputs (classes: the labels for a class target,
         else the subgroup)."""
-        from torch_amore.selection.selection import select_features
-
         if fwd.flat_inputs is None or fwd.input_shape is None:
             raise TypeError(
                 "Expected tensor model inputs for `select_features=True` (integrated gradients interpolate the "
@@ -460,16 +465,18 @@ class RegionalRuleExplainer:
                 "data, or pass a separate `features=` matrix."
             )
         inputs = fwd.flat_inputs.reshape(-1, *fwd.input_shape)
-        target = request.target
-        is_class = isinstance(target, (int, np.integer))
-        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
-        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
-        opts = dict(request.select) if isinstance(request.select, dict) else {}
-        opts.setdefault("target", int(target) if is_class and multi else None)
-        opts.setdefault("layer", self.layer)
-        opts.setdefault("attribute_to_layer_input", self.layer_input)
-        opts.setdefault("feature_names", names)
-        return select_features(self.model, inputs, classes, **opts)
+        return select_for_subgroup(
+            self.model,
+            inputs,
+            request.target,
+            fwd.outputs,
+            labels,
+            mask,
+            request.select,
+            layer=self.layer,
+            layer_input=self.layer_input,
+            names=names,
+        )
 
     def _evaluate(
         self,

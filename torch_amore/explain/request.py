@@ -70,8 +70,9 @@ class ExplainRequest:
         V.check_not_meta(target, "target")
         V.check_not_meta(labels, "labels")
         V.check_not_meta(local, "x")
-        target = V.align_rows(target, features, "target", "features")  # pandas objects: by their index
-        labels = V.align_rows(labels, features, "labels", "features")
+        if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in aligned_to
+            target = V.align_rows(target, features, "target", "features")
+            labels = V.align_rows(labels, features, "labels", "features")
         target = _class_index(target)
         check_target(target, threshold)
         if isinstance(feature_names, str):
@@ -108,23 +109,29 @@ class ExplainRequest:
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
         """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
-        (:func:`torch_amore.data.validation.align_rows`: aligned by index labels, or a ``ValueError``)."""
+        (:func:`torch_amore.data.validation.align_rows`: aligned by index labels, or a ``ValueError``), unless they were
+        aligned with a DataFrame ``features`` (:meth:`make`)."""
+        if self.matrix_names is not None or not V.is_frame(inputs):
+            return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
         labels = V.align_rows(self.labels, inputs, "labels", "inputs")
         if target is self.target and labels is self.labels:
             return self
         return replace(self, target=target, labels=labels)
 
-    def check_data(self, inputs: Any) -> tuple[int | None, torch.Tensor | None]:
+    def check_data(self, inputs: Any) -> tuple[tuple[int, int | None] | None, torch.Tensor | None]:
         """Checks that need the inputs but not the model: row counts, ``min_support``, the loader's order.
 
-        Returns the number of samples (``None`` when unknown before the forward pass) and the labels as a tensor.
+        Returns ``(rows, min_support count)`` (``None`` when the rows are unknown before the forward pass; the
+        search plan takes the count, :class:`torch_amore.search.plan.SearchPlan`) and the labels as a tensor.
         """
         n = n_rows(inputs)
         if n == 0:
             raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
-        if n is not None and self.options.min_support is not None:
-            A.resolve_min_support(self.options.min_support, D.global_count(n))  # all ranks of a DDP run
+        counted = None
+        if n is not None:  # a bad count fails before the model runs (over all ranks of a DDP run)
+            given = self.options.min_support is not None
+            counted = (n, self.options.given_support_count(D.global_count(n)) if given else None)
         if n is not None and self.matrix is not None and self.matrix.shape[0] != n:
             raise ValueError(
                 f"Expected `features` to have one row per sample of `inputs` ({n}), got {self.matrix.shape[0]} rows."
@@ -136,7 +143,7 @@ class ExplainRequest:
         aligned = self.aligned_with_rows(n)
         if aligned:
             check_row_order(inputs, aligned)
-        return n, labels
+        return counted, labels
 
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""
@@ -197,11 +204,17 @@ def resolve_names(
     return A.resolve_names(names, None, n_features)
 
 
-def _target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
+def target_param(target: Any, desc: str) -> Any:
+    """JSON-safe form of a checked target (:func:`check_target`) for an explanation's parameters: a class index,
+    ``[low, high]`` (``None``: open), or the subgroup's description.
+
+    Example:
+        >>> target_param(3, "predicted 3"), target_param((0.5, None), "in [0.5, inf)"), target_param(abs, "abs")
+        (3, [0.5, None], 'abs')
+    """
     if isinstance(target, (int, np.integer)):
         return int(target)
-    if isinstance(target, tuple) and len(target) == 2 and not callable(target):
+    if isinstance(target, tuple) and len(target) == 2:
         return [None if v is None or abs(float(v)) == float("inf") else float(v) for v in target]
     return desc
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -21,22 +22,17 @@ from torch.utils.data import DataLoader, RandomSampler
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
-from torch_amore.model.batches import iter_batches, n_rows
+from torch_amore.model.batches import iter_batches
 from torch_amore.model.forward import (
-    batch_args,
     check_finite_outputs,
-    eval_mode,
-    hooked,
-    layer_activations,
+    forward_batches,
+    model_batches,
     model_device,
-    model_dtype,
-    output_tensor,
-    to_device,
+    model_feed,
 )
-from torch_amore.model.input_shape import call_model
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "decide_stream", "should_stream", "unsupported", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -51,44 +47,73 @@ def check_stream(stream: Any) -> bool | str:
     raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
 
 
-def unsupported(request: Any) -> str:
-    """What of the request a streamed explanation cannot do ('' when it can do all)."""
-    if request.matrix is not None:
+def unsupported(
+    *,
+    matrix: bool,
+    select: Any,
+    threshold: Any,
+    target: Any,
+    local: Any = None,
+    labels: Any = None,
+    evidence: bool = False,
+) -> str:
+    """What of a request a streamed explanation cannot do ('' when it can do all): the one list of the explainer and
+    the Lightning callback.
+
+    Example:
+        >>> unsupported(matrix=False, select=False, threshold="roc", target=1)
+        "threshold='roc' (it needs all outputs at once)"
+    """
+    if matrix:
         return "a separate `features` matrix"
-    if request.select:
+    if select:
         return "select_features=True"
-    if request.local is not None:
+    if local is not None:
         return "local rules (explain_local)"
-    if request.threshold == "roc":
+    if threshold == "roc":
         return "threshold='roc' (it needs all outputs at once)"
-    target = request.target
     if isinstance(target, (torch.Tensor, np.ndarray, list)) or hasattr(target, "iloc"):  # iloc: a pandas Series
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
-    if request.labels is not None:
+    if labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
-    if request.options.wants_evidence:
+    if evidence:
         return "`holdout`, `permutations` or `stability` (not supported yet with streamed data)"
     return ""
 
 
-def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any) -> bool:
-    """Whether to stream: ``stream`` itself, or for ``"auto"`` whether the estimated activations (N rows, the width
-    measured on the first batch) exceed :data:`STREAM_MEMORY_SHARE` of the available memory of the model's device."""
-    if stream is not True and stream != "auto":
-        return False
-    why = unsupported(request)
-    if stream is True:
-        if why:
-            raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
-        return True
-    n = n_rows(inputs)
+def decide_stream(
+    stream: bool | str, why: str, n: int | None, device: torch.device, probe: Callable[[], tuple[int, int]], what: str
+) -> bool:
+    """Whether to stream: ``stream`` itself (``True`` refused with the reason ``why`` from :func:`unsupported`), or
+    for ``"auto"`` whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s
+    available memory (:func:`too_big`); never when ``why`` or when ``n`` is unknown before the model runs."""
+    if stream is True and why:
+        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+    if stream != "auto":
+        return stream is True
     if why or n is None:
         return bool(D.any_rank(False))
-    device = model_device(explainer.model)
-    return _too_big(n, device, lambda: ModelBatches(explainer, inputs, request).probe(), "the rules are found")
+    return too_big(n, device, probe, what)
 
 
-def _too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
+def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any, n: int | None) -> bool:
+    """:func:`decide_stream` for an ``explain`` call on ``n`` rows (``None``: unknown before the model runs; the
+    width measured on the first sample)."""
+    r = request
+    why = unsupported(
+        matrix=r.matrix is not None,
+        select=r.select,
+        threshold=r.threshold,
+        target=r.target,
+        local=r.local,
+        labels=r.labels,
+        evidence=r.options.wants_evidence,
+    )
+    probe = lambda: ModelBatches(explainer, inputs, request, n).probe()  # noqa: E731
+    return decide_stream(stream, why, n, model_device(explainer.model), probe, "the rules are found")
+
+
+def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
     """Whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s available memory
     (on any rank of a DDP run: every rank then streams); says so once."""
     free, _ = M.available_memory(device)
@@ -116,14 +141,14 @@ class ModelBatches:
     describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
     """
 
-    def __init__(self, explainer: Any, inputs: Any, request: Any) -> None:
+    def __init__(self, explainer: Any, inputs: Any, request: Any, n: int | None) -> None:
         if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
             raise ValueError(
                 "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
                 "shuffles; pass DataLoader(..., shuffle=False)."
             )
         self.explainer, self.inputs, self.request = explainer, inputs, request
-        self.n = n_rows(inputs)  # per-sample model arguments are split by it
+        self.n = n  # the rows of ``inputs`` (None: unknown): per-sample model arguments are split by it
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
         self.source = "layer" if explainer.layer is not None else "inputs"
@@ -140,33 +165,33 @@ class ModelBatches:
 
     def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         ex, r = self.explainer, self.request
-        model = ex.model
         # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
         it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
-        device, dtype = model_device(model), model_dtype(model)
-        start = 0
         V.check_not_meta(r.model_args.args, "additional_forward_args")
         V.check_not_meta(dict(r.model_args.kwargs), "forward_kwargs")
-        with eval_mode(model), hooked(ex.layer, ex.layer_input) as capture, torch.no_grad():
-            for inp, lab in it:
-                V.check_not_meta(inp, "inputs")  # before the model sees the batch
-                inp = to_device(inp, device)
-                args, kwargs = to_device(batch_args(r.model_args, inp, start, self.n), device, dtype)
-                fed = to_device(inp, device, dtype)
-                out = call_model(model, fed, args, kwargs, inputs=self.inputs)
-                out = output_tensor(out).detach()
-                rows = out.shape[0]
+        feed = model_feed(ex.model, r.model_args, self.n)
+        steps = forward_batches(
+            ex.model,
+            model_batches(ex.model, it),
+            feed,
+            layer=ex.layer,
+            layer_name=ex.layer_name,
+            layer_input=ex.layer_input,
+            inputs=self.inputs,
+        )
+        with closing(steps):
+            for step in steps:
+                rows = step.outputs.shape[0]
                 if not first_only:  # the probe only measures the width; the passes report NaN outputs
-                    check_finite_outputs(out, batch_start=start)
-                start += rows
-                X = self._features(capture, inp, rows)
-                yield X, self._subgroup(out, lab, rows).to(X.device)
+                    check_finite_outputs(step.outputs, batch_start=step.start)
+                X = self._features(step.activations, step.inputs, rows)
+                yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
                 if first_only:
                     return
 
-    def _features(self, capture: Any, inp: Any, rows: int) -> torch.Tensor:
-        if capture is not None:
-            return layer_activations(capture.values, self.explainer.layer_name, rows)
+    def _features(self, activations: torch.Tensor | None, inp: Any, rows: int) -> torch.Tensor:
+        if activations is not None:
+            return activations
         if not isinstance(inp, torch.Tensor):
             raise TypeError(
                 "Expected tensor model inputs to build rules on them, but the batches hold "
@@ -184,13 +209,16 @@ class ModelBatches:
         return mask
 
 
-def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, torch.Tensor, Any, list[str], dict]:
+def explain_stream(
+    explainer: Any, inputs: Any, request: Any, counted: tuple[int, int | None] | None = None
+) -> tuple[list, torch.Tensor, Any, list[str], dict]:
     """The rule sets of a streamed explanation, its subgroup mask, the batches' source, the feature names and data
-    facts."""
+    facts; ``counted``: the ``min_support`` count resolved before the model ran (see
+    :meth:`torch_amore.search.plan.SearchPlan.make`)."""
     from torch_amore.explain.units import with_units
     from torch_amore.search.stream import prepare_stream, search_stream
 
-    batches = ModelBatches(explainer, inputs, request)
+    batches = ModelBatches(explainer, inputs, request, None if counted is None else counted[0])
     names = request.feature_names or explainer.feature_names
     prefix = "z" if batches.source == "layer" else "feature"
     options = request.options
@@ -203,11 +231,13 @@ def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, tor
         feature_names=names,
         target_name=request.target_name or "target",
         name_prefix=prefix,
+        counted=counted,
     )
     target_name = request.target_name or batches.desc
     extractor.target_name = target_name
-    rule_sets = search_stream(extractor, options)
+    rule_sets, min_count = search_stream(extractor)
     facts = {
+        "min_support_count": min_count,
         "source": batches.source,
         "target_name": target_name,
         "threshold": batches.threshold,
@@ -215,78 +245,3 @@ def explain_stream(explainer: Any, inputs: Any, request: Any) -> tuple[list, tor
         "stream": True,
     }
     return rule_sets, extractor.target, extractor, extractor.names, facts
-
-
-class ModuleBatches:
-    """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
-    loader batch by batch through the trainer's batch path (:func:`torch_amore.model.lightning_batches.run_module`)."""
-
-    def __init__(
-        self,
-        trainer: Any,
-        pl_module: Any,
-        loader: Any,
-        *,
-        layer: Any,
-        layer_name: Any,
-        max_batches: int | float,
-        callback: Any,
-    ) -> None:
-        self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
-        self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
-        self.desc, self.threshold = "target", None
-        self.source = "layer" if layer is not None else "inputs"
-
-    def _one(self, batch: Any) -> Any:
-        from torch_amore.model.lightning_batches import run_module
-
-        cb = self.cb
-        return run_module(
-            self.trainer,
-            self.pl_module,
-            [batch],
-            layer=self.layer,
-            layer_name=self.layer_name,
-            input_key=cb.input_key,
-            label_key=cb.label_key,
-            forward_kwargs=cb.forward_kwargs,
-            collect_inputs=self.layer is None,
-        )
-
-    def probe(self) -> tuple[int, int]:
-        """(width, bytes per value) of the features, from the first batch."""
-        for X, _ in self():
-            return X.shape[1], X.element_size()
-        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
-
-    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for i, batch in enumerate(self.loader):
-            if i >= self.max_batches:
-                return
-            fwd = self._one(batch)
-            n = fwd.outputs.shape[0]
-            X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
-            mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, self.cb.target, self.cb.threshold, fwd.labels)
-            yield X, mask.to(X.device)
-
-
-def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
-    """Whether the callback streams (its ``stream``; for ``"auto"``, as :func:`should_stream`)."""
-    stream = callback.stream
-    why = ""
-    f = callback.features
-    if hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")):
-        why = "a separate `features` matrix"
-    elif callback.select_features:
-        why = "select_features=True"
-    elif callback.threshold == "roc":
-        why = "threshold='roc' (it needs all outputs at once)"
-    elif isinstance(callback.target, (torch.Tensor, np.ndarray, list)):
-        why = "a mask `target`"
-    if stream is True and why:
-        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
-    if stream is True or stream != "auto" or why:
-        return stream is True
-    if n_rows is None:
-        return bool(D.any_rank(False))
-    return _too_big(n_rows, torch.device(batches.pl_module.device), batches.probe, "the callback finds the rules")

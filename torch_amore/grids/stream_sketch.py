@@ -2,10 +2,9 @@
 
 Between each numeric column's exact minimum and maximum (pass 1 of :mod:`torch_amore.search.stream`), one more pass
 fills a histogram of :data:`SKETCH_BINS` equal-width bins per column: per bin the count, the exact fixed-point sum of
-the
-values (:func:`torch_amore._utils.distributed.to_fixed_point`) and the smallest and largest value. Every part is a sum,
-a minimum or a maximum, so the sketch does not depend on how rows are cut into batches or split over the ranks of a DDP
-run (they are reduced once).
+the values (:func:`torch_amore._utils.distributed.to_fixed_point`) and the smallest and largest value. Every part is a
+sum, a minimum or a maximum, so the sketch does not depend on how rows are cut into batches or split over the ranks of a
+DDP run (they are reduced once).
 
 Resolution: a bin spans ``(max - min) / SKETCH_BINS`` of its column. The order statistic of rank ``r`` lies in the bin
 whose counts reach ``r``; it is estimated between that bin's smallest and largest value, so a **quantile** edge (the

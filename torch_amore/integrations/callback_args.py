@@ -4,7 +4,6 @@ the support count of the options, a dataloader of a split, the rows this rank ex
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,15 +23,6 @@ def _describe_target(target: Any) -> str:
     if callable(target):
         return getattr(target, "__qualname__", type(target).__name__)
     return f"mask[{len(target)}]" if hasattr(target, "__len__") else type(target).__name__
-
-
-def _target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of the target: a class index, [low, high] (None: open), or the subgroup's description."""
-    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-        return int(target)
-    if isinstance(target, tuple) and len(target) == 2:
-        return [None if v is None or math.isinf(float(v)) else float(v) for v in target]
-    return desc
 
 
 def _safe(text: str) -> str:

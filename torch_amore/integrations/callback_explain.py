@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.utilities import rank_zero_warn
@@ -20,11 +19,13 @@ from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.stream_explain import ModuleBatches
-from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of, _target_param
-from torch_amore.model.lightning_batches import ModuleOutputs, eval_mode, limited_batches
+from torch_amore.explain.request import target_param
+from torch_amore.explain.subgroup_selection import select_for_subgroup
+from torch_amore.integrations.callback_args import _first_loader, _is_mask, _rows_of
+from torch_amore.integrations.lightning_batches import ModuleBatches, ModuleOutputs, limited_batches
+from torch_amore.model.forward import eval_mode
 from torch_amore.model.subgroups import subgroup_mask
-from torch_amore.search.extract import extract_rules
+from torch_amore.search.extract import extract_planned
 
 _LOADERS = {"train": "train_dataloader", "val": "val_dataloaders", "test": "test_dataloaders"}
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
@@ -84,18 +85,20 @@ class CallbackExplain:
             if self.select_features:
                 indices = selection = self._select(pl_module, fwd, mask, names, layer)
             with OneWarning(stacklevel=2, leave_out=("leak",)):  # rules are meant to match the model's decision
-                rule_sets = extract_rules(
-                    X, mask, options=options, features=indices, feature_names=names, target_name=desc
+                rule_sets, plan, min_count = extract_planned(
+                    X, mask, options, features=indices, feature_names=names, target_name=desc
                 )
+            columns = list(plan.columns)
         else:
             message = f"The subgroup ({desc}) holds {n_sub} of {n_all} rows: rules need rows inside and outside it."
             rank_zero_warn(f"RegionalRuleExtractor {self.filename!r}: {message}")
-        params = self._params(desc, n_all, n_sub, source, layer_name)
+            columns, min_count = A.resolve_features(indices, X.shape[1]), self.options.support_count(n_all, n_sub)
+        params = self._params(desc, n_all, n_sub, source, layer_name, min_count)
         return RegionalExplanation(
             rule_sets=rule_sets,
             subgroup=mask,
             threshold=thr_used,
-            features=A.resolve_features(indices, X.shape[1]),
+            features=columns,
             feature_names=names,
             params=params,
             features_matrix=X,
@@ -103,14 +106,16 @@ class CallbackExplain:
             selection=selection,
         )
 
-    def _params(self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any) -> dict[str, Any]:
+    def _params(
+        self, desc: str, n_all: int, n_sub: int, source: str, layer_name: Any, min_count: int
+    ) -> dict[str, Any]:
         params = {k: v for k, v in self.options.to_dict().items() if k != "progress"}
         params.update(
-            min_support_count=self.options.support_count(n_all, n_sub),
+            min_support_count=min_count,
             source=source,
             layer=layer_name,
             layer_input=False,
-            target=_target_param(self.target, desc),
+            target=target_param(self.target, desc),
             target_name=desc,
             threshold=self.threshold
             if isinstance(self.threshold, str) or self.threshold is None
@@ -133,10 +138,10 @@ class CallbackExplain:
             batches, options, features=self.features, feature_names=self.feature_names, name_prefix=prefix
         )
         extractor.target_name = batches.desc
-        rule_sets = search_stream(extractor, options)
+        rule_sets, min_count = search_stream(extractor)
         mask = extractor.target
-        n_all, n_sub = D.global_count(mask.shape[0]), D.global_count(int(mask.sum()))
-        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name)
+        n_all, n_sub = extractor.plan.n_rows, D.global_count(int(mask.sum()))
+        params = self._params(batches.desc, n_all, n_sub, batches.source, layer_name, min_count)
         params["stream"] = True
         return RegionalExplanation(
             rule_sets=rule_sets,
@@ -169,15 +174,16 @@ class CallbackExplain:
 
     def _select(self, pl_module: LightningModule, fwd: ModuleOutputs, mask: torch.Tensor, names: list, layer: Any):
         """:func:`torch_amore.select_features` on the explained inputs (classes: the labels for a class target)."""
-        from torch_amore.selection.selection import select_features
-
-        is_class = isinstance(self.target, (int, np.integer))
-        multi = fwd.outputs.ndim == 2 and fwd.outputs.shape[1] > 1
-        labels = fwd.labels
-        classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
-        opts = dict(self.select_features) if isinstance(self.select_features, dict) else {}
-        opts.setdefault("target", int(self.target) if is_class and multi else None)
-        opts.setdefault("layer", layer)
-        opts.setdefault("feature_names", names)
         with eval_mode(pl_module):
-            return select_features(pl_module, fwd.inputs, classes, **opts)
+            return select_for_subgroup(
+                pl_module,
+                fwd.inputs,
+                self.target,
+                fwd.outputs,
+                fwd.labels,
+                mask,
+                self.select_features,
+                layer=layer,
+                layer_input=False,
+                names=names,
+            )

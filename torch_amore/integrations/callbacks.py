@@ -1,8 +1,9 @@
 """RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
 
 The callback runs the LightningModule over the explained data exactly as Lightning's validation loop does (the
-precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.model.lightning_batches`), takes
-the subgroup from its outputs and the features from its inputs or a layer, and runs :func:`torch_amore.extract_rules`.
+precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.integrations.lightning_batches`),
+takes the subgroup from its outputs and the features from its inputs or a layer, and runs
+:func:`torch_amore.extract_rules`.
 
 When (see ``docs/lightning.md``):
 
@@ -44,7 +45,7 @@ from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.stream_explain import ModuleBatches, callback_streams, check_stream
+from torch_amore.explain.stream_explain import check_stream
 from torch_amore.integrations.callback_args import (
     _describe_target,
     _first_loader,
@@ -54,8 +55,8 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
+from torch_amore.integrations.lightning_batches import BatchKey, ModuleBatches, callback_streams, run_module
 from torch_amore.model.forward import resolve_layer
-from torch_amore.model.lightning_batches import BatchKey, run_module
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics
@@ -91,12 +92,11 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         log_prefix: prefix of the logged metric names (default ``f"{filename}/"``).
         batch_size: batch size when ``data``'s DataLoader has none.
         input_key, label_key: where the model input and the labels are in a batch
-            (:func:`torch_amore.model.lightning_batches.split_batch`).
+            (:func:`torch_amore.model.batches.split_batch`).
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
-        set
-            to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g. Weights
-            & Biases), when matplotlib is installed.
+            set to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g.
+            Weights & Biases), when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
         verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`, on the module and the
             explained data, before the files are written, so they show it); a dict passes options to it
@@ -106,10 +106,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             (:mod:`torch_amore.search.stream`) when the (N, D) features would exceed half the available memory (and says
             so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
             and takes no mask target, separate features, ``select_features`` or ``"roc"``.
-        **search_options: any field of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``,
-            ``n_grids``, ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``,
-            ``feature_types``, ``feature_scale``, ``feature_offset``, ``progress``); a fractional ``min_support`` is
-            taken of all the explained rows (all ranks).
+        **search_options: any field of :class:`~torch_amore.SearchOptions` (documented there); a fractional
+            ``min_support`` is taken of all the explained rows (all ranks).
 
     Attributes:
         explanation: the last :class:`RegionalExplanation` (``None`` before the first extraction). Its

@@ -6,8 +6,8 @@ undone in ``finally`` blocks, so an error inside the model leaves it as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +225,87 @@ class Forward:
     input_type: str = "Tensor"  # type name of the model input of the batches
 
 
+@dataclass
+class Step:
+    """One batch of :func:`forward_batches`: the model's outputs (detached), the layer's (rows, D) activations (or
+    ``None``), the model input as transferred, the labels as the batch held them, and the batch's first row."""
+
+    outputs: torch.Tensor
+    activations: torch.Tensor | None
+    inputs: Any
+    labels: Any
+    start: int
+
+
+Feed = Callable[[Any, int], tuple[Any, tuple, dict[str, Any]]]
+
+
+def model_feed(model: nn.Module, model_args: ModelArgs, n: int | None) -> Feed:
+    """How a plain ``nn.Module`` is fed a batch that starts at row ``start``: floating inputs and extra arguments
+    cast to its dtype on its device, per-sample arguments split by the batch's rows (of ``n``)."""
+    device, dtype = model_device(model), model_dtype(model)
+
+    def feed(inp: Any, start: int) -> tuple[Any, tuple, dict[str, Any]]:
+        args, kwargs = to_device(batch_args(model_args, inp, start, n), device, dtype)
+        return to_device(inp, device, dtype), args, kwargs
+
+    return feed
+
+
+def model_batches(model: nn.Module, batches: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """The batch transfer of a plain ``nn.Module``: each (input, labels) checked off 'meta', the input moved to the
+    model's device (its dtype kept: that is the input the rules and feature selection see)."""
+    device = model_device(model)
+    for inp, lab in batches:
+        check_not_meta(inp, "inputs")  # a loader's batches: seen one by one, before the model sees them
+        yield to_device(inp, device), lab
+
+
+def forward_batches(
+    model: nn.Module,
+    batches: Iterable[tuple[Any, Any]],
+    feed: Feed,
+    *,
+    layer: nn.Module | None = None,
+    layer_name: str | None = None,
+    layer_input: bool = False,
+    context: Callable[[], AbstractContextManager] = nullcontext,
+    noun: str = "model",
+    inputs: Any = None,
+) -> Iterator[Step]:
+    """The one forward loop: run ``model`` on each transferred ``(input, labels)`` of ``batches`` in eval mode
+    under ``torch.no_grad``, with a forward hook on ``layer``, and yield each batch's :class:`Step`.
+
+    The transfer is the caller's: :func:`model_batches` and :func:`model_feed` for a plain ``nn.Module``; the
+    Lightning callback supplies the trainer's batch path and precision ``context``
+    (:mod:`torch_amore.integrations.lightning_batches`). ``noun`` names the model in messages; a shape mismatch
+    between a batch and the model is a ``ValueError`` naming ``inputs`` (the whole inputs, when given) and what the
+    model expects (:func:`torch_amore.model.input_shape.call_model`). The hook is removed
+    and every submodule's mode restored when the loop ends, also on an error; a consumer that may stop early closes
+    the generator (``contextlib.closing``).
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        >>> batches = [(torch.rand(5, 3), None), (torch.rand(2, 3), None)]
+        >>> steps = forward_batches(model, batches, model_feed(model, ModelArgs(), 7), layer=model[1])
+        >>> [(s.start, tuple(s.outputs.shape), tuple(s.activations.shape)) for s in steps]
+        [(0, (5, 2), (5, 4)), (5, (2, 2), (2, 4))]
+    """
+    with eval_mode(model), hooked(layer, layer_input) as capture, torch.no_grad():
+        start, accepted = 0, None
+        for inp, lab in batches:
+            fed, args, kwargs = feed(inp, start)
+            with context():
+                out = call_model(model, fed, args, kwargs, accepted=accepted, inputs=inputs)
+            if accepted is None and isinstance(fed, torch.Tensor):
+                accepted = tuple(fed.shape[1:])  # later batches of another shape are named against it
+            out = output_tensor(out, noun).detach()
+            rows = out.shape[0]
+            acts = None if capture is None else layer_activations(capture.values, layer_name, rows)
+            yield Step(out, acts, inp, lab, start)
+            start += rows
+
+
 def run_model(
     model: nn.Module,
     inputs: Any,
@@ -240,7 +321,8 @@ def run_model(
     require_inputs: bool = False,
     model_args: ModelArgs | None = None,
 ) -> Forward:
-    """Run the model over ``inputs`` and collect outputs, layer activations, flattened inputs and labels.
+    """Run the model over ``inputs`` (:func:`forward_batches`) and collect outputs, layer activations, flattened
+    inputs and labels.
 
     ``collect_inputs``: keep the flattened inputs when they are tensors (``require_inputs``: else a TypeError).
     Floating inputs (and extra model arguments) are cast to the model's dtype and moved to its device; the collected
@@ -255,26 +337,28 @@ def run_model(
     check_not_meta(dict(model_args.kwargs), "forward_kwargs")
     n_known = n_rows(inputs)
     it, n_batches = iter_batches(inputs, batch_size, input_key, label_key)
-    device, dtype = model_device(model), model_dtype(model)
     outputs, acts, flats, labels = [], [], [], []
-    input_shape, input_type, start = None, None, 0
+    input_shape, input_type = None, None
     if progress and (n_batches is None or n_batches > 1):
         from tqdm.auto import tqdm
 
         it = tqdm(it, total=n_batches, desc="forward", unit="batch", leave=False)
-    with eval_mode(model), hooked(layer, layer_input) as capture, torch.no_grad():
-        for inp, lab in it:
-            check_not_meta(inp, "inputs")  # a loader's batches: seen one by one
-            inp = to_device(inp, device)
-            args, kwargs = to_device(batch_args(model_args, inp, start, n_known), device, dtype)
-            fed = to_device(inp, device, dtype)
-            out = call_model(model, fed, args, kwargs, accepted=input_shape, inputs=inputs)
-            out = output_tensor(out)
-            rows = out.shape[0]
-            start += rows
-            outputs.append(out.detach())
-            if capture is not None:
-                acts.append(layer_activations(capture.values, layer_name, rows))
+    feed = model_feed(model, model_args, n_known)
+    steps = forward_batches(
+        model,
+        model_batches(model, it),
+        feed,
+        layer=layer,
+        layer_name=layer_name,
+        layer_input=layer_input,
+        inputs=inputs,
+    )
+    with closing(steps):  # the hook goes and the modes come back also when a check below raises
+        for step in steps:
+            inp, rows = step.inputs, step.outputs.shape[0]
+            outputs.append(step.outputs)
+            if step.activations is not None:
+                acts.append(step.activations)
             input_type = input_type or type(inp).__name__
             if require_inputs and not isinstance(inp, torch.Tensor):
                 raise TypeError(
@@ -285,8 +369,8 @@ def run_model(
                 flats.append(inp.detach().reshape(rows, -1))
             if input_shape is None and isinstance(inp, torch.Tensor):
                 input_shape = tuple(inp.shape[1:])
-            if lab is not None:
-                labels.append(torch.as_tensor(lab).reshape(rows, -1).squeeze(1).detach().cpu())
+            if step.labels is not None:
+                labels.append(torch.as_tensor(step.labels).reshape(rows, -1).squeeze(1).detach().cpu())
     if not outputs:
         raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
     out_all = torch.cat(outputs)
@@ -314,11 +398,12 @@ def batch_args(model_args: ModelArgs, inp: Any, start: int, n: int | None) -> tu
     return model_args.rows(start, start + rows, n)
 
 
-def output_tensor(out: Any) -> torch.Tensor:
+def output_tensor(out: Any, noun: str = "model") -> torch.Tensor:
+    """The model's output tensor (the first element of a tuple or list output), at least one-dimensional."""
     if isinstance(out, (tuple, list)) and out:
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"Expected the model to return a tensor, but it returned {type(out).__name__}.")
+        raise TypeError(f"Expected the {noun} to return a tensor, but it returned {type(out).__name__}.")
     return out.reshape(1) if out.ndim == 0 else out
 
 

@@ -10,9 +10,8 @@ Two rule sets are **near-duplicates** when the rows they cover have a Jaccard in
 
     J(A, B) = |rows(A) & rows(B)| / |rows(A) | rows(B)|      (two empty rule sets: J = 1)
 
-on the data the rules were extracted from. Rule sets are visited best first (fitness, then confidence, support and
-text: the order of :func:`torch_amore.search.extractor.sort_rule_sets`); a rule set is kept unless it is a
-near-duplicate of
+on the data the rules were extracted from. Rule sets are visited best first (fitness, then confidence, support and text:
+the order of :func:`torch_amore.search.extractor.sort_rule_sets`); a rule set is kept unless it is a near-duplicate of
 one already kept, so of each group the fitter survives. The result depends only on the rule sets and the data, never
 on their input order (deterministic).
 

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
@@ -155,22 +154,16 @@ class RuleSet:
         return out
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
-        """Support, confidence and fitness of this rule set on any data (e.g. a test split)."""
-        from torch_amore.data.validation import align_rows
+        """Support, confidence and fitness of this rule set on any data (e.g. a test split); ``target`` is a mask
+        of booleans (or numbers: nonzero is in the subgroup), one per row of ``X``."""
+        from torch_amore.data.validation import align_rows, to_labels
 
-        target = align_rows(target, X, "target")
+        if not isinstance(target, torch.Tensor):  # a pandas Series by the index of a DataFrame X
+            target = align_rows(target, X, "target")
+        target = to_labels(target, X.shape[0], "target", what="booleans", per="row of X")
         mask = self.mask(X)
-        if isinstance(target, torch.Tensor) and target.device.type == "meta":
-            raise ValueError(
-                "Expected `target` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' "
-                "or 'cuda'."
-            )
-        if hasattr(target, "to_numpy"):
-            target = target.to_numpy()
-        target = torch.as_tensor(np.array(target) if not isinstance(target, torch.Tensor) else target)
-        if target.dtype != torch.bool:
-            target = target != 0
-        return rule_metrics(mask, target.to(mask.device).reshape(-1))
+        target = target if target.dtype == torch.bool else target != 0
+        return rule_metrics(mask, target.to(mask.device))
 
     def with_units(self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None) -> RuleSet:
         """A copy whose rules print in original units; ``scale``/``offset`` are indexed by feature."""

@@ -92,7 +92,11 @@ def load_items(items: Any, load: Callable[[Any], T], path: str) -> list[T]:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    """A short repr of ``value``; a value nested too deeply to repr (e.g. 100,000 dicts) is named by its type."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "(nested too deeply to show)"
     return text if len(text) <= 80 else text[:77] + "..."
 
 

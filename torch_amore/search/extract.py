@@ -28,9 +28,9 @@ from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import encode_features
 from torch_amore.rules.caveats import caveats
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
-from torch_amore.search.options import SearchOptions, auto_min_support
-from torch_amore.strategies.exact import check_budget
+from torch_amore.search.extractor import Extractor, search_scope
+from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -54,12 +54,10 @@ def prepare(
     """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
     ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
 
-    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
-    ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
-    is checked first (:func:`torch_amore.data.memory.check_memory`; ``memory_checked``: the caller did so). ``X``
-    may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
+    ``X`` may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
     (:func:`torch_amore.search.stream.prepare_stream`). ``columns``: ``features``, ``feature_names`` and
-    ``target_name``, as in :func:`extract_rules`."""
+    ``target_name``, as in :func:`extract_rules`; ``memory_checked``: the caller checked the memory the search needs
+    (:func:`torch_amore.data.memory.check_memory`)."""
     options = SearchOptions() if options is None else options
     named = A.column_args(columns, "prepare")
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
@@ -67,15 +65,37 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, **named)
-    features, target_name = named["features"], named["target_name"]
-    target = V.align_rows(target, X, "target")
-    X, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X)
+    X, target, frame_names = _converted(X, target)
+    plan = SearchPlan.make(
+        X.shape[0],
+        X.shape[1],
+        options,
+        features=named["features"],
+        feature_names=named["feature_names"],
+        frame_names=frame_names,
+        target_name=named["target_name"],
+    )
+    return bin_plan(X, target, plan, memory_checked=memory_checked)
+
+
+def _converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
+    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
+    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
+    if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
+        target = V.align_rows(target, X, "target")
+    X_t, frame_names = V.to_tensor_2d(X)
+    V.check_not_empty(X_t)
+    return X_t, target, frame_names
+
+
+def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: bool = True) -> Extractor:
+    """The converted ``X`` binned as ``plan`` says, with ``target`` as a mask: what the strategies search.
+
+    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
+    ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
+    is checked first unless ``memory_checked``."""
+    o, columns = plan.options, list(plan.columns)
     n, n_features = X.shape
-    names = A.resolve_names(named["feature_names"], frame_names, n_features)
-    columns = A.resolve_features(features, n_features)
-    options = capped_max_length(options, len(columns))  # before the memory estimate, which grows with it
-    o = options
     if not memory_checked:  # before the target's checks and the pass over X
         M.check_memory(
             X,
@@ -86,12 +106,12 @@ def prepare(
             bin_strategy=o.bin_strategy,
             features=columns,
         )
-    scale = A.resolve_affine(options.feature_scale, "feature_scale", n_features, 1.0)
-    offset = A.resolve_affine(options.feature_offset, "feature_offset", n_features, 0.0)
+    scale = A.resolve_affine(o.feature_scale, "feature_scale", n_features, 1.0)
+    offset = A.resolve_affine(o.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
-    given = None if options.feature_types is None else A.resolve_feature_types(options.feature_types, X)
+    given = None if o.feature_types is None else A.resolve_feature_types(o.feature_types, X)
     # types are inferred in the user's units when feature_scale/feature_offset are given
-    in_units = given is None and (any(s != 1.0 for s in scale) or any(o != 0.0 for o in offset))
+    in_units = given is None and (any(s != 1.0 for s in scale) or any(v != 0.0 for v in offset))
     with parallel_pass(X.numel()):  # all columns: +-inf anywhere in X is an error
         stats = column_stats(X, units=(scale, offset) if in_units else None)
     facts = stats.fetch()
@@ -103,10 +123,23 @@ def prepare(
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = encode_features(
-            X, columns, kinds, n_grids=options.n_grids, bin_strategy=options.bin_strategy, stats=stats
-        )
-    return Extractor(binned, target_t, names, scale, offset, target_name=target_name, X=X)
+        binned = encode_features(X, columns, kinds, n_grids=o.n_grids, bin_strategy=o.bin_strategy, stats=stats)
+    return Extractor(binned, target_t, list(plan.names), scale, offset, target_name=plan.target_name, X=X)
+
+
+def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[RuleSet], int, int]:
+    """The rule sets of ``plan`` on the converted ``X`` (best fitness first, ``min_confidence`` applied), the
+    ``min_support`` count they were searched with and the subgroup's rows (on every rank)."""
+    with search_scope(X.device):  # one thread for small operations, no autograd bookkeeping
+        extractor = bin_plan(X, target, plan)
+        local = plan.local_x
+        local_codes = extractor.binned.encode_sample(local) if local is not None else None
+        min_support = plan.support_count(extractor.n_total_target)
+        rule_sets = extractor.extract(plan.options, min_support=min_support, local_codes=local_codes)
+    min_confidence = plan.options.min_confidence
+    if min_confidence is not None:
+        rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
+    return rule_sets, min_support, extractor.n_total_target
 
 
 def _is_2d(X: Any) -> bool:
@@ -147,34 +180,9 @@ def extract_rules(
             existing folder (removed afterwards, also on an error) rather than in memory.
         holdout_rows: rows held out of the search (a boolean (N,) mask or row indices): every returned rule set gets
             its numbers there, ``held_out`` (see ``holdout`` below and docs/trust.md).
-        **search_options: any field of :class:`torch_amore.SearchOptions` (an unknown name is a ``TypeError``):
-
-            * ``max_length``: l_max, the most conditions in a rule set (default 2).
-            * ``min_support``: s_min, an int count or a float fraction of N in (0, 1); default ``None``: 5 % of N
-              but at most half the subgroup (:func:`torch_amore.search.options.auto_min_support`).
-            * ``n_grids``: n_g, initial value grids per numeric feature (default 10).
-            * ``bin_strategy``: ``"uniform"`` (default), ``"quantile"`` or ``"kmeans"``.
-            * ``top_k``: K, candidate rules kept at each node of the rule tree (default 3).
-            * ``strategy``: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5).
-              ``"beam"`` (default) runs it too and adds a beam search over fitness-optimal intervals on fine grids
-              with refinement (:mod:`torch_amore.strategies.beam`), so its best fitness is never below the paper
-              strategy's. ``"exact"`` returns the ``top_k`` rule sets of highest fitness on the grid (``n_grids``,
-              ``bin_strategy``), provably (:mod:`torch_amore.strategies.exact`; ``max_length`` <= 3, no ``local_x``); a
-              search whose estimated work exceeds ``exact_budget`` is refused up front (``max_length`` <= 2) or stopped
-              with a warning and the best bound not explored (``max_length`` = 3).
-            * ``min_confidence``: keep only rule sets with at least this confidence (in [0, 1]); the beam strategy
-              also looks for the fittest rule sets that are this confident.
-            * ``beam_width``: rule sets kept per length by the beam strategy (default 5).
-            * ``feature_types``: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1
-              values: cat; integer values: int; else float), in original units when ``feature_scale`` or
-              ``feature_offset`` is given (a standardized 0/1 column stays a 0/1 category).
-            * ``feature_scale``, ``feature_offset``: print bounds in original units, ``raw = x * scale + offset``.
-            * ``progress``: progress bars over the nodes of the rule tree and the lengths of the beam search.
-            * ``exact_budget``: the work allowed to ``strategy="exact"`` (grid-cell updates; default 2e9).
-            * ``holdout``, ``permutations``, ``stability``, ``seed``, ``level``: how far to trust the rule sets
-              (:mod:`torch_amore.search.significance`, docs/trust.md): a held-out fraction of the rows
-              (``RuleSet.held_out``), P searches on permuted targets (``RuleSet.p_value``) and B half-samples
-              (``RuleSet.stability``).
+        **search_options: any field of :class:`torch_amore.SearchOptions` (``max_length``, ``min_support``,
+            ``strategy``, ``holdout``, ``permutations``, ...: its fields are documented there, once); an unknown name is
+            a ``TypeError``.
 
     Returns:
         Rule sets sorted by fitness, best first. Their support, confidence and fitness are measured on ``(X, target)``.
@@ -191,68 +199,46 @@ def extract_rules(
         >>> print(paper)  # the paper's ratio-driven tree stops at a narrower interval here
         IF feature_0 >= 0.899 AND feature_2 < 0.5 THEN target  (support=57, confidence=1.000, fitness=0.365)
     """
-    with OneWarning(stacklevel=2) as warned:  # every reason to warn (caveats included) in one UserWarning
-        rule_sets, facts = _extract(
-            X,
-            target,
-            options,
-            features=features,
-            feature_names=feature_names,
-            local_x=local_x,
-            target_name=target_name,
-            codes_dir=codes_dir,
-            holdout_rows=holdout_rows,
-            search_options=search_options,
-        )
-        if facts is not None:
-            n, size, min_count, local = facts
-            for kind, reason in caveats(rule_sets, n, size, min_count=min_count, local=local):
-                warned.add(reason, kind)
+    options = SearchOptions.resolve(options, **search_options)
+    named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
+    with OneWarning(stacklevel=2):  # every reason to warn (caveats included) in one UserWarning
+        if options.wants_evidence or holdout_rows is not None:  # held-out numbers, p-values, stability
+            from torch_amore.search.significance import extract_with_evidence
+
+            return extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
+        if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
+            _no_target(target)
+            from torch_amore.search.stream import extract_stream
+
+            return extract_stream(X, options, codes_dir=codes_dir, **named)
+        if codes_dir is not None:
+            raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
+        if target is None:
+            raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+        rule_sets, _, _ = extract_planned(X, target, options, **named)
     return rule_sets
 
 
-def _extract(
-    X: ArrayLike | Any,
-    target: MaskLike | None,
-    options: SearchOptions | None,
+def extract_planned(
+    X: ArrayLike,
+    target: MaskLike,
+    options: SearchOptions,
     *,
-    features: Sequence[int] | None,
-    feature_names: Sequence[str] | None,
-    local_x: ArrayLike | None,
-    target_name: str,
-    codes_dir: str | None,
-    holdout_rows: ArrayLike | None,
-    search_options: dict[str, Any],
-) -> tuple[list[RuleSet], tuple[int, int, int, bool] | None]:
-    """:func:`extract_rules`' search: the rule sets and, in memory, the facts of its caveats (rows, subgroup rows,
-    ``min_support`` as a count, local)."""
-    options = SearchOptions.resolve(options, **search_options)
-    if options.wants_evidence or holdout_rows is not None:  # held-out numbers, p-values, stability
-        from torch_amore.search.significance import extract_with_evidence
-
-        named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
-        found = extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
-        return found, None  # the evidence's own numbers and warning stand for the caveats
-    if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
-        _no_target(target)
-        from torch_amore.search.stream import extract_stream
-
-        found = extract_stream(
-            X,
-            options,
-            features=features,
-            feature_names=feature_names,
-            local_x=local_x,
-            target_name=target_name,
-            codes_dir=codes_dir,
-        )
-        return found, None
-    if codes_dir is not None:
-        raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
-    if target is None:
-        raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+    features: Any = None,
+    feature_names: Sequence[str] | None = None,
+    local_x: ArrayLike | None = None,
+    target_name: str = "target",
+    counted: tuple[int, int | None] | None = None,
+) -> tuple[list[RuleSet], SearchPlan, int]:
+    """:func:`extract_rules` on data in memory with checked ``options``, for the explainer and the callback: the rule
+    sets, the plan and the ``min_support`` count they were searched with. ``counted``: ``(rows, count)``, the count
+    of ``min_support`` resolved before on this many rows (see :meth:`SearchPlan.make`). The reasons to read the
+    result with care (:func:`torch_amore.rules.caveats.caveats`) join the caller's one warning; with ``holdout``,
+    ``permutations`` or ``stability`` the search runs through :func:`torch_amore.search.significance
+    .extract_with_evidence` (the plan's ``min_support`` count is then that of all rows)."""
     o = options
-    searched = A.resolve_features(features, X.shape[1]) if features is not None and _is_2d(X) else None
+    n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
+    columns = None if n_features is None else A.resolve_features(features, n_features)
     M.check_memory(
         X,
         n_grids=o.n_grids,
@@ -260,30 +246,31 @@ def _extract(
         max_length=o.max_length,
         top_k=o.top_k,
         bin_strategy=o.bin_strategy,
-        features=searched,
+        features=None if features is None else columns,
     )  # before the conversion copies X
-    target = V.align_rows(target, X, "target")  # a pandas Series by its index when X is a DataFrame
-    X_t, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X_t)
-    options = capped_max_length(options, len(A.resolve_features(features, X_t.shape[1])))
-    n_all = D.global_count(X_t.shape[0])
-    min_s = options.given_support_count(n_all)  # resolved once; a bad count fails before the binning
-    if options.strategy == "exact":  # refused before any binning when it would take too long
-        n_feat = X_t.shape[1] if features is None else len(features)
-        check_budget(n_all, n_feat, options.n_grids, options.max_length, options.exact_budget)
-    local = V.to_local_x(local_x, X_t.shape[1])
-    if local is not None and bool(torch.isinf(local).any()):
-        raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
-    names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
-    with search_scope(X_t.device):  # one thread for small operations, no autograd bookkeeping
-        extractor = prepare(
-            X_t, target, options, features=features, feature_names=names, target_name=target_name, memory_checked=True
-        )
-        local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        if min_s is None:  # the default: from the subgroup's size
-            min_s = auto_min_support(n_all, extractor.n_total_target)
-        rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
-    min_confidence = options.min_confidence
-    if min_confidence is not None:
-        rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
-    return rule_sets, (n_all, extractor.n_total_target, min_s, local is not None)
+    X_t, target, frame_names = _converted(X, target)  # a pandas Series target by its index when X is a DataFrame
+    plan = SearchPlan.make(
+        X_t.shape[0],
+        X_t.shape[1],
+        options,
+        features=features,
+        columns=columns,
+        feature_names=feature_names,
+        frame_names=frame_names,
+        local_x=local_x,
+        target_name=target_name,
+        counted=counted,
+    )
+    with OneWarning(stacklevel=3) as warned:
+        if options.wants_evidence:
+            from torch_amore.search.significance import extract_with_evidence
+
+            named = {"features": features, "feature_names": list(plan.names), "target_name": target_name}
+            rule_sets = extract_with_evidence(X_t, target, options, local_x=local_x, **named)
+            size = D.global_count(int(V.to_target(target, X_t.shape[0], X_t.device).sum()))
+            return rule_sets, plan, plan.support_count(size)
+        rule_sets, min_support, size = search_plan(X_t, target, plan)
+        local = plan.local_x is not None
+        for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
+            warned.add(reason, kind)
+    return rule_sets, plan, min_support

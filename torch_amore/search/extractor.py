@@ -162,7 +162,7 @@ class Extractor:
         best fitness never drops when one more condition is allowed. Then every condition must earn
         ``options.min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets`).
         """
-        o = capped_max_length(options, self.binned.codes.shape[1], warn=False)
+        o = options  # max_length capped by the plan (:class:`torch_amore.search.plan.SearchPlan`)
         if o.strategy == "exact":
             return self._extract_exact(o, min_support, local_codes)
         if o.strategy == "beam" and local_codes is None:
@@ -261,8 +261,8 @@ class Extractor:
 
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
         """The best rule set on the search's grid (:mod:`torch_amore.strategies.exact`), its fitness in ``optimum``,
-        when that is
-        affordable (:meth:`optimum_affordable`); else (or when no rule set has ``min_support`` samples) ``[]``."""
+        when that is affordable (:meth:`optimum_affordable`); else (or when no rule set has ``min_support`` samples)
+        ``[]``."""
         o = options
         if not self.optimum_affordable(o):
             return []
@@ -307,9 +307,8 @@ class Extractor:
         self, *, max_length: int, min_support: int, top_k: int, budget: int, shorter: bool = False
     ) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.strategies.exact`), best first; each carries the
-        optimum
-        (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of each
-        shorter ``max_length`` (the pools a search at that length returns)."""
+        optimum (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of
+        each shorter ``max_length`` (the pools a search at that length returns)."""
         found = exact_search(
             self.binned,
             self.target,
@@ -357,14 +356,11 @@ class Extractor:
         seed: bool = True,
     ) -> list[tuple[int, RuleSet]]:
         """Rule sets of the beam strategy (:mod:`torch_amore.strategies.beam`), unsorted, each with the length at which
-        the beam
-        chose it (:meth:`torch_amore.strategies.beam.BeamSearch.run_by_length`: a search at a shorter ``max_length``
-        returns those
-        chosen up to its length). ``n_fine`` defaults to :func:`torch_amore.grids.fine_grid.default_n_fine` of the
-        number of
-        samples; ``seed=False`` skips the pair seeding (:mod:`torch_amore.strategies.seeding`, for ``max_length >= 2``),
-        e.g. when
-        the grid's optimum is a candidate already."""
+        the beam chose it (:meth:`torch_amore.strategies.beam.BeamSearch.run_by_length`: a search at a shorter
+        ``max_length`` returns those chosen up to its length). ``n_fine`` defaults to
+        :func:`torch_amore.grids.fine_grid.default_n_fine` of the number of samples; ``seed=False`` skips the pair
+        seeding (:mod:`torch_amore.strategies.seeding`, for ``max_length >= 2``), e.g. when the grid's optimum is a
+        candidate already."""
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
@@ -404,15 +400,13 @@ class Extractor:
         min_confidence: float | None | Sequence[float | None] = None,
     ) -> list[RuleSet]:
         """Coordinate ascent on observed values (:mod:`torch_amore.strategies.polish`): re-cut each interval given the
-        other
-        rules, or drop it; all ``rule_sets`` at once. ``min_confidence``: one for all, or one per rule set.
+        other rules, or drop it; all ``rule_sets`` at once. ``min_confidence``: one for all, or one per rule set.
 
-        Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the
-        other rules (:func:`torch_amore.strategies.best_interval.exact_best_interval`), cut between observed values
-        rather than on a grid
-        (one sweep over the rules: the grid search before it has converged already). Fitness never decreases (with
-        ``min_confidence``: a confident rule set stays confident). A sharded (DDP) run gives the single-process
-        result.
+        Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the other
+        rules (:func:`torch_amore.strategies.best_interval.exact_best_interval`), cut between observed values rather
+        than on a grid (one sweep over the rules: the grid search before it has converged already). Fitness never
+        decreases (with ``min_confidence``: a confident rule set stays confident). A sharded (DDP) run gives the
+        single-process result.
         """
         rule_sets = list(rule_sets)
         if not rule_sets:

@@ -96,10 +96,16 @@ class SearchOptions:
         n_grids: n_g, initial value grids per numeric feature (>= 2).
         bin_strategy: ``"uniform"``, ``"quantile"`` or ``"kmeans"``.
         top_k: K, candidate rules kept at each node of the paper's rule tree.
-        strategy: ``"beam"`` (default), ``"paper"`` or ``"exact"`` (see :func:`torch_amore.extract_rules`).
+        strategy: ``"paper"`` runs the paper's ratio-driven rule tree exactly (Algorithms 2-5). ``"beam"`` (default)
+            runs it too and adds a beam search over fitness-optimal intervals on fine grids with refinement
+            (:mod:`torch_amore.strategies.beam`), so its best fitness is never below the paper strategy's.
+            ``"exact"`` returns the ``top_k`` rule sets of highest fitness on the grid (``n_grids``,
+            ``bin_strategy``), provably (:mod:`torch_amore.strategies.exact`; ``max_length`` <= 3, no local rules).
         min_confidence: keep only rule sets at least this confident (in [0, 1]); the beam also aims for them.
         beam_width: rule sets kept per length by the beam strategy.
-        feature_types: per feature ``"float"``, ``"int"`` or ``"cat"`` (default: inferred from the data).
+        feature_types: per feature ``"float"``, ``"int"`` or ``"cat"``; default inferred (only 0/1 values: cat;
+            integer values: int; else float), in original units when ``feature_scale`` or ``feature_offset`` is
+            given (a standardized 0/1 column stays a 0/1 category).
         feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
         progress: show progress bars.
         exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread):
@@ -109,9 +115,8 @@ class SearchOptions:
             carry (:attr:`torch_amore.RuleSet.optimum`): at ``max_length <= 2`` the exact search runs on the same grid
             when its estimate (:func:`torch_amore.strategies.exact.estimate_cost`, grid-cell updates) is at most this
             (default 5e7: a tenth to a fifth of a second on one CPU thread, about what the beam takes on such data;
-            narrow
-            tabular data qualifies, a 10,000 x 128 latent layer does not), and the beam strategy also takes its best
-            rule set as a candidate; 0 never. At ``max_length = 1`` the optimum costs one pass over the per-grid
+            narrow tabular data qualifies, a 10,000 x 128 latent layer does not), and the beam strategy also takes its
+            best rule set as a candidate; 0 never. At ``max_length = 1`` the optimum costs one pass over the per-grid
             counts and is computed whatever this budget (but 0).
         min_gain: the fitness a condition must add to earn its place, like scikit-learn's
             ``min_impurity_decrease`` (default 0.001): every returned rule set with a condition whose removal lowers

@@ -62,8 +62,9 @@ from torch_amore.grids.fine_grid import FineBinned, default_n_fine, fine_binning
 from torch_amore.rules.masks import all_along, drop_same_mask, rule_set_masks
 from torch_amore.rules.pruning import prune_rule_sets_batches
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extractor import Extractor, capped_max_length
+from torch_amore.search.extractor import Extractor
 from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.polish import SortedColumns
 
@@ -247,10 +248,13 @@ def prepare_stream(
     target_name: str = "target",
     name_prefix: str = "feature",
     codes_dir: str | os.PathLike | None = None,
+    local_x: Any = None,
+    counted: tuple[int, int | None] | None = None,
 ) -> StreamExtractor:
     """:func:`torch_amore.search.extract.prepare` for a source of batches: the passes of the module, then an extractor
     searching on the codes (``codes_dir``: in memory-mapped files of a fresh folder there,
-    :mod:`torch_amore.data.stream_disk`, removed by :meth:`StreamExtractor.close`).
+    :mod:`torch_amore.data.stream_disk`, removed by :meth:`StreamExtractor.close`). The first pass gives the plan
+    (:class:`torch_amore.search.plan.SearchPlan`, :attr:`StreamExtractor.plan`), which :func:`search_stream` follows.
 
     Example:
         >>> import torch
@@ -265,13 +269,22 @@ def prepare_stream(
     src.trim = src.trim or codes_dir is not None  # codes on disk: the resident memory is the passes' own
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
-    n_features, n_all = src.width, D.global_count(src.rows)
+    n_features = src.width
     if feature_names is None:
         feature_names = [f"{name_prefix}_{i}" for i in range(n_features)]
-    names = A.resolve_names(feature_names, None, n_features)
-    columns = A.resolve_features(features, n_features)
+    # a bad `min_support` (or an exact search over its budget) is an error before the second pass
+    plan = SearchPlan.make(
+        src.rows,
+        n_features,
+        o,
+        features=features,
+        feature_names=feature_names,
+        local_x=local_x,
+        target_name=target_name,
+        counted=counted,
+    )
+    columns, n_all = list(plan.columns), plan.n_rows
     _check_facts(facts, stats, columns, scale, offset, n_all)
-    o.given_support_count(n_all)  # a bad `min_support` is an error before the second pass
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
@@ -293,8 +306,8 @@ def prepare_stream(
     except BaseException:
         disk.close()
         raise
-    extractor = StreamExtractor(store, src, names, scale, offset, target_name=target_name, disk=disk)
-    extractor.progress = o.progress
+    extractor = StreamExtractor(store, src, list(plan.names), scale, offset, target_name=target_name, disk=disk)
+    extractor.progress, extractor.plan = o.progress, plan
     return extractor
 
 
@@ -465,31 +478,26 @@ def extract_stream(
             feature_names=feature_names,
             target_name=target_name,
             codes_dir=codes_dir,
+            local_x=local_x,
         )
         try:
-            return search_stream(extractor, options, local_x)
+            return search_stream(extractor)[0]
         finally:
             extractor.close()
 
 
-def search_stream(extractor: StreamExtractor, options: SearchOptions, local_x: Any = None) -> list[RuleSet]:
-    """The search of :func:`extract_stream` on a prepared extractor (``min_confidence`` filtered)."""
+def search_stream(extractor: StreamExtractor) -> tuple[list[RuleSet], int]:
+    """The search of :func:`extract_stream` on a prepared extractor, as its plan says: the rule sets
+    (``min_confidence`` filtered) and the ``min_support`` count they were searched with."""
     from torch_amore.search.extractor import search_scope
-    from torch_amore.strategies.exact import check_budget
 
-    options = capped_max_length(options, len(extractor.binned.columns))
+    plan = extractor.plan
+    options = plan.options
     with search_scope("cpu"):
-        n_all = D.global_count(extractor.binned.codes.shape[0])
-        if options.strategy == "exact":
-            check_budget(
-                n_all, len(extractor.binned.columns), options.n_grids, options.max_length, options.exact_budget
-            )
-        local = V.to_local_x(local_x, extractor.source.width)
-        if local is not None and bool(torch.isinf(local).any()):
-            raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
+        local = plan.local_x
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        min_s = options.support_count(n_all, extractor.n_total_target)
+        min_s = plan.support_count(extractor.n_total_target)
         rule_sets = extractor.extract(options, min_support=min_s, local_codes=local_codes)
     if options.min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= options.min_confidence]
-    return rule_sets
+    return rule_sets, min_s

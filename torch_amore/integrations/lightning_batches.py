@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +26,10 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
 from torch_amore._utils.typing import BatchKey
+from torch_amore.explain.stream_explain import decide_stream, unsupported
 from torch_amore.model.batches import split_batch
-from torch_amore.model.forward import eval_mode, layer_activations
+from torch_amore.model.forward import Step, forward_batches
+from torch_amore.model.subgroups import subgroup_mask
 
 
 @dataclass
@@ -61,43 +63,10 @@ def limited_batches(n_batches: int | float, limit: int | float) -> int | float:
     return int(n_batches * float(limit))
 
 
-class _Capture:
-    """Forward hook keeping the output of a layer for every call."""
-
-    def __init__(self) -> None:
-        self.values: list[torch.Tensor] = []
-
-    def __call__(self, module: nn.Module, args: tuple, output: Any) -> None:
-        value = output[0] if isinstance(output, (tuple, list)) and output else output
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"Expected the layer's output to be a tensor, but got {type(value).__name__}.")
-        self.values.append(value.detach().clone())
-
-
-@contextmanager
-def _hooked(layer: nn.Module | None) -> Iterator[_Capture | None]:
-    if layer is None:
-        yield None
-        return
-    capture = _Capture()
-    handle = layer.register_forward_hook(capture)
-    try:
-        yield capture
-    finally:
-        handle.remove()
-
-
-def _module_dtype(module: nn.Module) -> torch.dtype | None:
-    for tensor in module.parameters():
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return None
-
-
 def transfer_batch(trainer: Trainer | None, pl_module: LightningModule, batch: Any, dataloader_idx: int = 0) -> Any:
     """``batch`` converted by the precision plugin and moved through the batch hooks, as the trainer's loops do."""
     if trainer is None:
-        dtype = _module_dtype(pl_module)
+        dtype = next((t.dtype for t in pl_module.parameters() if t.is_floating_point()), None)
         if dtype is not None:
             batch = apply_to_collection(batch, torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t)
         batch = pl_module.on_before_batch_transfer(batch, dataloader_idx)
@@ -118,23 +87,19 @@ def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
 class _Collector:
     """Per-batch outputs, activations, inputs and labels, checked and concatenated."""
 
-    def __init__(self, layer_name: str | None, collect_inputs: bool) -> None:
-        self.layer_name, self.collect_inputs = layer_name, collect_inputs
+    def __init__(self, collect_inputs: bool) -> None:
+        self.collect_inputs = collect_inputs
         self.outputs: list[torch.Tensor] = []
         self.acts: list[torch.Tensor] = []
         self.inputs: list[torch.Tensor] = []
         self.labels: list[torch.Tensor] = []
 
-    def add(self, out: Any, inp: Any, labels: Any, capture: _Capture | None) -> None:
-        if isinstance(out, (tuple, list)) and out:
-            out = out[0]
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"Expected the module to return a tensor, but it returned {type(out).__name__}.")
-        out = out.reshape(1) if out.ndim == 0 else out
+    def add(self, step: Step) -> None:
+        out, inp, labels = step.outputs, step.inputs, step.labels
         rows = out.shape[0]
-        self.outputs.append(_at_least_float32(out.detach()))
-        if capture is not None:
-            self.acts.append(_at_least_float32(layer_activations(capture.values, self.layer_name, rows)))
+        self.outputs.append(_at_least_float32(out))
+        if step.activations is not None:
+            self.acts.append(_at_least_float32(step.activations))
         if self.collect_inputs:
             if not isinstance(inp, torch.Tensor):
                 raise TypeError(
@@ -156,7 +121,7 @@ class _Collector:
         )
 
 
-def run_module(
+def module_steps(
     trainer: Trainer | None,
     pl_module: LightningModule,
     loader: Any,
@@ -167,8 +132,34 @@ def run_module(
     input_key: BatchKey = None,
     label_key: BatchKey = None,
     forward_kwargs: Mapping[str, Any] | None = None,
-    collect_inputs: bool = False,
     dataloader_idx: int = 0,
+) -> Iterator[Step]:
+    """:func:`torch_amore.model.forward.forward_batches` over (the first ``max_batches`` batches of) ``loader``,
+    each batch moved by the trainer's batch path (:func:`transfer_batch`) and run in its precision context."""
+    kwargs = dict(forward_kwargs or {})
+
+    def batches() -> Iterator[tuple[Any, Any]]:
+        for i, batch in enumerate(loader):
+            if i >= max_batches:
+                return
+            yield split_batch(transfer_batch(trainer, pl_module, batch, dataloader_idx), input_key, label_key)
+
+    def feed(inp: Any, start: int) -> tuple[Any, tuple, dict[str, Any]]:
+        return inp, (), kwargs
+
+    context = trainer.precision_plugin.forward_context if trainer is not None else nullcontext
+    return forward_batches(
+        pl_module, batches(), feed, layer=layer, layer_name=layer_name, context=context, noun="module"
+    )
+
+
+def run_module(
+    trainer: Trainer | None,
+    pl_module: LightningModule,
+    loader: Any,
+    *,
+    collect_inputs: bool = False,
+    **where: Any,
 ) -> ModuleOutputs:
     """Run ``pl_module`` over (the first ``max_batches`` batches of) ``loader`` through the trainer's batch path.
 
@@ -176,26 +167,81 @@ def run_module(
         trainer: the trainer whose precision plugin and strategy move the batches (``None``: the module's hooks).
         pl_module: the LightningModule; its ``forward`` is called on the model input of each batch.
         loader: an iterable of batches (a DataLoader).
-        layer, layer_name: a submodule whose output is collected (flattened to (N, D)), and its name for messages.
-        max_batches: stop after this many batches (``limit_val_batches`` and friends).
-        input_key, label_key: where the model input and the labels are in a batch (see :func:`split_batch`).
-        forward_kwargs: extra keyword arguments for every forward call.
         collect_inputs: also return the model inputs (after the batch hooks and the precision conversion).
-        dataloader_idx: passed to the batch hooks.
+        **where: ``layer``, ``layer_name`` (a submodule whose output is collected, flattened to (N, D), and its name
+            for messages), ``max_batches`` (``limit_val_batches`` and friends), ``input_key``, ``label_key`` (see
+            :func:`~torch_amore.model.batches.split_batch`), ``forward_kwargs`` and ``dataloader_idx``, as in
+            :func:`module_steps`.
 
     Returns:
         A :class:`ModuleOutputs` with everything on the module's device.
     """
-    kwargs = dict(forward_kwargs or {})
-    collector = _Collector(layer_name, collect_inputs)
-    context = trainer.precision_plugin.forward_context if trainer is not None else nullcontext
-    with eval_mode(pl_module), _hooked(layer) as capture, torch.no_grad():
-        for i, batch in enumerate(loader):
-            if i >= max_batches:
-                break
-            batch = transfer_batch(trainer, pl_module, batch, dataloader_idx)
-            inp, labels = split_batch(batch, input_key, label_key)
-            with context():
-                out = pl_module(*inp, **kwargs) if isinstance(inp, tuple) else pl_module(inp, **kwargs)
-            collector.add(out, inp, labels, capture)
+    collector = _Collector(collect_inputs)
+    with closing(module_steps(trainer, pl_module, loader, **where)) as steps:
+        for step in steps:
+            collector.add(step)
     return collector.result()
+
+
+class ModuleBatches:
+    """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
+    loader batch by batch through the trainer's batch path (:func:`module_steps`)."""
+
+    def __init__(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        loader: Any,
+        *,
+        layer: Any,
+        layer_name: Any,
+        max_batches: int | float,
+        callback: Any,
+    ) -> None:
+        self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
+        self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
+        self.desc, self.threshold = "target", None
+        self.source = "layer" if layer is not None else "inputs"
+
+    def probe(self) -> tuple[int, int]:
+        """(width, bytes per value) of the features, from the first batch."""
+        for X, _ in self():
+            return X.shape[1], X.element_size()
+        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
+
+    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        cb = self.cb
+        steps = module_steps(
+            self.trainer,
+            self.pl_module,
+            self.loader,
+            layer=self.layer,
+            layer_name=self.layer_name,
+            max_batches=self.max_batches,
+            input_key=cb.input_key,
+            label_key=cb.label_key,
+            forward_kwargs=cb.forward_kwargs,
+        )
+        with closing(steps):
+            for step in steps:
+                one = _Collector(collect_inputs=self.layer is None)
+                one.add(step)
+                fwd = one.result()
+                n = fwd.outputs.shape[0]
+                X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
+                mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, cb.target, cb.threshold, fwd.labels)
+                yield X, mask.to(X.device)
+
+
+def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
+    """Whether the callback streams: :func:`~torch_amore.explain.stream_explain.decide_stream` of its ``stream``."""
+    f = callback.features
+    why = unsupported(
+        matrix=hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")),
+        select=callback.select_features,
+        threshold=callback.threshold,
+        target=callback.target,
+        evidence=callback.options.wants_evidence,
+    )
+    device = torch.device(batches.pl_module.device)
+    return decide_stream(callback.stream, why, n_rows, device, batches.probe, "the callback finds the rules")

@@ -1,0 +1,51 @@
+"""Feature selection for an explained subgroup: :func:`~torch_amore.selection.selection.select_features` with the
+classes and defaults that the explainer and the Lightning callback both give it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_amore.selection.selection import FeatureSelection, select_features
+
+
+def select_for_subgroup(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    target: Any,
+    outputs: torch.Tensor,
+    labels: torch.Tensor | None,
+    mask: torch.Tensor,
+    options: bool | dict,
+    *,
+    layer: nn.Module | None,
+    layer_input: bool,
+    names: Sequence[str],
+) -> FeatureSelection:
+    """:func:`select_features` on the explained ``inputs``: the classes are the labels for a class-index ``target``
+    (when there are labels), else the subgroup ``mask`` against the rest; ``options`` (a dict) override the
+    defaults: the target class of a model with several outputs, ``layer``, ``layer_input`` and the feature names.
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(3, 2))
+        >>> x = torch.rand(64, 3, generator=torch.Generator().manual_seed(0))
+        >>> mask = x[:, 0] > 0.5
+        >>> picked = select_for_subgroup(
+        ...     model, x, 1, model(x), None, mask, {"n_steps": 4}, layer=None, layer_input=False, names=["a", "b", "c"]
+        ... )
+        >>> set(picked.features) <= {0, 1, 2}
+        True
+    """
+    is_class = isinstance(target, (int, np.integer))
+    multi = outputs.ndim == 2 and outputs.shape[1] > 1
+    classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
+    opts = dict(options) if isinstance(options, dict) else {}
+    opts.setdefault("target", int(target) if is_class and multi else None)
+    opts.setdefault("layer", layer)
+    opts.setdefault("attribute_to_layer_input", layer_input)
+    opts.setdefault("feature_names", list(names))
+    return select_features(model, inputs, classes, **opts)
