@@ -1,9 +1,10 @@
 """Task loaders of the search-quality benchmark (``bench_quality.py``) and its test (``tests/test_quality.py``).
 
 Each loader returns a :class:`Task`: the features, the boolean target subgroup and the paper's settings for the row
-(``max_length``, ``min_support``, ``n_grids``, ``bin_strategy``). Real data are read in place from ``../shared/data``;
-the slow derived features (RDKit descriptors, the MNIST latent layer of a quickly trained CNN) are cached as ``.npz``
-files in a cache folder outside the repository (``$TORCH_AMORE_CACHE`` or ``~/.cache/torch_amore``).
+(``max_length``, ``min_support``, ``n_grids``, ``bin_strategy``). Real data are read in place from ``../shared/data``
+(or ``$TORCH_AMORE_DATA``); the slow derived features (RDKit descriptors, the MNIST latent layer of a quickly
+trained CNN) are cached as ``.npz`` files in a cache folder outside the repository (``$TORCH_AMORE_CACHE`` or
+``~/.cache/torch_amore``).
 
 Rows:
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("TORCH_AMORE_DATA", ROOT.parent / "shared" / "data"))  # the shared data, or elsewhere
 
 
 def cache_dir() -> Path:
