@@ -260,7 +260,7 @@ def prepare_stream(
     """
     o = SearchOptions() if options is None else options
     src = source if isinstance(source, BatchSource) else BatchSource(source)
-    src.trim = src.trim or codes_dir is not None  # codes on disk: the resident memory is the passes' own
+    src.trim = True  # the heap's free pages handed back after each batch (the resident memory: codes and one pass)
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features, n_all = src.width, D.global_count(src.rows)
@@ -321,7 +321,7 @@ class _StreamReadable(ReadableRules):
         return torch.stack([below[r, g - 1], above[r, g]])
 
 
-POLISH_MASK_BYTES = 1 << 26  #: Bytes of the rules' masks the streamed polish holds at once (a byte per rule and row).
+POLISH_MASK_BYTES = 1 << 24  #: Bytes of the rules' masks the streamed polish holds at once (a byte per rule and row).
 
 
 class StreamExtractor(Extractor):
