@@ -64,12 +64,18 @@ def _fine_counts(codes_t: torch.Tensor, width: int, target_rows: torch.Tensor) -
     return tuple(D.all_reduce_sum(c.view(n_feat, width + 1)[:, :width].contiguous()) for c in (every, hits))
 
 
-def _promising(counts: torch.Tensor, hits: torch.Tensor, n_keep: int) -> torch.Tensor:
+def _promising(
+    counts: torch.Tensor, hits: torch.Tensor, n_keep: int, others: torch.Tensor | None = None
+) -> torch.Tensor:
     """The ``n_keep`` features (rows of ``counts``) whose best one-sided condition has the highest hits - rate x
-    support."""
+    support; the rate from the largest counts of these features and of ``others`` ((2, F') non-missing samples and
+    target samples of the other features), if given."""
     cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
     total, t_total = cb[:, -1:], ct[:, -1:]
-    rate = base_rate(t_total.max(), total.max())  # on the device: no host sync
+    n_max, t_max = total.max(), t_total.max()
+    if others is not None and others.shape[1]:
+        n_max, t_max = torch.maximum(n_max, others[0].max().double()), torch.maximum(t_max, others[1].max().double())
+    rate = base_rate(t_max, n_max)  # on the device: no host sync
     below = ct - rate * cb  # x < cut
     above = (t_total - ct) - rate * (total - cb)  # x >= cut
     score = torch.maximum(below, above).amax(1)
@@ -113,7 +119,12 @@ def pair_seeds(
     numeric_codes = fine.codes_t if len(numeric_ids) == len(fine.is_cat_host) else fine.codes_t[numeric_t]
     t_rows = torch.nonzero(target, as_tuple=True)[0]
     counts, hits = _fine_counts(numeric_codes, fine.n_bins_max, t_rows)
-    rows_kept = _promising(counts, hits, SEED_FEATURES)  # rows of ``numeric_codes``, increasing
+    others = None  # the ranking's base rate counts every feature (moot where every numeric feature is kept)
+    if SEED_FEATURES < len(numeric_ids) < len(fine.is_cat_host):
+        cats = torch.tensor([j for j, cat in enumerate(fine.is_cat_host) if cat], device=device)
+        present = fine.codes_t[cats] < fine.n_bins_max  # not missing
+        others = D.all_reduce_sum(torch.stack([present.sum(1), present.index_select(1, t_rows).sum(1)]))
+    rows_kept = _promising(counts, hits, SEED_FEATURES, others)  # rows of ``numeric_codes``, increasing
     feats = numeric_t[rows_kept]
     codes_t = numeric_codes[rows_kept]
     n_feat = codes_t.shape[0]
