@@ -12,7 +12,7 @@ least disturbed by other jobs) is the **warm** time. Rows (``--rows``, a comma l
 - ``diabetes``: the paper's diabetes task, 70,000 x 15, 10 k-means grids, ``max_length`` 3, ``min_support`` 1000;
 - ``adult_like``: a one-hot-heavy table of the adult census's shape, 22,792 x 108 (4 float, 2 int and 102 one-hot
   0/1 columns typed ``"cat"``), 8 k-means grids, ``max_length`` 3, ``min_support`` 1000 (``_tasks.adult_like``);
-- ``tox21_ar``, ``tox21_ahr``: RDKit descriptors of Tox21 (NR-AR 7,265 x 200 and NR-AhR), 10 k-means grids,
+- ``tox21_ar``, ``tox21_ahr``: RDKit descriptors of Tox21 (NR-AR: 7,026 x 200; NR-AhR), 10 k-means grids,
   ``max_length`` 2, ``min_support`` 150 (needs RDKit; the descriptors are cached after the first run);
 - ``mnist7``: a CNN's 128-d latent layer on 8,000 MNIST images, 6 k-means grids, ``max_length`` 2;
 - ``latent_10k``: latent-like 10,000 x 16, ``max_length`` 3; ``latent_1m``: latent-like 1,000,000 x 128,
