@@ -1,9 +1,10 @@
 """Task loaders of the search-quality benchmark (``bench_quality.py``) and its test (``tests/test_quality.py``).
 
 Each loader returns a :class:`Task`: the features, the boolean target subgroup and the paper's settings for the row
-(``max_length``, ``min_support``, ``n_grids``, ``bin_strategy``). Real data are read in place from ``../shared/data``;
-the slow derived features (RDKit descriptors, the MNIST latent layer of a quickly trained CNN) are cached as ``.npz``
-files in a cache folder outside the repository (``$TORCH_AMORE_CACHE`` or ``~/.cache/torch_amore``).
+(``max_length``, ``min_support``, ``n_grids``, ``bin_strategy``). Real data are read in place from ``../shared/data``
+(or ``$TORCH_AMORE_DATA``); the slow derived features (RDKit descriptors, the MNIST latent layer of a quickly
+trained CNN) are cached as ``.npz`` files in a cache folder outside the repository (``$TORCH_AMORE_CACHE`` or
+``~/.cache/torch_amore``).
 
 Rows:
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("TORCH_AMORE_DATA", ROOT.parent / "shared" / "data"))  # the shared data, or elsewhere
 
 
 def cache_dir() -> Path:
@@ -240,3 +241,45 @@ def latent_like(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
     box = (X[:, a] > 0.3) & (X[:, a] < 1.8) & (X[:, b] > -1.0) & (X[:, b] < 0.6)
     target = box ^ (rng.random(n) < 0.1)
     return torch.from_numpy(X), torch.from_numpy(target)
+
+
+def latent_issue(n: int, f: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(X float32 (n, f), target) of the speed benchmark's latent-like rows (``bench_versions.py``): N(0, 1), every
+    even column ReLU-clipped, the subgroup ``(X[:, a] > 0.8) & (X[:, b] < -0.3)`` with ``a = 2 * (f // 6) + 1``,
+    ``b = 2 * (f // 3) + 1``, each label flipped with probability 0.02 (numpy ``default_rng(seed)``)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, f), dtype=np.float32)
+    X[:, 0::2] = np.maximum(X[:, 0::2], 0)
+    a, b = 2 * (f // 6) + 1, 2 * (f // 3) + 1
+    target = (X[:, a] > 0.8) & (X[:, b] < -0.3)
+    flip = rng.random(n) < 0.1
+    target ^= flip & (rng.random(n) < 0.2)
+    return X, target
+
+
+def adult_like(seed: int = 0) -> Task:
+    """A one-hot-heavy table of the adult census's shape, 22,792 x 108: 4 float columns (skewed like fnlwgt,
+    capital gain and loss, education years), 2 int columns (age, hours per week) and 102 one-hot 0/1 columns typed
+    ``"cat"`` (nine categorical variables of 2-41 levels); the target from a logistic model of age, hours, capital
+    gain and two of the categories (about 47 % positive). ``max_length`` 3, ``min_support`` 1000, 8 k-means grids."""
+    rng = np.random.default_rng(seed)
+    n = 22_792
+    age = rng.integers(17, 90, n).astype(float)
+    hours = np.clip(rng.normal(40, 12, n).round(), 1, 99)
+    floats = np.column_stack([rng.lognormal(12, 0.5, n), rng.exponential(1000, n) * (rng.random(n) < 0.1),
+                              rng.exponential(90, n) * (rng.random(n) < 0.05), rng.normal(10, 2.5, n)])  # fmt: skip
+    hot, levels = [], []
+    for k in (16, 7, 14, 6, 5, 2, 41, 9, 2):  # 102 levels
+        level = rng.choice(k, n, p=rng.dirichlet(np.ones(k) * 0.7))
+        one = np.zeros((n, k))
+        one[np.arange(n), level] = 1
+        hot.append(one)
+        levels.append(level)
+    X = np.concatenate([floats, age[:, None], hours[:, None], *hot], axis=1)
+    logit = 0.04 * (age - 38) + 0.05 * (hours - 40) + 0.0004 * floats[:, 1] + 1.2 * (levels[1] == 0)
+    logit += 0.9 * (levels[3] < 2) - 1.5
+    target = rng.random(n) < 1 / (1 + np.exp(-logit))
+    types = ["float"] * 4 + ["int"] * 2 + ["cat"] * 102
+    about = f"one-hot-heavy table, {n:,} x {X.shape[1]} (4 float, 2 int, 102 one-hot 0/1 columns)"
+    names = [f"x{i}" for i in range(X.shape[1])]
+    return Task("adult_like", X, target, names, 3, 1000, 8, "kmeans", types, about=about)

@@ -51,6 +51,26 @@ def test_same_rules_as_in_memory(strategy, sizes):
     assert_same(extract_rules(batches_of(X, target, sizes), **kw), expected)
 
 
+def test_polish_a_rule_set_at_a_time_gives_the_same_rules(monkeypatch):
+    """The streamed polish takes a few rule sets at a time (their masks' bytes bounded): here one at a time."""
+    import torch_amore.search.stream as stream
+
+    X, target = mixed_data(900, seed=4)
+    kw = dict(feature_types=TYPES, min_support=30, max_length=3, min_confidence=0.7)
+    expected = extract_rules(X, target, **kw)
+    groups = []
+    original = stream.StreamExtractor.polish_on
+
+    def spy(self, rule_sets, *args, **kwargs):
+        groups.append(len(rule_sets))
+        return original(self, rule_sets, *args, **kwargs)
+
+    monkeypatch.setattr(stream, "POLISH_MASK_BYTES", 1)
+    monkeypatch.setattr(stream.StreamExtractor, "polish_on", spy)
+    assert_same(extract_rules(batches_of(X, target, 128), **kw), expected)
+    assert len(groups) >= 2 and set(groups) == {1}
+
+
 @pytest.mark.parametrize("strategy", ["paper", "beam"])
 def test_same_rules_inferred_types_units_and_options(strategy):
     """Types inferred in original units, a feature subset, names, min_confidence, float64 numpy batches."""

@@ -285,3 +285,31 @@ def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):
     # each row's counts are the sums over its interval
     cum_t = torch.cat([torch.zeros(50, 1, dtype=torch.long), tgt.cumsum(1)], 1)
     assert torch.equal(whole.hits, cum_t[whole.feature, whole.g_high + 1] - cum_t[whole.feature, whole.g_low])
+
+
+def test_best_intervals_of_a_block_of_few_grids_on_its_own_grids():
+    """A block of one-hot columns (few grids each) has its best intervals computed on its own grids: the same valid
+    intervals, counts and validity as on the widest feature's grids."""
+    from torch_amore.strategies.beam import BeamSearch, _narrow_block
+
+    g = torch.Generator().manual_seed(5)
+    n = 3000
+    hot = torch.nn.functional.one_hot(torch.randint(0, 40, (n,), generator=g), 40).double()
+    X = torch.cat([torch.rand(n, 2, generator=g, dtype=torch.float64), hot, torch.rand(n, 1, generator=g)], 1)
+    target = (X[:, 0] > 0.5) | (hot[:, :8].sum(1) > 0)
+    kinds = ["float", "float"] + ["cat"] * 40 + ["float"]
+    fine = fine_binning(X, bin_features(X, list(range(43)), kinds), 256)
+    search = BeamSearch(fine, target, int(target.sum()))
+    assert search.narrow == (2, 42, 2)
+    nodes = [(), ((0, 10, 200),), ((2, 1, 1),)]
+    both = search._node_counts(nodes)
+    k = len(nodes)
+    tgt = both[k:].reshape(k * 43, -1)
+    tot = both[:k].reshape(k * 43, -1) + tgt
+    every = torch.arange(43).repeat(k)
+    split = search._dense_every(tot, tgt, every, k, 30, search.kappas)
+    whole = search._dense(tot, tgt, every, 30, search.kappas)
+    assert torch.equal(split.valid, whole.valid) and split.valid.any()
+    for field in ("g_low", "g_high", "hits", "support"):
+        assert torch.equal(getattr(split, field)[split.valid], getattr(whole, field)[whole.valid])
+    assert _narrow_block(fine.n_bins_host[:30]) is None  # 28 one-hot columns: fewer than NARROW_BLOCK

@@ -25,3 +25,19 @@ def test_seeds_hold_the_planted_pair_whatever_the_chunk(monkeypatch) -> None:
     assert {j for j, _, _ in whole[0]} == {4, 9}  # the best seed is the planted pair
     monkeypatch.setattr(seeding, "_CHUNK", 5000)  # about one feature of 4,000 rows per chunk
     assert pair_seeds(fine, target, 100, 3) == whole
+
+
+def test_categorical_columns_change_no_seed() -> None:
+    # the numeric columns' seeds, with one-hot categorical columns put between them: the same pairs, renumbered
+    X, target = _planted()
+    g = torch.Generator().manual_seed(2)
+    hot = torch.nn.functional.one_hot(torch.randint(0, 6, (X.shape[0],), generator=g), 6).double()
+    hot[:, 0] = torch.where(target, 1.0, hot[:, 0])  # a category that tracks the subgroup: still never a seed
+    mixed = torch.cat([hot[:, :3], X[:, :7], hot[:, 3:], X[:, 7:]], 1)
+    kinds = ["cat"] * 3 + ["float"] * 7 + ["cat"] * 3 + ["float"] * 5
+    where = [3 + j for j in range(7)] + [13 + j for j in range(5)]  # column of each numeric feature in ``mixed``
+    alone = pair_seeds(fine_binning(X, bin_features(X, list(range(12)), ["float"] * 12), 256), target, 100, 4)
+    mixed_fine = fine_binning(mixed, bin_features(mixed, list(range(18)), kinds), 256)
+    seeds = pair_seeds(mixed_fine, target, 100, 4)
+    assert len(alone) == 4
+    assert seeds == [tuple((where[j], lo, hi) for j, lo, hi in pair) for pair in alone]

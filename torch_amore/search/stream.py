@@ -11,22 +11,20 @@ in passes, each with its progress bar:
    of the bins its cluster bounds fall in, after which its edges equal the in-memory ones).
 2. **Codes**: each value's grid code (:func:`torch_amore.grids.edges.codes_from_thresholds`; one byte for up to 254
    grids), the target bits, and for the beam strategy the fine grids' codes
-   (:func:`torch_amore.grids.fine_grid.fine_binning`, arithmetic on the column ranges; two bytes), column-major. With
-   them, per (feature, grid) the smallest and largest observed value of both binnings: what readable bounds between
-   observed neighbours need
-   (:class:`torch_amore.search.readable.ReadableRules`), so rules need no further pass.
+   (:func:`torch_amore.grids.fine_grid.fine_binning`; two bytes), column-major. With them, per (feature, grid) the
+   smallest and largest observed value of both binnings (:class:`torch_amore.search.readable.ReadableRules`).
 
 A pass holds one batch (none while the source makes the next) and the temporaries of a piece of it; with codes on
-disk, the C library's heap hands its free pages back after each batch (:func:`torch_amore.data.heap.trim_heap`) and
-the codes' mapped pages leave the resident set after each piece written, so what stays resident does not grow with
-the rows.
+disk, the heap's free pages (:func:`torch_amore.data.heap.trim_heap`) and the codes' mapped pages are handed back as
+the pass goes, so what stays resident does not grow with the rows.
 
-The strategies then run on the codes, as in memory. The beam strategy's polish (:mod:`torch_amore.strategies.polish`)
-needs the observed values of the few features its best rule sets use: one more pass gathers those columns only. Pruning
-by ``min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets_batches`) packs each rule's mask, a bit a row, in a
-pass of its own (no columns gathered); keeping one of two rule sets that select the same samples
-(:func:`torch_amore.rules.masks.drop_same_mask`) compares their masks batch by batch in a last pass. The rule lists
-equal those of the in-memory search on the concatenated batches.
+The strategies then run on the codes, as in memory but with no row lists: the rule tree and the beam count their
+nodes from the nodes' conditions, a chunk of rows at a time (:mod:`torch_amore.grids.box_counts`). The beam's polish
+gathers the columns its rule sets use in one more pass and polishes a few rule sets at a time
+(:data:`POLISH_MASK_BYTES`). Pruning by ``min_gain`` packs each rule's mask, a bit a row, in a pass of its own
+(:func:`torch_amore.rules.pruning.prune_rule_sets_batches`); the same-mask check
+(:func:`torch_amore.rules.masks.drop_same_mask`) compares masks batch by batch in a last pass. The rule lists equal
+those of the in-memory search on the concatenated batches.
 """
 
 from __future__ import annotations
@@ -266,7 +264,7 @@ def prepare_stream(
     """
     o = SearchOptions() if options is None else options
     src = source if isinstance(source, BatchSource) else BatchSource(source)
-    src.trim = src.trim or codes_dir is not None  # codes on disk: the resident memory is the passes' own
+    src.trim = True  # the heap's free pages handed back after each batch (the resident memory: codes and one pass)
     facts, (scale, offset, given) = _facts_pass(src, o, o.progress)
     stats = facts.stats()
     n_features = src.width
@@ -336,10 +334,12 @@ class _StreamReadable(ReadableRules):
         return torch.stack([below[r, g - 1], above[r, g]])
 
 
+POLISH_MASK_BYTES = 1 << 24  #: Bytes of the rules' masks the streamed polish holds at once (a byte per rule and row).
+
+
 class StreamExtractor(Extractor):
     """The search of :func:`torch_amore.search.extract.extract_rules` on codes stored by :func:`prepare_stream`; the
-    steps that need observed values read the source again (the polish: its rule sets' columns; pruning by ``min_gain``
-    and the same-mask check: the masks, batch by batch)."""
+    steps that need observed values read the source again (the polish, pruning by ``min_gain``, the same-mask check)."""
 
     def __init__(
         self,
@@ -352,8 +352,7 @@ class StreamExtractor(Extractor):
         disk: DiskCodes | None = None,
     ) -> None:
         self.disk = disk
-        if disk is not None and disk.folder is not None:  # codes on disk: no row lists (one chunk at a time)
-            self.row_chunk = ROW_CHUNK
+        self.row_chunk = ROW_CHUNK  # no row lists (8 bytes a row per node: more than the codes), in memory or on disk
         binned = replace(store.binned, codes=store.codes, codes_t=None)
         super().__init__(binned, store.target, names, scale, offset, target_name=target_name)
         self.source = source
@@ -397,7 +396,13 @@ class StreamExtractor(Extractor):
         X = self.gather(cols, f"polish ({len(cols)} columns)")
         where = {c: i for i, c in enumerate(cols)}
         columns = None if self.row_chunk is None else SortedColumns(X, self.target, row_chunk=self.row_chunk)
-        out = self.polish_on([_moved(rs, where) for rs in rule_sets], X, min_support, goals, columns=columns)
+        moved = [_moved(rs, where) for rs in rule_sets]
+        # a few rule sets at a time (each rule set's polish is its own): a byte per row for each of their rules
+        depth = max(1, max(len(rs.rules) for rs in moved))
+        per = max(1, POLISH_MASK_BYTES // max(1, X.shape[0] * depth))
+        out = []
+        for i in range(0, len(moved), per):
+            out += self.polish_on(moved[i : i + per], X, min_support, goals[i : i + per], columns=columns)
         back = dict(enumerate(cols))
         return [_moved(rs, back) for rs in out]
 

@@ -71,6 +71,31 @@ def _first_per_features(pool: dict[tuple, State], obj: Objective) -> list[State]
     return list(first.values())
 
 
+#: A block of consecutive features of at most :data:`NARROW_BINS` grids each, at least :data:`NARROW_BLOCK` long,
+#: has its best intervals computed on its own grids (its tables that much narrower than the widest feature's).
+NARROW_BINS = 16
+NARROW_BLOCK = 32
+
+
+def _narrow_block(n_bins: list[int] | None) -> tuple[int, int, int] | None:
+    """``(start, stop, grids)``: the longest run of at least :data:`NARROW_BLOCK` consecutive features of at most
+    :data:`NARROW_BINS` grids, and the most grids among them; ``None`` where there is none.
+
+    Example:
+        >>> _narrow_block([1024] * 3 + [2] * 40 + [3] + [1024])
+        (3, 44, 3)
+        >>> _narrow_block([1024, 2, 2]) is None
+        True
+    """
+    best, start = None, 0
+    for f, n in enumerate([*(n_bins or []), NARROW_BINS + 1]):
+        if n > NARROW_BINS:
+            if f - start >= NARROW_BLOCK and (best is None or f - start > best[1] - best[0]):
+                best = (start, f, max(n_bins[start:f]))
+            start = f + 1
+    return best
+
+
 def _seed_beam(seeds: list[tuple[tuple, ...]], chosen: dict[tuple, State]) -> list[State]:
     """The conditions of the seed pairs none of whose features the beam (``chosen``) expands already."""
     held = {c[0] for conds in chosen for c in conds}
@@ -121,6 +146,7 @@ class BeamSearch(Refinement):
         self.row_chunk = row_chunk  # count nodes a chunk of rows at a time (codes on disk)
         if row_chunk is not None:  # little memory: one rule set refined at a time
             self.refine_budget = 1
+        self.narrow = _narrow_block(getattr(fine, "n_bins_host", None))
         host = getattr(fine, "is_cat_host", None)
         self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
@@ -147,6 +173,26 @@ class BeamSearch(Refinement):
             max_count=self.n_rows,
             any_cat=self.any_cat,
             budget=self.budget,
+        )
+
+    def _dense_every(
+        self, tot: torch.Tensor, tgt: torch.Tensor, every: torch.Tensor, g: int, min_support: int, kappas: tuple
+    ) -> DenseBest:
+        """:meth:`_dense` of the (G * F, width) counts of every feature of ``g`` nodes; a block of features of few
+        grids (:func:`_narrow_block`: a one-hot-heavy table) on its first grids only (the same intervals: no sample
+        lies beyond a feature's grids), the other features on all."""
+        if self.narrow is None:
+            return self._dense(tot, tgt, every, min_support, kappas)
+        n_feat, (a, b, w) = len(self.fine.columns), self.narrow
+        parts = []
+        for f0, f1, width in ((0, a, self.width), (a, b, w), (b, n_feat, self.width)):
+            if f1 > f0:
+                rows = [c.view(g, n_feat, -1)[:, f0:f1, :width].reshape(-1, width) for c in (tot, tgt)]
+                feats = every.view(g, n_feat)[:, f0:f1].reshape(-1)
+                parts.append((f1 - f0, self._dense(*rows, feats, min_support, kappas)))
+        fields = DenseBest.__dataclass_fields__
+        return DenseBest(
+            *(torch.cat([getattr(d, k).view(g, n, -1) for n, d in parts], 1).view(g * n_feat, -1) for k in fields)
         )
 
     def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
@@ -191,7 +237,7 @@ class BeamSearch(Refinement):
             main = main + tuple(kp for kp in self.lift.kappas() if kp not in main)
         rest = tuple(kp for kp in self.kappas if kp not in main)
         every = torch.arange(n_feat, device=device).repeat(g)
-        b = self._dense(tot, tgt, every, min_support, main)  # (G * F, Km)
+        b = self._dense_every(tot, tgt, every, g, min_support, main)  # (G * F, Km)
         used = [k * n_feat + j for k, parent in enumerate(beam) for j, _, _ in parent.conds]
         free = torch.ones(g * n_feat, dtype=torch.bool, device=device)
         if used:

@@ -14,6 +14,7 @@ import torch
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
+from torch_amore.data.heap import trim_heap
 from torch_amore.strategies.best_interval import Objective, best_intervals_dense
 
 
@@ -112,6 +113,9 @@ class Refinement:
             out_rows, any_move, steps = self._refine_round(r, rnd, cut, move, steps, min_support, obj, out_rows)
             if not any_move:
                 break
+        del r
+        if getattr(self, "row_chunk", None) is not None:  # bounded memory: the tables' freed pages go back at once
+            trim_heap()
         return _refined_states(states, out_rows, length)
 
     def _refine_round(
@@ -164,10 +168,13 @@ class Refinement:
         offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
         # per position (S, N): 2 x (code shifted to its state's bins) + is_target, the bincount index of both counts
         # (code >= low <=> index >= 2 low, code <= high <=> index <= 2 high + 1: conditions on doubled bounds)
-        codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(torch.int32)
-        codes = codes.add_(offsets.to(torch.int32)).mul_(2).add_(self.target.to(torch.int32)).unbind(0)  # in place
-        # lows, then highs: (S, 1) each, int32 like the codes (a mixed-dtype comparison is several times slower)
-        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(torch.int32) for h in (0, 1))
+        # int32, or with bounded memory (``row_chunk``) int16 where every index fits (half the bytes per row)
+        short = getattr(self, "row_chunk", None) is not None and 2 * n_states * wide < (1 << 15)
+        idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
+        codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
+        codes = codes.add_(offsets.to(idt)).mul_(2).add_(self.target.to(idt)).unbind(0)  # in place
+        # lows, then highs: (S, 1) each, in the codes' dtype (a mixed-dtype comparison is several times slower)
+        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(idt) for h in (0, 1))
         bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
@@ -225,6 +232,6 @@ class Refinement:
         r.score = torch.where(better, found[:, 0], r.score)
         new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
         r.st.index_copy_(1, r.cols[k], new)
-        lo_hi = (2 * (new[:, :2] + r.offsets)).to(torch.int32)
+        lo_hi = (2 * (new[:, :2] + r.offsets)).to(r.codes[k].dtype)
         r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:] + 1)
         return better

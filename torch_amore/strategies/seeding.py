@@ -44,12 +44,11 @@ def seed_affordable(n_rows: int, n_features: int) -> bool:
     return n_features >= 2 and n_rows * n_features <= SEED_BUDGET
 
 
-def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(F, W) counts of all and of the target samples (``target_rows``) per fine grid, over all DDP ranks; features
-    in chunks of about :data:`_CHUNK` values (bounded memory)."""
-    width = fine.n_bins_max
-    n_feat, n = fine.codes_t.shape
-    device = fine.codes_t.device
+def _fine_counts(codes_t: torch.Tensor, width: int, target_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, W) counts of all and of the target samples (``target_rows``) per fine grid of ``codes_t`` (F, N), over all
+    DDP ranks; features in chunks of about :data:`_CHUNK` values (bounded memory)."""
+    n_feat, n = codes_t.shape
+    device = codes_t.device
     offsets = torch.arange(n_feat, dtype=torch.int32, device=device)[:, None] * (width + 1)
     every = torch.zeros(n_feat * (width + 1), dtype=torch.long, device=device)
     hits = torch.zeros_like(every)
@@ -57,7 +56,7 @@ def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Ten
     for f0 in range(0, n_feat, step):
         f1 = min(n_feat, f0 + step)
         # int32 indices: half the traffic of int64, and bincount takes them
-        idx = torch.add(fine.codes_t[f0:f1], offsets[f0:f1] - f0 * (width + 1))
+        idx = torch.add(codes_t[f0:f1], offsets[f0:f1] - f0 * (width + 1))
         size = (f1 - f0) * (width + 1)
         part = slice(f0 * (width + 1), f1 * (width + 1))
         every[part] = counting.bincount(idx.reshape(-1), size)
@@ -65,25 +64,31 @@ def _fine_counts(fine: FineBinned, target_rows: torch.Tensor) -> tuple[torch.Ten
     return tuple(D.all_reduce_sum(c.view(n_feat, width + 1)[:, :width].contiguous()) for c in (every, hits))
 
 
-def _promising(counts: torch.Tensor, hits: torch.Tensor, is_cat: torch.Tensor, n_keep: int) -> torch.Tensor:
-    """The ``n_keep`` numeric features whose best one-sided condition has the highest hits - rate x support."""
+def _promising(
+    counts: torch.Tensor, hits: torch.Tensor, n_keep: int, others: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The ``n_keep`` features (rows of ``counts``) whose best one-sided condition has the highest hits - rate x
+    support; the rate from the largest counts of these features and of ``others`` ((2, F') non-missing samples and
+    target samples of the other features), if given."""
     cb, ct = counts.cumsum(1).double(), hits.cumsum(1).double()
     total, t_total = cb[:, -1:], ct[:, -1:]
-    rate = base_rate(t_total.max(), total.max())  # on the device: no host sync
+    n_max, t_max = total.max(), t_total.max()
+    if others is not None and others.shape[1]:
+        n_max, t_max = torch.maximum(n_max, others[0].max().double()), torch.maximum(t_max, others[1].max().double())
+    rate = base_rate(t_max, n_max)  # on the device: no host sync
     below = ct - rate * cb  # x < cut
     above = (t_total - ct) - rate * (total - cb)  # x >= cut
-    score = torch.maximum(below, above).amax(1).masked_fill(is_cat, -float("inf"))
+    score = torch.maximum(below, above).amax(1)
     return torch.sort(torch.argsort(-score, stable=True)[:n_keep]).values
 
 
-def _coarse_lut(fine: FineBinned, counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
-    """(F, W + 1) coarse cell of every fine cell (non-decreasing; ``n_coarse`` for missing values and for
-    categorical features, which the seeds leave out)."""
+def _coarse_lut(counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
+    """(F, W + 1) coarse cell of every fine cell of numeric features (non-decreasing; ``n_coarse`` for missing
+    values)."""
     cum = counts.cumsum(1)
     total = cum[:, -1:].clamp(min=1)
     mid = 2 * cum - counts  # twice the rank of each cell's middle sample
     lut = torch.div(mid * n_coarse, 2 * total, rounding_mode="floor").clamp(max=n_coarse - 1)
-    lut = torch.where(fine.is_cat[:, None], torch.full_like(lut, n_coarse), lut)
     return torch.cat([lut, torch.full_like(lut[:, :1], n_coarse)], 1)
 
 
@@ -105,13 +110,25 @@ def pair_seeds(
         >>> [[j for j, _, _ in pair] for pair in pair_seeds(fine, target, 50, 1)]
         [[1, 3]]
     """
-    t_rows = torch.nonzero(target, as_tuple=True)[0]
-    counts, hits = _fine_counts(fine, t_rows)
-    feats = _promising(counts, hits, fine.is_cat, SEED_FEATURES)
-    codes_t = fine.codes_t[feats]
-    n_feat = codes_t.shape[0]
+    # categorical features never seed: only the numeric ones are counted and paired (a one-hot-heavy table has few)
+    numeric_ids = [j for j, cat in enumerate(fine.is_cat_host) if not cat]
+    if len(numeric_ids) < 2:
+        return []
     device = fine.codes_t.device
-    lut = _coarse_lut(fine, counts, SEED_GRIDS)[feats]
+    numeric_t = torch.tensor(numeric_ids, device=device)
+    numeric_codes = fine.codes_t if len(numeric_ids) == len(fine.is_cat_host) else fine.codes_t[numeric_t]
+    t_rows = torch.nonzero(target, as_tuple=True)[0]
+    counts, hits = _fine_counts(numeric_codes, fine.n_bins_max, t_rows)
+    others = None  # the ranking's base rate counts every feature (moot where every numeric feature is kept)
+    if SEED_FEATURES < len(numeric_ids) < len(fine.is_cat_host):
+        cats = torch.tensor([j for j, cat in enumerate(fine.is_cat_host) if cat], device=device)
+        present = fine.codes_t[cats] < fine.n_bins_max  # not missing
+        others = D.all_reduce_sum(torch.stack([present.sum(1), present.index_select(1, t_rows).sum(1)]))
+    rows_kept = _promising(counts, hits, SEED_FEATURES, others)  # rows of ``numeric_codes``, increasing
+    feats = numeric_t[rows_kept]
+    codes_t = numeric_codes[rows_kept]
+    n_feat = codes_t.shape[0]
+    lut = _coarse_lut(counts, SEED_GRIDS)[rows_kept]
     exact32 = D.global_count(codes_t.shape[1]) < (1 << 24)
     grams = [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
     jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
@@ -126,8 +143,7 @@ def pair_seeds(
         return rows.index_select(2, e) - rows.index_select(2, s)  # (P, nI, nI)
 
     sup, hits = rect(tot), rect(tgt)
-    numeric = ~(fine.is_cat[feats[jj]] | fine.is_cat[feats[kk]])
-    ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :] & numeric[:, None, None]
+    ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :]
     value = torch.where(ok, fitness_value(hits, sup), torch.full_like(sup, -(1 << 62))).flatten(1)
     best, arg = value.max(1)
     order = torch.argsort(-best, stable=True)[:n_pairs]
