@@ -30,7 +30,9 @@ sys.modules[f"{__name__}.metrics"] = metrics
 # What the imports above made (torch's modules, functions and tables: about 170,000 objects) lives as long as the
 # process. Frozen, the garbage collector no longer walks it: its first full collection after a large import, due
 # within the next few thousand allocations, would otherwise fall into the first or second search of the process (a
-# pause of 50-150 ms on that call); later full collections walk only younger objects.
+# pause of 50-150 ms on that call); later full collections walk only younger objects. One collection first (about
+# 70 ms), so that no garbage of the process is frozen with them; `gc.unfreeze()` undoes the freeze.
+gc.collect()
 gc.freeze()
 
 # torchmetrics and Lightning take seconds to import: integrations/ loads these public names on first use
