@@ -245,17 +245,17 @@ def test_the_routes_a_gpu_takes_give_the_cpu_rules_on_the_cpu(monkeypatch, strat
 
     X, target, types = mixed_table()
     kw = dict(strategy=strategy, bin_strategy=bin_strategy, feature_types=types, max_length=2, min_support=40)
-    seen, prepare, sort = [], search.prepare, torch.sort
+    seen, bin_plan, sort = [], search.bin_plan, torch.sort
 
-    def spy_prepare(*args: Any, **kwargs: Any) -> Any:  # in which thread scope the search runs
+    def spy_bin_plan(*args: Any, **kwargs: Any) -> Any:  # in which thread scope the search runs
         seen.append(threads._CALLER_THREADS.get())
-        return prepare(*args, **kwargs)
+        return bin_plan(*args, **kwargs)
 
     def spy_sort(*args: Any, **kwargs: Any) -> Any:
         seen.append("torch.sort")
         return sort(*args, **kwargs)
 
-    monkeypatch.setattr(search, "prepare", spy_prepare)
+    monkeypatch.setattr(search, "bin_plan", spy_bin_plan)
     monkeypatch.setattr(torch, "sort", spy_sort)
     expected = extract_rules(X, target, **kw)
     assert seen[0] is not None  # the CPU's route: the one-thread scope
