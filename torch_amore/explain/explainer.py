@@ -31,7 +31,6 @@ from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import (
     ExplainRequest,
     _data_options,
-    _evaluation_args,
     _one_sample,
     resolve_names,
     target_param,
@@ -47,7 +46,7 @@ from torch_amore.model.forward import (
     resolve_layer,
     run_model,
 )
-from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.model.subgroups import subgroup
 from torch_amore.rules.caveats import base_rate_reason, useless_reason
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
@@ -309,7 +308,7 @@ class RegionalRuleExplainer:
             counted=counted,
         )
         n, size = plan.n_rows, D.global_count(int(mask.sum()))
-        message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
+        message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
         if message:
             warnings.warn(message, UserWarning, stacklevel=3)
         facts = {
@@ -343,7 +342,7 @@ class RegionalRuleExplainer:
         rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request, counted)
         options, min_count = facts["options"], facts["min_support_count"]
         n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
-        message = _guardrail(rule_sets, min_count, n, size, local=False)
+        message = useless_reason(rule_sets, n, size, min_count=min_count, local=False)
         for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
             if reason:
                 warnings.warn(reason, UserWarning, stacklevel=3)
@@ -477,64 +476,3 @@ class RegionalRuleExplainer:
             layer_input=self.layer_input,
             names=names,
         )
-
-    def _evaluate(
-        self,
-        explanation: RegionalExplanation,
-        inputs: Any,
-        target: Any,
-        *,
-        labels: Any,
-        features: Any,
-        batch_size: int,
-        progress: bool,
-        input_key: BatchKey,
-        label_key: BatchKey,
-        model_args: tuple[Any, dict | None],
-    ) -> list:
-        """Metrics of ``explanation``'s rule sets on new data, through the same model/layer path and threshold."""
-        source = explanation.params.get("source")
-        frame = features if V.is_frame(features) else inputs
-        which = "features" if frame is features else "inputs"
-        target = V.align_rows(target, frame, "target", which)
-        labels = V.align_rows(labels, frame, "labels", which)
-        matrix = None
-        if source == "features":
-            if features is None:
-                raise ValueError(
-                    "Expected the new data's `features` matrix: these rules were built on separate features."
-                )
-            matrix, _ = V.to_tensor_2d(features, "features")
-        inputs, _ = as_inputs(inputs)
-        fwd = self._forward(
-            inputs,
-            batch_size=batch_size,
-            progress=progress,
-            input_key=input_key,
-            label_key=label_key,
-            collect_inputs=source == "inputs",
-            require_inputs=source == "inputs",
-            use_layer=source == "layer",
-            model_args=_evaluation_args(explanation, *model_args),
-        )
-        n = fwd.outputs.shape[0]
-        label_t = fwd.labels if labels is None else V.to_labels(labels, n)
-        threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
-        kind = explanation.params.get("outputs", "auto")
-        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)
-        X = matrix if matrix is not None else (fwd.activations if source == "layer" else fwd.flat_inputs)
-        if X.shape[0] != n:
-            raise ValueError(f"Expected `features` to have one row per sample of `inputs` ({n}), got {X.shape[0]}.")
-        if mask.shape[0] != n:
-            raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}), got {mask.shape[0]}.")
-        mask = mask.to(X.device)
-        return [rs.evaluate(X, mask) for rs in explanation.rule_sets]
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# helpers of the steps
-
-
-def _guardrail(rule_sets: list, min_count: int, n: int, size: int, *, local: bool) -> str:
-    """Why the rule sets may be useless (:func:`torch_amore.rules.caveats.useless_reason`; '' when none applies)."""
-    return useless_reason(rule_sets, n, size, min_count=min_count, local=local)

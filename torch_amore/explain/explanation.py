@@ -408,7 +408,10 @@ class RegionalExplanation(Sequence[RuleSet]):
             return [rs.evaluate(X, mask.to(X.device)) for rs in self.rule_sets]
         source, shape = self.params.get("source"), self.params.get("input_shape")
         check_new_data(inputs, features, source=source, n_features=len(self.feature_names), input_shape=shape)
-        return self.explainer._evaluate(
+        from torch_amore.explain.evaluation import evaluate_with_model  # it imports this module
+
+        return evaluate_with_model(
+            self.explainer,
             self,
             inputs,
             target,

@@ -1,0 +1,71 @@
+"""An explanation's rule sets measured on new data through the explainer's model: the same model or layer path, the
+same subgroup definition and threshold, and the features the rules were built on (inputs, a layer's units or a
+separate matrix)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from torch_amore.data import validation as V
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.request import _evaluation_args
+from torch_amore.model.forward import BatchKey, as_inputs
+from torch_amore.model.subgroups import subgroup_mask
+
+__all__ = ["evaluate_with_model"]
+
+
+def evaluate_with_model(
+    explainer: Any,
+    explanation: RegionalExplanation,
+    inputs: Any,
+    target: Any,
+    *,
+    labels: Any,
+    features: Any,
+    batch_size: int,
+    progress: bool,
+    input_key: BatchKey,
+    label_key: BatchKey,
+    model_args: tuple[Any, dict | None],
+) -> list:
+    """Metrics of ``explanation``'s rule sets on new data, run through ``explainer`` (the
+    :class:`~torch_amore.RegionalRuleExplainer` that made it) on the same model/layer path and with the same threshold:
+    what :meth:`RegionalExplanation.evaluate <torch_amore.RegionalExplanation.evaluate>` does when it has the model.
+    ``model_args``: the new data's ``(additional_forward_args, forward_kwargs)``."""
+    source = explanation.params.get("source")
+    frame = features if V.is_frame(features) else inputs
+    which = "features" if frame is features else "inputs"
+    target = V.align_rows(target, frame, "target", which)
+    labels = V.align_rows(labels, frame, "labels", which)
+    matrix = None
+    if source == "features":
+        if features is None:
+            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
+        matrix, _ = V.to_tensor_2d(features, "features")
+    inputs, _ = as_inputs(inputs)
+    fwd = explainer._forward(
+        inputs,
+        batch_size=batch_size,
+        progress=progress,
+        input_key=input_key,
+        label_key=label_key,
+        collect_inputs=source == "inputs",
+        require_inputs=source == "inputs",
+        use_layer=source == "layer",
+        model_args=_evaluation_args(explanation, *model_args),
+    )
+    n = fwd.outputs.shape[0]
+    label_t = fwd.labels if labels is None else V.to_labels(labels, n)
+    threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
+    kind = explanation.params.get("outputs", "auto")
+    mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)
+    X = matrix if matrix is not None else (fwd.activations if source == "layer" else fwd.flat_inputs)
+    if X.shape[0] != n:
+        raise ValueError(f"Expected `features` to have one row per sample of `inputs` ({n}), got {X.shape[0]}.")
+    if mask.shape[0] != n:
+        raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}), got {mask.shape[0]}.")
+    mask = mask.to(X.device)
+    return [rs.evaluate(X, mask) for rs in explanation.rule_sets]
