@@ -317,9 +317,13 @@ class RegionalExplanation(Sequence[RuleSet]):
         """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
         rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
         NaN when not computed), lift, recall, base rate, the flag ``positive_fitness``, the 95 % interval of the
-        confidence and the flag ``at_base_rate`` (that interval contains the base rate); the index ``#`` is the
-        position in :attr:`rule_sets` (``#i+1`` for ``rule_sets[i]``), as in every display."""
+        confidence and the flag ``at_base_rate`` (that interval contains the base rate), then the evidence computed
+        (:func:`~torch_amore.rules.evidence_columns.evidence_record`: ``held_out_confidence`` with its interval and
+        ``held_out_p_value``, ``p_value``, ``stability``); the index ``#`` is the position in :attr:`rule_sets`
+        (``#i+1`` for ``rule_sets[i]``), as in every display."""
         import pandas as pd
+
+        from torch_amore.rules.evidence_columns import evidence_record
 
         rows = self.shown(include_negative, distinct=distinct)
         records = [
@@ -329,6 +333,7 @@ class RegionalExplanation(Sequence[RuleSet]):
                 "features": tuple(r.name for r in rs.rules),
                 **self.stats(rs),
                 "optimum": float("nan") if rs.optimum is None else rs.optimum,
+                **evidence_record(rs, self.rule_sets),
             }
             for _, rs in rows
         ]
@@ -347,6 +352,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             "confidence_low",
             "confidence_high",
             "at_base_rate",
+            *(evidence_record(self.rule_sets[0], self.rule_sets) if self.rule_sets else ()),
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
