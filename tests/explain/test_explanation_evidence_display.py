@@ -138,3 +138,16 @@ def test_a_noise_target_prints_a_verdict_of_none_and_warns():
         f"  verdict: 0 of {n} rule sets beat the search on shuffled targets at 0.05, 19 permutations; "
         f"0 of {n} rule sets hold on the held-out rows at 0.05 (Holm-adjusted)"
     )
+
+
+def test_with_a_holdout_the_recall_is_of_the_subgroup_rows_the_search_saw():
+    X, target = planted()
+    expl = explain(X, target, holdout=0.3)
+    searched = ~holdout_mask(target, 0.3, seed=0)
+    frame = expl.to_dataframe()
+    assert len(frame) >= 2
+    for position, row in frame.iterrows():
+        rs = expl.rule_sets[position - 1]
+        covered = rs.mask(X) & searched
+        assert rs.support == int(covered.sum())  # the rule set's own numbers are on the searched rows
+        assert row["recall"] == pytest.approx(int((covered & target).sum()) / int((searched & target).sum()))

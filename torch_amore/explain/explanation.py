@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import torch
 
-from torch_amore.explain.explanation_text import explanation_table_html, format_explanation
+from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
     _json_safe,
     _load_name,
@@ -141,8 +141,9 @@ class RegionalExplanation(Sequence[RuleSet]):
         """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
         subgroup it covers), the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence
         and whether that interval contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`; NaN where
-        the sizes are unknown)."""
-        size, base = self.params.get("subgroup_size"), self.base_rate
+        the sizes are unknown). With ``holdout``, the recall is of the subgroup rows the search saw, as the support
+        and confidence are (:func:`~torch_amore.explain.explanation_text.searched_subgroup`)."""
+        size, base = searched_subgroup(self.params.get("subgroup_size"), self.params.get("holdout")), self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)
         return {

@@ -22,6 +22,20 @@ from torch_amore.rules.rules import RuleSet
 AT_BASE_RATE = "*"
 
 
+def searched_subgroup(size: int | None, holdout: float | None) -> int | None:
+    """The subgroup rows the search saw: all ``size`` of them, or with a ``holdout`` fraction those its stratified
+    split leaves (it holds out ``round(holdout * size)`` of them: :func:`torch_amore.search.evidence_split
+    .holdout_mask`).
+
+    Example:
+        >>> searched_subgroup(131, 0.3), searched_subgroup(131, None)
+        (92, 131)
+    """
+    if size is None or not holdout:
+        return size
+    return size - int(round(holdout * size))
+
+
 def legend(base_rate: float | None, flagged: bool) -> str:
     """The line that says what the table's columns mean (``flagged``: and a line for the ``*``).
 
