@@ -124,6 +124,16 @@ def test_the_notebook_table_shows_the_verdict_and_the_columns():
     assert f"<td>{best.held_out.confidence:.3f} [" in page
 
 
+@pytest.mark.parametrize("evidence", [{}, {"holdout": 0.3}])
+def test_explain_gives_one_warning_per_call(evidence):
+    X, _ = planted()
+    noise = torch.rand(X.shape[0], generator=torch.Generator().manual_seed(7)) < 0.1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        explain(X, noise, **evidence)
+    assert len([w for w in caught if issubclass(w.category, UserWarning)]) == 1, [str(w.message) for w in caught]
+
+
 def test_a_noise_target_prints_a_verdict_of_none_and_warns():
     X, _ = planted()
     noise = torch.rand(X.shape[0], generator=torch.Generator().manual_seed(7)) < 0.1  # independent of X
@@ -131,7 +141,9 @@ def test_a_noise_target_prints_a_verdict_of_none_and_warns():
         warnings.simplefilter("always")
         expl = explain(X, noise, holdout=0.3, permutations=19)
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-    assert any("not distinguishable from what the search finds in noise" in m for m in messages), messages
+    assert len(messages) == 1, messages  # one UserWarning per call, with every reason it has
+    assert "not distinguishable from what the search finds in noise" in messages[0]
+    assert caught[0].filename == __file__  # attributed to the caller's line
     n = len(expl.rule_sets)
     assert sum(rs.p_value <= 0.05 for rs in expl.rule_sets) == 0
     assert str(expl).splitlines()[1] == (

@@ -310,8 +310,8 @@ class RegionalRuleExplainer:
         )
         n, size = plan.n_rows, D.global_count(int(mask.sum()))
         message = _guardrail(rule_sets, min_count, n, size, local=request.local is not None)
-        if message:
-            warnings.warn(message, UserWarning, stacklevel=3)
+        if message:  # attributed to this module, so that explain's OneWarning joins it to the call's one warning
+            warnings.warn(message, UserWarning, stacklevel=1)
         facts = {
             "min_support_count": min_count,
             "source": source,
