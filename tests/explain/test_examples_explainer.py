@@ -48,15 +48,27 @@ def test_quickstart_prints_rules_next_to_a_tree_and_saves_a_pixel_map(tmp_path):
     pytest.importorskip("matplotlib")
     out = _run("quickstart.py", "--out", str(tmp_path / "pixels.png"))
     assert "Regional rules for predicted 7" in out
-    amore = re.search(r"AMORE: IF .* THEN predicted 7 .*fitness=(-?[\d.]+)\)", out)
+    amore = re.search(r"AMORE: IF .* THEN predicted 7 .*fitness=(-?[\d.]+)[;)]", out)
     tree = re.search(r"decision tree: IF .* THEN predicted 7 .*fitness=(-?[\d.]+)\)", out)
     assert amore and tree, out
-    assert out.count("held out:") == 2
+    assert out.count("test digits:") == 2
+    # the evidence: a verdict heads the table, the held-out columns, and the best rule set's held-out numbers
+    lines = out.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("Regional rules for predicted 7")))
+    assert re.fullmatch(r"  verdict: \d+ of \d+ rule sets beat the search on shuffled targets at 0\.05, 19 "
+                        r"permutations; \d+ of \d+ rule sets hold on the held-out rows at 0\.05 \(Holm-adjusted\)",
+                        lines[head + 1])  # fmt: skip
+    assert "held-out confidence [95% CI]" in lines[head + 2] and "p(perm)" in lines[head + 2]
+    assert re.search(r"AMORE: IF .*held out: confidence=[\d.]+ \(95% CI [\d.]+-[\d.]+\), p=\S+; search-aware p=", out)
+    # the random subgroup: nothing beats the shuffled searches or holds on the held-out rows, and the warning says so
+    assert re.search(r"a random subgroup: 0 of (\d+) rule sets beat the search .*; 0 of \1 rule sets hold", out), out
+    assert "not distinguishable from what the search finds in noise" in out
     assert re.search(r"Verification by intervention .*\n.*sufficiency.*\n\s+1  \d\.\d{3} \[", out)
     _png(tmp_path / "pixels.png")
     report = tmp_path / "quickstart_report.html"  # beside the pixel map; the demo says where
     assert f"wrote the HTML report to {report}" in out and report.read_text().count("<img ") >= 3
     assert '<th class="verified">sufficiency</th>' in report.read_text()
+    assert '<table id="evidence"' in report.read_text() and '<p id="verdict"><b>verdict: ' in report.read_text()
 
 
 @pytest.mark.slow

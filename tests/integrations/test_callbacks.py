@@ -349,20 +349,37 @@ def test_every_n_val_epochs_counts_validation_epochs_and_feeds_model_checkpoint(
     assert callback.last_epoch == 3 and callback.state_dict()["val_epochs"] == 2
 
 
-def test_trainer_test_explains_the_test_split(tmp_path):
+def test_trainer_test_explains_the_test_split(tmp_path, caplog):
+    """With the evidence options: the best rule set's held-out confidence and p-values reach the logged metrics and
+    the progress line, which starts with the verdict."""
     model = BreastCancerModule()
     model.test_step = model.validation_step
-    callback = RegionalRuleExtractor(target=1, data="test", n_grids=6)
+    evidence = {"holdout": 0.3, "permutations": 4}
+    callback = RegionalRuleExtractor(target=1, data="test", n_grids=6, **evidence)
     t = trainer(tmp_path, [callback], pl.loggers.CSVLogger(tmp_path))
     train_dl, test_dl = loaders()
     t.fit(model, train_dl)
     assert callback.explanation is None  # nothing to explain during fit
-    results = t.test(model, test_dl, verbose=False)
+    with caplog.at_level("INFO"):
+        results = t.test(model, test_dl, verbose=False)
     best = callback.explanation.best
-    assert results[0][f"{callback.log_prefix}fitness"] == pytest.approx(best.fitness)
+    p = callback.log_prefix
+    assert results[0][f"{p}fitness"] == pytest.approx(best.fitness)
     assert (Path(t.log_dir) / "rules_test_inputs_target1.json").is_file()
-    _, _, direct = by_hand(model, split_data(test_dl)[0], 1, n_grids=6)
+    _, mask, direct = by_hand(model, split_data(test_dl)[0], 1, n_grids=6, **evidence)
     assert_rule_sets_close(callback.explanation.rule_sets, direct)
+    # the held-out numbers recounted on the held-out rows of the same seeded split
+    from torch_amore.search.evidence_split import holdout_mask
+
+    X = split_data(test_dl)[0]
+    covered = best.mask(X) & holdout_mask(mask, 0.3, seed=0)
+    assert results[0][f"{p}held_out_confidence"] == pytest.approx(int((covered & mask).sum()) / int(covered.sum()))
+    assert results[0][f"{p}held_out_p_value"] == pytest.approx(best.held_out.p_value)
+    assert results[0][f"{p}p_value"] == pytest.approx(best.p_value) and best.p_value == direct[0].p_value
+    n, beat = len(direct), sum(rs.p_value <= 0.05 for rs in direct)
+    verdict = f"verdict: {beat} of {n} rule sets beat the search on shuffled targets at 0.05, 4 permutations"
+    line = next(r.getMessage() for r in caplog.records if "rule sets on" in r.getMessage())
+    assert verdict in line and f"held out: confidence={best.held_out.confidence:.3f}" in line
 
 
 def test_limit_val_batches_and_fast_dev_run_are_honoured(tmp_path):

@@ -144,6 +144,25 @@ document.body.appendChild(out);
 </script>"""
 
 
+def _with_evidence(expl: RegionalExplanation) -> RegionalExplanation:
+    """The same rule sets with every evidence field: held-out numbers on 300 new rows of the same source, a
+    search-aware p-value and a stability each (the widest cells those columns print)."""
+    from dataclasses import replace
+
+    from torch_amore.rules.held_out import held_out_metrics
+
+    g = np.random.default_rng(1)
+    X = torch.from_numpy(np.column_stack([g.normal(0, 10, 300), g.normal(5, 3, 300), g.normal(0, 1, 300)]))
+    target = (X[:, 0] >= 2) & (X[:, 1] < 7)
+    held = held_out_metrics([rs.mask(X) for rs in expl.rule_sets], target)
+    rule_sets = [
+        replace(rs, held_out=h, p_value=1 / (k + 2) if k else 0.001, stability=k / 10)
+        for k, (rs, h) in enumerate(zip(expl.rule_sets, held))
+    ]
+    params = {**expl.params, "holdout": 0.3, "permutations": 999, "stability": 10}
+    return replace(expl, rule_sets=rule_sets, params=params)
+
+
 def _wide_explanation() -> RegionalExplanation:
     """Long feature names, three-condition rule sets, held-out columns and a verification: the widest report."""
     g = np.random.default_rng(0)
@@ -178,12 +197,14 @@ def _wide_explanation() -> RegionalExplanation:
     _chromium() is None and os.environ.get("CI") != "true",
     reason="no headless Chromium on this machine (CI installs Debian's chromium, and there the test must run)",
 )
+@pytest.mark.parametrize("evidence", [False, True], ids=["plain", "evidence"])
 @pytest.mark.parametrize("width", [1000, 1400])
-def test_the_report_fits_the_window_and_breaks_rules_only_between_conditions(tmp_path, width):
+def test_the_report_fits_the_window_and_breaks_rules_only_between_conditions(tmp_path, width, evidence):
     assert _chromium() is not None, "CI installs Debian's chromium: the browser test must run there, not skip"
-    expl = _wide_explanation()
+    expl = _with_evidence(_wide_explanation()) if evidence else _wide_explanation()
     held = expl.evaluate(expl.features_matrix, target=expl.subgroup)
     text = expl.to_html(tmp_path / "r.html", held_out=held, plot_rules=2).read_text()
+    assert ('<table id="evidence"' in text and 'id="evidence-note"' in text) == evidence
     page = tmp_path / "check.html"
     page.write_text(text.replace("</body>", _CHECK + "</body>"), encoding="utf-8")
     run = subprocess.run(

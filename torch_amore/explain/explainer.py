@@ -309,8 +309,8 @@ class RegionalRuleExplainer:
         )
         n, size = plan.n_rows, D.global_count(int(mask.sum()))
         message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
-        if message:
-            warnings.warn(message, UserWarning, stacklevel=3)
+        if message:  # attributed to this module, so that explain's OneWarning joins it to the call's one warning
+            warnings.warn(message, UserWarning, stacklevel=1)
         facts = {
             "min_support_count": min_count,
             "source": source,

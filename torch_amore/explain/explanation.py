@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import torch
 
-from torch_amore.explain.explanation_text import explanation_table_html, format_explanation
+from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
     _json_safe,
     _load_name,
@@ -141,8 +141,9 @@ class RegionalExplanation(Sequence[RuleSet]):
         """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
         subgroup it covers), the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence
         and whether that interval contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`; NaN where
-        the sizes are unknown)."""
-        size, base = self.params.get("subgroup_size"), self.base_rate
+        the sizes are unknown). With ``holdout``, the recall is of the subgroup rows the search saw, as the support
+        and confidence are (:func:`~torch_amore.explain.explanation_text.searched_subgroup`)."""
+        size, base = searched_subgroup(self.params.get("subgroup_size"), self.params.get("holdout")), self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)
         return {
@@ -317,9 +318,13 @@ class RegionalExplanation(Sequence[RuleSet]):
         """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
         rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
         NaN when not computed), lift, recall, base rate, the flag ``positive_fitness``, the 95 % interval of the
-        confidence and the flag ``at_base_rate`` (that interval contains the base rate); the index ``#`` is the
-        position in :attr:`rule_sets` (``#i+1`` for ``rule_sets[i]``), as in every display."""
+        confidence and the flag ``at_base_rate`` (that interval contains the base rate), then the evidence computed
+        (:func:`~torch_amore.rules.evidence_columns.evidence_record`: ``held_out_confidence`` with its interval and
+        ``held_out_p_value``, ``p_value``, ``stability``); the index ``#`` is the position in :attr:`rule_sets`
+        (``#i+1`` for ``rule_sets[i]``), as in every display."""
         import pandas as pd
+
+        from torch_amore.rules.evidence_columns import evidence_record
 
         rows = self.shown(include_negative, distinct=distinct)
         records = [
@@ -329,6 +334,7 @@ class RegionalExplanation(Sequence[RuleSet]):
                 "features": tuple(r.name for r in rs.rules),
                 **self.stats(rs),
                 "optimum": float("nan") if rs.optimum is None else rs.optimum,
+                **evidence_record(rs, self.rule_sets),
             }
             for _, rs in rows
         ]
@@ -347,6 +353,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             "confidence_low",
             "confidence_high",
             "at_base_rate",
+            *(evidence_record(self.rule_sets[0], self.rule_sets) if self.rule_sets else ()),
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 

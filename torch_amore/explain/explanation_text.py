@@ -4,7 +4,9 @@ HTML table of notebooks (``_repr_html_``).
 Every display numbers a rule set by its position in :attr:`RegionalExplanation.rule_sets` (``#i+1`` for
 ``rule_sets[i]``): rule sets left out (near-duplicates, fitness <= 0) leave gaps in the numbers, never a
 renumbering. A legend line says what the columns mean; a ``*`` after the lift flags a rule set whose confidence
-interval (95 %, Wilson) contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`).
+interval (95 %, Wilson) contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`). When the rule sets
+carry evidence (``holdout``, ``permutations``, ``stability``), the verdict line follows the header and the table
+gets the evidence columns computed, with a legend line each (:mod:`torch_amore.rules.evidence_columns`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,25 @@ import html
 import math
 from typing import Any
 
+from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.rules import RuleSet
 
 #: The mark after the lift of a rule set at the base rate.
 AT_BASE_RATE = "*"
+
+
+def searched_subgroup(size: int | None, holdout: float | None) -> int | None:
+    """The subgroup rows the search saw: all ``size`` of them, or with a ``holdout`` fraction those its stratified
+    split leaves (it holds out ``round(holdout * size)`` of them: :func:`torch_amore.search.evidence_split
+    .holdout_mask`).
+
+    Example:
+        >>> searched_subgroup(131, 0.3), searched_subgroup(131, None)
+        (92, 131)
+    """
+    if size is None or not holdout:
+        return size
+    return size - int(round(holdout * size))
 
 
 def legend(base_rate: float | None, flagged: bool) -> str:
@@ -36,14 +53,32 @@ def legend(base_rate: float | None, flagged: bool) -> str:
     return line
 
 
-def _row(explanation: Any, i: int, rs: RuleSet, precision: int) -> str:
+def _widths(columns: list[EvidenceColumn], rule_sets: list[RuleSet]) -> list[int]:
+    return [max([len(c.header)] + [len(c.text(rs)) for rs in rule_sets]) for c in columns]
+
+
+def _row(explanation: Any, i: int, rs: RuleSet, precision: int, evidence: list[tuple[EvidenceColumn, int]]) -> str:
     st = explanation.stats(rs)
     cond = " AND ".join(r.format(precision) for r in rs.rules)
     mark = AT_BASE_RATE if st["at_base_rate"] else " "
+    cells = "".join(f"  {c.text(rs):>{w}}" for c, w in evidence)
     return (
         f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}{mark} "
-        f"{st['recall']:>6.3f}  {cond}"
+        f"{st['recall']:>6.3f}{cells}  {cond}"
     )
+
+
+def _table(explanation: Any, rows: list[tuple[int, RuleSet]], precision: int) -> list[str]:
+    """The header line, a line per rule set of ``rows`` and the legend (the evidence columns when computed)."""
+    shown = [rs for _, rs in rows]
+    columns = evidence_columns(shown)
+    evidence = list(zip(columns, _widths(columns, shown)))
+    extra = "".join(f"  {c.header:>{w}}" for c, w in evidence)
+    lines = [
+        f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}{extra}  rule set"
+    ]
+    lines += [_row(explanation, i, rs, precision, evidence) for i, rs in rows]
+    return lines
 
 
 def _hidden_line(explanation: Any, n_shown: int, include_negative: bool) -> str:
@@ -65,19 +100,20 @@ def format_explanation(
 ) -> str:
     """The text of :meth:`RegionalExplanation.format` (its arguments checked there)."""
     lines = [explanation._header()]
+    verdict = verdict_line(explanation.rule_sets, explanation.params)
+    if verdict is not None:
+        lines.append(f"  {verdict}")
     rows = explanation.shown(include_negative, distinct=distinct)
     if not rows:
         what = "no rule sets with positive fitness" if explanation.rule_sets else "no rule sets"
         lines.append(f"  ({what}) {explanation.message}".rstrip())
     else:
-        lines.append(
-            f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}  rule set"
-        )
-        lines += [_row(explanation, i, rs, precision) for i, rs in rows[:max_rows]]
+        lines += _table(explanation, rows[:max_rows], precision)
         if max_rows is not None and len(rows) > max_rows:
             lines.append(f"  ... {len(rows) - max_rows} more")
         flagged = any(explanation.stats(rs)["at_base_rate"] for _, rs in rows[:max_rows])
         lines.append(legend(explanation.base_rate, flagged))
+        lines += [f"  {line}" for line in legend_lines([rs for _, rs in rows[:max_rows]], explanation.params)]
     best = explanation.best
     if best is not None and best.optimum is not None:
         lines.append(f"  best: {best.optimum_text(precision)}")
@@ -92,14 +128,20 @@ def format_explanation(
 def explanation_table_html(explanation: Any) -> str:
     """The notebook display (:meth:`RegionalExplanation._repr_html_`): the header and the first 20 rows of
     :meth:`RegionalExplanation.shown`, numbered as everywhere."""
+    shown = explanation.shown()[:20]
+    columns = evidence_columns([rs for _, rs in shown])
     rows = "".join(
         f"<tr><td>{i}</td><td>{rs.support}</td><td>{rs.confidence:.3f}</td><td>{rs.fitness:.3f}</td>"
-        f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
-        for i, rs in explanation.shown()[:20]
+        + "".join(f"<td>{html.escape(c.text(rs))}</td>" for c in columns)
+        + f"<td>{html.escape(' AND '.join(r.format() for r in rs.rules))}</td></tr>"
+        for i, rs in shown
     )
     empty = f"<p>{html.escape(explanation.message or 'No rule sets.')}</p>" if not explanation.rule_sets else ""
+    verdict = verdict_line(explanation.rule_sets, explanation.params)
+    verdict_html = "" if verdict is None else f"<p>{html.escape(verdict)}</p>"
+    extra = "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
     return (
-        f"<div><p><b>{html.escape(explanation._header())}</b></p>{empty}"
-        "<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th><th>rule set</th></tr>"
+        f"<div><p><b>{html.escape(explanation._header())}</b></p>{verdict_html}{empty}"
+        f"<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th>{extra}<th>rule set</th></tr>"
         f"</thead><tbody>{rows}</tbody></table></div>"
     )

@@ -1,5 +1,6 @@
 """What the Lightning callback writes and logs: the explanation's files (JSON, text, HTML), its metrics through
-Lightning or the loggers, the rule table and the best rule set's figure."""
+Lightning or the loggers (with ``holdout``: the best rule set's ``held_out_confidence`` and ``held_out_p_value``;
+with ``permutations``: its search-aware ``p_value``), the rule table and the best rule set's figure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pytorch_lightning import LightningModule, Trainer
 from torch_amore.explain.explanation import RegionalExplanation
 
 _METRICS = ("support", "confidence", "fitness", "n_rule_sets")
+_HELD_OUT = ("held_out_confidence", "held_out_p_value")
 
 
 class CallbackOutputs:
@@ -30,14 +32,28 @@ class CallbackOutputs:
                 explanation.to_html(dirpath / f"{self.filename}.html")
         trainer.strategy.barrier("RegionalRuleExtractor.write")
 
+    def _evidence_names(self) -> list[str]:
+        """The evidence metrics the options compute: held-out confidence and p-value, the search-aware p-value."""
+        options = getattr(self, "options", None)
+        names = list(_HELD_OUT) if getattr(options, "holdout", None) is not None else []
+        return names + (["p_value"] if getattr(options, "permutations", 0) else [])
+
     def _metric_names(self) -> list[str]:
-        return [f"{self.log_prefix}{m}" for m in _METRICS]
+        return [f"{self.log_prefix}{m}" for m in (*_METRICS, *self._evidence_names())]
 
     def _metrics(self, explanation: RegionalExplanation) -> dict[str, float]:
-        """The best rule set's criteria (NaN when there is no rule set) and the number of rule sets."""
+        """The best rule set's criteria (NaN when there is no rule set), the number of rule sets and the best rule
+        set's evidence computed (NaN where missing)."""
         best = explanation.best
         values = (best.support, best.confidence, best.fitness) if best is not None else (math.nan,) * 3
-        return dict(zip(self._metric_names(), [float(v) for v in values] + [float(len(explanation))]))
+        held = None if best is None else best.held_out
+        evidence = {
+            "held_out_confidence": math.nan if held is None else held.confidence,
+            "held_out_p_value": math.nan if held is None else held.p_value,
+            "p_value": math.nan if best is None or best.p_value is None else best.p_value,
+        }
+        extra = [evidence[name] for name in self._evidence_names()]
+        return dict(zip(self._metric_names(), [float(v) for v in (*values, len(explanation), *extra)]))
 
     def _log_placeholders(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """NaN ("not extracted at this epoch") for the metrics a ModelCheckpoint monitors, which it requires at every

@@ -59,6 +59,7 @@ from torch_amore.integrations.lightning_batches import BatchKey, ModuleBatches, 
 from torch_amore.model.forward import resolve_layer
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules import serialization as S
+from torch_amore.rules.evidence_columns import verdict_line
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.search.options import SearchOptions
 from torch_amore.verify.verification import check_verify_options
@@ -383,10 +384,11 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.explanation, self.last_epoch, self.last_step = explanation, epoch, int(trainer.global_step)
         self._write(trainer, explanation)
         self._log(trainer, pl_module, explanation, in_loop)
-        best = explanation.best
+        best, verdict = explanation.best, verdict_line(explanation.rule_sets, explanation.params)
         rank_zero_info(
             f"RegionalRuleExtractor {self.filename!r}: {len(explanation)} rule sets on "
             f"{explanation.params['n_samples']} rows in {time.perf_counter() - start:.1f} s"
+            + (f"; {verdict}" if verdict is not None else "")
             + (f"; best: {best}" if best is not None else f"; {explanation.message}")
         )
         return explanation

@@ -1,7 +1,9 @@
 """A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation`, to hand to a colleague.
 
 One file, nothing fetched from the network: the rule table (distinct rule sets, sortable by clicking a column; every
-number also in a ``data-value`` attribute at full precision), held-out metrics when given, the full list of rule sets
+number also in a ``data-value`` attribute at full precision), held-out metrics when given, the evidence
+(held-out confidence with its interval and p-value, search-aware p-value, stability of every rule set) with the
+verdict and a note on how to read it when the search computed it, the full list of rule sets
 with near-duplicates and negative fitness marked, figures inlined as PNG data URIs, the extraction options and the
 library version. :meth:`RegionalExplanation.to_html` writes it.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import verification_cells, verification_header, verification_note
@@ -103,6 +106,59 @@ def _metric_cells(m: RuleMetrics | RuleSet) -> str:
         _num(m.support, str(m.support))
         + _num(m.confidence, f"{m.confidence:.3f}")
         + _num(m.fitness, f"{m.fitness:.3f}")
+    )
+
+
+def _evidence_cell(column: EvidenceColumn, rs: RuleSet) -> str:
+    """A cell of an evidence column: ``-`` where not computed, the held-out interval in a smaller ``interval`` span."""
+    value = column.value(rs)
+    if value != value:  # NaN: not computed for this rule set
+        return "<td>-</td>"
+    text = html.escape(column.text(rs))
+    if " [" in text:
+        point, interval = text.split(" ", 1)
+        text = f'{point} <span class="interval">{interval}</span>'
+    return _num(value, text)
+
+
+def _evidence_table(explanation: Any, notes: Sequence[str]) -> str:
+    """The section "How far to trust these rule sets": the verdict, how to read the evidence and a sortable table of
+    every rule set (``#`` as everywhere; near-duplicates and negative fitness marked as in the full list) with the
+    evidence columns computed ('' when the search computed none). A table of its own, so that the rule table keeps
+    fitting the window."""
+    rule_sets = explanation.rule_sets
+    columns = evidence_columns(rule_sets)
+    if not columns:
+        return ""
+    body = []
+    for i, rs in enumerate(rule_sets):
+        cls = "negative" if rs.fitness < 0 else "duplicate" if notes[i].startswith("near-duplicate") else ""
+        cells = _num(i + 1, str(i + 1)) + f'<td class="rule">{_cond_html(rs)}</td>'
+        cells += "".join(_evidence_cell(c, rs) for c in columns)
+        body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
+    head = '<th>#</th><th class="rule">rule set</th>' + "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
+    return (
+        "<h2>How far to trust these rule sets</h2>"
+        + _evidence_note(explanation)
+        + f'<table id="evidence" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table>"
+    )
+
+
+def _evidence_note(explanation: Any) -> str:
+    """The verdict and how to read the evidence columns."""
+    verdict = verdict_line(explanation.rule_sets, explanation.params)
+    legend = legend_lines(explanation.rule_sets, explanation.params)
+    out = f'<p id="verdict"><b>{html.escape(verdict)}</b></p>' if verdict is not None else ""
+    return out + (
+        '<p class="note" id="evidence-note">How to read the evidence columns: '
+        + html.escape("; ".join(legend))
+        + ". Every rule set the search returned is listed (near-duplicates in grey, negative fitness in red), as the "
+        "verdict counts them. p(perm) compares a rule set with the best of whole searches on shuffled targets (is "
+        "there anything here at all?); p(held-out) tests one fixed rule set on new rows (does this region hold up?). "
+        "A small p-value is not a large effect: read the held-out confidence and its interval next to it. They "
+        "measure association in this sample given the search, not whether the model uses the region (that is "
+        "verify's question).</p>"
     )
 
 
@@ -302,12 +358,13 @@ def explanation_html(
         "# is a rule set's place in the full list (rule_sets[i] is #i+1), so rule sets left out leave gaps. "
         "Click a column header to sort. Support: rows satisfying the rule set; confidence: the share of them in "
         "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."
-        + (" Held-out columns: the same rule sets measured on new data." if held is not None else "")
+        + (" Held-out support, confidence and fitness: the same rule sets on new data." if held is not None else "")
         + "</p>",
         _rule_table([(i, explanation.rule_sets[i], notes[i]) for i in shown_idx], held, "rules")
         if shown_idx
         else '<p class="note">No rule set with non-negative fitness.</p>',
         _optimum_note(explanation),
+        _evidence_table(explanation, notes),
         _verification_table(explanation, verified),
     ]
     if figs:
