@@ -14,6 +14,7 @@ import torch
 
 from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
+    DERIVED_COLUMNS,
     _json_safe,
     _load_name,
     _load_rule_set,
@@ -346,13 +347,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             "confidence",
             "fitness",
             "optimum",
-            "lift",
-            "recall",
-            "base_rate",
-            "positive_fitness",
-            "confidence_low",
-            "confidence_high",
-            "at_base_rate",
+            *DERIVED_COLUMNS,
             *(evidence_record(self.rule_sets[0], self.rule_sets) if self.rule_sets else ()),
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))

@@ -12,9 +12,8 @@ import numpy as np
 from torch_amore.rules import serialization as S
 from torch_amore.rules.rules import RuleSet
 
-#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
-_DERIVED = (
-    "position",
+#: The columns :meth:`RegionalExplanation.stats` derives from a rule set's counts (its DataFrame's, too).
+DERIVED_COLUMNS = (
     "lift",
     "recall",
     "base_rate",
@@ -23,6 +22,8 @@ _DERIVED = (
     "confidence_high",
     "at_base_rate",
 )
+#: Keys :meth:`RegionalExplanation.to_dict` adds to each rule set's dict (derived, dropped when read back).
+_DERIVED = ("position", *DERIVED_COLUMNS)
 
 
 def _load_rule_set(data: Any) -> RuleSet:

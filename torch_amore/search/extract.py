@@ -97,15 +97,7 @@ def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: 
     o, columns = plan.options, list(plan.columns)
     n, n_features = X.shape
     if not memory_checked:  # before the target's checks and the pass over X
-        M.check_memory(
-            X,
-            n_grids=o.n_grids,
-            strategy=o.strategy,
-            max_length=o.max_length,
-            top_k=o.top_k,
-            bin_strategy=o.bin_strategy,
-            features=columns,
-        )
+        _check_memory(X, o, columns)
     scale = A.resolve_affine(o.feature_scale, "feature_scale", n_features, 1.0)
     offset = A.resolve_affine(o.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
@@ -140,6 +132,21 @@ def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[Ru
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
     return rule_sets, min_support, extractor.n_total_target
+
+
+def _check_memory(X: Any, options: SearchOptions, columns: Sequence[int] | None) -> None:
+    """:func:`torch_amore.data.memory.check_memory` of a search of ``X`` (on ``columns``; ``None``: all) with
+    ``options``."""
+    o = options
+    M.check_memory(
+        X,
+        n_grids=o.n_grids,
+        strategy=o.strategy,
+        max_length=o.max_length,
+        top_k=o.top_k,
+        bin_strategy=o.bin_strategy,
+        features=columns,
+    )
 
 
 def _is_2d(X: Any) -> bool:
@@ -236,18 +243,9 @@ def extract_planned(
     result with care (:func:`torch_amore.rules.caveats.caveats`) join the caller's one warning; with ``holdout``,
     ``permutations`` or ``stability`` the search runs through :func:`torch_amore.search.significance
     .extract_with_evidence` (the plan's ``min_support`` count is then that of all rows)."""
-    o = options
     n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
     columns = None if n_features is None else A.resolve_features(features, n_features)
-    M.check_memory(
-        X,
-        n_grids=o.n_grids,
-        strategy=o.strategy,
-        max_length=o.max_length,
-        top_k=o.top_k,
-        bin_strategy=o.bin_strategy,
-        features=None if features is None else columns,
-    )  # before the conversion copies X
+    _check_memory(X, options, None if features is None else columns)  # before the conversion copies X
     X_t, target, frame_names = _converted(X, target)  # a pandas Series target by its index when X is a DataFrame
     plan = SearchPlan.make(
         X_t.shape[0],
