@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "torch_amore"
 LAYERS = [
     {"_version", "_utils"},
     {"data"},
-    {"grids", "rules", "model"},
+    {"grids", "rules", "model", "concepts"},
     {"strategies", "verify", "selection"},
     {"search", "report"},
     {"explain", "experiments"},

@@ -1,0 +1,285 @@
+"""A concept basis of a layer: K concept activations ``c = encode(a)`` of its flattened activations ``a`` (N, D).
+
+Rules over concepts are rules on ``c`` instead of on the D units. A basis also says how to change ``a`` so that its
+concepts take other values (:meth:`ConceptBasis.intervene`), which is how ``verify`` patches a concept: the part of
+``a`` the basis does not reconstruct is kept, ``a' = decode(c') + (a - decode(encode(a)))``.
+
+Two bases are given by the user as they are:
+
+* :class:`Directions`: a (D, K) matrix ``W`` and an optional center, ``c = (a - center) @ W``; its decoder is the
+  pseudo-inverse, so an intervention moves ``a`` along the directions (exactly along them when ``W`` has orthonormal
+  columns);
+* :class:`EncoderDecoder`: any callables or ``nn.Module`` s, e.g. a sparse autoencoder's ``encode`` and ``decode``.
+
+Bases fitted on the explained activations (PCA, NMF, ICA, a sparse autoencoder) subclass :class:`ConceptBasis` and
+implement :meth:`ConceptBasis.fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+__all__ = ["ConceptBasis", "Directions", "EncoderDecoder"]
+
+
+def _as_matrix(value: Any, name: str) -> torch.Tensor:
+    """``value`` as a floating 2-D tensor (float64 for numpy input), else a TypeError/ValueError naming ``name``."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+    else:
+        try:
+            tensor = torch.as_tensor(np.asarray(value, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"Expected `{name}` to be a tensor or array of numbers, but got {type(value).__name__}."
+            ) from err
+    if not tensor.is_floating_point():
+        tensor = tensor.double()
+    if tensor.ndim != 2:
+        raise ValueError(f"Expected `{name}` to be a 2-D (D, K) matrix, but got shape {tuple(tensor.shape)}.")
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"Expected `{name}` to hold finite numbers, but it holds NaN or infinity.")
+    return tensor
+
+
+class ConceptBasis:
+    """K concept activations of a layer's flattened activations: ``encode`` (N, D) -> (N, K), ``decode`` back.
+
+    Subclasses set :attr:`kind` and implement :meth:`encode` and :meth:`decode`; fitted bases also :meth:`fit`.
+
+    Args:
+        names: the K concept names (default ``concept_0``, ``concept_1``, ...).
+    """
+
+    #: What kind of basis this is, as saved in an explanation's JSON (``"directions"``, ``"encoder"``, ``"pca"``, ...).
+    kind: ClassVar[str] = "basis"
+
+    def __init__(self, names: Sequence[str] | None = None) -> None:
+        if isinstance(names, str):
+            raise TypeError("Expected `names` to be a sequence of strings, but got a single string.")
+        self._names = None if names is None else [str(n) for n in names]
+
+    # -- what a basis is -------------------------------------------------------------------------------------------
+    @property
+    def n_concepts(self) -> int:
+        """K, the number of concepts (known once the basis is given or fitted)."""
+        raise NotImplementedError
+
+    @property
+    def n_units(self) -> int | None:
+        """D, the width of the activations the basis reads (``None`` while unknown)."""
+        return None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether :meth:`encode` can run (always for given bases)."""
+        return True
+
+    @property
+    def names(self) -> list[str]:
+        """The K concept names: the given ones, else ``concept_{k}``."""
+        if self._names is not None:
+            return list(self._names)
+        return [f"concept_{k}" for k in range(self.n_concepts)]
+
+    def fit(self, activations: torch.Tensor, *, progress: bool = False) -> ConceptBasis:
+        """Fit the basis on ``activations`` (N, D) and return it; a given basis only checks the width."""
+        self.check_width(activations.shape[1])
+        return self
+
+    def encode(self, activations: torch.Tensor) -> torch.Tensor:
+        """The concept activations (N, K) of ``activations`` (N, D), on their device and in their dtype."""
+        raise NotImplementedError
+
+    def decode(self, concepts: torch.Tensor) -> torch.Tensor:
+        """Activations (N, D) whose concepts are ``concepts`` (N, K), as far as the basis reconstructs them."""
+        raise NotImplementedError
+
+    def intervene(self, activations: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
+        """``activations`` changed so that their concepts become ``concepts``, keeping what the basis does not
+        reconstruct: ``decode(concepts) + (activations - decode(encode(activations)))``.
+
+        Example:
+            >>> import torch
+            >>> basis = Directions(torch.eye(3)[:, :2], names=["a", "b"])
+            >>> a = torch.tensor([[1.0, 2.0, 3.0]])
+            >>> basis.intervene(a, torch.tensor([[5.0, 2.0]]))
+            tensor([[5., 2., 3.]])
+        """
+        return self.decode(concepts) + (activations - self.decode(self.encode(activations)))
+
+    def check_width(self, width: int) -> None:
+        """A ValueError when the layer's flattened width ``width`` is not the D the basis reads."""
+        if self.n_units is not None and int(width) != self.n_units:
+            raise ValueError(
+                f"Expected the layer's activations to have {self.n_units} units, as the concept basis "
+                f"({self.kind}) reads, but the layer has {int(width)}."
+            )
+
+    def check_names(self) -> None:
+        """A ValueError when the given names are not one per concept."""
+        if self._names is not None and len(self._names) != self.n_concepts:
+            raise ValueError(
+                f"Expected {self.n_concepts} concept `names`, one per concept, but got {len(self._names)}."
+            )
+
+    def __repr__(self) -> str:
+        k = self.n_concepts if self.fitted else "?"
+        return f"{type(self).__name__}(kind={self.kind!r}, n_concepts={k})"
+
+
+class Directions(ConceptBasis):
+    """Concepts along directions: ``c = (a - center) @ W`` with ``W`` (D, K); decoded through ``pinv(W)``.
+
+    Args:
+        W: the (D, K) directions, one per column (tensor or array).
+        center: an optional (D,) point subtracted first (default zero).
+        names: the K concept names.
+
+    Example:
+        >>> import torch
+        >>> W = torch.tensor([[1.0], [1.0]]) / 2**0.5   # the diagonal of a 2-unit layer
+        >>> basis = Directions(W, names=["diagonal"])
+        >>> basis.encode(torch.tensor([[1.0, 1.0], [1.0, -1.0]])).squeeze(1)
+        tensor([1.4142, 0.0000])
+        >>> basis.names
+        ['diagonal']
+    """
+
+    kind = "directions"
+
+    def __init__(self, W: Any, center: Any = None, *, names: Sequence[str] | None = None) -> None:
+        super().__init__(names)
+        self.W = _as_matrix(W, "W")
+        if center is None:
+            self.center = None
+        else:
+            c = _as_matrix(center.reshape(1, -1) if hasattr(center, "reshape") else [list(center)], "center")
+            if c.shape[1] != self.W.shape[0]:
+                raise ValueError(
+                    f"Expected `center` to have {self.W.shape[0]} entries (the rows of `W`), but got {c.shape[1]}."
+                )
+            self.center = c.reshape(-1)
+        self._pinv = torch.linalg.pinv(self.W.double()).to(self.W.dtype)  # (K, D)
+        self.check_names()
+
+    @property
+    def n_concepts(self) -> int:
+        return int(self.W.shape[1])
+
+    @property
+    def n_units(self) -> int:
+        return int(self.W.shape[0])
+
+    def encode(self, activations: torch.Tensor) -> torch.Tensor:
+        a = activations.reshape(activations.shape[0], -1)
+        self.check_width(a.shape[1])
+        W = self.W.to(a.device, a.dtype)
+        if self.center is not None:
+            a = a - self.center.to(a.device, a.dtype)
+        return a @ W
+
+    def decode(self, concepts: torch.Tensor) -> torch.Tensor:
+        a = concepts @ self._pinv.to(concepts.device, concepts.dtype)
+        return a if self.center is None else a + self.center.to(concepts.device, concepts.dtype)
+
+    def intervene(self, activations: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
+        # decode(c') + a - decode(encode(a)) = a + (c' - c) @ pinv(W): the center cancels
+        shift = (concepts - self.encode(activations)) @ self._pinv.to(concepts.device, concepts.dtype)
+        return activations.reshape(activations.shape[0], -1) + shift
+
+
+class EncoderDecoder(ConceptBasis):
+    """Concepts given by an encoder ``c = encode(a)`` and, for interventions, a decoder ``a = decode(c)``.
+
+    Args:
+        encode: a callable or ``nn.Module`` from (N, D) activations to (N, K) concept activations (e.g. a sparse
+            autoencoder's encoder).
+        decode: its inverse as far as it goes, (N, K) -> (N, D); needed by ``verify`` in concept space only.
+        n_concepts: K; by default measured by encoding one row on first use (:meth:`fit`).
+        names: the K concept names.
+
+    Example:
+        >>> import torch
+        >>> basis = EncoderDecoder(lambda a: a[:, :1] + a[:, 1:], lambda c: torch.cat([c / 2, c / 2], 1))
+        >>> basis.fit(torch.ones(4, 2)).n_concepts
+        1
+        >>> basis.encode(torch.tensor([[1.0, 2.0]]))
+        tensor([[3.]])
+    """
+
+    kind = "encoder"
+
+    def __init__(
+        self,
+        encode: Callable[[torch.Tensor], torch.Tensor],
+        decode: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        *,
+        n_concepts: int | None = None,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(names)
+        if not callable(encode):
+            raise TypeError(f"Expected `encode` to be a callable or nn.Module, but got {type(encode).__name__}.")
+        if decode is not None and not callable(decode):
+            raise TypeError(f"Expected `decode` to be a callable, nn.Module or None, but got {type(decode).__name__}.")
+        if n_concepts is not None and (
+            isinstance(n_concepts, bool) or not isinstance(n_concepts, int) or n_concepts < 1
+        ):
+            raise ValueError(f"Expected `n_concepts` to be a positive integer or None, but got {n_concepts!r}.")
+        self.encoder, self.decoder = encode, decode
+        self._k = n_concepts
+        self._d: int | None = None
+
+    @property
+    def n_concepts(self) -> int:
+        if self._k is None:
+            raise ValueError("The encoder's number of concepts is not known yet: call `fit(activations)` first.")
+        return self._k
+
+    @property
+    def n_units(self) -> int | None:
+        return self._d
+
+    @property
+    def fitted(self) -> bool:
+        return self._k is not None
+
+    def fit(self, activations: torch.Tensor, *, progress: bool = False) -> EncoderDecoder:
+        """Probe the encoder on one row: its output must be (1, K); remembers D and K."""
+        a = activations.reshape(activations.shape[0], -1)
+        self.check_width(a.shape[1])
+        with torch.no_grad():
+            out = self.encoder(a[:1])
+        if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 1:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"Expected `encode` to map (N, {a.shape[1]}) activations to an (N, K) tensor, but one row gave {shape}."
+            )
+        if self._k is not None and out.shape[1] != self._k:
+            raise ValueError(f"Expected `encode` to give `n_concepts`={self._k} columns, but it gave {out.shape[1]}.")
+        self._k, self._d = int(out.shape[1]), int(a.shape[1])
+        self.check_names()
+        return self
+
+    def encode(self, activations: torch.Tensor) -> torch.Tensor:
+        a = activations.reshape(activations.shape[0], -1)
+        if not self.fitted:
+            self.fit(a)
+        self.check_width(a.shape[1])
+        with torch.no_grad():
+            out = self.encoder(a)
+        if not isinstance(out, torch.Tensor) or out.shape != (a.shape[0], self.n_concepts):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"Expected `encode` to give an ({a.shape[0]}, {self.n_concepts}) tensor, but got {shape}.")
+        return out
+
+    def decode(self, concepts: torch.Tensor) -> torch.Tensor:
+        if self.decoder is None:
+            raise ValueError("Expected a `decode` callable for interventions in concept space, but the basis has none.")
+        with torch.no_grad():
+            return self.decoder(concepts)
