@@ -310,3 +310,23 @@ def test_without_concepts_nothing_changes(planted):
     explanation = RegionalRuleExplainer(model, layer=model[0]).explain(X[:500], 1, **FAST)
     assert explanation.concepts is None and "concepts" not in explanation.params
     assert explanation.feature_names == [f"z_{i}" for i in range(D)]
+
+
+def test_a_fitted_basis_is_fitted_once_in_memory_and_on_the_first_rows_streamed(monkeypatch):
+    from concept_bases import TopDirections
+
+    from torch_amore.explain import concept_space
+
+    model, _ = rotated_model()
+    X = data(900)
+    explainer = RegionalRuleExplainer(model, layer=model[0], concepts=TopDirections(2))
+    first = explainer.explain(X, 1, **FAST)
+    assert explainer.concepts.fitted_on == 900 and first.concepts is explainer.concepts
+    W = explainer.concepts.W.clone()
+    explainer.explain(X[:300], 1, **FAST)  # kept: not fitted again
+    assert explainer.concepts.fitted_on == 900 and torch.equal(explainer.concepts.W, W)
+    monkeypatch.setattr(concept_space, "FIT_ROWS", 250)
+    streamed = RegionalRuleExplainer(model, layer=model[0], concepts=TopDirections(2))
+    explanation = streamed.explain(X, 1, stream=True, batch_size=100, **FAST)
+    assert streamed.concepts.fitted_on == 250 and explanation.feature_names == ["concept_0", "concept_1"]
+    assert "reconstruction error 0.5" in str(explanation)

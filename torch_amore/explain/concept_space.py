@@ -139,12 +139,14 @@ def fit_once(basis: ConceptBasis, activations: torch.Tensor, *, progress: bool =
 
 
 def fit_on_batches(
-    basis: ConceptBasis, batches: Iterable[torch.Tensor], *, progress: bool = False, rows: int = FIT_ROWS
+    basis: ConceptBasis, batches: Iterable[torch.Tensor], *, progress: bool = False, rows: int | None = None
 ) -> ConceptBasis:
-    """A streamed explanation's basis: fitted (:func:`fit_once`) on the first ``rows`` rows of the layer's
-    activations, read from ``batches`` (an iterator of (B, D) activations, closed after those rows)."""
+    """A streamed explanation's basis: fitted (:func:`fit_once`) on the first ``rows`` (default :data:`FIT_ROWS`)
+    rows of the layer's activations, read from ``batches`` (an iterator of (B, D) activations, closed after those
+    rows)."""
     if basis.fitted:
         return basis
+    rows = FIT_ROWS if rows is None else rows
     parts, have = [], 0
     for a in batches:
         parts.append(a.reshape(a.shape[0], -1)[: rows - have])

@@ -214,8 +214,9 @@ class ModelBatches:
 
     def _features(self, activations: torch.Tensor | None, inp: Any, rows: int) -> torch.Tensor:
         basis = getattr(self.explainer, "concepts", None)
-        if activations is not None:
-            return activations if basis is None or self.raw else encode_concepts(basis, activations)
+        if activations is not None:  # concepts once the basis is fitted (before: the probe measures the layer)
+            encode = basis is not None and basis.fitted and not self.raw
+            return encode_concepts(basis, activations) if encode else activations
         if not isinstance(inp, torch.Tensor):
             raise TypeError(
                 "Expected tensor model inputs to build rules on them, but the batches hold "
