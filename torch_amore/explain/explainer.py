@@ -281,7 +281,8 @@ class RegionalRuleExplainer:
         forward_kwargs: dict[str, Any] | None = None,
     ) -> torch.Tensor:
         """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
-        inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        inputs without a layer; the (N, K) concept activations with ``concepts=``) for new data, e.g. to compute
+        ``rule_set.mask(...)`` on a test split."""
         V.check_model_device(self.model)
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
