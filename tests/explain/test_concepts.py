@@ -330,3 +330,23 @@ def test_a_fitted_basis_is_fitted_once_in_memory_and_on_the_first_rows_streamed(
     explanation = streamed.explain(X, 1, stream=True, batch_size=100, **FAST)
     assert streamed.concepts.fitted_on == 250 and explanation.feature_names == ["concept_0", "concept_1"]
     assert "reconstruction error 0.5" in str(explanation)
+
+
+def test_random_concept_controls_equal_a_literal_per_sample_patch(planted):
+    model, W, X, explainer, _ = planted
+    unread = explainer.explain(X[:600], 1, features=[1], **FAST)  # the control draws the read concept
+    result = unread.verify(X[:600], rule_sets=[unread.best], n_controls=2, seed=5)
+    details = result.rows[0].details
+    S, Q, donors = details["sufficiency_samples"], details["necessity_samples"], details["donors"].tolist()
+    C = literal_concepts(model, W, X[:600])
+    for draw, flipped in zip(details["control_units"], details["control_flipped"]):
+        assert draw.flatten().tolist() == [0] * len(donors)
+        for pos, (i, d) in enumerate(zip(torch.cat([S, Q]).tolist(), donors)):
+            with torch.no_grad():
+                a = model[0](X[i : i + 1])[0].tolist()
+            shift = C[d][0] - C[i][0]
+            patched = torch.tensor([a[j] + float(W[j, 0]) * shift for j in range(D)])
+            with torch.no_grad():
+                into = float(model[1](patched.reshape(1, -1))[0, 0]) > 0
+            assert bool(flipped[pos]) == (into if pos < len(S) else not into)
+    assert 0.3 < result.rows[0].control_sufficiency.value < 0.7  # the read concept of a random donor: about half
