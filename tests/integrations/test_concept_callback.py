@@ -52,7 +52,9 @@ def directions() -> torch.Tensor:
 
 def loader(n: int = 600) -> DataLoader:
     X = torch.randn(n, D, generator=torch.Generator().manual_seed(1))
-    return DataLoader(TensorDataset(X, torch.zeros(n, dtype=torch.long)), batch_size=100)
+    with torch.no_grad():
+        y = (Rotated()(X)[:, 0] > 0).long()  # the labels the model predicts
+    return DataLoader(TensorDataset(X, y), batch_size=100)
 
 
 def fit(root: Path, callbacks) -> Rotated:
@@ -112,3 +114,11 @@ def test_bad_callback_concepts_fail_at_construction_or_on_one_sample(tmp_path):
     wrong = RegionalRuleExtractor(filename="wrong", data=loader(), concepts=torch.eye(5)[:, :2], **KW)
     with pytest.raises(ValueError, match="5 units.*the layer has 8"):
         fit(tmp_path, [wrong])
+
+
+def test_callback_selects_concepts(tmp_path):
+    kw = dict(data=loader(), concepts=directions(), concept_names=["read", "unread"], **KW)
+    selecting = RegionalRuleExtractor(filename="sel", stream=False, select_features={"n_steps": 8}, **kw)
+    fit(tmp_path, [selecting])
+    assert set(selecting.explanation.selection.features) <= {0, 1} and 0 in selecting.explanation.selection.features
+    assert selecting.explanation.best.rules[0].name == "read"
