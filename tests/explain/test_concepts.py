@@ -73,6 +73,7 @@ def test_one_concept_condition_beats_the_units(planted):
     assert explanation.feature_names == ["read", "unread"]
     assert explanation.params["concepts"]["kind"] == "directions" and explanation.params["concepts"]["n_concepts"] == 2
     assert "concepts: directions, K=2" in str(explanation)
+    assert repr(planted[3]).endswith("concepts=Directions(kind='directions', n_concepts=2))")
 
 
 def test_verify_in_concept_space_reads_the_read_direction_only(planted):

@@ -133,7 +133,8 @@ class RegionalRuleExplainer:
 
     def __repr__(self) -> str:
         layer = "None" if self.layer_name is None else repr(self.layer_name)
-        return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer})"
+        concepts = "" if self.concepts is None else f", concepts={self.concepts!r}"
+        return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer}{concepts})"
 
     # ---------------------------------------------------------------------------------------------------------------
     def explain(
