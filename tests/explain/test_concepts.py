@@ -351,3 +351,12 @@ def test_random_concept_controls_equal_a_literal_per_sample_patch(planted):
                 into = float(model[1](patched.reshape(1, -1))[0, 0]) > 0
             assert bool(flipped[pos]) == (into if pos < len(S) else not into)
     assert 0.3 < result.rows[0].control_sufficiency.value < 0.7  # the read concept of a random donor: about half
+
+
+def test_a_malformed_saved_basis_names_the_field(planted):
+    from torch_amore.rules.serialization import FieldError
+
+    data = planted[4].to_dict()
+    for bad in ({"kind": "martian"}, [1, 2]):
+        with pytest.raises(FieldError, match="`concepts`"):
+            RegionalExplanation.from_dict({**data, "concepts": bad})

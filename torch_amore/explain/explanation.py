@@ -502,7 +502,7 @@ def _basis_dict(basis: Any) -> dict[str, Any] | None:
     explanation's ``params["concepts"]`` still describe it)."""
     try:
         return _json_safe(basis.to_dict())
-    except (TypeError, NotImplementedError, AttributeError):
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
         return None
 
 
@@ -516,7 +516,7 @@ def _load_basis(data: Any) -> Any:
         return ConceptBasis.from_dict(data)
     except S.FieldError:
         raise
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError, ImportError) as err:
         raise S.FieldError("concepts", f"expected a saved concept basis: {err}") from err
 
 
