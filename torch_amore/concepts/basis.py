@@ -148,8 +148,12 @@ class ConceptBasis:
             )
 
     def __repr__(self) -> str:
-        k = self.n_concepts if self.fitted else "?"
-        return f"{type(self).__name__}(kind={self.kind!r}, n_concepts={k})"
+        try:
+            k: Any = self.n_concepts
+        except ValueError:  # an encoder not probed yet
+            k = "?"
+        unfitted = "" if self.fitted else ", fitted=False"
+        return f"{type(self).__name__}(kind={self.kind!r}, n_concepts={k}{unfitted})"
 
     # -- saving ----------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
