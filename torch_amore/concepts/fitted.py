@@ -37,7 +37,8 @@ class FittedBasis(ConceptBasis):
         seed: the ``random_state`` of the decomposition (default 0): a fit repeats exactly.
         names: the K concept names (default ``pca_0``, ``pca_1``, ... after the method).
         options: more keyword arguments of the scikit-learn class (``PCA``, ``NMF``, ``FastICA``), e.g.
-            ``{"max_iter": 1000}``; ``n_components`` and ``random_state`` are set from ``n_concepts`` and ``seed``.
+            ``{"max_iter": 2000}``; ``n_components`` and ``random_state`` are set from ``n_concepts`` and ``seed``,
+            and options that change the transform (PCA's ``whiten``, NMF's ``alpha_W``) are refused.
 
     After :meth:`fit`, ``components`` (K, D), ``mean`` (D,) (zero for NMF) and, for ICA, ``mixing`` (D, K) are
     float64 tensors, and ``fvu`` and ``mse`` the reconstruction error on the fitted activations
@@ -80,6 +81,9 @@ class FittedBasis(ConceptBasis):
         for fixed in ("n_components", "random_state"):
             if fixed in self.options:
                 raise ValueError(f"Expected `options` without {fixed!r}: it is set from `n_concepts` and `seed`.")
+        changes_transform = {"pca": ("whiten",), "nmf": ("alpha_W",), "ica": ()}[self.kind]
+        for name in set(changes_transform) & set(self.options):
+            raise ValueError(f"Expected `options` without {name!r}: the basis encodes by the plain transform.")
         self.components: torch.Tensor | None = None
         self.mean: torch.Tensor | None = None
         self.mixing: torch.Tensor | None = None
@@ -128,12 +132,11 @@ class FittedBasis(ConceptBasis):
         """
         a = activations.detach().reshape(activations.shape[0], -1)
         n, d = a.shape
-        limit, what = (d, "the layer's units") if self.kind == "nmf" else (min(n, d), "the rows and the units")
+        limit, what = (
+            (d, f"the layer's units, D={d}") if self.kind == "nmf" else (min(n, d), f"N={n} rows, D={d} units")
+        )
         if self._k > limit:
-            raise ValueError(
-                f"Expected `n_concepts` <= {limit} (the least of {what}: N={n}, D={d}) for {self.kind.upper()}, "
-                f"but got {self._k}."
-            )
+            raise ValueError(f"Expected `n_concepts` <= {limit} ({what}) for {self.kind.upper()}, but got {self._k}.")
         if not bool(torch.isfinite(a).all()):
             raise ValueError(
                 f"Expected finite activations to fit {self.kind.upper()} on, but they hold NaN or infinity."

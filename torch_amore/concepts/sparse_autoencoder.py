@@ -264,7 +264,7 @@ def _train(
                 _restart(idle >= settings.dead_after, rows, error, W_enc, b_enc, W_dec, optimizer)
         bar.update(1)
         if progress and step % 50 == 0:
-            bar.set_postfix_str(f"FVU {float(loss) / float((rows**2).sum(1).mean()):.3f}")
+            bar.set_postfix_str(f"FVU {float(loss.detach()) / float((rows**2).sum(1).mean()):.3f}")
     bar.close()
     return tuple(w.detach().contiguous() for w in (W_enc, b_enc, W_dec, b_dec))  # type: ignore[return-value]
 
