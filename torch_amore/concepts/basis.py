@@ -168,8 +168,8 @@ class ConceptBasis:
         Args:
             data: the dict from :meth:`to_dict` (e.g. read back from JSON).
             modules: for an encoder/decoder basis whose ``nn.Module`` cannot be built without arguments: its class's
-                import path (``"package.module.Class"``) -> an instance, or a callable that builds one; the saved
-                ``state_dict`` is loaded into it.
+                import path (``"package.module.Class"``), or its index in the saved ``"modules"``, -> an instance,
+                or a callable that builds one; the saved ``state_dict`` is loaded into it.
 
         Example:
             >>> import json, torch
@@ -407,7 +407,7 @@ class EncoderDecoder(ConceptBasis):
         _check_keys(data, ("kind", "names", "n_concepts", "n_units", "modules", "encode", "decode"))
         if not isinstance(data["modules"], list):
             raise ValueError("Expected `modules` to be a list of saved modules.")
-        built = [module_from_json(m, f"modules[{i}]", modules) for i, m in enumerate(data["modules"])]
+        built = [module_from_json(m, f"modules[{i}]", modules, i) for i, m in enumerate(data["modules"])]
         encode = callable_from_json(data["encode"], "encode", built)
         decode = None if data["decode"] is None else callable_from_json(data["decode"], "decode", built)
         basis = cls(encode, decode, n_concepts=data["n_concepts"], names=data["names"])

@@ -23,8 +23,9 @@ __all__ = [
     "tensor_to_json",
 ]
 
-#: what loading may be given for a user's module, by its class's import path: an instance, or a callable building one
-ModuleFactories = Mapping[str, torch.nn.Module | Callable[[], torch.nn.Module]]
+#: what loading may be given for a user's module, by its class's import path (or its index among the saved modules):
+#: an instance, or a callable that builds one
+ModuleFactories = Mapping[str | int, torch.nn.Module | Callable[[], torch.nn.Module]]
 
 # the dtypes a saved tensor may name (a saved file never names an arbitrary attribute of torch)
 _DTYPES = {
@@ -141,10 +142,11 @@ def module_from_json(
     data: Any,
     where: str,
     modules: ModuleFactories | None = None,
+    index: int | None = None,
 ) -> torch.nn.Module:
     """The module :func:`module_to_json` wrote: its class imported by the dotted path (nothing else is imported or
-    evaluated), built with no arguments, or taken from ``modules[path]`` (an instance, or a callable that builds one)
-    when its constructor needs arguments, and given the saved ``state_dict``.
+    evaluated), built with no arguments, or taken from ``modules[index]`` or ``modules[path]`` (an instance, or a
+    callable that builds one) when its constructor needs arguments, and given the saved ``state_dict``.
 
     Example:
         >>> linear = torch.nn.Linear(2, 1)
@@ -161,7 +163,8 @@ def module_from_json(
             f"Expected `{where}` to name a module and class as a dotted path, but got {path!r}, {qualname!r}."
         )
     full = f"{path}.{qualname}"
-    given = (modules or {}).get(full)
+    modules = modules or {}
+    given = modules.get(index) if index is not None and index in modules else modules.get(full)
     if given is not None:
         module = given if isinstance(given, torch.nn.Module) else given()
         if not isinstance(module, torch.nn.Module):
