@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from concept_models import SizedSAE, TinySAE, planted_features
@@ -160,3 +161,12 @@ def test_unknown_kinds_and_keys():
     bad["W"] = [[1.0, "x"]]
     with pytest.raises(ValueError, match="`W` to be nested lists of numbers"):
         ConceptBasis.from_dict(bad)
+
+
+def test_options_that_are_not_json_and_errors_that_are_not_finite():
+    basis = FittedBasis("ica", 2, options={"w_init": np.eye(2)}).fit(A)
+    with pytest.raises(ValueError, match="`options` cannot be saved as JSON"):
+        basis.to_dict()
+    sae = SparseAutoencoderBasis(4, steps=3).fit(A)
+    sae.fvu = float("inf")  # as reconstruction_error gives for constant activations reconstructed badly
+    assert round_trip(sae).fvu is None

@@ -11,6 +11,7 @@ and :meth:`decode` run in torch on the activations' device and in their dtype:
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from torch_amore.concepts.basis import ConceptBasis, reconstruction_error
-from torch_amore.concepts.saving import ModuleFactories, tensor_from_list
+from torch_amore.concepts.saving import ModuleFactories, finite_or_none, tensor_from_list
 from torch_amore.data.arguments import check_int, did_you_mean
 
 __all__ = ["FITTED_METHODS", "FittedBasis"]
@@ -126,6 +127,10 @@ class FittedBasis(ConceptBasis):
     def fit(self, activations: torch.Tensor, *, progress: bool = False) -> FittedBasis:
         """Fit the decomposition on ``activations`` (N, D) (float64, on the CPU) and keep its numbers as tensors.
 
+        Args:
+            activations: the layer's activations, (N, D) or (N, ...) (flattened per row).
+            progress: ignored (scikit-learn fits in one call); accepted as by every basis.
+
         Raises:
             ValueError: when ``n_concepts`` exceeds D (or N for PCA and ICA), the activations hold NaN or infinity,
                 or (NMF) negative values.
@@ -215,6 +220,11 @@ class FittedBasis(ConceptBasis):
             ('nmf', True)
         """
         options = {str(k): v for k, v in self.options.items()}
+        try:
+            json.dumps(options, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"The basis's `options` cannot be saved as JSON ({err}): give them as plain numbers and "
+                             "strings.") from err  # fmt: skip
         out: dict[str, Any] = {
             "kind": self.kind,
             "names": self._saved_names(),
@@ -225,7 +235,7 @@ class FittedBasis(ConceptBasis):
         for name in _TENSORS:
             value = getattr(self, name)
             out[name] = None if value is None else value.cpu().tolist()
-        out.update(fvu=self.fvu, mse=self.mse)
+        out.update(fvu=finite_or_none(self.fvu), mse=finite_or_none(self.mse))
         return out
 
     @classmethod

@@ -5,6 +5,7 @@ and ``state_dict``; nothing is pickled or evaluated, and loading imports only a 
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,6 +15,7 @@ import torch
 
 __all__ = [
     "ModuleFactories",
+    "finite_or_none",
     "callable_from_json",
     "callable_to_json",
     "module_from_json",
@@ -44,6 +46,16 @@ _DTYPES = {
     )
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or ``None`` when it is ``None`` or not finite (JSON holds no infinity).
+
+    Example:
+        >>> finite_or_none(0.25), finite_or_none(float("inf"))
+        (0.25, None)
+    """
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

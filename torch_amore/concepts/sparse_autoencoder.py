@@ -23,7 +23,13 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import ConceptBasis, reconstruction_error
-from torch_amore.concepts.saving import ModuleFactories, dtype_from_name, dtype_name, tensor_from_list
+from torch_amore.concepts.saving import (
+    ModuleFactories,
+    dtype_from_name,
+    dtype_name,
+    finite_or_none,
+    tensor_from_list,
+)
 from torch_amore.data.arguments import check_int
 
 __all__ = ["SparseAutoencoderBasis"]
@@ -199,7 +205,7 @@ class SparseAutoencoderBasis(ConceptBasis):
         for name in _WEIGHTS:
             value = getattr(self, name)
             out[name] = None if value is None else value.cpu().tolist()
-        out.update(fvu=self.fvu, mse=self.mse, dead_fraction=self.dead_fraction)
+        out.update(fvu=finite_or_none(self.fvu), mse=finite_or_none(self.mse), dead_fraction=self.dead_fraction)
         return out
 
     @classmethod
