@@ -13,8 +13,10 @@ Parts (``--parts``):
   concepts is ``explain - search(units) + search(concepts) + encode``; the budget is 1.2 times the explain call.
   Medians of ``--repeat``, the calls alternating, in one process.
 
-Measured (2-core CPU shared with other jobs, one thread, ``--repeat 3``): see the report of the change that adds
-this file, or run it.
+Measured (2-core CPU shared with other jobs, load average 5-8, one thread, ``--repeat 3``): the SAE fit 16.9 s
+(median; single runs 9.1-24.3 s as the load varied; FVU 0.16, no dead features), within 30 s; encoding K = 128
+directions 11 ms against an explain call of 0.31 s (3.7 %; the estimate of the explain call over concepts 0.96 times
+the call over units, the search on 128 concept columns as fast as on 128 units), within 1.2.
 
 Usage::
 
