@@ -28,7 +28,7 @@ class TopDirections(ConceptBasis):
         self.fitted_on = activations.shape[0]
         self.center = activations.mean(0)
         self.W = torch.linalg.svd(activations - self.center, full_matrices=False).Vh[: self.k].T
-        self.reconstruction_error = 0.5
+        self.reconstruction_error = {"fvu": 0.5, "mse": 0.25}
         return self
 
     def encode(self, activations):

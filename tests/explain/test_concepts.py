@@ -330,7 +330,7 @@ def test_a_fitted_basis_is_fitted_once_in_memory_and_on_the_first_rows_streamed(
     streamed = RegionalRuleExplainer(model, layer=model[0], concepts=TopDirections(2))
     explanation = streamed.explain(X, 1, stream=True, batch_size=100, **FAST)
     assert streamed.concepts.fitted_on == 250 and explanation.feature_names == ["concept_0", "concept_1"]
-    assert "reconstruction error 0.5" in str(explanation)
+    assert "reconstruction error (FVU) 0.5" in str(explanation)
 
 
 def test_random_concept_controls_equal_a_literal_per_sample_patch(planted):

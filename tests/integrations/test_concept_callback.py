@@ -102,8 +102,8 @@ def test_a_fitted_basis_is_fitted_per_extraction_in_memory_and_on_the_first_rows
     fit(tmp_path, [mem, streamed])
     assert not template.fitted  # each extraction fits its own copy
     assert mem.explanation.concepts.fitted_on == 600 and streamed.explanation.concepts.fitted_on == 250
-    assert mem.explanation.params["concepts"]["reconstruction_error"] == 0.5
-    assert "concepts: top-directions, K=2, reconstruction error 0.5" in str(mem.explanation)
+    assert mem.explanation.params["concepts"]["reconstruction_error"] == {"fvu": 0.5, "mse": 0.25}
+    assert "concepts: top-directions, K=2, reconstruction error (FVU) 0.5" in str(mem.explanation)
 
 
 def test_bad_callback_concepts_fail_at_construction_or_on_one_sample(tmp_path):

@@ -17,13 +17,25 @@ implement :meth:`ConceptBasis.fit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-__all__ = ["ConceptBasis", "Directions", "EncoderDecoder"]
+from torch_amore.concepts.saving import (
+    ModuleFactories,
+    callable_from_json,
+    callable_to_json,
+    dtype_from_name,
+    dtype_name,
+    module_from_json,
+    module_to_json,
+    tensor_from_list,
+)
+from torch_amore.data.arguments import did_you_mean
+
+__all__ = ["ConceptBasis", "Directions", "EncoderDecoder", "reconstruction_error"]
 
 
 def _as_matrix(value: Any, name: str) -> torch.Tensor:
@@ -57,6 +69,14 @@ class ConceptBasis:
 
     #: What kind of basis this is, as saved in an explanation's JSON (``"directions"``, ``"encoder"``, ``"pca"``, ...).
     kind: ClassVar[str] = "basis"
+    # kind -> the class that loads it: every subclass that sets ``kind`` (or ``kinds``, several) in its body
+    _registry: ClassVar[dict[str, type[ConceptBasis]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kinds = cls.__dict__.get("kinds") or ((cls.__dict__["kind"],) if "kind" in cls.__dict__ else ())
+        for kind in kinds:
+            ConceptBasis._registry[kind] = cls
 
     def __init__(self, names: Sequence[str] | None = None) -> None:
         if isinstance(names, str):
@@ -128,8 +148,56 @@ class ConceptBasis:
             )
 
     def __repr__(self) -> str:
-        k = self.n_concepts if self.fitted else "?"
-        return f"{type(self).__name__}(kind={self.kind!r}, n_concepts={k})"
+        try:
+            k: Any = self.n_concepts
+        except ValueError:  # an encoder not probed yet
+            k = "?"
+        unfitted = "" if self.fitted else ", fitted=False"
+        return f"{type(self).__name__}(kind={self.kind!r}, n_concepts={k}{unfitted})"
+
+    # -- saving ----------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The basis as JSON-safe numbers and strings (``kind``, ``names`` and the kind's fields); a ValueError when
+        it cannot be saved (an encoder given as a plain function). :meth:`from_dict` gives it back."""
+        raise ValueError(f"A {type(self).__name__} cannot be saved: it defines no `to_dict()`.")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, modules: ModuleFactories | None = None) -> ConceptBasis:
+        """The basis that :meth:`to_dict` wrote, of the class registered for its ``kind``.
+
+        Args:
+            data: the dict from :meth:`to_dict` (e.g. read back from JSON).
+            modules: for an encoder/decoder basis whose ``nn.Module`` cannot be built without arguments: its class's
+                import path (``"package.module.Class"``), or its index in the saved ``"modules"``, -> an instance,
+                or a callable that builds one; the saved ``state_dict`` is loaded into it.
+
+        Example:
+            >>> import json, torch
+            >>> basis = Directions(torch.tensor([[1.0], [1.0]]), names=["sum"])
+            >>> again = ConceptBasis.from_dict(json.loads(json.dumps(basis.to_dict())))
+            >>> again.names, again.encode(torch.tensor([[2.0, 3.0]]))
+            (['sum'], tensor([[5.]]))
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"Expected a concept basis saved as a dict, but got {type(data).__name__}.")
+        kind = data.get("kind")
+        if kind not in ConceptBasis._registry:
+            raise ValueError(
+                f"Expected a concept basis `kind` among {sorted(ConceptBasis._registry)}, but got {kind!r}"
+                f"{did_you_mean(kind, ConceptBasis._registry)}."
+            )
+        found = ConceptBasis._registry[kind]
+        if not issubclass(found, cls):
+            raise ValueError(f"Expected a saved {cls.__name__}, but the dict holds a {found.__name__} ({kind!r}).")
+        return found._from_dict(data, modules)
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> ConceptBasis:
+        """The subclass's loader (``data["kind"]`` already checked)."""
+        raise ValueError(f"A saved {cls.__name__} cannot be loaded: it defines no `_from_dict`.")
+
+    def _saved_names(self) -> list[str] | None:
+        return None if self._names is None else list(self._names)
 
 
 class Directions(ConceptBasis):
@@ -191,6 +259,29 @@ class Directions(ConceptBasis):
         # decode(c') + a - decode(encode(a)) = a + (c' - c) @ pinv(W): the center cancels
         shift = (concepts - self.encode(activations)) @ self._pinv.to(concepts.device, concepts.dtype)
         return activations.reshape(activations.shape[0], -1) + shift
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "directions", "names", "dtype", "W", "center"}`` with ``W`` (D, K) and ``center`` (D,) as
+        nested lists of numbers (``center`` ``None`` when not given)."""
+        center = None if self.center is None else self.center.cpu().tolist()
+        return {
+            "kind": self.kind,
+            "names": self._saved_names(),
+            "dtype": dtype_name(self.W.dtype),
+            "W": self.W.cpu().tolist(),
+            "center": center,
+        }
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> Directions:
+        _check_keys(data, ("kind", "names", "dtype", "W", "center"))
+        dtype = dtype_from_name(data["dtype"])
+        center = data["center"]
+        return cls(
+            tensor_from_list(data["W"], "W", dtype),
+            None if center is None else tensor_from_list(center, "center", dtype),
+            names=data["names"],
+        )
 
 
 class EncoderDecoder(ConceptBasis):
@@ -283,3 +374,80 @@ class EncoderDecoder(ConceptBasis):
             raise ValueError("Expected a `decode` callable for interventions in concept space, but the basis has none.")
         with torch.no_grad():
             return self.decoder(concepts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "encoder", "names", "n_concepts", "n_units", "modules", "encode", "decode"}``: each distinct
+        ``nn.Module`` once in ``modules`` as its class's import path and ``state_dict`` (numbers only), and
+        ``encode``/``decode`` as ``{"module": index, "method": name}`` (``method`` ``None`` for the module's own call).
+
+        A plain function or lambda cannot be saved: a ValueError says so.
+
+        Example:
+            >>> import torch
+            >>> EncoderDecoder(lambda a: a).to_dict()  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: The concept basis's `encode` (a function, <lambda>) cannot be saved: only an nn.Module or ...
+        """
+        modules: list[torch.nn.Module] = []
+        encode = callable_to_json(self.encoder, "encode", modules)
+        decode = None if self.decoder is None else callable_to_json(self.decoder, "decode", modules)
+        return {
+            "kind": self.kind,
+            "names": self._saved_names(),
+            "n_concepts": self._k,
+            "n_units": self._d,
+            "modules": [module_to_json(m, f"modules[{i}]") for i, m in enumerate(modules)],
+            "encode": encode,
+            "decode": decode,
+        }
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> EncoderDecoder:
+        _check_keys(data, ("kind", "names", "n_concepts", "n_units", "modules", "encode", "decode"))
+        if not isinstance(data["modules"], list):
+            raise ValueError("Expected `modules` to be a list of saved modules.")
+        built = [module_from_json(m, f"modules[{i}]", modules, i) for i, m in enumerate(data["modules"])]
+        encode = callable_from_json(data["encode"], "encode", built)
+        decode = None if data["decode"] is None else callable_from_json(data["decode"], "decode", built)
+        basis = cls(encode, decode, n_concepts=data["n_concepts"], names=data["names"])
+        if data["n_units"] is not None:
+            basis._d = int(data["n_units"])
+        return basis
+
+
+def _check_keys(data: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """A ValueError naming the missing and the unexpected keys of a saved basis."""
+    missing, extra = [k for k in keys if k not in data], [k for k in data if k not in keys]
+    if missing or extra:
+        raise ValueError(
+            f"Expected a saved {data.get('kind')!r} basis with keys {list(keys)}, but "
+            + (f"{missing} are missing" if missing else "")
+            + (" and " if missing and extra else "")
+            + (f"{extra} are unexpected" if extra else "")
+            + "."
+        )
+
+
+def reconstruction_error(basis: ConceptBasis, activations: torch.Tensor, *, batch_size: int = 4096) -> dict[str, float]:
+    """How much of ``activations`` (N, D) the basis reconstructs, ``a_hat = decode(encode(a))``, in batches:
+    ``{"fvu": sum ||a - a_hat||^2 / sum ||a - mean(a)||^2, "mse": mean (a - a_hat)^2}`` (FVU, the fraction of
+    variance unexplained: 0 is perfect, 1 is no better than the mean).
+
+    Example:
+        >>> import torch
+        >>> a = torch.tensor([[1.0, 0.0], [3.0, 0.0], [2.0, 1.0]])
+        >>> error = reconstruction_error(Directions(torch.tensor([[1.0], [0.0]])), a)  # the first unit only
+        >>> round(error["fvu"], 4), round(error["mse"], 4)  # 1 of 8/3 around the mean; 1 of 6 numbers
+        (0.375, 0.1667)
+    """
+    a = activations.reshape(activations.shape[0], -1)
+    mean = a.double().mean(0)
+    residual = total = 0.0
+    with torch.no_grad():
+        for rows in a.split(batch_size):
+            error = rows.double() - basis.decode(basis.encode(rows)).double()
+            residual += float((error**2).sum())
+            total += float(((rows.double() - mean) ** 2).sum())
+    fvu = residual / total if total > 0 else (0.0 if residual == 0 else float("inf"))
+    return {"fvu": fvu, "mse": residual / max(a.numel(), 1)}

@@ -76,6 +76,11 @@ def resolve_basis(
         raise TypeError("Expected `concept_names` to be a sequence of strings, but got a single string.")
     if n_concepts is not None and (isinstance(n_concepts, bool) or not isinstance(n_concepts, int) or n_concepts < 1):
         raise ValueError(f"Expected `n_concepts` to be a positive integer or None, but got {n_concepts!r}.")
+    if n_concepts is not None and not isinstance(concepts, str):
+        raise ValueError(
+            "Expected `n_concepts` only with a fitted method name ('pca', 'nmf', 'ica', 'sae'), but `concepts` is a "
+            f"{type(concepts).__name__}, whose K is its own."
+        )
     return resolve_concepts(concepts, n_concepts=n_concepts, names=None if names is None else list(names))
 
 
@@ -171,7 +176,8 @@ def fresh_basis(basis: ConceptBasis) -> ConceptBasis:
 
 def concept_params(basis: ConceptBasis) -> dict[str, Any]:
     """What an explanation's parameters say of its basis (printed, saved in the JSON): its kind, K, the width it reads
-    and, where the basis has one, its reconstruction error.
+    and, where the basis has one (a fitted basis), its reconstruction error on the activations it was fitted on
+    (``{"fvu": ..., "mse": ...}``, :func:`torch_amore.concepts.reconstruction_error`).
 
     Example:
         >>> import torch
@@ -180,11 +186,17 @@ def concept_params(basis: ConceptBasis) -> dict[str, Any]:
         {'kind': 'directions', 'n_concepts': 2, 'n_units': 3, 'reconstruction_error': None}
     """
     error = getattr(basis, "reconstruction_error", None)
+    if isinstance(error, dict):
+        error = {str(k): float(v) for k, v in error.items()}
+    elif error is not None and not callable(error):
+        error = float(error)
+    else:
+        error = None
     return {
         "kind": basis.kind,
         "n_concepts": int(basis.n_concepts),
         "n_units": basis.n_units,
-        "reconstruction_error": None if error is None else float(error),
+        "reconstruction_error": error,
     }
 
 

@@ -486,15 +486,18 @@ class RegionalExplanation(Sequence[RuleSet]):
 
 
 def concepts_text(facts: dict[str, Any]) -> str:
-    """The basis as the header names it: kind, K and, where there is one, the reconstruction error.
+    """The basis as the header names it: kind, K and, where there is one, the reconstruction error (the fraction of
+    variance unexplained, FVU, of a fitted basis).
 
     Example:
-        >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": 0.0123})
-        'concepts: sae, K=64, reconstruction error 0.0123'
+        >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": {"fvu": 0.0123, "mse": 0.4}})
+        'concepts: sae, K=64, reconstruction error (FVU) 0.0123'
     """
     text = f"concepts: {facts.get('kind')}, K={facts.get('n_concepts')}"
     error = facts.get("reconstruction_error")
-    return text if error is None else f"{text}, reconstruction error {error:.3g}"
+    if isinstance(error, dict):
+        error = error.get("fvu")
+    return text if not isinstance(error, (int, float)) else f"{text}, reconstruction error (FVU) {error:.3g}"
 
 
 def _basis_dict(basis: Any) -> dict[str, Any] | None:

@@ -1,0 +1,278 @@
+"""Concept bases fitted on the explained activations by scikit-learn: PCA, NMF and ICA.
+
+scikit-learn fits once, in float64 on the CPU; the fitted numbers are then kept as tensors, so that :meth:`encode`
+and :meth:`decode` run in torch on the activations' device and in their dtype:
+
+* PCA and ICA: ``c = (a - mean) @ components.T``; PCA decodes ``c @ components + mean``, ICA ``c @ mixing.T + mean``
+  (scikit-learn's ``transform`` and ``inverse_transform``);
+* NMF: ``c`` is the non-negative least-squares fit of ``a`` by the components (scikit-learn's ``transform``, solved
+  here by coordinate descent), decoded ``c @ components``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from torch_amore.concepts.basis import ConceptBasis, reconstruction_error
+from torch_amore.concepts.saving import ModuleFactories, finite_or_none, tensor_from_list
+from torch_amore.data.arguments import check_int, did_you_mean
+
+__all__ = ["FITTED_METHODS", "FittedBasis"]
+
+#: the methods :class:`FittedBasis` fits, each a scikit-learn decomposition
+FITTED_METHODS = ("pca", "nmf", "ica")
+_TENSORS = ("components", "mean", "mixing")
+
+
+class FittedBasis(ConceptBasis):
+    """K concepts fitted on the layer's activations by PCA, NMF or ICA (scikit-learn, seeded).
+
+    Args:
+        method: ``"pca"``, ``"nmf"`` (non-negative activations only, e.g. a ReLU's output) or ``"ica"``.
+        n_concepts: K, the number of components; at most D (and at most N for PCA and ICA).
+        seed: the ``random_state`` of the decomposition (default 0): a fit repeats exactly.
+        names: the K concept names (default ``pca_0``, ``pca_1``, ... after the method).
+        options: more keyword arguments of the scikit-learn class (``PCA``, ``NMF``, ``FastICA``), e.g.
+            ``{"max_iter": 2000}``; ``n_components`` and ``random_state`` are set from ``n_concepts`` and ``seed``,
+            and options that change the transform (PCA's ``whiten``, NMF's ``alpha_W``) are refused.
+
+    After :meth:`fit`, ``components`` (K, D), ``mean`` (D,) (zero for NMF) and, for ICA, ``mixing`` (D, K) are
+    float64 tensors, and ``fvu`` and ``mse`` the reconstruction error on the fitted activations
+    (:func:`~torch_amore.concepts.basis.reconstruction_error`).
+
+    Example:
+        >>> import torch
+        >>> a = torch.randn(200, 3, generator=torch.Generator().manual_seed(0)) * torch.tensor([3.0, 1.0, 0.1])
+        >>> basis = FittedBasis("pca", 2).fit(a)
+        >>> basis.names, basis.encode(a).shape
+        (['pca_0', 'pca_1'], torch.Size([200, 2]))
+        >>> basis.components.abs().argmax(1)   # the two widest units, widest first
+        tensor([0, 1])
+        >>> round(basis.fvu, 3) < 0.01
+        True
+    """
+
+    kinds: ClassVar[tuple[str, ...]] = FITTED_METHODS
+
+    def __init__(
+        self,
+        method: str,
+        n_concepts: int,
+        *,
+        seed: int = 0,
+        names: Sequence[str] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(names)
+        if not isinstance(method, str) or method.lower() not in FITTED_METHODS:
+            raise ValueError(
+                f"Expected `method` to be one of {list(FITTED_METHODS)}, but got {method!r}"
+                f"{did_you_mean(str(method).lower(), FITTED_METHODS)}."
+            )
+        self.kind = method.lower()  # type: ignore[misc]  # one class, three kinds
+        self.method = self.kind
+        self._k = check_int(n_concepts, "n_concepts", 1)
+        self.seed = check_int(seed, "seed", 0)
+        self.options = dict(options or {})
+        for fixed in ("n_components", "random_state"):
+            if fixed in self.options:
+                raise ValueError(f"Expected `options` without {fixed!r}: it is set from `n_concepts` and `seed`.")
+        changes_transform = {"pca": ("whiten",), "nmf": ("alpha_W",), "ica": ()}[self.kind]
+        for name in set(changes_transform) & set(self.options):
+            raise ValueError(f"Expected `options` without {name!r}: the basis encodes by the plain transform.")
+        self.components: torch.Tensor | None = None
+        self.mean: torch.Tensor | None = None
+        self.mixing: torch.Tensor | None = None
+        self.fvu: float | None = None
+        self.mse: float | None = None
+        self.check_names()
+
+    # -- what the basis is -----------------------------------------------------------------------------------------
+    @property
+    def n_concepts(self) -> int:
+        return self._k
+
+    @property
+    def n_units(self) -> int | None:
+        return None if self.components is None else int(self.components.shape[1])
+
+    @property
+    def fitted(self) -> bool:
+        return self.components is not None
+
+    @property
+    def names(self) -> list[str]:
+        """The K concept names: the given ones, else ``{method}_{k}`` (``pca_0``, ``pca_1``, ...)."""
+        return list(self._names) if self._names is not None else [f"{self.kind}_{k}" for k in range(self._k)]
+
+    @property
+    def reconstruction_error(self) -> dict[str, float] | None:
+        """``{"fvu", "mse"}`` on the fitted activations (``None`` before :meth:`fit`)."""
+        return None if self.fvu is None else {"fvu": self.fvu, "mse": float(self.mse or 0.0)}
+
+    def check_width(self, width: int) -> None:
+        """A ValueError when ``width`` is not the fitted D, or (before fitting) is smaller than ``n_concepts``."""
+        super().check_width(width)
+        if not self.fitted and self._k > int(width):
+            raise ValueError(
+                f"Expected `n_concepts` <= {int(width)} (the layer's units) for {self.kind.upper()}, but got {self._k}."
+            )
+
+    # -- fitting and the maps --------------------------------------------------------------------------------------
+    def fit(self, activations: torch.Tensor, *, progress: bool = False) -> FittedBasis:
+        """Fit the decomposition on ``activations`` (N, D) (float64, on the CPU) and keep its numbers as tensors.
+
+        Args:
+            activations: the layer's activations, (N, D) or (N, ...) (flattened per row).
+            progress: ignored (scikit-learn fits in one call); accepted as by every basis.
+
+        Raises:
+            ValueError: when ``n_concepts`` exceeds D (or N for PCA and ICA), the activations hold NaN or infinity,
+                or (NMF) negative values.
+        """
+        a = activations.detach().reshape(activations.shape[0], -1)
+        n, d = a.shape
+        limit, what = (
+            (d, f"the layer's units, D={d}") if self.kind == "nmf" else (min(n, d), f"N={n} rows, D={d} units")
+        )
+        if self._k > limit:
+            raise ValueError(f"Expected `n_concepts` <= {limit} ({what}) for {self.kind.upper()}, but got {self._k}.")
+        if not bool(torch.isfinite(a).all()):
+            raise ValueError(
+                f"Expected finite activations to fit {self.kind.upper()} on, but they hold NaN or infinity."
+            )
+        x = a.double().cpu().numpy()
+        if self.kind == "nmf" and float(x.min()) < 0:
+            raise ValueError(
+                f"NMF needs non-negative activations, but the layer's smallest activation is {float(x.min()):.4g}: "
+                "explain a layer whose output is non-negative (e.g. a ReLU's), or use 'pca' or 'ica'."
+            )
+        estimator = self._estimator()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*n_components.*")
+            estimator.fit(x)
+        self.components = torch.as_tensor(estimator.components_, dtype=torch.float64).clone()
+        mean = getattr(estimator, "mean_", None)
+        self.mean = torch.zeros(d, dtype=torch.float64) if mean is None else torch.as_tensor(mean).double().clone()
+        if self.kind == "ica":
+            self.mixing = torch.as_tensor(estimator.mixing_, dtype=torch.float64).clone()
+        error = reconstruction_error(self, a)
+        self.fvu, self.mse = error["fvu"], error["mse"]
+        return self
+
+    def _estimator(self) -> Any:
+        """The unfitted scikit-learn decomposition."""
+        from sklearn import decomposition
+
+        options = {"n_components": self._k, "random_state": self.seed}
+        if self.kind == "pca":
+            return decomposition.PCA(**{"svd_solver": "full", **options, **self.options})
+        if self.kind == "nmf":
+            return decomposition.NMF(**{"init": "nndsvda", "max_iter": 1000, **options, **self.options})
+        return decomposition.FastICA(**{"whiten": "unit-variance", "max_iter": 1000, **options, **self.options})
+
+    def _check_fitted(self) -> None:
+        if not self.fitted:
+            raise ValueError(f"The {self.kind.upper()} concept basis is not fitted yet: call `fit(activations)` first.")
+
+    def encode(self, activations: torch.Tensor) -> torch.Tensor:
+        """The K concept activations of ``activations`` (N, D), as scikit-learn's ``transform`` gives them.
+
+        Example:
+            >>> import torch
+            >>> FittedBasis("ica", 2).encode(torch.ones(1, 2))
+            Traceback (most recent call last):
+            ...
+            ValueError: The ICA concept basis is not fitted yet: call `fit(activations)` first.
+        """
+        self._check_fitted()
+        a = activations.reshape(activations.shape[0], -1)
+        self.check_width(a.shape[1])
+        components = self.components.to(a.device, a.dtype)
+        if self.kind == "nmf":
+            return _nonnegative_least_squares(a, components)
+        return (a - self.mean.to(a.device, a.dtype)) @ components.T
+
+    def decode(self, concepts: torch.Tensor) -> torch.Tensor:
+        """Activations (N, D) from concept activations (N, K), as scikit-learn's ``inverse_transform`` gives them."""
+        self._check_fitted()
+        mean = self.mean.to(concepts.device, concepts.dtype)
+        if self.kind == "ica":
+            return concepts @ self.mixing.to(concepts.device, concepts.dtype).T + mean
+        return concepts @ self.components.to(concepts.device, concepts.dtype) + mean
+
+    # -- saving ----------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": method, "names", "n_concepts", "seed", "options", "components", "mean", "mixing", "fvu",
+        "mse"}`` with the fitted tensors as nested lists of float64 numbers (``None`` before fitting).
+
+        Example:
+            >>> import json, torch
+            >>> a = torch.rand(50, 4, generator=torch.Generator().manual_seed(0))
+            >>> basis = FittedBasis("nmf", 2).fit(a)
+            >>> again = ConceptBasis.from_dict(json.loads(json.dumps(basis.to_dict())))
+            >>> again.kind, torch.allclose(again.encode(a), basis.encode(a))
+            ('nmf', True)
+        """
+        options = {str(k): v for k, v in self.options.items()}
+        try:
+            json.dumps(options, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"The basis's `options` cannot be saved as JSON ({err}): give them as plain numbers and "
+                             "strings.") from err  # fmt: skip
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "names": self._saved_names(),
+            "n_concepts": self._k,
+            "seed": self.seed,
+            "options": options,
+        }
+        for name in _TENSORS:
+            value = getattr(self, name)
+            out[name] = None if value is None else value.cpu().tolist()
+        out.update(fvu=finite_or_none(self.fvu), mse=finite_or_none(self.mse))
+        return out
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> FittedBasis:
+        keys = ("kind", "names", "n_concepts", "seed", "options", *_TENSORS, "fvu", "mse")
+        missing = [k for k in keys if k not in data]
+        if missing or set(data) - set(keys):
+            raise ValueError(f"Expected a saved {data['kind']!r} basis with keys {list(keys)}, but got {list(data)}.")
+        basis = cls(data["kind"], data["n_concepts"], seed=data["seed"], names=data["names"], options=data["options"])
+        for name in _TENSORS:
+            if data[name] is not None:
+                setattr(basis, name, tensor_from_list(data[name], name))
+        if basis.components is not None and tuple(basis.components.shape)[0] != basis.n_concepts:
+            raise ValueError(f"Expected {basis.n_concepts} saved `components`, but got {basis.components.shape[0]}.")
+        basis.fvu = None if data["fvu"] is None else float(data["fvu"])
+        basis.mse = None if data["mse"] is None else float(data["mse"])
+        return basis
+
+
+def _nonnegative_least_squares(a: torch.Tensor, components: torch.Tensor, *, max_sweeps: int = 500) -> torch.Tensor:
+    """argmin over ``c >= 0`` of ``||a - c @ components||^2`` for each row of ``a``: cyclic coordinate descent from
+    the clipped least-squares solution, until a sweep moves no coordinate by more than 10 machine epsilons of the
+    largest one (or ``max_sweeps``)."""
+    if a.shape[0] == 0:
+        return a.new_zeros(0, components.shape[0])
+    gram = components @ components.T  # (K, K)
+    target = a @ components.T  # (N, K)
+    diag = gram.diagonal().clamp_min(torch.finfo(a.dtype).tiny)
+    pinv = torch.linalg.pinv(components.double()).to(a.dtype)  # (D, K)
+    c = (a @ pinv).clamp_min(0)
+    tol = max(1e-7, 10 * torch.finfo(a.dtype).eps)
+    for _ in range(max_sweeps):
+        moved = a.new_zeros(())
+        for k in range(gram.shape[0]):
+            new = (c[:, k] - (c @ gram[:, k] - target[:, k]) / diag[k]).clamp_min(0)
+            moved = torch.maximum(moved, (new - c[:, k]).abs().max())
+            c[:, k] = new
+        if float(moved) <= tol * max(float(c.max()), 1e-30):
+            break
+    return c
