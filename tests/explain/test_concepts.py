@@ -360,3 +360,51 @@ def test_a_malformed_saved_basis_names_the_field(planted):
     for bad in ({"kind": "martian"}, [1, 2]):
         with pytest.raises(FieldError, match="`concepts`"):
             RegionalExplanation.from_dict({**data, "concepts": bad})
+
+
+def anisotropic(n: int = 3000, seed: int = 2) -> tuple[nn.Sequential, torch.Tensor]:
+    """The rotated model on inputs whose hidden activations vary most along the read direction (sd 3), then along the
+    unread one (sd 2), then 0.5 along the others: PCA's first two components are the two directions."""
+    model, W = rotated_model()
+    g = torch.Generator().manual_seed(seed)
+    z = 0.5 * torch.randn(n, D, generator=g)
+    z = z - (z @ W) @ W.T + torch.randn(n, 2, generator=g) * torch.tensor([3.0, 2.0]) @ W.T
+    return model, z @ model[0].weight.detach()  # x = R^T z, so that the layer's z = R x is this z
+
+
+def test_pca_recovers_the_read_direction():
+    model, X = anisotropic()
+    explainer = RegionalRuleExplainer(model, layer=model[0], concepts="pca", n_concepts=2)
+    explanation = explainer.explain(X, 1, **FAST)
+    units = RegionalRuleExplainer(model, layer=model[0]).explain(X, 1, **FAST)
+    best = explanation.best
+    assert len(best.rules) == 1 and best.rules[0].name == "pca_0"
+    assert best.fitness >= units.best.fitness + 0.05
+    assert "concepts: pca, K=2, reconstruction error (FVU)" in str(explanation)
+    read = explanation.verify(X, rule_sets=1, n_controls=0).rows[0]
+    assert read.sufficiency.value >= 0.9 and read.necessity.value >= 0.9
+    other = explainer.explain(X, 1, features=[1], **FAST).verify(X, rule_sets=1, n_controls=0).rows[0]
+    assert other.sufficiency.value <= 0.05 and other.necessity.value <= 0.05
+    loaded = RegionalExplanation.from_dict(explanation.to_dict())
+    assert torch.allclose(loaded.concepts.encode(X[:50]), explainer.concepts.encode(X[:50]), atol=1e-5)
+
+
+def test_a_sparse_autoencoder_end_to_end(tmp_path):
+    from torch_amore.concepts import SparseAutoencoderBasis
+
+    model, X = anisotropic(1500)
+    explainer = RegionalRuleExplainer(model, layer=model[0], concepts=SparseAutoencoderBasis(8, top_k=2, steps=300))
+    explanation = explainer.explain(X, 1, **FAST)
+    fvu = explainer.concepts.reconstruction_error["fvu"]
+    assert explanation.params["concepts"]["reconstruction_error"]["fvu"] == fvu
+    assert f"concepts: sae, K=8, reconstruction error (FVU) {fvu:.3g}" in str(explanation)
+    assert explanation.feature_names == [f"sae_{k}" for k in range(8)]
+    streamed = explainer.explain(X, 1, stream=True, batch_size=500, **FAST)  # the fitted basis, kept
+    assert [str(rs) for rs in streamed.rule_sets] == [str(rs) for rs in explanation.rule_sets]
+    row = explanation.verify(X[:400], rule_sets=1, n_controls=1).rows[0]
+    assert row.sufficiency.n + row.necessity.n > 0
+    explanation.to_json(tmp_path / "sae.json")
+    loaded = RegionalExplanation.from_json(tmp_path / "sae.json")
+    assert torch.equal(loaded.concepts.encode(X[:50]), explainer.concepts.encode(X[:50]))
+    maps = explainer.attribute(X[:4], explanation.best, n_steps=8)
+    assert maps.shape == (len(explanation.best.rules), 4, D) and bool(maps.abs().sum() > 0)
