@@ -5,10 +5,10 @@ its last linear layer) on 8,000 of the 10,000 MNIST test images in ``../shared/d
 explains "the model predicts 7" at ``max_length=2`` three ways:
 
 * on the 128 **units** (the paper's rules, ``z_44 >= ...``);
-* on the top 16 **principal directions** of the latent activations (``torch.pca_lowrank`` on the training part,
-  given as :class:`torch_amore.concepts.Directions` with their center);
-* on the 64 features of a small **top-k sparse autoencoder** trained here on the same activations (8 active features
-  per image), given as :class:`torch_amore.concepts.EncoderDecoder`.
+* on the top 16 **principal directions** of the latent activations (``concepts="pca", n_concepts=16``, fitted on
+  the explained activations);
+* on the 64 features of a **top-k sparse autoencoder** (``concepts="sae", n_concepts=64``: 8 active features per
+  image, trained in torch on the same activations, seeded).
 
 For each it prints the best rule set, its numbers on the training part and on the 2,000 held-out images, and its
 verification by intervention on the held-out images (sufficiency, necessity and a random-concept control, method
@@ -28,53 +28,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mnist_latent import SmallCNN, read_idx, train  # noqa: E402
 
 from torch_amore import RegionalRuleExplainer  # noqa: E402
-from torch_amore.concepts import Directions, EncoderDecoder  # noqa: E402
 
 SEARCH = dict(max_length=2, min_support=4000 / 60000, n_grids=6, bin_strategy="kmeans", top_k=3, progress=False)
-
-
-class TopKAutoencoder(nn.Module):
-    """A top-k sparse autoencoder: ``encode`` keeps the k largest pre-activations (ReLU), ``decode`` is linear."""
-
-    def __init__(self, width: int, n_features: int, k: int) -> None:
-        super().__init__()
-        self.k = k
-        self.enc = nn.Linear(width, n_features)
-        self.dec = nn.Linear(n_features, width)
-
-    def encode(self, a: torch.Tensor) -> torch.Tensor:
-        pre = F.relu(self.enc(a - self.dec.bias))
-        top = torch.topk(pre, self.k, dim=1)
-        return torch.zeros_like(pre).scatter(1, top.indices, top.values)
-
-    def decode(self, c: torch.Tensor) -> torch.Tensor:
-        return self.dec(c)
-
-
-def train_sae(z: torch.Tensor, *, n_features: int, k: int, steps: int, seed: int) -> tuple[TopKAutoencoder, float]:
-    """The autoencoder trained on the activations ``z`` (N, D); returns it and its relative reconstruction error."""
-    torch.manual_seed(seed)
-    sae = TopKAutoencoder(z.shape[1], n_features, k)
-    with torch.no_grad():
-        sae.dec.bias.copy_(z.mean(0))
-    opt = torch.optim.Adam(sae.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        batch = z[torch.randint(len(z), (256,), generator=g)]
-        opt.zero_grad()
-        F.mse_loss(sae.decode(sae.encode(batch)), batch).backward()
-        opt.step()
-    sae.eval()
-    with torch.no_grad():
-        error = float(((sae.decode(sae.encode(z)) - z) ** 2).sum() / ((z - z.mean(0)) ** 2).sum())
-    return sae, error
 
 
 def report(name: str, explainer: RegionalRuleExplainer, x_train, x_test, digit: int, seed: int) -> None:
@@ -84,7 +44,15 @@ def report(name: str, explainer: RegionalRuleExplainer, x_train, x_test, digit: 
     best = explanation.best
     held_out = explanation.evaluate(x_test)[0]
     row = explanation.verify(x_test, rule_sets=[best], n_controls=5, seed=seed).rows[0]
-    print(f"{name}: {' AND '.join(r.format() for r in best.rules)}")
+    facts = explanation.params.get("concepts")
+    error = "" if facts is None or facts["reconstruction_error"] is None else facts["reconstruction_error"]["fvu"]
+    basis = (
+        ""
+        if facts is None
+        else f" ({facts['kind']}, K={facts['n_concepts']}"
+        + (f", reconstruction error (FVU) {error:.3f})" if error != "" else ")")
+    )
+    print(f"{name}{basis}: {' AND '.join(r.format() for r in best.rules)}")
     print(
         f"  support {best.support}, confidence {best.confidence:.3f}, fitness {best.fitness:.3f}; held out: "
         f"confidence {held_out.confidence:.3f}, fitness {held_out.fitness:.3f}"
@@ -125,18 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     seconds = time.perf_counter() - t0
     print(f"SmallCNN: {len(x_train)} images, {epochs} epoch(s) in {seconds:.1f} s, held-out accuracy {acc:.3f}")
 
-    units = RegionalRuleExplainer(model, model.fc2, layer_input=True)
-    z = units.features_matrix(x_train, batch_size=1000)  # the (N, 128) latent activations
-
-    center = z.mean(0)
-    _, _, V = torch.pca_lowrank(z, q=16, center=True, niter=4)
-    pcs = Directions(V, center, names=[f"pc_{k}" for k in range(16)])
-    sae, error = train_sae(z, n_features=64, k=8, steps=300 if args.quick else 1500, seed=args.seed)
-    features = EncoderDecoder(sae.encode, sae.decode, names=[f"sae_{k}" for k in range(64)])
-    print(f"PCA: 16 directions of {z.shape[1]} units; SAE: 64 features, 8 active, reconstruction error {error:.3f}")
-
-    for name, concepts in (("units", None), ("PCA", pcs), ("SAE", features)):
-        explainer = RegionalRuleExplainer(model, model.fc2, layer_input=True, concepts=concepts)
+    for name, concepts, k in (("units", None, None), ("PCA", "pca", 16), ("SAE", "sae", 64)):
+        explainer = RegionalRuleExplainer(model, model.fc2, layer_input=True, concepts=concepts, n_concepts=k)
         report(name, explainer, x_train, x_test, args.digit, args.seed)
 
 

@@ -276,6 +276,10 @@ def test_a_wrong_width_or_shape_fails_on_one_sample():
     with pytest.raises(ValueError, match=r"\(N, K\)"):
         not_nk.explain(data(), 1, **FAST)
     assert model.rows == 2
+    too_many = RegionalRuleExplainer(model, layer="net.0", concepts="pca", n_concepts=9)
+    with pytest.raises(ValueError, match="`n_concepts` <= 8"):
+        too_many.explain(data(), 1, **FAST)
+    assert model.rows == 3
 
 
 @pytest.mark.parametrize(
