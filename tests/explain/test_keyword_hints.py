@@ -28,7 +28,7 @@ def test_unknown_keyword_without_a_close_one() -> None:
 
 def test_every_suggestion_is_a_keyword_of_the_constructor() -> None:
     named = {p for p in inspect.signature(RegionalRuleExplainer).parameters if p not in ("model", "unknown")}
-    assert named == {"layer", "feature_names", "layer_input"}
+    assert named == {"layer", "feature_names", "layer_input", "concepts", "n_concepts", "concept_names"}
     for keyword in named:
         with pytest.raises(TypeError, match=rf"did you mean '{keyword}'\?"):
             RegionalRuleExplainer(nn.Linear(3, 2), **{keyword + "x": None})

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import concept_selector
 from torch_amore.model.forward import eval_mode, resolve_layer
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
@@ -73,6 +75,9 @@ class RuleAttribution:
         layer_input: the rules are on the layer's input rather than its output.
         multiply_by_inputs: Captum's option; ``True`` gives integrated gradients ``(x - baseline) * avg. gradient``
             (attributions sum to the unit's change), ``False`` the average gradient alone.
+        concepts: a fitted :class:`~torch_amore.concepts.ConceptBasis` of the layer: the rules' features are then
+            concepts, and each rule's concept activation ``encode(a)[:, k]`` is attributed (gradients through
+            ``encode``).
 
     Example:
         >>> import torch
@@ -91,7 +96,13 @@ class RuleAttribution:
     """
 
     def __init__(
-        self, model: nn.Module, layer: nn.Module | str, *, layer_input: bool = False, multiply_by_inputs: bool = True
+        self,
+        model: nn.Module,
+        layer: nn.Module | str,
+        *,
+        layer_input: bool = False,
+        multiply_by_inputs: bool = True,
+        concepts: ConceptBasis | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Expected `model` to be a torch.nn.Module, but got {type(model).__name__}.")
@@ -101,13 +112,19 @@ class RuleAttribution:
         self.layer, self.layer_name = resolve_layer(model, layer)
         self.layer_input = bool(layer_input)
         self.multiply_by_inputs = bool(multiply_by_inputs)
+        if concepts is not None and not isinstance(concepts, ConceptBasis):
+            raise TypeError(f"Expected `concepts` to be a ConceptBasis or None, but got {type(concepts).__name__}.")
+        if concepts is not None and not concepts.fitted:
+            raise ValueError("Expected a fitted concept basis for pixel maps: explain once first, or fit it.")
+        self.concepts = concepts
 
     @classmethod
     def from_explainer(cls, explainer: Any, **kwargs: Any) -> RuleAttribution:
         """The attribution for the model and layer of a :class:`~torch_amore.RegionalRuleExplainer`."""
         if getattr(explainer, "layer", None) is None:
             raise ValueError("Expected an explainer with a `layer`: pixel maps explain rules on latent units.")
-        return cls(explainer.model, explainer.layer, layer_input=explainer.layer_input, **kwargs)
+        concepts = getattr(explainer, "concepts", None)
+        return cls(explainer.model, explainer.layer, layer_input=explainer.layer_input, concepts=concepts, **kwargs)
 
     def attribute(
         self,
@@ -161,9 +178,10 @@ class RuleAttribution:
                 if isinstance(base, torch.Tensor):
                     base = base.to(device)
                 for i, unit in enumerate(units):
+                    selector = _unit_selector(unit) if self.concepts is None else concept_selector(self.concepts, unit)
                     attr = method.attribute(
                         chunk,
-                        _unit_selector(unit),
+                        selector,
                         baselines=base,
                         additional_forward_args=additional_forward_args,
                         n_steps=n_steps,

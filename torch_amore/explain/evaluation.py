@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import _evaluation_args
 from torch_amore.model.forward import BatchKey, as_inputs
@@ -63,6 +64,8 @@ def evaluate_with_model(
     kind = explanation.params.get("outputs", "auto")
     mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, label_t, kind)
     X = matrix if matrix is not None else (fwd.activations if source == "layer" else fwd.flat_inputs)
+    if source == "layer" and explanation.concepts is not None:
+        X = encode_concepts(explanation.concepts, X)
     if X.shape[0] != n:
         raise ValueError(f"Expected `features` to have one row per sample of `inputs` ({n}), got {X.shape[0]}.")
     if mask.shape[0] != n:

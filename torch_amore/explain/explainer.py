@@ -10,6 +10,10 @@ mask), and extracts AMORE rules on one of three feature spaces:
 * a separate (N, F) matrix of interpretable features aligned with the inputs (``features=``, as the paper's RDKit
   descriptors for a graph network).
 
+With ``concepts=`` the rules are over the K concept activations ``c = encode(a)`` of the layer's flattened
+activations ``a`` (directions, an encoder/decoder or a basis fitted on the explained activations; see
+``docs/concepts.md`` and :mod:`torch_amore.explain.concept_space`).
+
 Hooks are always removed and every submodule's train/eval mode restored, also when an error is raised.
 """
 
@@ -27,6 +31,13 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import (
+    check_on_sample,
+    concept_params,
+    encode_concepts,
+    fit_once,
+    resolve_basis,
+)
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import (
     ExplainRequest,
@@ -64,6 +75,14 @@ class RegionalRuleExplainer:
             are the features of the rules; ``None`` uses the model inputs, flattened.
         feature_names: names of the D features (default ``z_{i}`` for a layer, ``feature_{i}`` for inputs).
         layer_input: use the layer's (first) input instead of its output, e.g. the input of the last linear layer.
+        concepts: rules over concepts of the layer instead of its units: a
+            :class:`~torch_amore.concepts.ConceptBasis` (e.g. :class:`~torch_amore.concepts.Directions`,
+            :class:`~torch_amore.concepts.EncoderDecoder`), a (D, K) matrix of directions, a ``(W, center)`` pair,
+            or the name of a basis fitted on the explained activations (``"pca"``, ...; fitted once, on the first
+            explained data, and kept on :attr:`concepts`). Needs ``layer``. ``features=`` indices,
+            ``select_features`` and local rules then index and select concepts.
+        n_concepts: K of a fitted basis (only with a method name).
+        concept_names: the K concept names (default: the basis's, ``concept_{k}``).
             Any other keyword is a ``TypeError`` that names the closest one (``feature_name``: did you mean
             ``feature_names``?).
 
@@ -90,9 +109,13 @@ class RegionalRuleExplainer:
         *,
         feature_names: Sequence[str] | None = None,
         layer_input: bool = False,
+        concepts: Any = None,
+        n_concepts: int | None = None,
+        concept_names: Sequence[str] | None = None,
         **unknown: Any,
     ) -> None:
-        A.unexpected_keywords(unknown, ("layer", "feature_names", "layer_input"), type(self).__name__)
+        known = ("layer", "feature_names", "layer_input", "concepts", "n_concepts", "concept_names")
+        A.unexpected_keywords(unknown, known, type(self).__name__)
         if not isinstance(model, nn.Module):
             raise TypeError(f"Expected `model` to be a torch.nn.Module, but got {type(model).__name__}.")
         if isinstance(feature_names, str):
@@ -101,10 +124,17 @@ class RegionalRuleExplainer:
         self.layer, self.layer_name = resolve_layer(model, layer)
         self.layer_input = bool(layer_input)
         self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        #: The concept basis of the rules (``None``: rules on units); a fitted one once the first call fitted it.
+        self.concepts = resolve_basis(concepts, n_concepts, concept_names, layer=self.layer)
+        if self.concepts is not None and feature_names is not None:
+            raise ValueError(
+                "Expected the names of concepts as `concept_names`, not `feature_names`, with `concepts=`."
+            )
 
     def __repr__(self) -> str:
         layer = "None" if self.layer_name is None else repr(self.layer_name)
-        return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer})"
+        concepts = "" if self.concepts is None else f", concepts={self.concepts!r}"
+        return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer}{concepts})"
 
     # ---------------------------------------------------------------------------------------------------------------
     def explain(
@@ -252,7 +282,8 @@ class RegionalRuleExplainer:
         forward_kwargs: dict[str, Any] | None = None,
     ) -> torch.Tensor:
         """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
-        inputs without a layer) for new data, e.g. to compute ``rule_set.mask(...)`` on a test split."""
+        inputs without a layer; the (N, K) concept activations with ``concepts=``) for new data, e.g. to compute
+        ``rule_set.mask(...)`` on a test split."""
         V.check_model_device(self.model)
         inputs, _ = as_inputs(inputs)
         fwd = self._forward(
@@ -263,14 +294,20 @@ class RegionalRuleExplainer:
             collect_inputs=self.layer is None,
             model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
         )
-        return fwd.activations if self.layer is not None else fwd.flat_inputs
+        if self.layer is None:
+            return fwd.flat_inputs
+        if self.concepts is None:
+            return fwd.activations
+        return encode_concepts(self._fitted(fwd.activations, progress), fwd.activations)
 
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
         """Pixel (input) attribution maps of the latent unit of each rule, shape ``(n_rules, N, *inputs.shape[1:])``.
 
         ``rules`` is a rule set (e.g. ``explanation.best``), rules or unit indices on this explainer's layer; keyword
         arguments go to :meth:`torch_amore.RuleAttribution.attribute` (``baselines``, ``n_steps``, ``batch_size``,
-        ``internal_batch_size``). Uses Captum's ``NeuronIntegratedGradients``.
+        ``internal_batch_size``). Uses Captum's ``NeuronIntegratedGradients``. With ``concepts=``, each rule's concept
+        activation ``encode(a)[:, k]`` is attributed (integrated gradients through ``encode``; the basis must be
+        fitted, i.e. explained once, when it is fitted on the data).
         """
         from torch_amore.explain.attribution import RuleAttribution
 
@@ -285,6 +322,8 @@ class RegionalRuleExplainer:
         inputs, column_names = as_inputs(inputs)
         counted, labels = request.check_data(inputs)
         n = None if counted is None else counted[0]
+        if self.concepts is not None:
+            self._check_concepts(inputs, request, n)
         if stream is not False and should_stream(stream, self, inputs, request, n):
             return self._explain_streamed(inputs, request, counted)
         fwd = self._run(inputs, request)
@@ -333,6 +372,7 @@ class RegionalRuleExplainer:
             selection=selection,
             explainer=self,
             data_options=_data_options(request, fwd.outputs.shape[0]),
+            concepts=self.concepts,
         )
 
     def _explain_streamed(
@@ -365,13 +405,16 @@ class RegionalRuleExplainer:
             message=message,
             explainer=self,
             data_options=_data_options(request, mask.shape[0]),
+            concepts=self.concepts,
         )
 
     def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:
         """The explanation's parameters: every search option, how the subgroup was defined, and data facts."""
         thr = request.threshold
+        concepts = {} if self.concepts is None else {"concepts": concept_params(self.concepts)}
         return {
             **options.to_dict(),
+            **concepts,
             **facts,
             "layer": self.layer_name,
             "layer_input": self.layer_input,
@@ -424,6 +467,9 @@ class RegionalRuleExplainer:
         """The (N, D) matrix the rules are built on, its feature names and its kind (features, layer or inputs)."""
         if request.matrix is not None:
             X, source, fallback = request.matrix, "features", [self.feature_names, request.matrix_names]
+        elif self.concepts is not None:
+            self.concepts = self._fitted(fwd.activations, request.options.progress)
+            X, source, fallback = encode_concepts(self.concepts, fwd.activations), "layer", [self.concepts.names]
         elif self.layer is not None:
             X, source, fallback = fwd.activations, "layer", [self.feature_names]
         else:
@@ -448,9 +494,10 @@ class RegionalRuleExplainer:
             return vec.reshape(-1)
         if request.model_args.has_per_sample(X.shape[0]):
             raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
-        return self._forward(
+        a = self._forward(
             _one_sample(x, fwd.input_shape), progress=False, input_key=request.input_key, model_args=request.model_args
-        ).activations[0]
+        ).activations
+        return (a if self.concepts is None else encode_concepts(self.concepts, a))[0]
 
     def _select(
         self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]
@@ -475,4 +522,24 @@ class RegionalRuleExplainer:
             layer=self.layer,
             layer_input=self.layer_input,
             names=names,
+            basis=self.concepts,
         )
+
+    # --------------------------------------------------------------------------------------------------------------
+    # concepts
+
+    def _check_concepts(self, inputs: Any, request: ExplainRequest, n: int | None) -> None:
+        """Before the full pass: concepts are of the layer (no separate features matrix), and the basis fits the
+        layer's activations of the first sample (its width, its encoding; :func:`check_on_sample`)."""
+        from torch_amore.explain.stream_explain import ModelBatches
+
+        if request.matrix is not None:
+            raise ValueError(
+                "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
+            )
+        check_on_sample(self.concepts, ModelBatches(self, inputs, request, n).first_activations())
+
+    def _fitted(self, activations: torch.Tensor, progress: bool) -> Any:
+        """The explainer's basis, fitted on ``activations`` unless it is fitted already (:func:`fit_once`)."""
+        self.concepts = fit_once(self.concepts, activations, progress=progress)
+        return self.concepts

@@ -68,6 +68,8 @@ class RegionalExplanation(Sequence[RuleSet]):
         message: why the result is empty, when it is.
         selection: the ``FeatureSelection`` when ``select_features=True`` was used.
         verification: the last :meth:`verify` result (a :class:`~torch_amore.verify.verification.Verification`), if any.
+        concepts: the :class:`~torch_amore.concepts.ConceptBasis` whose concept activations the rules are on
+            (``None``: rules on units or inputs); ``params["concepts"]`` describes it (kind, K, reconstruction error).
 
     Example:
         >>> import torch
@@ -101,6 +103,7 @@ class RegionalExplanation(Sequence[RuleSet]):
     explainer: Any = field(default=None, repr=False, compare=False)
     data_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     verification: Any = field(default=None, repr=False, compare=False)
+    concepts: Any = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------------------------------------------------------
     @property
@@ -202,6 +205,8 @@ class RegionalExplanation(Sequence[RuleSet]):
         if self.params.get("layer") is not None:
             where = "input of" if self.params.get("layer_input") else "layer"
             facts.append(f"{where} {self.params['layer']}")
+        if isinstance(self.params.get("concepts"), dict):
+            facts.append(concepts_text(self.params["concepts"]))
         if self.threshold is not None:
             facts.append(f"threshold {self.threshold:.4g}")
         kind = "Local rules" if self.sample is not None or self.params.get("local") else "Regional rules"
@@ -253,6 +258,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             "message": self.message,
             "selection": _json_safe(selection()) if callable(selection) else None,
             "verification": None if self.verification is None else self.verification.to_dict(),
+            **({} if self.concepts is None else {"concepts": _basis_dict(self.concepts)}),
         }
 
     @classmethod
@@ -295,6 +301,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             selection=_load_selection(data.get("selection")),
             explainer=explainer,
             verification=_verification(data.get("verification")),
+            concepts=_load_basis(data.get("concepts")),
         )
 
     def to_json(self, path: str | Path) -> None:
@@ -476,6 +483,44 @@ class RegionalExplanation(Sequence[RuleSet]):
         )
         self.verification = verify(self, inputs, args)
         return self.verification
+
+
+def concepts_text(facts: dict[str, Any]) -> str:
+    """The basis as the header names it: kind, K and, where there is one, the reconstruction error (the fraction of
+    variance unexplained, FVU, of a fitted basis).
+
+    Example:
+        >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": {"fvu": 0.0123, "mse": 0.4}})
+        'concepts: sae, K=64, reconstruction error (FVU) 0.0123'
+    """
+    text = f"concepts: {facts.get('kind')}, K={facts.get('n_concepts')}"
+    error = facts.get("reconstruction_error")
+    if isinstance(error, dict):
+        error = error.get("fvu")
+    return text if not isinstance(error, (int, float)) else f"{text}, reconstruction error (FVU) {error:.3g}"
+
+
+def _basis_dict(basis: Any) -> dict[str, Any] | None:
+    """The saved form of a concept basis (``basis.to_dict()``), ``None`` for a basis that cannot be saved (the
+    explanation's ``params["concepts"]`` still describe it)."""
+    try:
+        return _json_safe(basis.to_dict())
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
+        return None
+
+
+def _load_basis(data: Any) -> Any:
+    if data is None:
+        return None
+    from torch_amore.concepts.basis import ConceptBasis
+
+    data = S.expect_mapping(data, "concepts")
+    try:
+        return ConceptBasis.from_dict(data)
+    except S.FieldError:
+        raise
+    except (TypeError, ValueError, KeyError, ImportError) as err:
+        raise S.FieldError("concepts", f"expected a saved concept basis: {err}") from err
 
 
 def _mask(target: Any, n: int) -> torch.Tensor:

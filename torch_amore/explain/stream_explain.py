@@ -3,9 +3,11 @@ and the rules found on their codes (:mod:`torch_amore.search.stream`).
 
 Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain` (``stream=``). Each pass over the data runs the
 model on every batch; the activations (or the flattened inputs, without a layer) and the subgroup of each batch
-become one ``(X_batch, target_batch)`` of a source, so no (N, D) matrix is ever made. ``stream="auto"`` streams when
-the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available memory (RAM, or the CUDA
-device's), and says so once.
+become one ``(X_batch, target_batch)`` of a source, so no (N, D) matrix is ever made. With concepts, each batch's
+activations are encoded (:func:`torch_amore.explain.concept_space.encode_concepts`) before they are binned; a fitted
+basis is fitted first on the first rows (:func:`torch_amore.explain.concept_space.fit_on_batches`).
+``stream="auto"`` streams when the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available
+memory (RAM, or the CUDA device's), and says so once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import encode_concepts, fit_on_batches
 from torch_amore.model.batches import iter_batches
 from torch_amore.model.forward import (
     check_finite_outputs,
@@ -152,6 +155,26 @@ class ModelBatches:
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
         self.source = "layer" if explainer.layer is not None else "inputs"
+        self.raw = False  # True: the layer's activations, not their concepts
+
+    def first_activations(self) -> torch.Tensor:
+        """The layer's (1, D) flattened activations of the first sample (before any concept encoding)."""
+        self.raw = True
+        try:
+            for X, _ in self._run(first_only=True):
+                return X[:1]
+        finally:
+            self.raw = False
+        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+
+    def activations(self) -> Iterator[torch.Tensor]:
+        """The layer's flattened activations, batch by batch (to fit a concept basis on the first rows)."""
+        self.raw = True
+        try:
+            for X, _ in self._run():
+                yield X
+        finally:
+            self.raw = False
 
     def probe(self) -> tuple[int, int]:
         """(width, bytes per value) of the features, from the model run on the first sample (the first batch of a
@@ -190,8 +213,10 @@ class ModelBatches:
                     return
 
     def _features(self, activations: torch.Tensor | None, inp: Any, rows: int) -> torch.Tensor:
-        if activations is not None:
-            return activations
+        basis = getattr(self.explainer, "concepts", None)
+        if activations is not None:  # concepts once the basis is fitted (before: the probe measures the layer)
+            encode = basis is not None and basis.fitted and not self.raw
+            return encode_concepts(basis, activations) if encode else activations
         if not isinstance(inp, torch.Tensor):
             raise TypeError(
                 "Expected tensor model inputs to build rules on them, but the batches hold "
@@ -220,6 +245,11 @@ def explain_stream(
 
     batches = ModelBatches(explainer, inputs, request, None if counted is None else counted[0])
     names = request.feature_names or explainer.feature_names
+    if explainer.concepts is not None:  # fitted on the first rows, once; then every batch is encoded
+        explainer.concepts = fit_on_batches(
+            explainer.concepts, batches.activations(), progress=request.options.progress
+        )
+        names = request.feature_names or explainer.concepts.names
     prefix = "z" if batches.source == "layer" else "feature"
     options = request.options
     if request.scaler is not None:  # the width is needed first: the probe's

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from torch_amore.concepts.basis import ConceptBasis
+from torch_amore.explain.concept_space import ConceptModel
 from torch_amore.selection.selection import FeatureSelection, select_features
 
 
@@ -25,10 +27,13 @@ def select_for_subgroup(
     layer: nn.Module | None,
     layer_input: bool,
     names: Sequence[str],
+    basis: ConceptBasis | None = None,
 ) -> FeatureSelection:
     """:func:`select_features` on the explained ``inputs``: the classes are the labels for a class-index ``target``
     (when there are labels), else the subgroup ``mask`` against the rest; ``options`` (a dict) override the
     defaults: the target class of a model with several outputs, ``layer``, ``layer_input`` and the feature names.
+    With a concept ``basis`` the features are the layer's K concepts: the gradients are taken through the basis
+    (:class:`~torch_amore.explain.concept_space.ConceptModel`).
 
     Example:
         >>> model = nn.Sequential(nn.Linear(3, 2))
@@ -44,6 +49,9 @@ def select_for_subgroup(
     multi = outputs.ndim == 2 and outputs.shape[1] > 1
     classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
     opts = dict(options) if isinstance(options, dict) else {}
+    if basis is not None and layer is not None:
+        model = ConceptModel(model, layer, basis, layer_input=layer_input)
+        layer, layer_input = model.concepts, False
     opts.setdefault("target", int(target) if is_class and multi else None)
     opts.setdefault("layer", layer)
     opts.setdefault("attribute_to_layer_input", layer_input)

@@ -57,6 +57,11 @@ def _first_loader(loader: Any) -> Any:
     return loader
 
 
+def _is_indices(features: Any) -> bool:
+    """Whether a callback's ``features`` is a feature subset (indices or a ``FeatureSelection``), not a matrix."""
+    return not (hasattr(features, "iloc") or (getattr(features, "ndim", 1) == 2 and not hasattr(features, "features")))
+
+
 def _is_mask(target: Any) -> bool:
     return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
 

@@ -18,6 +18,7 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.one_warning import OneWarning
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import encode_concepts, fit_on_batches, fit_once
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import target_param
 from torch_amore.explain.subgroup_selection import select_for_subgroup
@@ -35,7 +36,7 @@ _LIMITS = {"train": "limit_train_batches", "val": "limit_val_batches", "test": "
 class CallbackExplain:
     """The explaining steps of :class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor` (which sets
     ``data``, ``target``, ``threshold``, ``features``, ``feature_names``, ``select_features``, ``options``,
-    ``batch_size`` and ``filename``)."""
+    ``batch_size``, ``filename`` and ``_basis``, the concept basis of the current extraction or ``None``)."""
 
     def _loader(self, trainer: Trainer, pl_module: LightningModule, split: str) -> tuple[Any, list[int] | None, Any]:
         """This rank's rows of the data in dataset order (no shuffling, no DistributedSampler padding), the rows'
@@ -134,9 +135,11 @@ class CallbackExplain:
 
         options = self.options.replace(progress=self.options.progress and rank_zero)
         prefix = "z" if batches.source == "layer" else "feature"
-        extractor = prepare_stream(
-            batches, options, features=self.features, feature_names=self.feature_names, name_prefix=prefix
-        )
+        names = self.feature_names
+        if self._basis is not None and batches.source == "layer":  # fitted on the first rows, then batches encoded
+            self._basis = fit_on_batches(self._basis, batches.activations(), progress=options.progress)
+            batches.basis, names = self._basis, self._basis.names
+        extractor = prepare_stream(batches, options, features=self.features, feature_names=names, name_prefix=prefix)
         extractor.target_name = batches.desc
         rule_sets, min_count = search_stream(extractor)
         mask = extractor.target
@@ -161,6 +164,10 @@ class CallbackExplain:
             X, matrix_names = V.to_tensor_2d(_rows_of(f, rows, n, "features"), "features")
             X, source, indices = X.to(fwd.outputs.device), "features", None
             names = names if names is not None else matrix_names
+        elif fwd.activations is not None and self._basis is not None:  # rules over the layer's concepts
+            self._basis = fit_once(self._basis, fwd.activations, progress=self.options.progress)
+            X, source, indices = encode_concepts(self._basis, fwd.activations), "layer", f
+            names = names if names is not None else self._basis.names
         elif fwd.activations is not None:
             X, source, indices = fwd.activations, "layer", f
         else:
@@ -186,4 +193,5 @@ class CallbackExplain:
                 layer=layer,
                 layer_input=False,
                 names=names,
+                basis=self._basis,
             )

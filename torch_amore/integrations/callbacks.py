@@ -44,11 +44,19 @@ from torch.utils.data import DataLoader, Dataset
 from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import (
+    check_on_sample,
+    concept_params,
+    encode_concepts,
+    fresh_basis,
+    resolve_basis,
+)
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import check_stream
 from torch_amore.integrations.callback_args import (
     _describe_target,
     _first_loader,
+    _is_indices,
     _refuse_a_seen_key,
     _safe,
     _same_names,
@@ -103,6 +111,13 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             explained data, before the files are written, so they show it); a dict passes options to it
             (``rule_sets``, ``method``, ``n_controls``, ``level``, ``seed``, ``batch_size``). Under DDP each rank
             verifies its own rows and rank 0's numbers are written.
+        concepts: rules over concepts of ``layer`` instead of its units, as in
+            :class:`~torch_amore.RegionalRuleExplainer` (a basis, a (D, K) matrix of directions, ``(W, center)`` or a
+            fitted method such as ``"pca"``); a fitted basis is fitted anew on each extraction's activations (in
+            memory on all of them, streamed on the first rows; under DDP by rank 0, broadcast to every rank) and kept
+            on ``explanation.concepts``.
+        n_concepts: K of a fitted basis (only with a method name).
+        concept_names: the K concept names (default: the basis's).
         stream: ``"auto"`` (default) finds the rules on the streamed batches' grid codes
             (:mod:`torch_amore.search.stream`) when the (N, D) features would exceed half the available memory (and says
             so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
@@ -150,6 +165,9 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         html: bool = False,
         verify: bool | Mapping[str, Any] = False,
         stream: bool | str = "auto",
+        concepts: Any = None,
+        n_concepts: int | None = None,
+        concept_names: Sequence[str] | None = None,
         **search_options: Any,
     ) -> None:
         self.options = SearchOptions.resolve(options, **search_options)
@@ -187,6 +205,17 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.html = bool(html)
         self.verify = check_verify_options(verify, target)
         self.stream = check_stream(stream)
+        #: The concept basis of the rules (``None``: rules on units); a fitted kind is fitted on each extraction.
+        self.concepts = resolve_basis(concepts, n_concepts, concept_names, layer=layer)
+        if self.concepts is not None and feature_names is not None:
+            raise ValueError(
+                "Expected the names of concepts as `concept_names`, not `feature_names`, with `concepts=`."
+            )
+        if self.concepts is not None and features is not None and not _is_indices(features):
+            raise ValueError(
+                "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
+            )
+        self._basis: Any = None  # the basis of the current extraction
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -355,6 +384,10 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches, callback=self
         )
         n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
+        self._basis = None
+        if self.concepts is not None:  # checked on one sample before the full pass
+            self._basis = fresh_basis(self.concepts)
+            check_on_sample(self._basis, batches.first_activations())
         if callback_streams(self, batches, n_rows):
             explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
         else:
@@ -372,6 +405,9 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             )
             explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
+        if self._basis is not None:
+            explanation.concepts = self._basis
+            explanation.params["concepts"] = concept_params(self._basis)
         if self.verify is not None and explanation.rule_sets:
             explanation.verify(
                 loader,
@@ -439,6 +475,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             X, _ = V.to_tensor_2d(features, "features")
         else:
             X = fwd.activations if source == "layer" else fwd.inputs.reshape(n, -1)
+        if source == "layer" and explanation.concepts is not None:
+            X = encode_concepts(explanation.concepts, X)
         threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
         mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, fwd.labels)
         if X.shape[0] != n or mask.shape[0] != n:

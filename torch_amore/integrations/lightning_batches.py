@@ -26,6 +26,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
 from torch_amore._utils.typing import BatchKey
+from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.stream_explain import decide_stream, unsupported
 from torch_amore.model.batches import split_batch
 from torch_amore.model.forward import Step, forward_batches
@@ -202,6 +203,21 @@ class ModuleBatches:
         self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
         self.desc, self.threshold = "target", None
         self.source = "layer" if layer is not None else "inputs"
+        self.basis: Any = None  # a concept basis: each batch's activations are encoded before they are binned
+
+    def first_activations(self) -> torch.Tensor:
+        """The layer's (1, D) flattened activations of the first sample (before any concept encoding)."""
+        batches = self(raw=True)
+        try:
+            for X, _ in batches:
+                return X[:1]
+        finally:
+            batches.close()
+        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
+
+    def activations(self) -> Iterator[torch.Tensor]:
+        """The layer's flattened activations, batch by batch (to fit a concept basis on the first rows)."""
+        return (X for X, _ in self(raw=True))
 
     def probe(self) -> tuple[int, int]:
         """(width, bytes per value) of the features, from the first batch."""
@@ -209,7 +225,7 @@ class ModuleBatches:
             return X.shape[1], X.element_size()
         raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
 
-    def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __call__(self, raw: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         cb = self.cb
         steps = module_steps(
             self.trainer,
@@ -229,6 +245,8 @@ class ModuleBatches:
                 fwd = one.result()
                 n = fwd.outputs.shape[0]
                 X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
+                if self.basis is not None and fwd.activations is not None and not raw:
+                    X = encode_concepts(self.basis, X)
                 mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, cb.target, cb.threshold, fwd.labels)
                 yield X, mask.to(X.device)
 

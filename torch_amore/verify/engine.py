@@ -1,5 +1,6 @@
 """The engine of :meth:`RegionalExplanation.verify`: checks, one clean pass, then per rule set one patched pass per
-draw (the rule set's units, then each control draw) over the samples it concerns.
+draw (the rule set's units, then each control draw) over the samples it concerns. Rules over concepts are verified
+in concept space: the units are the K concepts of the explanation's basis (:mod:`torch_amore.verify.interventions`).
 
 Sufficiency and necessity act on disjoint samples (outside and not target, inside and target), so one patched pass
 moves the first into the rule set and the second out of it. Private; see :mod:`torch_amore.verify.verification`.
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from torch_amore._utils.progress import progress_bar
+from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.data.arguments import check_int
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer, run_model
 from torch_amore.model.input_shape import check_width
@@ -53,6 +55,7 @@ class _Setup:
     input_key: Any
     model_args: ModelArgs
     progress: bool
+    basis: ConceptBasis | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ def verify(explanation: Any, inputs: Any, args: VerifyArgs) -> Verification:
 
 def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
     model, layer, layer_input = _model_and_layer(explanation, given.model)
-    n_units = len(explanation.feature_names)
+    n_units = len(explanation.feature_names)  # the concepts' K with a basis
+    basis = _basis(explanation)
     target = _target(explanation, given.target)
     n_controls = check_int(given.n_controls, "n_controls", 0)
     level = given.level
@@ -132,7 +136,20 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
         input_key=given.input_key if given.input_key is not None else explanation.data_options.get("input_key"),
         model_args=_model_args(explanation, given.additional_forward_args, given.forward_kwargs),
         progress=bool(given.progress),
+        basis=basis,
     )
+
+
+def _basis(explanation: Any) -> ConceptBasis | None:
+    """The explanation's concept basis (``None``: rules on units); a ValueError when its rules are on concepts whose
+    basis was not saved (e.g. an encoder read from JSON)."""
+    basis = getattr(explanation, "concepts", None)
+    if basis is None and explanation.params.get("concepts") is not None:
+        raise ValueError(
+            "Expected the explanation's concept basis to verify rules on concepts, but it has none (a basis that was "
+            "not saved with the JSON); set `explanation.concepts` to the basis first."
+        )
+    return basis
 
 
 def _model_and_layer(explanation: Any, model: nn.Module | None) -> tuple[nn.Module, nn.Module | None, bool]:
@@ -234,7 +251,10 @@ def _clean_pass(setup: _Setup, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]
             require_inputs=on_inputs,
             model_args=setup.model_args,
         )
-    X = (fwd.flat_inputs if on_inputs else fwd.activations).cpu()
+    X = fwd.flat_inputs if on_inputs else fwd.activations
+    if setup.basis is not None:  # rules on concepts: the (N, K) concept activations
+        X = setup.basis.encode(X.reshape(X.shape[0], -1))
+    X = X.cpu()
     if X.shape[1] != setup.n_units:
         raise ValueError(
             f"Expected the verified samples to have {setup.n_units} units (as the explained ones), but they have "
@@ -325,6 +345,7 @@ class _Plan:
             batch_size=s.batch_size,
             input_key=s.input_key,
             model_args=subset_args(s.model_args, rows, self.X.shape[0]),
+            basis=s.basis,
         )
         in_target = _target_mask(s, out)
         return torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])

@@ -14,6 +14,10 @@ Replacement methods (``into``: for sufficiency, towards the rule set; ``out``: f
   no observed value outside stays). A control unit is clamped by rank (:func:`clamp_by_rank`): into or out of the
   ranks its paired rule holds on the rule's own unit;
 * ``"mean"``: each unit takes the mean of the donors (those satisfying, respectively violating, the rule set).
+
+Rules over concepts (a :class:`~torch_amore.concepts.ConceptBasis` of the layer) patch concepts instead of units: the
+same methods give the new concept values ``c'`` (a concept is a column of the (N, K) matrix ``encode(a)``), and the
+hook replaces the layer's activations by ``basis.intervene(a, c')``, which keeps what the basis does not reconstruct.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore._utils.typing import BatchKey
+from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.model.batches import iter_batches
 from torch_amore.model.forward import (
     ModelArgs,
@@ -226,15 +231,21 @@ class _Patch:
     """Forward hook (or pre-hook for the layer's input) setting, in each row of the current batch, the flattened
     ``units`` (B, U) to ``values`` (B, U); counts its calls so that a layer running twice per pass is refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, basis: ConceptBasis | None = None) -> None:
         self.units: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.calls = 0
+        self.basis = basis
 
     def apply(self, tensor: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if self.values is None or self.units is None:
             return tensor
+        if self.basis is not None:  # the concepts ``units`` set to ``values``: a' = intervene(a, c')
+            flat = tensor.reshape(tensor.shape[0], -1)
+            concepts = self.basis.encode(flat).clone()
+            concepts.scatter_(1, self.units, self.values.to(concepts.dtype))
+            return self.basis.intervene(flat, concepts).reshape(tensor.shape).to(tensor.dtype)
         patched = tensor.clone(memory_format=torch.contiguous_format)
         flat = patched.reshape(patched.shape[0], -1)  # a view of the contiguous clone
         flat.scatter_(1, self.units, self.values.to(flat.dtype))
@@ -276,16 +287,18 @@ def patched_outputs(
     batch_size: int,
     input_key: BatchKey = None,
     model_args: ModelArgs | None = None,
+    basis: ConceptBasis | None = None,
 ) -> torch.Tensor:
     """The model's outputs on the samples ``index`` (M) of ``inputs`` with the flattened ``units`` of the i-th (the
     same (U,) for all, or (M, U), one row each) set to ``values[i]`` (M, U): on the layer through a hook, or on the
-    inputs when ``layer`` is None.
+    inputs when ``layer`` is None. With a concept ``basis``, ``units`` are concepts of the layer (set through
+    ``basis.intervene``).
     Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
     model_args = ModelArgs() if model_args is None else model_args
     device, dtype = model_device(model), model_dtype(model)
     values = values.to(device)
     units = units.to(device).expand(values.shape[0], -1)
-    patch = _Patch()
+    patch = _Patch(basis)
     it = subset_batches(inputs, index, batch_size, input_key)
     outputs, start = [], 0
     with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
