@@ -98,3 +98,11 @@ class SizedSAE(TinySAE):
 
     def __init__(self, d: int, k: int) -> None:
         super().__init__(d, k)
+
+
+class StrokeSAE(TinySAE):
+    """:class:`TinySAE` over the 8 units of :class:`StrokeModel`'s ``hidden`` layer, with 4 features, built without
+    arguments (seeded): saved and loaded by its import path ``concept_models.StrokeSAE``."""
+
+    def __init__(self, d: int = 8, k: int = 4) -> None:
+        super().__init__(d, k)

@@ -290,7 +290,7 @@ def test_a_wrong_width_or_shape_fails_on_one_sample():
         (dict(concepts=torch.eye(8), n_concepts=3), ValueError, "`n_concepts`"),
         (dict(n_concepts=3), ValueError, "`n_concepts`"),
         (dict(concept_names=["a"]), ValueError, "`concept_names`"),
-        (dict(concepts=torch.eye(8)[:, :2], concept_names=["a"]), ValueError, "2 concept `names`"),
+        (dict(concepts=torch.eye(8)[:, :2], concept_names=["a"]), ValueError, "2 concept `concept_names`"),
         (dict(concepts=torch.eye(8)[:, :2], feature_names=["a", "b"]), ValueError, "`concept_names`"),
         (dict(concept=torch.eye(8)), TypeError, "did you mean 'concepts'"),
     ],

@@ -78,6 +78,10 @@ class ConceptBasis:
         for kind in kinds:
             ConceptBasis._registry[kind] = cls
 
+    #: The argument the concept names came from, as error messages name it (``"concept_names"`` when the explainer
+    #: passed them on, see :func:`~torch_amore.concepts.resolve_concepts`).
+    names_argument: str = "names"
+
     def __init__(self, names: Sequence[str] | None = None) -> None:
         if isinstance(names, str):
             raise TypeError("Expected `names` to be a sequence of strings, but got a single string.")
@@ -140,11 +144,17 @@ class ConceptBasis:
                 f"({self.kind}) reads, but the layer has {int(width)}."
             )
 
+    def check_sample(self, activations: torch.Tensor) -> None:
+        """Check the layer's flattened activations of the first sample (1, D) before the full pass over the data; a
+        ValueError when the basis refuses them (e.g. NMF, before fitting, refuses negative values). The base class
+        accepts any: the width is :meth:`check_width`'s."""
+
     def check_names(self) -> None:
-        """A ValueError when the given names are not one per concept."""
+        """A ValueError when the given names are not one per concept (naming :attr:`names_argument`)."""
         if self._names is not None and len(self._names) != self.n_concepts:
             raise ValueError(
-                f"Expected {self.n_concepts} concept `names`, one per concept, but got {len(self._names)}."
+                f"Expected {self.n_concepts} concept `{self.names_argument}`, one per concept, but got "
+                f"{len(self._names)}."
             )
 
     def __repr__(self) -> str:

@@ -142,16 +142,8 @@ class FittedBasis(ConceptBasis):
         )
         if self._k > limit:
             raise ValueError(f"Expected `n_concepts` <= {limit} ({what}) for {self.kind.upper()}, but got {self._k}.")
-        if not bool(torch.isfinite(a).all()):
-            raise ValueError(
-                f"Expected finite activations to fit {self.kind.upper()} on, but they hold NaN or infinity."
-            )
+        self._check_values(a)
         x = a.double().cpu().numpy()
-        if self.kind == "nmf" and float(x.min()) < 0:
-            raise ValueError(
-                f"NMF needs non-negative activations, but the layer's smallest activation is {float(x.min()):.4g}: "
-                "explain a layer whose output is non-negative (e.g. a ReLU's), or use 'pca' or 'ica'."
-            )
         estimator = self._estimator()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*n_components.*")
@@ -164,6 +156,34 @@ class FittedBasis(ConceptBasis):
         error = reconstruction_error(self, a)
         self.fvu, self.mse = error["fvu"], error["mse"]
         return self
+
+    def check_sample(self, activations: torch.Tensor) -> None:
+        """Before fitting, refuse the first sample's activations (1, D) as :meth:`fit` would refuse the rows they
+        belong to: NaN or infinity, or (NMF) a negative value; so that the refusal comes before the full pass over the
+        data. A fitted basis encodes any activations.
+
+        Example:
+            >>> import torch
+            >>> FittedBasis("nmf", 2).check_sample(torch.tensor([[0.5, -2.0, 1.0]]))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: NMF needs non-negative activations, but the layer's smallest activation is -2: ...
+        """
+        if not self.fitted:
+            self._check_values(activations.detach().reshape(activations.shape[0], -1))
+
+    def _check_values(self, a: torch.Tensor) -> None:
+        """The ValueError of activations (N, D) the decomposition cannot fit: NaN or infinity; negative for NMF."""
+        if not bool(torch.isfinite(a).all()):
+            raise ValueError(
+                f"Expected finite activations to fit {self.kind.upper()} on, but they hold NaN or infinity."
+            )
+        smallest = float(a.min()) if a.numel() else 0.0
+        if self.kind == "nmf" and smallest < 0:
+            raise ValueError(
+                f"NMF needs non-negative activations, but the layer's smallest activation is {smallest:.4g}: "
+                "explain a layer whose output is non-negative (e.g. a ReLU's), or use 'pca' or 'ica'."
+            )
 
     def _estimator(self) -> Any:
         """The unfitted scikit-learn decomposition."""

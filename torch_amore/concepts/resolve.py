@@ -32,6 +32,7 @@ def resolve_concepts(
     n_concepts: int | None = None,
     seed: int = 0,
     names: Sequence[str] | None = None,
+    argument: str = "names",
 ) -> ConceptBasis | None:
     """The concept basis that ``concepts`` describes (``None`` for none), checked but not fitted yet.
 
@@ -52,10 +53,14 @@ def resolve_concepts(
         n_concepts: K, for a method name.
         seed: the seed of a fitted basis (default 0).
         names: the K concept names (not with a :class:`ConceptBasis` or a saved dict: they hold their own).
+        argument: the name of the caller's argument that held ``names``, as error messages name it (the explainer
+            passes ``"concept_names"``); the basis keeps it (:attr:`ConceptBasis.names_argument`) for the check of
+            the names' count on its first sample.
 
     Raises:
         TypeError: ``concepts`` is none of the above (the message lists them).
-        ValueError: an unknown method name (with the closest one), a method without ``n_concepts``, bad directions.
+        ValueError: an unknown method name (with the closest one), a method without ``n_concepts``, bad directions,
+            names with a basis that holds its own or not one per concept.
 
     Example:
         >>> import torch
@@ -67,38 +72,55 @@ def resolve_concepts(
         Traceback (most recent call last):
         ...
         ValueError: Expected a concept method among ['pca', 'nmf', 'ica', 'sae'], but got 'pcaa' (did you mean 'pca'?).
+        >>> resolve_concepts(torch.eye(3)[:, :2], names=["x"], argument="concept_names")
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected 2 concept `concept_names`, one per concept, but got 1.
     """
     if concepts is None:
-        _no_names(names, "None")
+        _no_names(names, "None", argument)
         return None
     if isinstance(concepts, ConceptBasis):
-        _no_names(names, "a ConceptBasis")
+        _no_names(names, "a ConceptBasis", argument)
         return concepts
     if isinstance(concepts, str):
-        return _method(concepts, n_concepts, seed, names)
+        return _named(_method(concepts, n_concepts, seed), names, argument)
     if isinstance(concepts, tuple) and len(concepts) == 2 and isinstance(concepts[0], str):
         if n_concepts is not None:
             raise ValueError("Expected `n_concepts` once: in the tuple (method, n_concepts) or as the argument.")
-        return _method(concepts[0], concepts[1], seed, names)
+        return _named(_method(concepts[0], concepts[1], seed), names, argument)
     if isinstance(concepts, (torch.Tensor, np.ndarray)):
-        return Directions(_as_columns(concepts), names=names)
+        return _named(Directions(_as_columns(concepts)), names, argument)
     if isinstance(concepts, tuple) and len(concepts) == 2:
-        return Directions(_as_columns(concepts[0]), concepts[1], names=names)
+        return _named(Directions(_as_columns(concepts[0]), concepts[1]), names, argument)
     if isinstance(concepts, Mapping):
-        return _from_mapping(concepts, names)
+        return _from_mapping(concepts, names, argument)
     if isinstance(concepts, torch.nn.Module) and callable(getattr(concepts, "encode", None)):
         decode = getattr(concepts, "decode", None)
-        return EncoderDecoder(concepts.encode, decode if callable(decode) else None, names=names)
+        return _named(EncoderDecoder(concepts.encode, decode if callable(decode) else None), names, argument)
     hint = " (an nn.Module needs an `encode` method)" if isinstance(concepts, torch.nn.Module) else ""
     raise TypeError(f"Expected `concepts` to be one of: {ACCEPTED}; but got {type(concepts).__name__}{hint}.")
 
 
-def _no_names(names: Sequence[str] | None, what: str) -> None:
+def _no_names(names: Sequence[str] | None, what: str, argument: str) -> None:
     if names is not None:
-        raise ValueError(f"Expected no `names` with `concepts` given as {what}: give the names to the basis.")
+        raise ValueError(f"Expected no `{argument}` with `concepts` given as {what}: give the names to the basis.")
 
 
-def _method(method: str, n_concepts: Any, seed: int, names: Sequence[str] | None) -> ConceptBasis:
+def _named(basis: ConceptBasis, names: Sequence[str] | None, argument: str) -> ConceptBasis:
+    """``basis`` with the concept names of ``argument``, checked one per concept where K is known already (an
+    encoder's K is known after its probe on one sample, which checks them then)."""
+    if isinstance(names, str):
+        raise TypeError(f"Expected `{argument}` to be a sequence of strings, but got a single string.")
+    basis.names_argument = argument
+    if names is not None:
+        basis._names = [str(n) for n in names]
+        if basis.fitted or not isinstance(basis, EncoderDecoder):
+            basis.check_names()
+    return basis
+
+
+def _method(method: str, n_concepts: Any, seed: int) -> ConceptBasis:
     """The unfitted basis of a method name."""
     key = method.lower()
     if key not in CONCEPT_METHODS:
@@ -113,8 +135,8 @@ def _method(method: str, n_concepts: Any, seed: int, names: Sequence[str] | None
         )
     n_concepts = check_int(n_concepts, "n_concepts", 1)
     if key == "sae":
-        return SparseAutoencoderBasis(n_concepts, seed=seed, names=names)
-    return FittedBasis(key, n_concepts, seed=seed, names=names)
+        return SparseAutoencoderBasis(n_concepts, seed=seed)
+    return FittedBasis(key, n_concepts, seed=seed)
 
 
 def _as_columns(W: Any) -> Any:
@@ -124,10 +146,10 @@ def _as_columns(W: Any) -> Any:
     return W
 
 
-def _from_mapping(concepts: Mapping[str, Any], names: Sequence[str] | None) -> ConceptBasis:
+def _from_mapping(concepts: Mapping[str, Any], names: Sequence[str] | None, argument: str) -> ConceptBasis:
     """A saved basis (with ``"kind"``) or an encoder/decoder given as a dict."""
     if "kind" in concepts:
-        _no_names(names, "a saved basis")
+        _no_names(names, "a saved basis", argument)
         return ConceptBasis.from_dict(concepts)
     unknown = [k for k in concepts if k not in _ENCODER_KEYS]
     if unknown or "encode" not in concepts:
@@ -135,10 +157,8 @@ def _from_mapping(concepts: Mapping[str, Any], names: Sequence[str] | None) -> C
         detail = f"an unexpected key {first!r}{did_you_mean(first, _ENCODER_KEYS)}" if unknown else "no 'encode'"
         raise ValueError(f"Expected `concepts` as a dict to have the keys {list(_ENCODER_KEYS)}, but it has {detail}.")
     if names is not None and concepts.get("names") is not None:
-        raise ValueError("Expected the concept names once: in the dict's 'names' or as `names`.")
-    return EncoderDecoder(
-        concepts["encode"],
-        concepts.get("decode"),
-        n_concepts=concepts.get("n_concepts"),
-        names=names if names is not None else concepts.get("names"),
+        raise ValueError(f"Expected the concept names once: in the dict's 'names' or as `{argument}`.")
+    basis = EncoderDecoder(
+        concepts["encode"], concepts.get("decode"), n_concepts=concepts.get("n_concepts"), names=concepts.get("names")
     )
+    return basis if names is None else _named(basis, names, argument)

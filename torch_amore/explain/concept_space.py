@@ -81,7 +81,9 @@ def resolve_basis(
             "Expected `n_concepts` only with a fitted method name ('pca', 'nmf', 'ica', 'sae'), but `concepts` is a "
             f"{type(concepts).__name__}, whose K is its own."
         )
-    return resolve_concepts(concepts, n_concepts=n_concepts, names=None if names is None else list(names))
+    return resolve_concepts(
+        concepts, n_concepts=n_concepts, names=None if names is None else list(names), argument="concept_names"
+    )
 
 
 def _known_k(basis: ConceptBasis) -> int | None:
@@ -119,6 +121,7 @@ def check_on_sample(basis: ConceptBasis, sample: torch.Tensor) -> None:
     known K is probed here (:meth:`EncoderDecoder.fit`)."""
     a = sample.reshape(sample.shape[0], -1)
     basis.check_width(a.shape[1])
+    basis.check_sample(a)
     if isinstance(basis, EncoderDecoder) and not basis.fitted:
         basis.fit(a)
     if basis.fitted:
