@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import _evaluation_args
-from torch_amore.model.forward import BatchKey, as_inputs
+from torch_amore.model.source import ModelInputs
 from torch_amore.model.subgroups import subgroup_mask
 
 __all__ = ["evaluate_with_model"]
@@ -45,17 +46,23 @@ def evaluate_with_model(
         if features is None:
             raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
         matrix, _ = V.to_tensor_2d(features, "features")
-    inputs, _ = as_inputs(inputs)
-    fwd = explainer._forward(
+    V.check_model_device(explainer.model)
+    on = ModelInputs.make(
+        explainer.model,
         inputs,
         batch_size=batch_size,
         progress=progress,
         input_key=input_key,
         label_key=label_key,
+        model_args=_evaluation_args(explanation, *model_args),
+    )
+    layer = explainer.layer if source == "layer" else None
+    fwd = on.collect(
+        layer,
+        explainer.layer_name,
+        explainer.layer_input,
         collect_inputs=source == "inputs",
         require_inputs=source == "inputs",
-        use_layer=source == "layer",
-        model_args=_evaluation_args(explanation, *model_args),
     )
     n = fwd.outputs.shape[0]
     label_t = fwd.labels if labels is None else V.to_labels(labels, n)

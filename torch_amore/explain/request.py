@@ -13,11 +13,13 @@ import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.model.batches import check_row_order, is_graph, n_rows
-from torch_amore.model.forward import BatchKey, ModelArgs
+from torch_amore.model.batches import check_row_order, is_graph
+from torch_amore.model.forward import ModelArgs
+from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 
@@ -43,34 +45,43 @@ class ExplainRequest:
     target_name: str | None
     model_args: ModelArgs
     local: Any
+    counted: tuple[int, int | None] | None = None  # (rows, min_support count) resolved on the data's rows
 
     @classmethod
     def make(
         cls,
         *,
         target: Any,
-        threshold: Any,
-        outputs: str,
-        labels: Any,
-        features: Any,
-        feature_names: Any,
-        select_features: Any,
-        scaler: Any,
-        options: Any,
-        search_options: Mapping[str, Any],
-        batch_size: int,
-        input_key: BatchKey,
-        label_key: BatchKey,
-        target_name: str | None,
-        additional_forward_args: Any,
-        forward_kwargs: Any,
+        threshold: Any = None,
+        outputs: str = "auto",
+        labels: Any = None,
+        features: Any = None,
+        feature_names: Any = None,
+        select_features: Any = False,
+        scaler: Any = None,
+        options: Any = None,
+        search_options: Mapping[str, Any] | None = None,
+        batch_size: int = 256,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        target_name: str | None = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: Any = None,
         local: Any = None,
     ) -> ExplainRequest:
-        opts = SearchOptions.resolve(options, **search_options)  # an unknown keyword is a TypeError here
+        """The request of the arguments of :meth:`RegionalRuleExplainer.explain`, each checked (``search_options``:
+        its keywords that name search options); those that need the data are checked by :meth:`on_rows`.
+
+        Example:
+            >>> request = ExplainRequest.make(target=1, search_options={"max_length": 2})
+            >>> request.target, request.options.max_length, request.batch_size
+            (1, 2, 256)
+        """
+        opts = SearchOptions.resolve(options, **(search_options or {}))  # an unknown keyword is a TypeError here
         V.check_not_meta(target, "target")
         V.check_not_meta(labels, "labels")
         V.check_not_meta(local, "x")
-        if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in aligned_to
+        if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in on_inputs
             target = V.align_rows(target, features, "target", "features")
             labels = V.align_rows(labels, features, "labels", "features")
         target = _class_index(target)
@@ -107,27 +118,34 @@ class ExplainRequest:
             local=local,
         )
 
-    def aligned_to(self, inputs: Any) -> ExplainRequest:
-        """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
-        (:func:`torch_amore.data.validation.align_rows`: aligned by index labels, or a ``ValueError``), unless they were
-        aligned with a DataFrame ``features`` (:meth:`make`)."""
-        if self.matrix_names is not None or not V.is_frame(inputs):
-            return self
-        target = V.align_rows(self.target, inputs, "target", "inputs")
-        labels = V.align_rows(self.labels, inputs, "labels", "inputs")
-        if target is self.target and labels is self.labels:
-            return self
-        return replace(self, target=target, labels=labels)
+    def on_inputs(self, model: Any, inputs: Any) -> tuple[ExplainRequest, ModelInputs]:
+        """The one conversion of ``explain``'s ``inputs``: the source of ``model``'s batches
+        (:meth:`~torch_amore.model.source.ModelInputs.make`) and the request checked on its rows (:meth:`on_rows`);
+        a pandas ``target`` mask and ``labels`` are first put in the row order of a DataFrame ``inputs``
+        (:func:`torch_amore.data.validation.align_rows`), unless :meth:`make` aligned them with a DataFrame
+        ``features``."""
+        request = self
+        if self.matrix_names is None and V.is_frame(inputs):
+            target = V.align_rows(self.target, inputs, "target", "inputs")
+            labels = V.align_rows(self.labels, inputs, "labels", "inputs")
+            request = replace(self, target=target, labels=labels)
+        source = ModelInputs.make(
+            model,
+            inputs,
+            batch_size=self.batch_size,
+            input_key=self.input_key,
+            label_key=self.label_key,
+            model_args=self.model_args,
+            progress=self.options.progress,
+        )
+        return request.on_rows(source), source
 
-    def check_data(self, inputs: Any) -> tuple[tuple[int, int | None] | None, torch.Tensor | None]:
-        """Checks that need the inputs but not the model: row counts, ``min_support``, the loader's order.
-
-        Returns ``(rows, min_support count)`` (``None`` when the rows are unknown before the forward pass; the
-        search plan takes the count, :class:`torch_amore.search.plan.SearchPlan`) and the labels as a tensor.
-        """
-        n = n_rows(inputs)
-        if n == 0:
-            raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
+    def on_rows(self, source: BatchSource) -> ExplainRequest:
+        """The request checked on the source's rows (``source.n``; ``None``: unknown before the model runs) before
+        the model runs: the ``min_support`` count (:attr:`counted`, over all ranks of a DDP run; the search plan takes
+        it, :class:`torch_amore.search.plan.SearchPlan`), the rows of ``features`` and ``labels`` (as a tensor),
+        ``threshold="roc"``'s labels and the loader's order."""
+        n, inputs = source.n, source.inputs
         counted = None
         if n is not None:  # a bad count fails before the model runs (over all ranks of a DDP run)
             given = self.options.min_support is not None
@@ -143,7 +161,7 @@ class ExplainRequest:
         aligned = self.aligned_with_rows(n)
         if aligned:
             check_row_order(inputs, aligned)
-        return counted, labels
+        return replace(self, labels=labels, counted=counted)
 
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""

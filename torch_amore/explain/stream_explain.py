@@ -21,15 +21,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
-from torch_amore.data import validation as V
-from torch_amore.model.batches import iter_batches
-from torch_amore.model.forward import (
-    check_finite_outputs,
-    forward_batches,
-    model_batches,
-    model_device,
-    model_feed,
-)
+from torch_amore.model.forward import check_finite_outputs, model_device
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
 __all__ = ["STREAM_MEMORY_SHARE", "check_stream", "decide_stream", "should_stream", "unsupported", "ModelBatches"]
@@ -96,9 +88,9 @@ def decide_stream(
     return too_big(n, device, probe, what)
 
 
-def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any, n: int | None) -> bool:
-    """:func:`decide_stream` for an ``explain`` call on ``n`` rows (``None``: unknown before the model runs; the
-    width measured on the first sample)."""
+def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
+    """:func:`decide_stream` for an explanation of ``request`` on the batches of ``source`` (its rows ``source.n``,
+    ``None`` when unknown before the model runs; the width measured on a first batch)."""
     r = request
     why = unsupported(
         matrix=r.matrix is not None,
@@ -109,8 +101,8 @@ def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any,
         labels=r.labels,
         evidence=r.options.wants_evidence,
     )
-    probe = lambda: ModelBatches(explainer, inputs, request, n).probe()  # noqa: E731
-    return decide_stream(stream, why, n, model_device(explainer.model), probe, "the rules are found")
+    probe = lambda: ModelBatches(explainer, source, request).probe()  # noqa: E731
+    return decide_stream(stream, why, source.n, model_device(explainer.model), probe, source.finds)
 
 
 def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
@@ -135,54 +127,42 @@ def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], 
 
 
 class ModelBatches:
-    """A source of ``(X_batch, subgroup_batch)``: each call runs the model over ``inputs`` batch by batch.
+    """A source of ``(X_batch, subgroup_batch)``: each call runs the explainer's model over the batches of ``source``
+    (:class:`~torch_amore.model.source.BatchSource`: the explainer's inputs or the Lightning callback's loader).
 
     ``outputs="auto"`` is decided on the first batch of the first pass and kept; :attr:`desc` and :attr:`threshold`
     describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
     """
 
-    def __init__(self, explainer: Any, inputs: Any, request: Any, n: int | None) -> None:
+    def __init__(self, explainer: Any, source: Any, request: Any) -> None:
+        inputs = source.inputs
         if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
             raise ValueError(
                 "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
                 "shuffles; pass DataLoader(..., shuffle=False)."
             )
-        self.explainer, self.inputs, self.request = explainer, inputs, request
-        self.n = n  # the rows of ``inputs`` (None: unknown): per-sample model arguments are split by it
+        self.explainer, self.source, self.request = explainer, source, request
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
-        self.source = "layer" if explainer.layer is not None else "inputs"
+        self.source_kind = "layer" if explainer.layer is not None else "inputs"
 
     def probe(self) -> tuple[int, int]:
         """(width, bytes per value) of the features, from the model run on the first sample (the first batch of a
         DataLoader)."""
         for X, _ in self._run(first_only=True):
             return X.shape[1], X.element_size()
-        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+        raise ValueError(self.source.empty)
 
     def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self._run()
 
     def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        ex, r = self.explainer, self.request
-        # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
-        it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
-        V.check_not_meta(r.model_args.args, "additional_forward_args")
-        V.check_not_meta(dict(r.model_args.kwargs), "forward_kwargs")
-        feed = model_feed(ex.model, r.model_args, self.n)
-        steps = forward_batches(
-            ex.model,
-            model_batches(ex.model, it),
-            feed,
-            layer=ex.layer,
-            layer_name=ex.layer_name,
-            layer_input=ex.layer_input,
-            inputs=self.inputs,
-        )
+        ex = self.explainer
+        steps = self.source.steps(ex.layer, ex.layer_name, ex.layer_input, first_only=first_only)
         with closing(steps):
             for step in steps:
                 rows = step.outputs.shape[0]
-                if not first_only:  # the probe only measures the width; the passes report NaN outputs
+                if not first_only and self.source.checks_finite:  # the probe only measures the width
                     check_finite_outputs(step.outputs, batch_start=step.start)
                 X = self._features(step.activations, step.inputs, rows)
                 yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
@@ -209,21 +189,19 @@ class ModelBatches:
         return mask
 
 
-def explain_stream(
-    explainer: Any, inputs: Any, request: Any, counted: tuple[int, int | None] | None = None
-) -> tuple[list, torch.Tensor, Any, list[str], dict]:
-    """The rule sets of a streamed explanation, its subgroup mask, the batches' source, the feature names and data
-    facts; ``counted``: the ``min_support`` count resolved before the model ran (see
-    :meth:`torch_amore.search.plan.SearchPlan.make`)."""
+def explain_stream(explainer: Any, source: Any, request: Any) -> tuple[list, torch.Tensor, Any, list[str], dict]:
+    """The rule sets of a streamed explanation on the batches of ``source``, its subgroup mask, the batches' source,
+    the feature names and data facts; the ``min_support`` count resolved before the model ran is ``request.counted``
+    (see :meth:`torch_amore.search.plan.SearchPlan.make`)."""
     from torch_amore.explain.units import with_units
     from torch_amore.search.stream import prepare_stream, search_stream
 
-    batches = ModelBatches(explainer, inputs, request, None if counted is None else counted[0])
+    batches = ModelBatches(explainer, source, request)
     names = request.feature_names or explainer.feature_names
-    prefix = "z" if batches.source == "layer" else "feature"
+    prefix = "z" if batches.source_kind == "layer" else "feature"
     options = request.options
     if request.scaler is not None:  # the width is needed first: the probe's
-        options = with_units(options, request.scaler, batches.probe()[0], batches.source)
+        options = with_units(options, request.scaler, batches.probe()[0], batches.source_kind)
     extractor = prepare_stream(
         batches,
         options,
@@ -231,14 +209,14 @@ def explain_stream(
         feature_names=names,
         target_name=request.target_name or "target",
         name_prefix=prefix,
-        counted=counted,
+        counted=request.counted,
     )
     target_name = request.target_name or batches.desc
     extractor.target_name = target_name
     rule_sets, min_count = search_stream(extractor)
     facts = {
         "min_support_count": min_count,
-        "source": batches.source,
+        "source": batches.source_kind,
         "target_name": target_name,
         "threshold": batches.threshold,
         "options": options,

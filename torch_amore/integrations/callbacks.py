@@ -42,6 +42,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
@@ -55,7 +56,7 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
-from torch_amore.integrations.lightning_batches import BatchKey, ModuleBatches, callback_streams, run_module
+from torch_amore.integrations.lightning_batches import ModuleBatches, callback_streams, run_module
 from torch_amore.model.forward import resolve_layer
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules import serialization as S
