@@ -291,7 +291,8 @@ class RegionalRuleExplainer:
             >>> from torch_amore.model.source import ModelInputs
             >>> model = torch.nn.Sequential(torch.nn.Linear(2, 1))
             >>> X = torch.rand(200, 2, generator=torch.Generator().manual_seed(0))
-            >>> request, source = ExplainRequest.make(target=lambda out: out[:, 0] > 0).on_inputs(model, X)
+            >>> request = ExplainRequest.make(target=lambda out: out[:, 0] > out[:, 0].median())
+            >>> request, source = request.on_inputs(model, X)
             >>> explanation = RegionalRuleExplainer(model).explain_batches(source, request)
             >>> len(explanation.features), explanation.params["source"]
             (2, 'inputs')
@@ -335,6 +336,7 @@ class RegionalRuleExplainer:
             rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
             min_count = options.support_count(n, size)
             message = f"The subgroup ({desc}) holds {size} of {n} rows: rules need rows inside and outside it."
+            warnings.warn(message, UserWarning, stacklevel=1)
         facts = {
             "min_support_count": min_count,
             "source": source_kind,

@@ -163,6 +163,22 @@ class ExplainRequest:
             check_row_order(inputs, aligned)
         return replace(self, labels=labels, counted=counted)
 
+    def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:
+        """The request on one rank's rows of a dataset: ``rows`` are this rank's indices of the whole dataset (all
+        ranks hold ``D.global_count(len(rows))`` rows, as many as a mask ``target`` or a ``features`` matrix must
+        have), of which the first ``n`` are explained; ``rows=None``: the data are not sharded.
+
+        Example:
+            >>> request = ExplainRequest.make(target=torch.tensor([True, False, True, False]))
+            >>> request.shard([0, 1, 2, 3], 2).target  # one process: its rows are all rows; two of them explained
+            tensor([ True, False])
+        """
+        if rows is None or n is None:
+            return self
+        target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
+        matrix = None if self.matrix is None else _rows_of(self.matrix, rows, n, "features")
+        return replace(self, target=target, matrix=matrix)
+
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""
         what = []
@@ -170,11 +186,32 @@ class ExplainRequest:
             what.append("`features`")
         if self.labels is not None:
             what.append("`labels`")
-        if isinstance(self.target, (torch.Tensor, np.ndarray, list)):
+        if _is_mask(self.target):
             what.append("the mask `target`")
         if self.model_args.has_per_sample(n):
             what.append("the per-sample model arguments")
         return " and ".join(what)
+
+
+def _is_mask(target: Any) -> bool:
+    return isinstance(target, (torch.Tensor, np.ndarray, list))
+
+
+def _rows_of(values: Any, rows: list[int], n: int, name: str) -> Any:
+    """The first ``n`` of ``rows`` of a per-sample ``values`` (tensor, array, Series or list), which must have a row
+    per row of the whole dataset (all ranks)."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if D.global_count(len(rows)) != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
+            f"but got {size}."
+        )
+    index = rows[:n]
+    if hasattr(values, "iloc"):
+        return values.iloc[index]
+    if isinstance(values, torch.Tensor):
+        return values[torch.as_tensor(index, dtype=torch.long)]
+    return np.asarray(values)[index]
 
 
 def _class_index(target: Any) -> Any:

@@ -56,7 +56,7 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
-from torch_amore.integrations.lightning_batches import ModuleBatches, callback_streams, run_module
+from torch_amore.integrations.lightning_batches import run_module
 from torch_amore.model.forward import resolve_layer
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules import serialization as S
@@ -348,30 +348,9 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         V.check_model_device(pl_module, type(pl_module).__name__)
         split = self.data if isinstance(self.data, str) else "loader"
         start = time.perf_counter()
-        loader, rows, max_batches = self._loader(trainer, pl_module, split)
         epoch = self._train_epoch if split != "test" else (trainer.current_epoch - 1 if trainer.current_epoch else None)
         rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: explaining the {split} data (epoch {epoch}) ...")
-        layer, layer_name = resolve_layer(pl_module, self.layer)
-        batches = ModuleBatches(
-            trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches, callback=self
-        )
-        n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
-        if callback_streams(self, batches, n_rows):
-            explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
-        else:
-            fwd = run_module(
-                trainer,
-                pl_module,
-                loader,
-                layer=layer,
-                layer_name=layer_name,
-                max_batches=max_batches,
-                input_key=self.input_key,
-                label_key=self.label_key,
-                forward_kwargs=self.forward_kwargs,
-                collect_inputs=layer is None or bool(self.select_features),
-            )
-            explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
+        explanation, loader = self._explain(trainer, pl_module, split)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
         if self.verify is not None and explanation.rule_sets:
             explanation.verify(
