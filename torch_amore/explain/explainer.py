@@ -206,7 +206,16 @@ class RegionalRuleExplainer:
         # every reason to warn, in one UserWarning; not the leak caveat: rules are meant to match the model's decision
         with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:
             V.check_model_device(self.model)
-            request, source = request.on_inputs(self.model, inputs)  # the one conversion of the inputs
+            request = request.aligned_to(inputs)  # a pandas mask target and labels in a DataFrame's row order
+            source = ModelInputs.make(  # the one conversion of the inputs
+                self.model,
+                inputs,
+                batch_size=request.batch_size,
+                input_key=request.input_key,
+                label_key=request.label_key,
+                model_args=request.model_args,
+                progress=request.options.progress,
+            )
             explanation = self.explain_batches(source, request, stream=stream)
         explanation.message = warned.text
         return explanation
@@ -283,20 +292,20 @@ class RegionalRuleExplainer:
         """The explanation of ``request`` on the model's batches from ``source``, in memory or streamed: the one
         pipeline of :meth:`explain` and the Lightning callback (which supplies Lightning's batch transfer).
 
-        ``request`` is checked on the source's rows (:meth:`ExplainRequest.on_inputs`, :meth:`ExplainRequest.on_rows`);
-        ``empty="keep"`` returns an explanation without rule sets (and says why in its ``message``) where the subgroup
-        holds no row or every row, instead of raising.
+        ``request`` is checked on the source's rows first (:meth:`ExplainRequest.on_rows`); ``empty="keep"`` returns
+        an explanation without rule sets (and says why in its ``message``) where the subgroup holds no row or every
+        row, instead of raising.
 
         Example:
             >>> from torch_amore.model.source import ModelInputs
             >>> model = torch.nn.Sequential(torch.nn.Linear(2, 1))
             >>> X = torch.rand(200, 2, generator=torch.Generator().manual_seed(0))
             >>> request = ExplainRequest.make(target=lambda out: out[:, 0] > out[:, 0].median())
-            >>> request, source = request.on_inputs(model, X)
-            >>> explanation = RegionalRuleExplainer(model).explain_batches(source, request)
+            >>> explanation = RegionalRuleExplainer(model).explain_batches(ModelInputs.make(model, X), request)
             >>> len(explanation.features), explanation.params["source"]
             (2, 'inputs')
         """
+        request = request.on_rows(source)
         if stream is not False and should_stream(stream, self, source, request):
             return self._explain_streamed(source, request)
         fwd = self._run(source, request)

@@ -19,7 +19,7 @@ from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.model.batches import check_row_order, is_graph
 from torch_amore.model.forward import ModelArgs
-from torch_amore.model.source import BatchSource, ModelInputs
+from torch_amore.model.source import BatchSource
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 
@@ -81,7 +81,7 @@ class ExplainRequest:
         V.check_not_meta(target, "target")
         V.check_not_meta(labels, "labels")
         V.check_not_meta(local, "x")
-        if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in on_inputs
+        if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in aligned_to
             target = V.align_rows(target, features, "target", "features")
             labels = V.align_rows(labels, features, "labels", "features")
         target = _class_index(target)
@@ -118,27 +118,15 @@ class ExplainRequest:
             local=local,
         )
 
-    def on_inputs(self, model: Any, inputs: Any) -> tuple[ExplainRequest, ModelInputs]:
-        """The one conversion of ``explain``'s ``inputs``: the source of ``model``'s batches
-        (:meth:`~torch_amore.model.source.ModelInputs.make`) and the request checked on its rows (:meth:`on_rows`);
-        a pandas ``target`` mask and ``labels`` are first put in the row order of a DataFrame ``inputs``
-        (:func:`torch_amore.data.validation.align_rows`), unless :meth:`make` aligned them with a DataFrame
-        ``features``."""
-        request = self
-        if self.matrix_names is None and V.is_frame(inputs):
-            target = V.align_rows(self.target, inputs, "target", "inputs")
-            labels = V.align_rows(self.labels, inputs, "labels", "inputs")
-            request = replace(self, target=target, labels=labels)
-        source = ModelInputs.make(
-            model,
-            inputs,
-            batch_size=self.batch_size,
-            input_key=self.input_key,
-            label_key=self.label_key,
-            model_args=self.model_args,
-            progress=self.options.progress,
-        )
-        return request.on_rows(source), source
+    def aligned_to(self, inputs: Any) -> ExplainRequest:
+        """The request with a pandas mask ``target`` and ``labels`` in the row order of a DataFrame ``inputs``
+        (:func:`torch_amore.data.validation.align_rows`: by index labels, or a ``ValueError``), unless :meth:`make`
+        aligned them with a DataFrame ``features``."""
+        if self.matrix_names is not None or not V.is_frame(inputs):
+            return self
+        target = V.align_rows(self.target, inputs, "target", "inputs")
+        labels = V.align_rows(self.labels, inputs, "labels", "inputs")
+        return replace(self, target=target, labels=labels)
 
     def on_rows(self, source: BatchSource) -> ExplainRequest:
         """The request checked on the source's rows (``source.n``; ``None``: unknown before the model runs) before

@@ -85,10 +85,9 @@ class CallbackExplain:
             input_key=self.input_key,
             label_key=self.label_key,
         )
-        request = request.shard(rows, n).on_rows(source)
         explainer = RegionalRuleExplainer(pl_module, self.layer)
         with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:  # rules are meant to match the model's decision
-            explanation = explainer.explain_batches(source, request, stream=self.stream, empty="keep")
+            explanation = explainer.explain_batches(source, request.shard(rows, n), stream=self.stream, empty="keep")
         explanation.message = warned.text
         params = explanation.params
         del params["progress"]  # the same on every rank
