@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.callbacks import EarlyStopping
@@ -45,6 +44,8 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.evaluation import evaluate_on
+from torch_amore.explain.explainer import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import check_stream
 from torch_amore.integrations.callback_args import (
@@ -56,9 +57,9 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
-from torch_amore.integrations.lightning_batches import run_module
+from torch_amore.integrations.lightning_batches import LightningBatches
 from torch_amore.model.forward import resolve_layer
-from torch_amore.model.subgroups import check_target, subgroup_mask
+from torch_amore.model.subgroups import check_target
 from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence_columns import verdict_line
 from torch_amore.rules.metrics import RuleMetrics
@@ -399,28 +400,15 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         elif isinstance(data, Dataset) and not isinstance(data, DataLoader):
             data = DataLoader(data, batch_size=self.batch_size, shuffle=False)
         target = self.target if target is None else target
-        source = explanation.params.get("source")
-        if source == "features" and features is None:
-            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
-        layer, layer_name = resolve_layer(pl_module, self.layer) if source == "layer" else (None, None)
-        fwd = run_module(
+        layer = self.layer if explanation.params.get("source") == "layer" else None
+        on = LightningBatches(
             None,
             pl_module,
             data,
-            layer=layer,
-            layer_name=layer_name,
             input_key=self.input_key,
             label_key=self.label_key,
             forward_kwargs=self.forward_kwargs,
-            collect_inputs=source == "inputs",
         )
-        n = fwd.outputs.shape[0]
-        if source == "features":
-            X, _ = V.to_tensor_2d(features, "features")
-        else:
-            X = fwd.activations if source == "layer" else fwd.inputs.reshape(n, -1)
-        threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
-        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, fwd.labels)
-        if X.shape[0] != n or mask.shape[0] != n:
-            raise ValueError(f"Expected `features` and `target` with one row per sample of `data` ({n}).")
-        return [rs.evaluate(X, mask.to(X.device)) for rs in explanation.rule_sets]
+        return evaluate_on(
+            RegionalRuleExplainer(pl_module, layer), explanation, on, target, labels=None, features=features
+        )

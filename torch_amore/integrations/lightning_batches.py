@@ -26,7 +26,7 @@ from torch import nn
 
 from torch_amore._utils.typing import BatchKey
 from torch_amore.model.batches import split_batch
-from torch_amore.model.forward import Forward, Step
+from torch_amore.model.forward import Step
 from torch_amore.model.source import BatchSource
 
 
@@ -129,21 +129,3 @@ class LightningBatches(BatchSource):
                 acts = None if s.activations is None else _at_least_float32(s.activations)
                 inp = _at_least_float32(s.inputs.detach()) if isinstance(s.inputs, torch.Tensor) else s.inputs
                 yield Step(_at_least_float32(s.outputs), acts, inp, s.labels, s.start)
-
-
-def run_module(
-    trainer: Trainer | None,
-    pl_module: LightningModule,
-    loader: Any,
-    *,
-    layer: nn.Module | None = None,
-    layer_name: str | None = None,
-    collect_inputs: bool = False,
-    **batching: Any,
-) -> Forward:
-    """Run ``pl_module`` over (the first ``max_batches`` batches of) ``loader`` through the trainer's batch path and
-    collect outputs, the ``layer``'s activations, the inputs (``collect_inputs``) and labels
-    (:meth:`LightningBatches.collect`; ``batching``: ``max_batches``, ``input_key``, ``label_key``,
-    ``forward_kwargs``, ``dataloader_idx``)."""
-    source = LightningBatches(trainer, pl_module, loader, **batching)
-    return source.collect(layer, layer_name, collect_inputs=collect_inputs)
