@@ -11,7 +11,7 @@ device's), and says so once.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
@@ -24,7 +24,7 @@ from torch_amore.data import memory as M
 from torch_amore.model.forward import check_finite_outputs, model_device
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "decide_stream", "should_stream", "unsupported", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "unsupported", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -39,89 +39,61 @@ def check_stream(stream: Any) -> bool | str:
     raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
 
 
-def unsupported(
-    *,
-    matrix: bool,
-    select: Any,
-    threshold: Any,
-    target: Any,
-    local: Any = None,
-    labels: Any = None,
-    evidence: bool = False,
-) -> str:
-    """What of a request a streamed explanation cannot do ('' when it can do all): the one list of the explainer and
-    the Lightning callback.
+def unsupported(request: Any) -> str:
+    """What of an :class:`~torch_amore.explain.request.ExplainRequest` a streamed explanation cannot do ('' when it
+    can do all).
 
     Example:
-        >>> unsupported(matrix=False, select=False, threshold="roc", target=1)
+        >>> from torch_amore.explain.request import ExplainRequest
+        >>> unsupported(ExplainRequest.make(target=1, threshold="roc"))
         "threshold='roc' (it needs all outputs at once)"
     """
-    if matrix:
+    r = request
+    if r.matrix is not None:
         return "a separate `features` matrix"
-    if select:
+    if r.select:
         return "select_features=True"
-    if local is not None:
+    if r.local is not None:
         return "local rules (explain_local)"
-    if threshold == "roc":
+    if r.threshold == "roc":
         return "threshold='roc' (it needs all outputs at once)"
-    if isinstance(target, (torch.Tensor, np.ndarray, list)) or hasattr(target, "iloc"):  # iloc: a pandas Series
+    if isinstance(r.target, (torch.Tensor, np.ndarray, list)) or hasattr(r.target, "iloc"):  # iloc: a pandas Series
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
-    if labels is not None:
+    if r.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
-    if evidence:
+    if r.options.wants_evidence:
         return "`holdout`, `permutations` or `stability` (not supported yet with streamed data)"
     return ""
 
 
-def decide_stream(
-    stream: bool | str, why: str, n: int | None, device: torch.device, probe: Callable[[], tuple[int, int]], what: str
-) -> bool:
-    """Whether to stream: ``stream`` itself (``True`` refused with the reason ``why`` from :func:`unsupported`), or
-    for ``"auto"`` whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s
-    available memory (:func:`too_big`); never when ``why`` or when ``n`` is unknown before the model runs."""
+def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
+    """Whether an explanation of ``request`` on the batches of ``source`` streams: ``stream`` itself (``True``
+    refused for what :func:`unsupported` names), or for ``"auto"`` whether the ``source.n`` rows, of the width of the
+    features on a first batch, exceed :data:`STREAM_MEMORY_SHARE` of the model device's available memory (on any rank
+    of a DDP run: every rank then streams; said once); never for what :func:`unsupported` names or when ``source.n``
+    is unknown before the model runs."""
+    why = unsupported(request)
     if stream is True and why:
         raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
     if stream != "auto":
         return stream is True
+    n, device = source.n, model_device(explainer.model)
     if why or n is None:
         return bool(D.any_rank(False))
-    return too_big(n, device, probe, what)
-
-
-def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
-    """:func:`decide_stream` for an explanation of ``request`` on the batches of ``source`` (its rows ``source.n``,
-    ``None`` when unknown before the model runs; the width measured on a first batch)."""
-    r = request
-    why = unsupported(
-        matrix=r.matrix is not None,
-        select=r.select,
-        threshold=r.threshold,
-        target=r.target,
-        local=r.local,
-        labels=r.labels,
-        evidence=r.options.wants_evidence,
-    )
-    probe = lambda: ModelBatches(explainer, source, request).probe()  # noqa: E731
-    return decide_stream(stream, why, source.n, model_device(explainer.model), probe, source.finds)
-
-
-def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
-    """Whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s available memory
-    (on any rank of a DDP run: every rank then streams); says so once."""
     free, _ = M.available_memory(device)
     width = itemsize = 0
     if free is not None:
-        width, itemsize = probe()
+        width, itemsize = ModelBatches(explainer, source, request).probe()
     need = n * width * itemsize
     big = free is not None and need > STREAM_MEMORY_SHARE * free
     if big and f"{n}x{width}" not in _said:
         _said.add(f"{n}x{width}")
         warnings.warn(
             f"stream='auto': the ({n}, {width}) matrix of features ({need / 2**30:.2f} GiB) would exceed "
-            f"{STREAM_MEMORY_SHARE:.0%} of the available {device.type} memory ({free / 2**30:.2f} GiB), so {what} "
-            "on the streamed batches' grid codes (stream=False forces the in-memory path).",
+            f"{STREAM_MEMORY_SHARE:.0%} of the available {device.type} memory ({free / 2**30:.2f} GiB), so "
+            f"{source.finds} on the streamed batches' grid codes (stream=False forces the in-memory path).",
             UserWarning,
-            stacklevel=5,
+            stacklevel=3,
         )
     return bool(D.any_rank(big))
 
