@@ -159,39 +159,3 @@ class ModelBatches:
         labels = None if lab is None else torch.as_tensor(lab).reshape(rows, -1).squeeze(1).detach().cpu()
         mask, self.threshold, self.desc = subgroup_mask(out, target, self.request.threshold, labels, self.kind)
         return mask
-
-
-def explain_stream(explainer: Any, source: Any, request: Any) -> tuple[list, torch.Tensor, Any, list[str], dict]:
-    """The rule sets of a streamed explanation on the batches of ``source``, its subgroup mask, the batches' source,
-    the feature names and data facts; the ``min_support`` count resolved before the model ran is ``request.counted``
-    (see :meth:`torch_amore.search.plan.SearchPlan.make`)."""
-    from torch_amore.explain.units import with_units
-    from torch_amore.search.stream import prepare_stream, search_stream
-
-    batches = ModelBatches(explainer, source, request)
-    names = request.feature_names or explainer.feature_names
-    prefix = "z" if batches.source_kind == "layer" else "feature"
-    options = request.options
-    if request.scaler is not None:  # the width is needed first: the probe's
-        options = with_units(options, request.scaler, batches.probe()[0], batches.source_kind)
-    extractor = prepare_stream(
-        batches,
-        options,
-        features=request.indices,
-        feature_names=names,
-        target_name=request.target_name or "target",
-        name_prefix=prefix,
-        counted=request.counted,
-    )
-    target_name = request.target_name or batches.desc
-    extractor.target_name = target_name
-    rule_sets, min_count = search_stream(extractor)
-    facts = {
-        "min_support_count": min_count,
-        "source": batches.source_kind,
-        "target_name": target_name,
-        "threshold": batches.threshold,
-        "options": options,
-        "stream": True,
-    }
-    return rule_sets, extractor.target, extractor, extractor.names, facts
