@@ -36,13 +36,13 @@ from torch_amore.explain.request import (
     resolve_names,
     target_param,
 )
-from torch_amore.explain.stream_explain import ModelBatches, check_stream, should_stream
+from torch_amore.explain.stream_explain import check_stream, explain_streamed, should_stream
 from torch_amore.explain.subgroup_selection import select_for_subgroup
 from torch_amore.explain.units import with_units
 from torch_amore.model.forward import Forward, ModelArgs, eval_mode, resolve_layer
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import subgroup_mask
-from torch_amore.rules.caveats import base_rate_reason, useless_reason
+from torch_amore.rules.caveats import useless_reason
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
@@ -307,7 +307,7 @@ class RegionalRuleExplainer:
         """
         request = request.on_rows(source)
         if stream is not False and should_stream(stream, self, source, request):
-            return self._explain_streamed(source, request)
+            return explain_streamed(self, source, request)
         fwd = self._run(source, request)
         labels = self._labels(fwd, request.labels)
         mask, threshold, desc = subgroup_mask(fwd.outputs, request.target, request.threshold, labels, request.outputs)
@@ -368,53 +368,6 @@ class RegionalRuleExplainer:
             selection=selection,
             explainer=self,
             data_options=_data_options(request, fwd.outputs.shape[0]),
-        )
-
-    def _explain_streamed(self, source: BatchSource, request: ExplainRequest) -> RegionalExplanation:
-        """:meth:`explain_batches` on streamed batches: the rules found on their codes in passes over the source
-        (:class:`~torch_amore.explain.stream_explain.ModelBatches`, :mod:`torch_amore.search.stream`)."""
-        from torch_amore.search.stream import prepare_stream, search_stream  # loaded when a call streams
-
-        batches = ModelBatches(self, source, request)
-        options = request.options
-        if request.scaler is not None:  # the width is needed first: the probe's
-            options = with_units(options, request.scaler, batches.probe()[0], batches.source_kind)
-        extractor = prepare_stream(
-            batches,
-            options,
-            features=request.indices,
-            feature_names=request.feature_names or self.feature_names,
-            target_name=request.target_name or "target",
-            name_prefix="z" if batches.source_kind == "layer" else "feature",
-            counted=request.counted,
-        )
-        extractor.target_name = target_name = request.target_name or batches.desc
-        rule_sets, min_count = search_stream(extractor)
-        mask = extractor.target
-        n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
-        message = useless_reason(rule_sets, n, size, min_count=min_count, local=False)
-        for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
-            if reason:
-                warnings.warn(reason, UserWarning, stacklevel=3)
-        facts = {
-            "min_support_count": min_count,
-            "source": batches.source_kind,
-            "target_name": target_name,
-            "n_samples": mask.shape[0],
-            "subgroup_size": int(mask.sum()),
-            "target": target_param(request.target, target_name),
-            "stream": True,
-        }
-        return RegionalExplanation(
-            rule_sets=rule_sets,
-            subgroup=mask,
-            threshold=batches.threshold,
-            features=list(extractor.binned.columns),
-            feature_names=extractor.names,
-            params=self._params(request, options, facts),
-            message=message,
-            explainer=self,
-            data_options=_data_options(request, mask.shape[0]),
         )
 
     def _params(self, request: ExplainRequest, options: SearchOptions, facts: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""Streamed explanations: the layer's activations and the subgroup computed batch by batch, in the same forward pass,
-and the rules found on their codes (:mod:`torch_amore.search.stream`).
+"""Streamed explanations: the features and the subgroup computed batch by batch, in the same forward pass, and the
+rules found on their codes (:mod:`torch_amore.search.stream`).
 
-Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain` (``stream=``). Each pass over the data runs the
-model on every batch; the activations (or the flattened inputs, without a layer) and the subgroup of each batch
-become one ``(X_batch, target_batch)`` of a source, so no (N, D) matrix is ever made. ``stream="auto"`` streams when
-the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available memory (RAM, or the CUDA
-device's), and says so once.
+Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain_batches` (``stream=``): :func:`explain_streamed`.
+Each pass over the data runs the model on every batch of a batch source (the explainer's inputs or the Lightning
+callback's loader); the activations (or the flattened inputs, without a layer) and the subgroup of each batch become
+one ``(X_batch, target_batch)`` (:class:`ModelBatches`), so no (N, D) matrix is ever made. ``stream="auto"`` streams
+when the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available memory (RAM, or the CUDA
+device's), and says so once (:func:`should_stream`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.request import _data_options, target_param
+from torch_amore.explain.units import with_units
 from torch_amore.model.forward import check_finite_outputs, model_device
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
+from torch_amore.rules.caveats import base_rate_reason, useless_reason
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "should_stream", "unsupported", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "explain_streamed", "should_stream", "unsupported", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -159,3 +164,52 @@ class ModelBatches:
         labels = None if lab is None else torch.as_tensor(lab).reshape(rows, -1).squeeze(1).detach().cpu()
         mask, self.threshold, self.desc = subgroup_mask(out, target, self.request.threshold, labels, self.kind)
         return mask
+
+
+def explain_streamed(explainer: Any, source: Any, request: Any) -> RegionalExplanation:
+    """:meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>` on streamed
+    batches: the rules found on their codes in passes over ``source`` (:class:`ModelBatches`,
+    :mod:`torch_amore.search.stream`)."""
+    from torch_amore.search.stream import prepare_stream, search_stream  # loaded when a call streams
+
+    batches = ModelBatches(explainer, source, request)
+    options = request.options
+    if request.scaler is not None:  # the width is needed first: the probe's
+        options = with_units(options, request.scaler, batches.probe()[0], batches.source_kind)
+    extractor = prepare_stream(
+        batches,
+        options,
+        features=request.indices,
+        feature_names=request.feature_names or explainer.feature_names,
+        target_name=request.target_name or "target",
+        name_prefix="z" if batches.source_kind == "layer" else "feature",
+        counted=request.counted,
+    )
+    extractor.target_name = target_name = request.target_name or batches.desc
+    rule_sets, min_count = search_stream(extractor)
+    mask = extractor.target
+    n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
+    message = useless_reason(rule_sets, n, size, min_count=min_count, local=False)
+    for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
+        if reason:
+            warnings.warn(reason, UserWarning, stacklevel=3)
+    facts = {
+        "min_support_count": min_count,
+        "source": batches.source_kind,
+        "target_name": target_name,
+        "n_samples": mask.shape[0],
+        "subgroup_size": int(mask.sum()),
+        "target": target_param(request.target, target_name),
+        "stream": True,
+    }
+    return RegionalExplanation(
+        rule_sets=rule_sets,
+        subgroup=mask,
+        threshold=batches.threshold,
+        features=list(extractor.binned.columns),
+        feature_names=extractor.names,
+        params=explainer._params(request, options, facts),
+        message=message,
+        explainer=explainer,
+        data_options=_data_options(request, mask.shape[0]),
+    )
