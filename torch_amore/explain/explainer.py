@@ -292,9 +292,9 @@ class RegionalRuleExplainer:
         """The explanation of ``request`` on the model's batches from ``source``, in memory or streamed: the one
         pipeline of :meth:`explain` and the Lightning callback (which supplies Lightning's batch transfer).
 
-        ``request`` is checked on the source's rows first (:meth:`ExplainRequest.on_rows`); ``empty="keep"`` returns
-        an explanation without rule sets (and says why in its ``message``) where the subgroup holds no row or every
-        row, instead of raising.
+        ``request`` is checked on the source's rows first
+        (:meth:`~torch_amore.explain.request.ExplainRequest.on_rows`); ``empty="keep"`` returns an explanation without
+        rule sets (and says why in its ``message``) where the subgroup holds no row or every row, instead of raising.
 
         Example:
             >>> from torch_amore.model.source import ModelInputs

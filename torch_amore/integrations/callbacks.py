@@ -1,9 +1,9 @@
 """RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
 
-The callback runs the LightningModule over the explained data exactly as Lightning's validation loop does (the
-precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.integrations.lightning_batches`),
-takes the subgroup from its outputs and the features from its inputs or a layer, and runs
-:func:`torch_amore.extract_rules`.
+The callback runs :meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>`,
+the pipeline of ``explain``, on the request ``explain`` would make of its arguments; the LightningModule runs over the
+explained data exactly as Lightning's validation loop runs it (the precision plugin, the batch hooks, the strategy's
+device transfer: :mod:`torch_amore.integrations.lightning_batches`).
 
 When (see ``docs/lightning.md``):
 
