@@ -305,6 +305,8 @@ class RegionalRuleExplainer:
             >>> len(explanation.features), explanation.params["source"]
             (2, 'inputs')
         """
+        if empty not in ("raise", "keep"):
+            raise ValueError(f"Expected `empty` to be 'raise' or 'keep', but got {empty!r}.")
         request = request.on_rows(source)
         if stream is not False and should_stream(stream, self, source, request):
             return explain_streamed(self, source, request)
