@@ -35,7 +35,7 @@ from torch_amore import (  # noqa: E402
     extract_rules,
 )
 from torch_amore._utils import distributed as D  # noqa: E402
-from torch_amore.integrations.lightning_batches import run_module  # noqa: E402
+from torch_amore.integrations.lightning_batches import LightningBatches  # noqa: E402
 from torch_amore.model.batches import split_batch  # noqa: E402
 
 TASK = Path(__file__).resolve().parents[1] / "lightning_task.py"
@@ -403,7 +403,7 @@ def test_batch_splitting_and_mode_restoring():
     pl_module = _NoValidationStep()
     pl_module.net = model
     batches = [torch.ones(4, 3), torch.zeros(2, 3)]
-    out = run_module(None, pl_module, batches, layer=model[0], layer_name="net.0", collect_inputs=True)
+    out = LightningBatches(None, pl_module, batches).collect(model[0], "net.0", collect_inputs=True)
     assert out.outputs.shape == (6, 2) and torch.equal(out.activations, out.outputs)  # dropout off in eval mode
     assert torch.equal(out.inputs, torch.cat(batches)) and out.labels is None
     assert pl_module.training and model.training and not model[0].training and model[1].training

@@ -279,16 +279,6 @@ def resolve_affine(values: Any, name: str, n_features: int, default: float) -> l
     return vals
 
 
-def integer_columns(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per column: (all non-missing values are integers, the non-missing values are exactly {0, 1}).
-
-    Beyond 2**53 every float64 is a whole number, so a column with such values does not count as integer-valued.
-    One chunked pass over X, vectorized over columns (:func:`torch_amore.data.column_stats.column_stats`).
-    """
-    stats = column_stats(X)
-    return stats.is_int, stats.binary()
-
-
 def infer_feature_types(X: torch.Tensor) -> list[str]:
     """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued columns, else ``float``.
 

@@ -30,6 +30,7 @@ from torch_amore.concepts.resolve import resolve_concepts
 __all__ = [
     "FIT_ROWS",
     "ConceptModel",
+    "check_concepts",
     "check_on_sample",
     "concept_params",
     "concept_selector",
@@ -46,11 +47,11 @@ FIT_ROWS = 10_000
 
 
 def resolve_basis(
-    concepts: Any, n_concepts: int | None, names: Sequence[str] | None, *, layer: Any
+    concepts: Any, n_concepts: int | None, names: Sequence[str] | None, *, layer: Any, feature_names: Any = None
 ) -> ConceptBasis | None:
-    """The basis of the explainer's ``concepts=`` (``None``: rules on units), with the argument checks that need no
-    data: concepts need a ``layer`` (they are directions of its activations); ``n_concepts`` and
-    ``concept_names`` need ``concepts``.
+    """The basis of the explainer's (or the callback's) ``concepts=`` (``None``: rules on units), with the argument
+    checks that need no data: concepts need a ``layer`` (they are directions of its activations); ``n_concepts`` and
+    ``concept_names`` need ``concepts``; their names are ``concept_names``, not ``feature_names``.
 
     Example:
         >>> import torch
@@ -81,9 +82,12 @@ def resolve_basis(
             "Expected `n_concepts` only with a fitted method name ('pca', 'nmf', 'ica', 'sae'), but `concepts` is a "
             f"{type(concepts).__name__}, whose K is its own."
         )
-    return resolve_concepts(
+    basis = resolve_concepts(
         concepts, n_concepts=n_concepts, names=None if names is None else list(names), argument="concept_names"
     )
+    if feature_names is not None:
+        raise ValueError("Expected the names of concepts as `concept_names`, not `feature_names`, with `concepts=`.")
+    return basis
 
 
 def _known_k(basis: ConceptBasis) -> int | None:
@@ -132,6 +136,19 @@ def check_on_sample(basis: ConceptBasis, sample: torch.Tensor) -> None:
         raise ValueError(
             f"Expected `n_concepts` at most the layer's width ({a.shape[1]}) for {basis.kind!r}, but got {k}."
         )
+
+
+def check_concepts(explainer: Any, source: Any, request: Any) -> None:
+    """Before the full pass of ``explainer.explain_batches``: concepts are of the layer (no separate ``features``
+    matrix in ``request``), and the explainer's basis fits the layer's activations of the first sample of ``source``
+    (:func:`check_on_sample`)."""
+    from torch_amore.explain.stream_explain import ModelBatches  # it encodes each streamed batch with this module
+
+    if request.matrix is not None:
+        raise ValueError(
+            "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
+        )
+    check_on_sample(explainer.concepts, ModelBatches(explainer, source, request).first_activations())
 
 
 def fit_once(basis: ConceptBasis, activations: torch.Tensor, *, progress: bool = False) -> ConceptBasis:

@@ -8,14 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import validation as V
 from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import _evaluation_args
-from torch_amore.model.forward import BatchKey, as_inputs
+from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import subgroup_mask
 
-__all__ = ["evaluate_with_model"]
+__all__ = ["evaluate_on", "evaluate_with_model"]
 
 
 def evaluate_with_model(
@@ -36,27 +37,43 @@ def evaluate_with_model(
     :class:`~torch_amore.RegionalRuleExplainer` that made it) on the same model/layer path and with the same threshold:
     what :meth:`RegionalExplanation.evaluate <torch_amore.RegionalExplanation.evaluate>` does when it has the model.
     ``model_args``: the new data's ``(additional_forward_args, forward_kwargs)``."""
-    source = explanation.params.get("source")
     frame = features if V.is_frame(features) else inputs
     which = "features" if frame is features else "inputs"
     target = V.align_rows(target, frame, "target", which)
     labels = V.align_rows(labels, frame, "labels", which)
-    matrix = None
-    if source == "features":
-        if features is None:
-            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
-        matrix, _ = V.to_tensor_2d(features, "features")
-    inputs, _ = as_inputs(inputs)
-    fwd = explainer._forward(
+    V.check_model_device(explainer.model)
+    on = ModelInputs.make(
+        explainer.model,
         inputs,
         batch_size=batch_size,
         progress=progress,
         input_key=input_key,
         label_key=label_key,
+        model_args=_evaluation_args(explanation, *model_args),
+    )
+    return evaluate_on(explainer, explanation, on, target, labels=labels, features=features)
+
+
+def evaluate_on(
+    explainer: Any, explanation: RegionalExplanation, on: BatchSource, target: Any, *, labels: Any, features: Any
+) -> list:
+    """Metrics of ``explanation``'s rule sets on the batches of ``on`` (the explained model's source of the new data:
+    the explainer's inputs or the Lightning callback's loader), through ``explainer``'s layer when the rules are on it,
+    for the subgroup ``target`` with the explanation's threshold; ``features``: the new data's matrix of rules built
+    on separate features."""
+    source = explanation.params.get("source")
+    matrix = None
+    if source == "features":
+        if features is None:
+            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
+        matrix, _ = V.to_tensor_2d(features, "features")
+    layer = explainer.layer if source == "layer" else None
+    fwd = on.collect(
+        layer,
+        explainer.layer_name,
+        explainer.layer_input,
         collect_inputs=source == "inputs",
         require_inputs=source == "inputs",
-        use_layer=source == "layer",
-        model_args=_evaluation_args(explanation, *model_args),
     )
     n = fwd.outputs.shape[0]
     label_t = fwd.labels if labels is None else V.to_labels(labels, n)

@@ -12,7 +12,7 @@ mask), and extracts AMORE rules on one of three feature spaces:
 
 With ``concepts=`` the rules are over the K concept activations ``c = encode(a)`` of the layer's flattened
 activations ``a`` (directions, an encoder/decoder or a basis fitted on the explained activations; see
-``docs/concepts.md`` and :mod:`torch_amore.explain.concept_space`).
+``docs/concept_rules.md`` and :mod:`torch_amore.explain.concept_space`).
 
 Hooks are always removed and every submodule's train/eval mode restored, also when an error is raised.
 """
@@ -29,15 +29,10 @@ from torch import nn
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.one_warning import OneWarning
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
-from torch_amore.explain.concept_space import (
-    check_on_sample,
-    concept_params,
-    encode_concepts,
-    fit_once,
-    resolve_basis,
-)
+from torch_amore.explain.concept_space import check_concepts, concept_params, encode_concepts, fit_once, resolve_basis
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import (
     ExplainRequest,
@@ -46,19 +41,13 @@ from torch_amore.explain.request import (
     resolve_names,
     target_param,
 )
-from torch_amore.explain.stream_explain import check_stream, explain_stream, should_stream
+from torch_amore.explain.stream_explain import check_stream, explain_streamed, should_stream
 from torch_amore.explain.subgroup_selection import select_for_subgroup
 from torch_amore.explain.units import with_units
-from torch_amore.model.forward import (
-    BatchKey,
-    Forward,
-    ModelArgs,
-    as_inputs,
-    resolve_layer,
-    run_model,
-)
-from torch_amore.model.subgroups import subgroup
-from torch_amore.rules.caveats import base_rate_reason, useless_reason
+from torch_amore.model.forward import Forward, ModelArgs, eval_mode, resolve_layer
+from torch_amore.model.source import BatchSource, ModelInputs
+from torch_amore.model.subgroups import subgroup_mask
+from torch_amore.rules.caveats import useless_reason
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
@@ -125,11 +114,9 @@ class RegionalRuleExplainer:
         self.layer_input = bool(layer_input)
         self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
         #: The concept basis of the rules (``None``: rules on units); a fitted one once the first call fitted it.
-        self.concepts = resolve_basis(concepts, n_concepts, concept_names, layer=self.layer)
-        if self.concepts is not None and feature_names is not None:
-            raise ValueError(
-                "Expected the names of concepts as `concept_names`, not `feature_names`, with `concepts=`."
-            )
+        self.concepts = resolve_basis(
+            concepts, n_concepts, concept_names, layer=self.layer, feature_names=feature_names
+        )
 
     def __repr__(self) -> str:
         layer = "None" if self.layer_name is None else repr(self.layer_name)
@@ -237,9 +224,21 @@ class RegionalRuleExplainer:
             forward_kwargs=forward_kwargs,
             local=local,
         )
+        stream = check_stream(stream)
         # every reason to warn, in one UserWarning; not the leak caveat: rules are meant to match the model's decision
         with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:
-            explanation = self._explain(inputs, request, stream=check_stream(stream))
+            V.check_model_device(self.model)
+            request = request.aligned_to(inputs)  # a pandas mask target and labels in a DataFrame's row order
+            source = ModelInputs.make(  # the one conversion of the inputs
+                self.model,
+                inputs,
+                batch_size=request.batch_size,
+                input_key=request.input_key,
+                label_key=request.label_key,
+                model_args=request.model_args,
+                progress=request.options.progress,
+            )
+            explanation = self.explain_batches(source, request, stream=stream)
         explanation.message = warned.text
         return explanation
 
@@ -285,20 +284,21 @@ class RegionalRuleExplainer:
         inputs without a layer; the (N, K) concept activations with ``concepts=``) for new data, e.g. to compute
         ``rule_set.mask(...)`` on a test split."""
         V.check_model_device(self.model)
-        inputs, _ = as_inputs(inputs)
-        fwd = self._forward(
+        source = ModelInputs.make(
+            self.model,
             inputs,
             batch_size=batch_size,
             progress=progress,
             input_key=input_key,
-            collect_inputs=self.layer is None,
             model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
         )
+        fwd = source.collect(self.layer, self.layer_name, self.layer_input, collect_inputs=self.layer is None)
         if self.layer is None:
             return fwd.flat_inputs
         if self.concepts is None:
             return fwd.activations
-        return encode_concepts(self._fitted(fwd.activations, progress), fwd.activations)
+        self.concepts = fit_once(self.concepts, fwd.activations, progress=progress)
+        return encode_concepts(self.concepts, fwd.activations)
 
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
         """Pixel (input) attribution maps of the latent unit of each rule, shape ``(n_rules, N, *inputs.shape[1:])``.
@@ -316,46 +316,76 @@ class RegionalRuleExplainer:
     # --------------------------------------------------------------------------------------------------------------
     # the steps of one explanation
 
-    def _explain(self, inputs: Any, request: ExplainRequest, stream: bool | str = False) -> RegionalExplanation:
-        V.check_model_device(self.model)
-        request = request.aligned_to(inputs)
-        inputs, column_names = as_inputs(inputs)
-        counted, labels = request.check_data(inputs)
-        n = None if counted is None else counted[0]
+    def explain_batches(
+        self, source: BatchSource, request: ExplainRequest, *, stream: bool | str = False, empty: str = "raise"
+    ) -> RegionalExplanation:
+        """The explanation of ``request`` on the model's batches from ``source``, in memory or streamed: the one
+        pipeline of :meth:`explain` and the Lightning callback (which supplies Lightning's batch transfer).
+
+        ``request`` is checked on the source's rows first
+        (:meth:`~torch_amore.explain.request.ExplainRequest.on_rows`); ``empty="keep"`` returns an explanation without
+        rule sets (and says why in its ``message``) where the subgroup holds no row or every row, instead of raising.
+
+        Example:
+            >>> from torch_amore.model.source import ModelInputs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 1))
+            >>> X = torch.rand(200, 2, generator=torch.Generator().manual_seed(0))
+            >>> request = ExplainRequest.make(target=lambda out: out[:, 0] > out[:, 0].median())
+            >>> explanation = RegionalRuleExplainer(model).explain_batches(ModelInputs.make(model, X), request)
+            >>> len(explanation.features), explanation.params["source"]
+            (2, 'inputs')
+        """
+        if empty not in ("raise", "keep"):
+            raise ValueError(f"Expected `empty` to be 'raise' or 'keep', but got {empty!r}.")
+        request = request.on_rows(source)
         if self.concepts is not None:
-            self._check_concepts(inputs, request, n)
-        if stream is not False and should_stream(stream, self, inputs, request, n):
-            return self._explain_streamed(inputs, request, counted)
-        fwd = self._run(inputs, request)
-        labels = self._labels(fwd, labels)
-        mask, threshold, desc = subgroup(fwd.outputs, request.target, request.threshold, labels, request.outputs)
-        X, names, source = self._feature_space(fwd, request, column_names)
+            check_concepts(self, source, request)
+        if stream is not False and should_stream(stream, self, source, request):
+            return explain_streamed(self, source, request)
+        fwd = self._run(source, request)
+        labels = self._labels(fwd, request.labels)
+        mask, threshold, desc = subgroup_mask(fwd.outputs, request.target, request.threshold, labels, request.outputs)
+        n_local, size_local = fwd.outputs.shape[0], int(mask.sum())
+        n, size = D.global_count(n_local), D.global_count(size_local)
+        if not 0 < size < n and empty == "raise":
+            raise ValueError(
+                f"Expected the subgroup ({desc}) to hold some but not all samples, but it holds {size} of {n}; "
+                "rules need samples inside and outside it."
+            )
+        X, names, source_kind = self._feature_space(fwd, request, getattr(source, "column_names", None))
         mask = mask.to(X.device)
-        selection = self._select(fwd, mask, labels, request, names) if request.select else None
-        local_x = None if request.local is None else self._local_vector(request, X, fwd, source)
-        options = with_units(request.options, request.scaler, X.shape[1], source)
+        selection, local_x, options = None, None, request.options
         target_name = request.target_name or desc
-        features = selection if selection is not None else request.indices
-        rule_sets, plan, min_count = extract_planned(
-            X,
-            mask,
-            options,
-            features=features,
-            feature_names=names,
-            local_x=local_x,
-            target_name=target_name,
-            counted=counted,
-        )
-        n, size = plan.n_rows, D.global_count(int(mask.sum()))
-        message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
-        if message:  # attributed to this module, so that explain's OneWarning joins it to the call's one warning
+        if 0 < size < n:
+            selection = self._select(fwd, mask, labels, request, names) if request.select else None
+            local_x = None if request.local is None else self._local_vector(request, X, fwd, source_kind)
+            options = with_units(options, request.scaler, X.shape[1], source_kind)
+            features = selection if selection is not None else request.indices
+            rule_sets, plan, min_count = extract_planned(
+                X,
+                mask,
+                options,
+                features=features,
+                feature_names=names,
+                local_x=local_x,
+                target_name=target_name,
+                counted=request.counted,
+            )
+            columns = list(plan.columns)
+            message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
+            if message:  # attributed to this module, so that explain's OneWarning joins it to the call's one warning
+                warnings.warn(message, UserWarning, stacklevel=1)
+        else:
+            rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
+            min_count = options.support_count(n, size)
+            message = f"The subgroup ({desc}) holds {size} of {n} rows: rules need rows inside and outside it."
             warnings.warn(message, UserWarning, stacklevel=1)
         facts = {
             "min_support_count": min_count,
-            "source": source,
+            "source": source_kind,
             "target_name": target_name,
-            "n_samples": X.shape[0],
-            "subgroup_size": int(mask.sum()),  # this process's rows (a DDP shard)
+            "n_samples": n_local,
+            "subgroup_size": size_local,  # this process's rows (a DDP shard)
             "target": target_param(request.target, desc),
             "input_shape": None if fwd.input_shape is None else list(fwd.input_shape),
         }
@@ -363,7 +393,7 @@ class RegionalRuleExplainer:
             rule_sets=rule_sets,
             subgroup=mask,
             threshold=threshold,
-            features=list(plan.columns),
+            features=columns,
             feature_names=names,
             params=self._params(request, options, facts),
             features_matrix=X,
@@ -372,39 +402,6 @@ class RegionalRuleExplainer:
             selection=selection,
             explainer=self,
             data_options=_data_options(request, fwd.outputs.shape[0]),
-            concepts=self.concepts,
-        )
-
-    def _explain_streamed(
-        self, inputs: Any, request: ExplainRequest, counted: tuple[int, int | None] | None
-    ) -> RegionalExplanation:
-        """:meth:`_explain` on streamed batches (:func:`torch_amore.explain.stream_explain.explain_stream`)."""
-        rule_sets, mask, extractor, names, facts = explain_stream(self, inputs, request, counted)
-        options, min_count = facts["options"], facts["min_support_count"]
-        n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
-        message = useless_reason(rule_sets, n, size, min_count=min_count, local=False)
-        for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
-            if reason:
-                warnings.warn(reason, UserWarning, stacklevel=3)
-        params = {
-            "min_support_count": min_count,
-            "source": facts["source"],
-            "target_name": facts["target_name"],
-            "n_samples": mask.shape[0],
-            "subgroup_size": int(mask.sum()),
-            "target": target_param(request.target, facts["target_name"]),
-            "stream": True,
-        }
-        return RegionalExplanation(
-            rule_sets=rule_sets,
-            subgroup=mask,
-            threshold=facts["threshold"],
-            features=list(extractor.binned.columns),
-            feature_names=names,
-            params=self._params(request, options, params),
-            message=message,
-            explainer=self,
-            data_options=_data_options(request, mask.shape[0]),
             concepts=self.concepts,
         )
 
@@ -424,27 +421,17 @@ class RegionalRuleExplainer:
             "local": request.local is not None,
         }
 
-    def _forward(self, inputs: Any, *, use_layer: bool = True, **options: Any) -> Forward:
-        """Run the model over ``inputs``; collect outputs, layer activations (if ``use_layer``) and labels."""
-        layer = self.layer if use_layer else None
-        return run_model(
-            self.model, inputs, layer=layer, layer_name=self.layer_name, layer_input=self.layer_input, **options
-        )
-
-    def _run(self, inputs: Any, request: ExplainRequest) -> Forward:
+    def _run(self, source: BatchSource, request: ExplainRequest) -> Forward:
         """The forward pass of an explanation: the layer unless rules are on a features matrix, the flattened inputs
         when rules are on them (and, where tensors, for feature selection)."""
         on_inputs = request.matrix is None and self.layer is None
-        fwd = self._forward(
-            inputs,
-            batch_size=request.batch_size,
-            progress=request.options.progress,
-            input_key=request.input_key,
-            label_key=request.label_key,
+        layer = self.layer if request.matrix is None else None
+        fwd = source.collect(
+            layer,
+            self.layer_name,
+            self.layer_input,
             collect_inputs=on_inputs or bool(request.select),
             require_inputs=on_inputs,
-            use_layer=request.matrix is None,
-            model_args=request.model_args,
         )
         n = fwd.outputs.shape[0]
         if request.matrix is not None and request.matrix.shape[0] != n:
@@ -468,7 +455,7 @@ class RegionalRuleExplainer:
         if request.matrix is not None:
             X, source, fallback = request.matrix, "features", [self.feature_names, request.matrix_names]
         elif self.concepts is not None:
-            self.concepts = self._fitted(fwd.activations, request.options.progress)
+            self.concepts = fit_once(self.concepts, fwd.activations, progress=request.options.progress)
             X, source, fallback = encode_concepts(self.concepts, fwd.activations), "layer", [self.concepts.names]
         elif self.layer is not None:
             X, source, fallback = fwd.activations, "layer", [self.feature_names]
@@ -494,9 +481,10 @@ class RegionalRuleExplainer:
             return vec.reshape(-1)
         if request.model_args.has_per_sample(X.shape[0]):
             raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
-        a = self._forward(
-            _one_sample(x, fwd.input_shape), progress=False, input_key=request.input_key, model_args=request.model_args
-        ).activations
+        one = ModelInputs.make(
+            self.model, _one_sample(x, fwd.input_shape), input_key=request.input_key, model_args=request.model_args
+        )
+        a = one.collect(self.layer, self.layer_name, self.layer_input).activations
         return (a if self.concepts is None else encode_concepts(self.concepts, a))[0]
 
     def _select(
@@ -510,36 +498,17 @@ class RegionalRuleExplainer:
                 f"inputs), but the batches hold {fwd.input_type}; select features beforehand on a tensor view of the "
                 "data, or pass a separate `features=` matrix."
             )
-        inputs = fwd.flat_inputs.reshape(-1, *fwd.input_shape)
-        return select_for_subgroup(
-            self.model,
-            inputs,
-            request.target,
-            fwd.outputs,
-            labels,
-            mask,
-            request.select,
-            layer=self.layer,
-            layer_input=self.layer_input,
-            names=names,
-            basis=self.concepts,
-        )
-
-    # --------------------------------------------------------------------------------------------------------------
-    # concepts
-
-    def _check_concepts(self, inputs: Any, request: ExplainRequest, n: int | None) -> None:
-        """Before the full pass: concepts are of the layer (no separate features matrix), and the basis fits the
-        layer's activations of the first sample (its width, its encoding; :func:`check_on_sample`)."""
-        from torch_amore.explain.stream_explain import ModelBatches
-
-        if request.matrix is not None:
-            raise ValueError(
-                "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
+        with eval_mode(self.model):  # the forward pass's mode (a Lightning module trains between explanations)
+            return select_for_subgroup(
+                self.model,
+                fwd.inputs,
+                request.target,
+                fwd.outputs,
+                labels,
+                mask,
+                request.select,
+                layer=self.layer,
+                layer_input=self.layer_input,
+                names=names,
+                basis=self.concepts,
             )
-        check_on_sample(self.concepts, ModelBatches(self, inputs, request, n).first_activations())
-
-    def _fitted(self, activations: torch.Tensor, progress: bool) -> Any:
-        """The explainer's basis, fitted on ``activations`` unless it is fitted already (:func:`fit_once`)."""
-        self.concepts = fit_once(self.concepts, activations, progress=progress)
-        return self.concepts

@@ -13,11 +13,13 @@ import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.model.batches import check_row_order, is_graph, n_rows
-from torch_amore.model.forward import BatchKey, ModelArgs
+from torch_amore.model.batches import check_row_order, is_graph
+from torch_amore.model.forward import ModelArgs
+from torch_amore.model.source import BatchSource
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 
@@ -43,30 +45,39 @@ class ExplainRequest:
     target_name: str | None
     model_args: ModelArgs
     local: Any
+    counted: tuple[int, int | None] | None = None  # (rows, min_support count) resolved on the data's rows
 
     @classmethod
     def make(
         cls,
         *,
         target: Any,
-        threshold: Any,
-        outputs: str,
-        labels: Any,
-        features: Any,
-        feature_names: Any,
-        select_features: Any,
-        scaler: Any,
-        options: Any,
-        search_options: Mapping[str, Any],
-        batch_size: int,
-        input_key: BatchKey,
-        label_key: BatchKey,
-        target_name: str | None,
-        additional_forward_args: Any,
-        forward_kwargs: Any,
+        threshold: Any = None,
+        outputs: str = "auto",
+        labels: Any = None,
+        features: Any = None,
+        feature_names: Any = None,
+        select_features: Any = False,
+        scaler: Any = None,
+        options: Any = None,
+        search_options: Mapping[str, Any] | None = None,
+        batch_size: int = 256,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        target_name: str | None = None,
+        additional_forward_args: Any = None,
+        forward_kwargs: Any = None,
         local: Any = None,
     ) -> ExplainRequest:
-        opts = SearchOptions.resolve(options, **search_options)  # an unknown keyword is a TypeError here
+        """The request of the arguments of :meth:`RegionalRuleExplainer.explain`, each checked (``search_options``:
+        its keywords that name search options); those that need the data are checked by :meth:`on_rows`.
+
+        Example:
+            >>> request = ExplainRequest.make(target=1, search_options={"max_length": 2})
+            >>> request.target, request.options.max_length, request.batch_size
+            (1, 2, 256)
+        """
+        opts = SearchOptions.resolve(options, **(search_options or {}))  # an unknown keyword is a TypeError here
         V.check_not_meta(target, "target")
         V.check_not_meta(labels, "labels")
         V.check_not_meta(local, "x")
@@ -108,26 +119,21 @@ class ExplainRequest:
         )
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
-        """The request with a pandas ``target`` mask and ``labels`` in the row order of a DataFrame ``inputs``
-        (:func:`torch_amore.data.validation.align_rows`: aligned by index labels, or a ``ValueError``), unless they were
-        aligned with a DataFrame ``features`` (:meth:`make`)."""
+        """The request with a pandas mask ``target`` and ``labels`` in the row order of a DataFrame ``inputs``
+        (:func:`torch_amore.data.validation.align_rows`: by index labels, or a ``ValueError``), unless :meth:`make`
+        aligned them with a DataFrame ``features``."""
         if self.matrix_names is not None or not V.is_frame(inputs):
             return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
         labels = V.align_rows(self.labels, inputs, "labels", "inputs")
-        if target is self.target and labels is self.labels:
-            return self
         return replace(self, target=target, labels=labels)
 
-    def check_data(self, inputs: Any) -> tuple[tuple[int, int | None] | None, torch.Tensor | None]:
-        """Checks that need the inputs but not the model: row counts, ``min_support``, the loader's order.
-
-        Returns ``(rows, min_support count)`` (``None`` when the rows are unknown before the forward pass; the
-        search plan takes the count, :class:`torch_amore.search.plan.SearchPlan`) and the labels as a tensor.
-        """
-        n = n_rows(inputs)
-        if n == 0:
-            raise ValueError("Expected `inputs` to hold at least one sample, but it is empty.")
+    def on_rows(self, source: BatchSource) -> ExplainRequest:
+        """The request checked on the source's rows (``source.n``; ``None``: unknown before the model runs) before
+        the model runs: the ``min_support`` count (:attr:`counted`, over all ranks of a DDP run; the search plan takes
+        it, :class:`torch_amore.search.plan.SearchPlan`), the rows of ``features`` and ``labels`` (as a tensor),
+        ``threshold="roc"``'s labels and the loader's order."""
+        n, inputs = source.n, source.inputs
         counted = None
         if n is not None:  # a bad count fails before the model runs (over all ranks of a DDP run)
             given = self.options.min_support is not None
@@ -143,7 +149,23 @@ class ExplainRequest:
         aligned = self.aligned_with_rows(n)
         if aligned:
             check_row_order(inputs, aligned)
-        return counted, labels
+        return replace(self, labels=labels, counted=counted)
+
+    def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:
+        """The request on one rank's rows of a dataset: ``rows`` are this rank's indices of the whole dataset (all
+        ranks hold ``D.global_count(len(rows))`` rows, as many as a mask ``target`` or a ``features`` matrix must
+        have), of which the first ``n`` are explained; ``rows=None``: the data are not sharded.
+
+        Example:
+            >>> request = ExplainRequest.make(target=torch.tensor([True, False, True, False]))
+            >>> request.shard([0, 1, 2, 3], 2).target  # one process: its rows are all rows; two of them explained
+            tensor([ True, False])
+        """
+        if rows is None or n is None:
+            return self
+        target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
+        matrix = None if self.matrix is None else _rows_of(self.matrix, rows, n, "features")
+        return replace(self, target=target, matrix=matrix)
 
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""
@@ -152,11 +174,32 @@ class ExplainRequest:
             what.append("`features`")
         if self.labels is not None:
             what.append("`labels`")
-        if isinstance(self.target, (torch.Tensor, np.ndarray, list)):
+        if _is_mask(self.target):
             what.append("the mask `target`")
         if self.model_args.has_per_sample(n):
             what.append("the per-sample model arguments")
         return " and ".join(what)
+
+
+def _is_mask(target: Any) -> bool:
+    return isinstance(target, (torch.Tensor, np.ndarray, list))
+
+
+def _rows_of(values: Any, rows: list[int], n: int, name: str) -> Any:
+    """The first ``n`` of ``rows`` of a per-sample ``values`` (tensor, array, Series or list), which must have a row
+    per row of the whole dataset (all ranks)."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if D.global_count(len(rows)) != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
+            f"but got {size}."
+        )
+    index = rows[:n]
+    if hasattr(values, "iloc"):
+        return values.iloc[index]
+    if isinstance(values, torch.Tensor):
+        return values[torch.as_tensor(index, dtype=torch.long)]
+    return np.asarray(values)[index]
 
 
 def _class_index(target: Any) -> Any:

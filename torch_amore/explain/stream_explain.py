@@ -1,19 +1,20 @@
-"""Streamed explanations: the layer's activations and the subgroup computed batch by batch, in the same forward pass,
-and the rules found on their codes (:mod:`torch_amore.search.stream`).
+"""Streamed explanations: the features and the subgroup computed batch by batch, in the same forward pass, and the
+rules found on their codes (:mod:`torch_amore.search.stream`).
 
-Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain` (``stream=``). Each pass over the data runs the
-model on every batch; the activations (or the flattened inputs, without a layer) and the subgroup of each batch
-become one ``(X_batch, target_batch)`` of a source, so no (N, D) matrix is ever made. With concepts, each batch's
+Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain_batches` (``stream=``): :func:`explain_streamed`.
+Each pass over the data runs the model on every batch of a batch source (the explainer's inputs or the Lightning
+callback's loader); the activations (or the flattened inputs, without a layer) and the subgroup of each batch become
+one ``(X_batch, target_batch)`` (:class:`ModelBatches`), so no (N, D) matrix is ever made. With concepts, each batch's
 activations are encoded (:func:`torch_amore.explain.concept_space.encode_concepts`) before they are binned; a fitted
 basis is fitted first on the first rows (:func:`torch_amore.explain.concept_space.fit_on_batches`).
 ``stream="auto"`` streams when the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available
-memory (RAM, or the CUDA device's), and says so once.
+memory (RAM, or the CUDA device's), and says so once (:func:`should_stream`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
@@ -23,19 +24,15 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import memory as M
-from torch_amore.data import validation as V
 from torch_amore.explain.concept_space import encode_concepts, fit_on_batches
-from torch_amore.model.batches import iter_batches
-from torch_amore.model.forward import (
-    check_finite_outputs,
-    forward_batches,
-    model_batches,
-    model_device,
-    model_feed,
-)
+from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.request import _data_options, target_param
+from torch_amore.explain.units import with_units
+from torch_amore.model.forward import check_finite_outputs, model_device
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
+from torch_amore.rules.caveats import base_rate_reason, useless_reason
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "decide_stream", "should_stream", "unsupported", "ModelBatches"]
+__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "explain_streamed", "should_stream", "unsupported", "ModelBatches"]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -50,111 +47,84 @@ def check_stream(stream: Any) -> bool | str:
     raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
 
 
-def unsupported(
-    *,
-    matrix: bool,
-    select: Any,
-    threshold: Any,
-    target: Any,
-    local: Any = None,
-    labels: Any = None,
-    evidence: bool = False,
-) -> str:
-    """What of a request a streamed explanation cannot do ('' when it can do all): the one list of the explainer and
-    the Lightning callback.
+def unsupported(request: Any) -> str:
+    """What of an :class:`~torch_amore.explain.request.ExplainRequest` a streamed explanation cannot do ('' when it
+    can do all).
 
     Example:
-        >>> unsupported(matrix=False, select=False, threshold="roc", target=1)
+        >>> from torch_amore.explain.request import ExplainRequest
+        >>> unsupported(ExplainRequest.make(target=1, threshold="roc"))
         "threshold='roc' (it needs all outputs at once)"
     """
-    if matrix:
+    r = request
+    if r.matrix is not None:
         return "a separate `features` matrix"
-    if select:
+    if r.select:
         return "select_features=True"
-    if local is not None:
+    if r.local is not None:
         return "local rules (explain_local)"
-    if threshold == "roc":
+    if r.threshold == "roc":
         return "threshold='roc' (it needs all outputs at once)"
-    if isinstance(target, (torch.Tensor, np.ndarray, list)) or hasattr(target, "iloc"):  # iloc: a pandas Series
+    if isinstance(r.target, (torch.Tensor, np.ndarray, list)) or hasattr(r.target, "iloc"):  # iloc: a pandas Series
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
-    if labels is not None:
+    if r.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
-    if evidence:
+    if r.options.wants_evidence:
         return "`holdout`, `permutations` or `stability` (not supported yet with streamed data)"
     return ""
 
 
-def decide_stream(
-    stream: bool | str, why: str, n: int | None, device: torch.device, probe: Callable[[], tuple[int, int]], what: str
-) -> bool:
-    """Whether to stream: ``stream`` itself (``True`` refused with the reason ``why`` from :func:`unsupported`), or
-    for ``"auto"`` whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s
-    available memory (:func:`too_big`); never when ``why`` or when ``n`` is unknown before the model runs."""
+def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
+    """Whether an explanation of ``request`` on the batches of ``source`` streams: ``stream`` itself (``True``
+    refused for what :func:`unsupported` names), or for ``"auto"`` whether the ``source.n`` rows, of the width of the
+    features on a first batch, exceed :data:`STREAM_MEMORY_SHARE` of the model device's available memory (on any rank
+    of a DDP run: every rank then streams; said once); never for what :func:`unsupported` names or when ``source.n``
+    is unknown before the model runs."""
+    why = unsupported(request)
     if stream is True and why:
         raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
     if stream != "auto":
         return stream is True
+    n, device = source.n, model_device(explainer.model)
     if why or n is None:
         return bool(D.any_rank(False))
-    return too_big(n, device, probe, what)
-
-
-def should_stream(stream: bool | str, explainer: Any, inputs: Any, request: Any, n: int | None) -> bool:
-    """:func:`decide_stream` for an ``explain`` call on ``n`` rows (``None``: unknown before the model runs; the
-    width measured on the first sample)."""
-    r = request
-    why = unsupported(
-        matrix=r.matrix is not None,
-        select=r.select,
-        threshold=r.threshold,
-        target=r.target,
-        local=r.local,
-        labels=r.labels,
-        evidence=r.options.wants_evidence,
-    )
-    probe = lambda: ModelBatches(explainer, inputs, request, n).probe()  # noqa: E731
-    return decide_stream(stream, why, n, model_device(explainer.model), probe, "the rules are found")
-
-
-def too_big(n: int, device: torch.device, probe: Callable[[], tuple[int, int]], what: str) -> bool:
-    """Whether ``n`` rows of the probed width exceed :data:`STREAM_MEMORY_SHARE` of ``device``'s available memory
-    (on any rank of a DDP run: every rank then streams); says so once."""
     free, _ = M.available_memory(device)
     width = itemsize = 0
     if free is not None:
-        width, itemsize = probe()
+        width, itemsize = ModelBatches(explainer, source, request).probe()
     need = n * width * itemsize
     big = free is not None and need > STREAM_MEMORY_SHARE * free
     if big and f"{n}x{width}" not in _said:
         _said.add(f"{n}x{width}")
         warnings.warn(
             f"stream='auto': the ({n}, {width}) matrix of features ({need / 2**30:.2f} GiB) would exceed "
-            f"{STREAM_MEMORY_SHARE:.0%} of the available {device.type} memory ({free / 2**30:.2f} GiB), so {what} "
-            "on the streamed batches' grid codes (stream=False forces the in-memory path).",
+            f"{STREAM_MEMORY_SHARE:.0%} of the available {device.type} memory ({free / 2**30:.2f} GiB), so "
+            f"{source.finds} on the streamed batches' grid codes (stream=False forces the in-memory path).",
             UserWarning,
-            stacklevel=5,
+            stacklevel=3,
         )
     return bool(D.any_rank(big))
 
 
 class ModelBatches:
-    """A source of ``(X_batch, subgroup_batch)``: each call runs the model over ``inputs`` batch by batch.
+    """A source of ``(X_batch, subgroup_batch)``: each call runs the explainer's model over the batches of ``source``
+    (:class:`~torch_amore.model.source.BatchSource`: the explainer's inputs or the Lightning callback's loader).
 
     ``outputs="auto"`` is decided on the first batch of the first pass and kept; :attr:`desc` and :attr:`threshold`
     describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
     """
 
-    def __init__(self, explainer: Any, inputs: Any, request: Any, n: int | None) -> None:
+    def __init__(self, explainer: Any, source: Any, request: Any) -> None:
+        inputs = source.inputs
         if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
             raise ValueError(
                 "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
                 "shuffles; pass DataLoader(..., shuffle=False)."
             )
-        self.explainer, self.inputs, self.request = explainer, inputs, request
-        self.n = n  # the rows of ``inputs`` (None: unknown): per-sample model arguments are split by it
+        self.explainer, self.source, self.request = explainer, source, request
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
-        self.source = "layer" if explainer.layer is not None else "inputs"
+        self.source_kind = "layer" if explainer.layer is not None else "inputs"
         self.raw = False  # True: the layer's activations, not their concepts
 
     def first_activations(self) -> torch.Tensor:
@@ -165,7 +135,7 @@ class ModelBatches:
                 return X[:1]
         finally:
             self.raw = False
-        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+        raise ValueError(self.source.empty)
 
     def activations(self) -> Iterator[torch.Tensor]:
         """The layer's flattened activations, batch by batch (to fit a concept basis on the first rows)."""
@@ -181,31 +151,18 @@ class ModelBatches:
         DataLoader)."""
         for X, _ in self._run(first_only=True):
             return X.shape[1], X.element_size()
-        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
+        raise ValueError(self.source.empty)
 
     def __call__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self._run()
 
     def _run(self, first_only: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        ex, r = self.explainer, self.request
-        # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
-        it, _ = iter_batches(self.inputs, 1 if first_only else r.batch_size, r.input_key, r.label_key)
-        V.check_not_meta(r.model_args.args, "additional_forward_args")
-        V.check_not_meta(dict(r.model_args.kwargs), "forward_kwargs")
-        feed = model_feed(ex.model, r.model_args, self.n)
-        steps = forward_batches(
-            ex.model,
-            model_batches(ex.model, it),
-            feed,
-            layer=ex.layer,
-            layer_name=ex.layer_name,
-            layer_input=ex.layer_input,
-            inputs=self.inputs,
-        )
+        ex = self.explainer
+        steps = self.source.steps(ex.layer, ex.layer_name, ex.layer_input, first_only=first_only)
         with closing(steps):
             for step in steps:
                 rows = step.outputs.shape[0]
-                if not first_only:  # the probe only measures the width; the passes report NaN outputs
+                if not first_only and self.source.checks_finite:  # the probe only measures the width
                     check_finite_outputs(step.outputs, batch_start=step.start)
                 X = self._features(step.activations, step.inputs, rows)
                 yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
@@ -234,44 +191,57 @@ class ModelBatches:
         return mask
 
 
-def explain_stream(
-    explainer: Any, inputs: Any, request: Any, counted: tuple[int, int | None] | None = None
-) -> tuple[list, torch.Tensor, Any, list[str], dict]:
-    """The rule sets of a streamed explanation, its subgroup mask, the batches' source, the feature names and data
-    facts; ``counted``: the ``min_support`` count resolved before the model ran (see
-    :meth:`torch_amore.search.plan.SearchPlan.make`)."""
-    from torch_amore.explain.units import with_units
-    from torch_amore.search.stream import prepare_stream, search_stream
+def explain_streamed(explainer: Any, source: Any, request: Any) -> RegionalExplanation:
+    """:meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>` on streamed
+    batches: the rules found on their codes in passes over ``source`` (:class:`ModelBatches`,
+    :mod:`torch_amore.search.stream`)."""
+    from torch_amore.search.stream import prepare_stream, search_stream  # loaded when a call streams
 
-    batches = ModelBatches(explainer, inputs, request, None if counted is None else counted[0])
+    batches = ModelBatches(explainer, source, request)
     names = request.feature_names or explainer.feature_names
     if explainer.concepts is not None:  # fitted on the first rows, once; then every batch is encoded
         explainer.concepts = fit_on_batches(
             explainer.concepts, batches.activations(), progress=request.options.progress
         )
         names = request.feature_names or explainer.concepts.names
-    prefix = "z" if batches.source == "layer" else "feature"
     options = request.options
     if request.scaler is not None:  # the width is needed first: the probe's
-        options = with_units(options, request.scaler, batches.probe()[0], batches.source)
+        options = with_units(options, request.scaler, batches.probe()[0], batches.source_kind)
     extractor = prepare_stream(
         batches,
         options,
         features=request.indices,
         feature_names=names,
         target_name=request.target_name or "target",
-        name_prefix=prefix,
-        counted=counted,
+        name_prefix="z" if batches.source_kind == "layer" else "feature",
+        counted=request.counted,
     )
-    target_name = request.target_name or batches.desc
-    extractor.target_name = target_name
+    extractor.target_name = target_name = request.target_name or batches.desc
     rule_sets, min_count = search_stream(extractor)
+    mask = extractor.target
+    n, size = extractor.plan.n_rows, D.global_count(int(mask.sum()))
+    message = useless_reason(rule_sets, n, size, min_count=min_count, local=False)
+    for reason in (message, base_rate_reason(rule_sets, n, size)):  # joined by explain's one warning
+        if reason:
+            warnings.warn(reason, UserWarning, stacklevel=3)
     facts = {
         "min_support_count": min_count,
-        "source": batches.source,
+        "source": batches.source_kind,
         "target_name": target_name,
-        "threshold": batches.threshold,
-        "options": options,
+        "n_samples": mask.shape[0],
+        "subgroup_size": int(mask.sum()),
+        "target": target_param(request.target, target_name),
         "stream": True,
     }
-    return rule_sets, extractor.target, extractor, extractor.names, facts
+    return RegionalExplanation(
+        rule_sets=rule_sets,
+        subgroup=mask,
+        threshold=batches.threshold,
+        features=list(extractor.binned.columns),
+        feature_names=extractor.names,
+        params=explainer._params(request, options, facts),
+        message=message,
+        explainer=explainer,
+        data_options=_data_options(request, mask.shape[0]),
+        concepts=explainer.concepts,
+    )

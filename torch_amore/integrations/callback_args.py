@@ -1,5 +1,5 @@
 """Helpers of the Lightning callback's arguments: the description of a target (for file names and the state key),
-the support count of the options, a dataloader of a split, the rows this rank explained.
+the refusal of two callbacks with one name, a dataloader of a split.
 """
 
 from __future__ import annotations
@@ -9,9 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import torch
-
-from torch_amore._utils import distributed as D
 
 
 def _describe_target(target: Any) -> str:
@@ -60,24 +57,3 @@ def _first_loader(loader: Any) -> Any:
 def _is_indices(features: Any) -> bool:
     """Whether a callback's ``features`` is a feature subset (indices or a ``FeatureSelection``), not a matrix."""
     return not (hasattr(features, "iloc") or (getattr(features, "ndim", 1) == 2 and not hasattr(features, "features")))
-
-
-def _is_mask(target: Any) -> bool:
-    return isinstance(target, (torch.Tensor, np.ndarray, list)) and not callable(target)
-
-
-def _rows_of(values: Any, rows: list[int] | None, n: int, name: str) -> Any:
-    """The rows of a per-sample ``values`` (tensor, array, DataFrame) this rank explained: ``rows[:n]``; ``rows``
-    lists this rank's rows of the whole dataset, whose length ``values`` must have."""
-    size = values.shape[0] if hasattr(values, "shape") else len(values)
-    if rows is not None and D.global_count(len(rows)) != size:
-        raise ValueError(
-            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
-            f"but got {size}."
-        )
-    index = list(range(n)) if rows is None else rows[:n]
-    if hasattr(values, "iloc"):
-        return values.iloc[index]
-    if isinstance(values, torch.Tensor):
-        return values[torch.as_tensor(index, dtype=torch.long)]
-    return np.asarray(values)[index]

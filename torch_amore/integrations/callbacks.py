@@ -1,9 +1,9 @@
 """RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
 
-The callback runs the LightningModule over the explained data exactly as Lightning's validation loop does (the
-precision plugin, the batch hooks, the strategy's device transfer: :mod:`torch_amore.integrations.lightning_batches`),
-takes the subgroup from its outputs and the features from its inputs or a layer, and runs
-:func:`torch_amore.extract_rules`.
+The callback runs :meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>`,
+the pipeline of ``explain``, on the request ``explain`` would make of its arguments; the LightningModule runs over the
+explained data exactly as Lightning's validation loop runs it (the precision plugin, the batch hooks, the strategy's
+device transfer: :mod:`torch_amore.integrations.lightning_batches`).
 
 When (see ``docs/lightning.md``):
 
@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.callbacks import EarlyStopping
@@ -42,15 +41,12 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset
 
 from torch_amore._utils import distributed as D
+from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
-from torch_amore.explain.concept_space import (
-    check_on_sample,
-    concept_params,
-    encode_concepts,
-    fresh_basis,
-    resolve_basis,
-)
+from torch_amore.explain.concept_space import resolve_basis
+from torch_amore.explain.evaluation import evaluate_on
+from torch_amore.explain.explainer import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.stream_explain import check_stream
 from torch_amore.integrations.callback_args import (
@@ -63,9 +59,9 @@ from torch_amore.integrations.callback_args import (
 )
 from torch_amore.integrations.callback_explain import CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
-from torch_amore.integrations.lightning_batches import BatchKey, ModuleBatches, callback_streams, run_module
+from torch_amore.integrations.lightning_batches import LightningBatches
 from torch_amore.model.forward import resolve_layer
-from torch_amore.model.subgroups import check_target, subgroup_mask
+from torch_amore.model.subgroups import check_target
 from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence_columns import verdict_line
 from torch_amore.rules.metrics import RuleMetrics
@@ -206,16 +202,11 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.verify = check_verify_options(verify, target)
         self.stream = check_stream(stream)
         #: The concept basis of the rules (``None``: rules on units); a fitted kind is fitted on each extraction.
-        self.concepts = resolve_basis(concepts, n_concepts, concept_names, layer=layer)
-        if self.concepts is not None and feature_names is not None:
-            raise ValueError(
-                "Expected the names of concepts as `concept_names`, not `feature_names`, with `concepts=`."
-            )
+        self.concepts = resolve_basis(concepts, n_concepts, concept_names, layer=layer, feature_names=feature_names)
         if self.concepts is not None and features is not None and not _is_indices(features):
             raise ValueError(
                 "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
             )
-        self._basis: Any = None  # the basis of the current extraction
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -376,38 +367,10 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         V.check_model_device(pl_module, type(pl_module).__name__)
         split = self.data if isinstance(self.data, str) else "loader"
         start = time.perf_counter()
-        loader, rows, max_batches = self._loader(trainer, pl_module, split)
         epoch = self._train_epoch if split != "test" else (trainer.current_epoch - 1 if trainer.current_epoch else None)
         rank_zero_info(f"RegionalRuleExtractor {self.filename!r}: explaining the {split} data (epoch {epoch}) ...")
-        layer, layer_name = resolve_layer(pl_module, self.layer)
-        batches = ModuleBatches(
-            trainer, pl_module, loader, layer=layer, layer_name=layer_name, max_batches=max_batches, callback=self
-        )
-        n_rows = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
-        self._basis = None
-        if self.concepts is not None:  # checked on one sample before the full pass
-            self._basis = fresh_basis(self.concepts)
-            check_on_sample(self._basis, batches.first_activations())
-        if callback_streams(self, batches, n_rows):
-            explanation = self._explain_streamed(batches, layer_name, trainer.is_global_zero)
-        else:
-            fwd = run_module(
-                trainer,
-                pl_module,
-                loader,
-                layer=layer,
-                layer_name=layer_name,
-                max_batches=max_batches,
-                input_key=self.input_key,
-                label_key=self.label_key,
-                forward_kwargs=self.forward_kwargs,
-                collect_inputs=layer is None or bool(self.select_features),
-            )
-            explanation = self._explain(pl_module, fwd, rows, layer, layer_name, trainer.is_global_zero)
+        explanation, loader = self._explain(trainer, pl_module, split)
         explanation.params.update(data=split, epoch=epoch, global_step=int(trainer.global_step))
-        if self._basis is not None:
-            explanation.concepts = self._basis
-            explanation.params["concepts"] = concept_params(self._basis)
         if self.verify is not None and explanation.rule_sets:
             explanation.verify(
                 loader,
@@ -455,30 +418,15 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         elif isinstance(data, Dataset) and not isinstance(data, DataLoader):
             data = DataLoader(data, batch_size=self.batch_size, shuffle=False)
         target = self.target if target is None else target
-        source = explanation.params.get("source")
-        if source == "features" and features is None:
-            raise ValueError("Expected the new data's `features` matrix: these rules were built on separate features.")
-        layer, layer_name = resolve_layer(pl_module, self.layer) if source == "layer" else (None, None)
-        fwd = run_module(
+        layer = self.layer if explanation.params.get("source") == "layer" else None
+        on = LightningBatches(
             None,
             pl_module,
             data,
-            layer=layer,
-            layer_name=layer_name,
             input_key=self.input_key,
             label_key=self.label_key,
             forward_kwargs=self.forward_kwargs,
-            collect_inputs=source == "inputs",
         )
-        n = fwd.outputs.shape[0]
-        if source == "features":
-            X, _ = V.to_tensor_2d(features, "features")
-        else:
-            X = fwd.activations if source == "layer" else fwd.inputs.reshape(n, -1)
-        if source == "layer" and explanation.concepts is not None:
-            X = encode_concepts(explanation.concepts, X)
-        threshold = explanation.threshold if isinstance(target, (int, np.integer)) else None
-        mask, _, _ = subgroup_mask(fwd.outputs, target, threshold, fwd.labels)
-        if X.shape[0] != n or mask.shape[0] != n:
-            raise ValueError(f"Expected `features` and `target` with one row per sample of `data` ({n}).")
-        return [rs.evaluate(X, mask.to(X.device)) for rs in explanation.rule_sets]
+        return evaluate_on(
+            RegionalRuleExplainer(pl_module, layer), explanation, on, target, labels=None, features=features
+        )

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import closing, nullcontext
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, closing, nullcontext
 from typing import Any
 
 import torch
@@ -26,28 +25,9 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 
 from torch_amore._utils.typing import BatchKey
-from torch_amore.explain.concept_space import encode_concepts
-from torch_amore.explain.stream_explain import decide_stream, unsupported
 from torch_amore.model.batches import split_batch
-from torch_amore.model.forward import Step, forward_batches
-from torch_amore.model.subgroups import subgroup_mask
-
-
-@dataclass
-class ModuleOutputs:
-    """What one pass over a loader collected, all rows in loader order.
-
-    Attributes:
-        outputs: the module's outputs (N, ...), at least float32.
-        activations: the layer's activations flattened to (N, D), or ``None`` without a layer.
-        inputs: the model inputs after the batch hooks (N, ...), when asked for.
-        labels: the labels of the batches (N,), when every batch has them.
-    """
-
-    outputs: torch.Tensor
-    activations: torch.Tensor | None
-    inputs: torch.Tensor | None
-    labels: torch.Tensor | None
+from torch_amore.model.forward import Step
+from torch_amore.model.source import BatchSource
 
 
 def limited_batches(n_batches: int | float, limit: int | float) -> int | float:
@@ -85,181 +65,67 @@ def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.is_floating_point() and t.element_size() < 4 else t
 
 
-class _Collector:
-    """Per-batch outputs, activations, inputs and labels, checked and concatenated."""
+class LightningBatches(BatchSource):
+    """The batches of (the first ``max_batches`` batches of) ``loader``, moved by the trainer's batch path
+    (:func:`transfer_batch`) and run in its precision context, for the explainer's forward loop.
 
-    def __init__(self, collect_inputs: bool) -> None:
-        self.collect_inputs = collect_inputs
-        self.outputs: list[torch.Tensor] = []
-        self.acts: list[torch.Tensor] = []
-        self.inputs: list[torch.Tensor] = []
-        self.labels: list[torch.Tensor] = []
+    Outputs, activations and inputs in bf16 or fp16 come as float32 (exactly). ``n``: the rows of the loader, when
+    known; ``trainer=None`` (a module restored from a checkpoint): the module's own batch hooks.
 
-    def add(self, step: Step) -> None:
-        out, inp, labels = step.outputs, step.inputs, step.labels
-        rows = out.shape[0]
-        self.outputs.append(_at_least_float32(out))
-        if step.activations is not None:
-            self.acts.append(_at_least_float32(step.activations))
-        if self.collect_inputs:
-            if not isinstance(inp, torch.Tensor):
-                raise TypeError(
-                    f"Expected tensor model inputs to build rules on them, but got {type(inp).__name__}; pass "
-                    "`layer=` or a `features=` matrix."
-                )
-            self.inputs.append(_at_least_float32(inp.detach()))
-        if labels is not None:
-            self.labels.append(torch.as_tensor(labels).reshape(rows, -1).squeeze(1).detach().cpu())
-
-    def result(self) -> ModuleOutputs:
-        if not self.outputs:
-            raise ValueError("Expected the data to explain to hold at least one batch, but the loader yielded none.")
-        return ModuleOutputs(
-            outputs=torch.cat(self.outputs),
-            activations=torch.cat(self.acts) if self.acts else None,
-            inputs=torch.cat(self.inputs) if self.inputs else None,
-            labels=torch.cat(self.labels) if len(self.labels) == len(self.outputs) else None,
-        )
-
-
-def module_steps(
-    trainer: Trainer | None,
-    pl_module: LightningModule,
-    loader: Any,
-    *,
-    layer: nn.Module | None = None,
-    layer_name: str | None = None,
-    max_batches: int | float = math.inf,
-    input_key: BatchKey = None,
-    label_key: BatchKey = None,
-    forward_kwargs: Mapping[str, Any] | None = None,
-    dataloader_idx: int = 0,
-) -> Iterator[Step]:
-    """:func:`torch_amore.model.forward.forward_batches` over (the first ``max_batches`` batches of) ``loader``,
-    each batch moved by the trainer's batch path (:func:`transfer_batch`) and run in its precision context."""
-    kwargs = dict(forward_kwargs or {})
-
-    def batches() -> Iterator[tuple[Any, Any]]:
-        for i, batch in enumerate(loader):
-            if i >= max_batches:
-                return
-            yield split_batch(transfer_batch(trainer, pl_module, batch, dataloader_idx), input_key, label_key)
-
-    def feed(inp: Any, start: int) -> tuple[Any, tuple, dict[str, Any]]:
-        return inp, (), kwargs
-
-    context = trainer.precision_plugin.forward_context if trainer is not None else nullcontext
-    return forward_batches(
-        pl_module, batches(), feed, layer=layer, layer_name=layer_name, context=context, noun="module"
-    )
-
-
-def run_module(
-    trainer: Trainer | None,
-    pl_module: LightningModule,
-    loader: Any,
-    *,
-    collect_inputs: bool = False,
-    **where: Any,
-) -> ModuleOutputs:
-    """Run ``pl_module`` over (the first ``max_batches`` batches of) ``loader`` through the trainer's batch path.
-
-    Args:
-        trainer: the trainer whose precision plugin and strategy move the batches (``None``: the module's hooks).
-        pl_module: the LightningModule; its ``forward`` is called on the model input of each batch.
-        loader: an iterable of batches (a DataLoader).
-        collect_inputs: also return the model inputs (after the batch hooks and the precision conversion).
-        **where: ``layer``, ``layer_name`` (a submodule whose output is collected, flattened to (N, D), and its name
-            for messages), ``max_batches`` (``limit_val_batches`` and friends), ``input_key``, ``label_key`` (see
-            :func:`~torch_amore.model.batches.split_batch`), ``forward_kwargs`` and ``dataloader_idx``, as in
-            :func:`module_steps`.
-
-    Returns:
-        A :class:`ModuleOutputs` with everything on the module's device.
+    Example:
+        >>> import pytorch_lightning as pl
+        >>> class Module(pl.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(3, 2)
+        ...     def forward(self, x):
+        ...         return self.net(x)
+        >>> source = LightningBatches(None, Module(), [torch.ones(4, 3), torch.zeros(2, 3)])
+        >>> tuple(source.collect(None, None).outputs.shape)
+        (6, 2)
     """
-    collector = _Collector(collect_inputs)
-    with closing(module_steps(trainer, pl_module, loader, **where)) as steps:
-        for step in steps:
-            collector.add(step)
-    return collector.result()
 
-
-class ModuleBatches:
-    """The Lightning callback's source of ``(X_batch, subgroup_batch)``: each call runs the LightningModule over the
-    loader batch by batch through the trainer's batch path (:func:`module_steps`)."""
+    noun = "module"
+    checks_finite = False
+    empty = "Expected the data to explain to hold at least one batch, but the loader yielded none."
+    finds = "the callback finds the rules"
 
     def __init__(
         self,
-        trainer: Any,
-        pl_module: Any,
+        trainer: Trainer | None,
+        pl_module: LightningModule,
         loader: Any,
         *,
-        layer: Any,
-        layer_name: Any,
-        max_batches: int | float,
-        callback: Any,
+        n: int | None = None,
+        max_batches: int | float = math.inf,
+        input_key: BatchKey = None,
+        label_key: BatchKey = None,
+        forward_kwargs: Mapping[str, Any] | None = None,
+        dataloader_idx: int = 0,
     ) -> None:
-        self.trainer, self.pl_module, self.loader = trainer, pl_module, loader
-        self.layer, self.layer_name, self.max_batches, self.cb = layer, layer_name, max_batches, callback
-        self.desc, self.threshold = "target", None
-        self.source = "layer" if layer is not None else "inputs"
-        self.basis: Any = None  # a concept basis: each batch's activations are encoded before they are binned
+        self.trainer, self.model, self.loader, self.n = trainer, pl_module, loader, n
+        self.max_batches, self.input_key, self.label_key = max_batches, input_key, label_key
+        self.kwargs, self.dataloader_idx = dict(forward_kwargs or {}), dataloader_idx
 
-    def first_activations(self) -> torch.Tensor:
-        """The layer's (1, D) flattened activations of the first sample (before any concept encoding)."""
-        batches = self(raw=True)
-        try:
-            for X, _ in batches:
-                return X[:1]
-        finally:
-            batches.close()
-        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
+    def batches(self, first_only: bool = False) -> Iterator[tuple[Any, Any]]:
+        last = 1 if first_only else self.max_batches
+        for i, batch in enumerate(self.loader):
+            if i >= last:
+                return
+            batch = transfer_batch(self.trainer, self.model, batch, self.dataloader_idx)
+            yield split_batch(batch, self.input_key, self.label_key)
 
-    def activations(self) -> Iterator[torch.Tensor]:
-        """The layer's flattened activations, batch by batch (to fit a concept basis on the first rows)."""
-        return (X for X, _ in self(raw=True))
+    def feed(self, inp: Any, start: int) -> tuple[Any, tuple, dict[str, Any]]:
+        return inp, (), self.kwargs
 
-    def probe(self) -> tuple[int, int]:
-        """(width, bytes per value) of the features, from the first batch."""
-        for X, _ in self():
-            return X.shape[1], X.element_size()
-        raise ValueError("Expected the explained DataLoader to hold at least one sample, but it yielded no batches.")
+    def context(self) -> AbstractContextManager:
+        return self.trainer.precision_plugin.forward_context() if self.trainer is not None else nullcontext()
 
-    def __call__(self, raw: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        cb = self.cb
-        steps = module_steps(
-            self.trainer,
-            self.pl_module,
-            self.loader,
-            layer=self.layer,
-            layer_name=self.layer_name,
-            max_batches=self.max_batches,
-            input_key=cb.input_key,
-            label_key=cb.label_key,
-            forward_kwargs=cb.forward_kwargs,
-        )
-        with closing(steps):
-            for step in steps:
-                one = _Collector(collect_inputs=self.layer is None)
-                one.add(step)
-                fwd = one.result()
-                n = fwd.outputs.shape[0]
-                X = fwd.activations if fwd.activations is not None else fwd.inputs.reshape(n, -1)
-                if self.basis is not None and fwd.activations is not None and not raw:
-                    X = encode_concepts(self.basis, X)
-                mask, self.threshold, self.desc = subgroup_mask(fwd.outputs, cb.target, cb.threshold, fwd.labels)
-                yield X, mask.to(X.device)
-
-
-def callback_streams(callback: Any, batches: ModuleBatches, n_rows: int | None) -> bool:
-    """Whether the callback streams: :func:`~torch_amore.explain.stream_explain.decide_stream` of its ``stream``."""
-    f = callback.features
-    why = unsupported(
-        matrix=hasattr(f, "iloc") or (getattr(f, "ndim", 1) == 2 and not hasattr(f, "features")),
-        select=callback.select_features,
-        threshold=callback.threshold,
-        target=callback.target,
-        evidence=callback.options.wants_evidence,
-    )
-    device = torch.device(batches.pl_module.device)
-    return decide_stream(callback.stream, why, n_rows, device, batches.probe, "the callback finds the rules")
+    def steps(
+        self, layer: nn.Module | None, layer_name: str | None, layer_input: bool = False, first_only: bool = False
+    ) -> Iterator[Step]:
+        with closing(super().steps(layer, layer_name, layer_input, first_only)) as steps:
+            for s in steps:
+                acts = None if s.activations is None else _at_least_float32(s.activations)
+                inp = _at_least_float32(s.inputs.detach()) if isinstance(s.inputs, torch.Tensor) else s.inputs
+                yield Step(_at_least_float32(s.outputs), acts, inp, s.labels, s.start)

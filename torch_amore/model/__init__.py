@@ -2,7 +2,17 @@
 (:mod:`~torch_amore.model.forward`), the subgroup of its outputs (:mod:`~torch_amore.model.subgroups`); Lightning's
 batch transfer plugs into the loop from :mod:`~torch_amore.integrations.lightning_batches`."""
 
-from torch_amore.model.forward import Forward, ModelArgs, resolve_layer, run_model
+from torch_amore.model.forward import Forward, ModelArgs, resolve_layer
+from torch_amore.model.source import BatchSource, ModelInputs, run_model
 from torch_amore.model.subgroups import subgroup, subgroup_mask
 
-__all__ = ["Forward", "ModelArgs", "resolve_layer", "run_model", "subgroup", "subgroup_mask"]
+__all__ = [
+    "BatchSource",
+    "Forward",
+    "ModelArgs",
+    "ModelInputs",
+    "resolve_layer",
+    "run_model",
+    "subgroup",
+    "subgroup_mask",
+]

@@ -7,7 +7,7 @@ undone in ``finally`` blocks, so an error inside the model leaves it as it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,10 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_amore._utils.typing import BatchKey
-from torch_amore.data.arguments import check_int
-from torch_amore.data.validation import check_model_device, check_not_meta, numpy_to_tensor, to_tensor_2d
-from torch_amore.model.batches import batch_len, is_graph, iter_batches, n_rows
+from torch_amore.data.validation import check_not_meta, numpy_to_tensor, to_tensor_2d
+from torch_amore.model.batches import batch_len, is_graph
 from torch_amore.model.input_shape import call_model
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -135,7 +133,8 @@ def to_device(obj: Any, device: torch.device, dtype: torch.dtype | None = None) 
 
 
 def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
-    """Inputs in a form :func:`run_model` takes, and column names of a DataFrame (else None).
+    """Inputs in a form :class:`~torch_amore.model.source.ModelInputs` takes, and a DataFrame's column names (else
+    None).
 
     numpy arrays (and tuples of them) become tensors, a DataFrame a float64 tensor; a torch_geometric ``Batch`` becomes
     its list of graphs (batched again with ``batch_size``); tensors, Datasets, DataLoaders and graph lists pass.
@@ -224,6 +223,13 @@ class Forward:
     input_shape: tuple[int, ...] | None  # shape of one model input (without the batch dimension)
     input_type: str = "Tensor"  # type name of the model input of the batches
 
+    @property
+    def inputs(self) -> torch.Tensor | None:
+        """The collected model inputs in their shape (N, ...), when they were collected."""
+        if self.flat_inputs is None or self.input_shape is None:
+            return None
+        return self.flat_inputs.reshape(-1, *self.input_shape)
+
 
 @dataclass
 class Step:
@@ -304,85 +310,6 @@ def forward_batches(
             acts = None if capture is None else layer_activations(capture.values, layer_name, rows)
             yield Step(out, acts, inp, lab, start)
             start += rows
-
-
-def run_model(
-    model: nn.Module,
-    inputs: Any,
-    *,
-    layer: nn.Module | None = None,
-    layer_name: str | None = None,
-    layer_input: bool = False,
-    batch_size: int = 256,
-    progress: bool = False,
-    input_key: BatchKey = None,
-    label_key: BatchKey = None,
-    collect_inputs: bool = False,
-    require_inputs: bool = False,
-    model_args: ModelArgs | None = None,
-) -> Forward:
-    """Run the model over ``inputs`` (:func:`forward_batches`) and collect outputs, layer activations, flattened
-    inputs and labels.
-
-    ``collect_inputs``: keep the flattened inputs when they are tensors (``require_inputs``: else a TypeError).
-    Floating inputs (and extra model arguments) are cast to the model's dtype and moved to its device; the collected
-    inputs keep their dtype. Per-sample entries of ``model_args`` follow the batches (the rows must come in dataset
-    order).
-    """
-    batch_size = check_int(batch_size, "batch_size", 1)
-    model_args = ModelArgs() if model_args is None else model_args
-    check_model_device(model)
-    check_not_meta(inputs if isinstance(inputs, torch.Tensor | tuple) else None, "inputs")
-    check_not_meta(model_args.args, "additional_forward_args")
-    check_not_meta(dict(model_args.kwargs), "forward_kwargs")
-    n_known = n_rows(inputs)
-    it, n_batches = iter_batches(inputs, batch_size, input_key, label_key)
-    outputs, acts, flats, labels = [], [], [], []
-    input_shape, input_type = None, None
-    if progress and (n_batches is None or n_batches > 1):
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, total=n_batches, desc="forward", unit="batch", leave=False)
-    feed = model_feed(model, model_args, n_known)
-    steps = forward_batches(
-        model,
-        model_batches(model, it),
-        feed,
-        layer=layer,
-        layer_name=layer_name,
-        layer_input=layer_input,
-        inputs=inputs,
-    )
-    with closing(steps):  # the hook goes and the modes come back also when a check below raises
-        for step in steps:
-            inp, rows = step.inputs, step.outputs.shape[0]
-            outputs.append(step.outputs)
-            if step.activations is not None:
-                acts.append(step.activations)
-            input_type = input_type or type(inp).__name__
-            if require_inputs and not isinstance(inp, torch.Tensor):
-                raise TypeError(
-                    "Expected tensor model inputs to build rules on them, but the batches hold "
-                    f"{type(inp).__name__}; pass `layer=` or a `features=` matrix."
-                )
-            if collect_inputs and isinstance(inp, torch.Tensor):
-                flats.append(inp.detach().reshape(rows, -1))
-            if input_shape is None and isinstance(inp, torch.Tensor):
-                input_shape = tuple(inp.shape[1:])
-            if step.labels is not None:
-                labels.append(torch.as_tensor(step.labels).reshape(rows, -1).squeeze(1).detach().cpu())
-    if not outputs:
-        raise ValueError("Expected `inputs` to hold at least one sample, but it yielded no batches.")
-    out_all = torch.cat(outputs)
-    check_finite_outputs(out_all)
-    return Forward(
-        outputs=out_all,
-        activations=torch.cat(acts) if acts else None,
-        flat_inputs=torch.cat(flats) if flats else None,
-        labels=torch.cat(labels) if len(labels) == len(outputs) else None,
-        input_shape=input_shape,
-        input_type=str(input_type),
-    )
 
 
 def batch_args(model_args: ModelArgs, inp: Any, start: int, n: int | None) -> tuple[tuple, dict[str, Any]]:

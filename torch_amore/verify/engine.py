@@ -19,8 +19,9 @@ from torch import nn
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.data.arguments import check_int
-from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer, run_model
+from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer
 from torch_amore.model.input_shape import check_width
+from torch_amore.model.source import run_model
 from torch_amore.model.subgroups import check_target, subgroup_mask
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.interventions import (
