@@ -272,7 +272,8 @@ class BeamSearch(Refinement):
             if n * (b - a) * w <= _NARROW_HOT:
                 dt = torch.float32 if self.n_rows < (1 << 24) else torch.float64
                 cells = torch.arange(w, dtype=self.codes_t.dtype, device=self.codes_t.device)
-                self._hot = (self.codes_t[a:b, :, None] == cells).transpose(0, 1).reshape(n, -1).to(dt)
+                hot = torch.empty(n, b - a, w, dtype=dt, device=self.codes_t.device)  # written in its final layout
+                self._hot = torch.eq(self.codes_t[a:b].t().unsqueeze(2), cells, out=hot).view(n, -1)
         return self._hot
 
     def _candidates(
