@@ -50,7 +50,7 @@ gc.freeze()
 # torchmetrics and Lightning take seconds to import: integrations/ loads these public names on first use
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name == "plot":
         return importlib.import_module(f"{__name__}.plot")
     if name in _LAZY:
@@ -60,6 +60,10 @@ def __getattr__(name: str):
     if name in integrations.__all__:
         return getattr(integrations, name)
     raise AttributeError(f"module 'torch_amore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"plot"})
 
 
 __all__ = [
