@@ -39,8 +39,8 @@ _BITS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def _bit_counts(words: torch.Tensor) -> torch.Tensor:
-    """(C,) int64: the set bits of each row of (C, W) int64 ``words``, by bit tricks on their bytes (unsigned: no
-    overflow; exact, and several times faster than a table lookup per byte).
+    """(..., C) int64: the set bits of each row of (..., C, W) int64 ``words``, by bit tricks on their bytes
+    (unsigned: no overflow; exact, and several times faster than a table lookup per byte).
 
     Example:
         >>> _bit_counts(torch.tensor([[-1, 5], [0, 1 << 40]])).tolist()
@@ -50,7 +50,7 @@ def _bit_counts(words: torch.Tensor) -> torch.Tensor:
     x = x - ((x >> 1) & 0x55)  # per 2 bits: their count
     x = (x & 0x33) + ((x >> 2) & 0x33)  # per 4 bits
     x = (x + (x >> 4)) & 0x0F  # per byte
-    return x.sum(1, dtype=torch.int64)
+    return x.sum(-1, dtype=torch.int64)
 
 
 def _packed(masks: torch.Tensor) -> torch.Tensor:
@@ -146,11 +146,11 @@ class _Counter:
         depth = max(len(c) for c in conjunctions)
         device = torch.device("cpu") if self.device is None else self.device
         index = tensor_on([list(c) + [n_rules] * (depth - len(c)) for c in conjunctions], device=device)
-        total = torch.zeros(2, len(conjunctions), dtype=torch.long, device=device)
+        parts = []
         for words in chunks:  # the padding rule (every row) and the target: the last two rows
             masks = functools.reduce(torch.bitwise_and, words[index].unbind(1))  # (C, words)
-            for k, m in enumerate((masks & words[-1], masks)):
-                total[k] += _bit_counts(m)
+            parts.append(_bit_counts(torch.stack([masks & words[-1], masks])))  # (2, C): hits, support
+        total = parts[0] if len(parts) == 1 else functools.reduce(torch.add, parts)
         both = D.all_reduce_sum(total).tolist()  # once per call, whatever the number of batches of each rank
         return list(zip(both[0], both[1]))
 
