@@ -4,44 +4,66 @@ An implementation of AMORE (Automatic and Model-agnostic Regional Rule Extractio
 """
 
 import gc
+import importlib
 import sys
 
 from torch_amore import integrations
 from torch_amore._version import __version__
-from torch_amore.experiments.baselines import decision_tree_rules, decision_tree_search
-from torch_amore.experiments.protocol import DecisionList, SearchResult, search_hyperparameters, sequential_covering
-from torch_amore.explain.attribution import RuleAttribution
-from torch_amore.explain.explainer import RegionalRuleExplainer
-from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.report import plot
 from torch_amore.rules import metrics
 from torch_amore.rules.metrics import RuleMetrics, confidence, fitness, rule_metrics, support
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
-from torch_amore.selection.selection import FeatureSelection, select_features
-from torch_amore.verify.verification import Verification
 
-# the documented module paths of the flat layout stay importable: ``torch_amore.plot``, ``torch_amore.metrics``
-sys.modules[f"{__name__}.plot"] = plot
+#: Public names whose modules load on first use (the explainer, the experiments' protocol, feature selection and the
+#: verification: a tenth of the import, which a search does not need), with the module that defines each.
+_LAZY = {
+    "DecisionList": "torch_amore.experiments.protocol",
+    "FeatureSelection": "torch_amore.selection.selection",
+    "RegionalExplanation": "torch_amore.explain.explanation",
+    "RegionalRuleExplainer": "torch_amore.explain.explainer",
+    "RuleAttribution": "torch_amore.explain.attribution",
+    "SearchResult": "torch_amore.experiments.protocol",
+    "Verification": "torch_amore.verify.verification",
+    "decision_tree_rules": "torch_amore.experiments.baselines",
+    "decision_tree_search": "torch_amore.experiments.baselines",
+    "search_hyperparameters": "torch_amore.experiments.protocol",
+    "select_features": "torch_amore.selection.selection",
+    "sequential_covering": "torch_amore.experiments.protocol",
+}
+
+# the documented module paths of the flat layout stay importable: ``torch_amore.metrics`` here, ``torch_amore.plot``
+# (:mod:`torch_amore.report.plot`) on first use, through ``torch_amore/plot.py``
 sys.modules[f"{__name__}.metrics"] = metrics
 
 # What the imports above made (torch's modules, functions and tables: about 170,000 objects) lives as long as the
 # process. Frozen, the garbage collector no longer walks it: its first full collection after a large import, due
 # within the next few thousand allocations, would otherwise fall into the first or second search of the process (a
-# pause of 50-150 ms on that call); later full collections walk only younger objects. One collection first (about
-# 70 ms), so that no garbage of the process is frozen with them; `gc.unfreeze()` undoes the freeze.
-gc.collect()
+# pause of 50-150 ms on that call); later full collections walk only younger objects. The young generations are
+# collected first (about 1 ms), so that the imports' recent garbage is not frozen with them; a full collection would
+# walk every object (about 70 ms) to find the few older ones (17 objects after a fresh import). `gc.unfreeze()`
+# undoes the freeze.
+gc.collect(1)
 gc.freeze()
 
 # torchmetrics and Lightning take seconds to import: integrations/ loads these public names on first use
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
+    if name == "plot":
+        return importlib.import_module(f"{__name__}.plot")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # found directly from now on
+        return value
     if name in integrations.__all__:
         return getattr(integrations, name)
     raise AttributeError(f"module 'torch_amore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"plot"})
 
 
 __all__ = [

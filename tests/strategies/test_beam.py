@@ -313,3 +313,31 @@ def test_best_intervals_of_a_block_of_few_grids_on_its_own_grids():
     for field in ("g_low", "g_high", "hits", "support"):
         assert torch.equal(getattr(split, field)[split.valid], getattr(whole, field)[whole.valid])
     assert _narrow_block(fine.n_bins_host[:30]) is None  # 28 one-hot columns: fewer than NARROW_BLOCK
+
+
+@pytest.mark.parametrize("hot_limit", [None, 0])
+def test_node_counts_of_a_block_of_few_grids_are_those_of_the_plain_pass(monkeypatch, hot_limit):
+    """The one-hot block's node counts, from the masks' product with its one-hot codes (or, where those would be too
+    large, from its own bincount pass), are the counts of one pass over every feature's full grids, missing values
+    included."""
+    from torch_amore.grids.ratios import group_grid_counts
+    from torch_amore.strategies import beam
+
+    if hot_limit is not None:
+        monkeypatch.setattr(beam, "_NARROW_HOT", hot_limit)
+    g = torch.Generator().manual_seed(7)
+    n = 2500
+    hot = torch.nn.functional.one_hot(torch.randint(0, 36, (n,), generator=g), 36).double()
+    hot[torch.rand(n, 36, generator=g) < 0.02] = float("nan")  # missing values in the block
+    X = torch.cat([torch.rand(n, 2, generator=g, dtype=torch.float64), hot, torch.rand(n, 1, generator=g)], 1)
+    target = (X[:, 0] > 0.4) | (hot[:, :6].nan_to_num().sum(1) > 0)
+    kinds = ["float", "float"] + ["cat"] * 36 + ["float"]
+    fine = fine_binning(X, bin_features(X, list(range(39)), kinds), 256)
+    search = beam.BeamSearch(fine, target, int(target.sum()))
+    assert search.narrow == (2, 38, 2)
+    assert (search._narrow_hot() is None) == (hot_limit == 0)
+    for nodes in ([()], [(), ((0, 10, 200),), ((2, 1, 1),), ((1, 0, 90), (5, 0, 0))]):
+        rows, groups = search._node_rows(nodes)
+        k = len(nodes)
+        plain = group_grid_counts(search.codes_t, rows, groups + k * target[rows].long(), 2 * k, search.width)
+        assert torch.equal(search._node_counts(nodes), plain)
