@@ -544,6 +544,7 @@ def test_beam_and_default_options_equal_extract_rules(small_csv, tmp_path, capsy
     assert (f"options: max_length={d.max_length}, min_support=auto (30 rows), n_grids={d.n_grids}, "
             f"bin_strategy={d.bin_strategy}, top_k={d.top_k}, strategy={d.strategy}, beam_width={d.beam_width}"
             ) in stdout  # fmt: skip
+    assert "permutations=" not in stdout and "seed=" not in stdout  # no evidence asked for: no evidence options
     assert f"{len(expected)} rule sets found: every node of the rule tree (the top_k=3 candidate" in stdout
 
 

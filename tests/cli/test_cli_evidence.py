@@ -31,6 +31,7 @@ def test_flags_print_the_verdict_and_columns_and_write_the_fields(table, tmp_pat
     assert main(argv) == 0
     stdout = capsys.readouterr().out
     assert "verdict: " in stdout and "beat the search on shuffled targets at 0.05, 19 permutations" in stdout
+    assert "holdout=0.3, permutations=19, stability=2, seed=0, level=0.95" in stdout  # the options line names them
     header = next(line for line in stdout.splitlines() if line.lstrip().startswith("#  rule"))
     assert "held-out confidence [95% CI]" in header and "p(perm)" in header and "stability" in header
     saved = json.loads(out.read_text())["rule_sets"]

@@ -174,10 +174,14 @@ def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> s
 
 
 def _describe_options(options: SearchOptions, n: int, n_target: int) -> str:
-    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means."""
+    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means; the
+    evidence options only when some evidence is asked for (``seed`` and ``level`` mean nothing without it)."""
+    left_out = {"feature_types", "feature_scale", "feature_offset", "progress"}
+    if not options.wants_evidence:
+        left_out |= {"permutations", "stability", "seed", "level"}
     shown = []
     for key, value in options.to_dict().items():
-        if key in ("feature_types", "feature_scale", "feature_offset", "progress"):
+        if key in left_out:
             continue
         if key == "min_support":
             value = "auto" if value is None else value
