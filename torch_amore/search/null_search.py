@@ -23,8 +23,27 @@ from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
+from torch_amore.search.readable import ReadableRules
 
 __all__ = ["NullSearch"]
+
+
+class _KeptRules(ReadableRules):
+    """:class:`ReadableRules` that keep the rule of each condition they made: the searches of other targets meet
+    the same conditions again. A condition's rule depends on its binning and bounds alone, and the binnings live as
+    long as the :class:`NullSearch` that holds them (they key the kept rules)."""
+
+    def __init__(self, made: ReadableRules) -> None:
+        super().__init__(made.X, made.names, made.scale, made.offset)
+        self._kept: dict[tuple[int, bool], dict[tuple, Any]] = {}
+
+    def rules(self, binned, conds, *, local: bool = False):  # noqa: D102 (ReadableRules.rules)
+        conds = [tuple(int(v) for v in c) for c in conds]
+        kept = self._kept.setdefault((id(binned), local), {})
+        new = [c for c in dict.fromkeys(conds) if c not in kept]
+        if new:
+            kept.update(zip(new, super().rules(binned, new, local=local)))
+        return [kept[c] for c in conds]
 
 
 class NullSearch:
@@ -73,6 +92,7 @@ class NullSearch:
             local = V.to_local_x(local_x, X.shape[1])
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
+        self.readable = _KeptRules(self.base.readable)
         n = X.shape[0]
         given = self.options.given_support_count(n)
         self.min_support = auto_min_support(n, self.base.n_total_target) if given is None else given
@@ -82,8 +102,9 @@ class NullSearch:
         """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""
         b = self.base
         ex = Extractor(b.binned, target, b.names, b.scale, b.offset, target_name=self.target_name, X=b.X)
-        ex.readable = b.readable
+        ex.readable = self.readable
         ex.__dict__["_fine"] = b.__dict__.setdefault("_fine", {})  # fine grids depend on X alone
+        ex.__dict__["_all_rows"] = b.__dict__.setdefault("_all_rows", {})  # so do the counts of all their rows
         t_rows = torch.nonzero(target, as_tuple=True)[0]
         ex._root = (self.all_counts, grid_counts(b.binned.codes, t_rows, b.binned.n_bins_max))
         return ex
