@@ -14,8 +14,9 @@ Parts (``--parts``, comma-separated):
    2,000,000 fresh rows), and ``--draws`` fresh held-out sets of 1,500 rows: how often the 95 % interval covers it.
 4. ``cost``: one thread; one default search against 99 permutations (the null's preparation plus ``--cost-perms``
    timed permutations, scaled to 99) at each of ``--sizes`` (default 10,000 x 128 and 100,000 x 128, latent-like data
-   of ``_tasks.latent_like``, ``max_length`` 2), with a breakdown of one permutation's search by stage; then the
-   ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=10`` against one search.
+   of ``_tasks.latent_like``, ``max_length`` 2), beside the same permutations without the shared counts of all rows
+   and as a literal loop of ``extract_rules`` (same run, interleaved), with a breakdown of one permutation's search by
+   stage; then the ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=20`` against one search.
 
 Usage::
 
@@ -51,6 +52,7 @@ from torch_amore.search.null_search import NullSearch  # noqa: E402
 from torch_amore.search.options import SearchOptions  # noqa: E402
 from torch_amore.search.readable import ReadableRules  # noqa: E402
 from torch_amore.strategies.beam import BeamSearch  # noqa: E402
+from torch_amore.strategies.refine import Refinement  # noqa: E402
 
 KINDS = ("uniform 2000x16", "relu 5000x128", "mixed 3000x24")
 BOX_EDGE = 0.7601  # P(ReLU(N(0,1)) > c) = 1 - Phi(c) = sqrt(0.05): the box on two features holds 5 % of the rows
@@ -167,6 +169,9 @@ STAGES = (
     (Extractor, "run_beam", "beam (all)"),
     (extractor_module, "pair_seeds", "  pair seeds"),
     (BeamSearch, "run_by_length", "  beam proper"),
+    (BeamSearch, "_node_counts", "    node counts"),
+    (BeamSearch, "_candidates", "    best intervals of the nodes"),
+    (Refinement, "_refine", "    refinement"),
     (ReadableRules, "rules", "readable bounds (all)"),
     (Extractor, "polish", "polish"),
     (Extractor, "finish", "pruning and same-mask check"),
@@ -201,30 +206,41 @@ def seconds(fn) -> tuple[float, object]:
 
 
 def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> None:
+    """One row of the cost part: one search (median of three) and the permutations three ways, interleaved in one
+    run: the literal loop of ``extract_rules`` on each permuted target, :class:`NullSearch` without the shared
+    counts of all rows (``share_all_rows=False``: codes, grids and readable bounds made once) and with them (what
+    ``permutations=`` runs); each scaled from ``cost_perms`` timed permutations to 99."""
     X, t = latent_like(n, f)
     X, t = X.to(device), t.to(device)
     kw = {"max_length": max_length}
     quiet(torch_amore.extract_rules, X, t, **kw)  # warm-up
-    one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))
+    one = float(np.median([seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))[0] for _ in range(3)]))
     prep, null = seconds(lambda: quiet(NullSearch, X, t, SearchOptions(**kw)))
     times: dict[str, float] = defaultdict(float)
-    saved = staged(times)
-    try:
-        perms = []
-        for k in range(cost_perms):
-            order = torch.from_numpy(permutation_order(n, 0, k)).to(device)
-            perms.append(seconds(lambda o=order: null.best_fitness(t[o]))[0])
-    finally:
-        for owner, name, fn in saved:
-            setattr(owner, name, fn)
-    per = sum(perms) / len(perms)
-    total = prep + 99 * per
+    per: dict[str, list[float]] = defaultdict(list)
+    for k in range(cost_perms):
+        tk = t[torch.from_numpy(permutation_order(n, 0, k)).to(device)]
+        per["literal"].append(seconds(lambda tk=tk: quiet(torch_amore.extract_rules, X, tk, **kw))[0])
+        null.share_all_rows = False
+        per["unshared"].append(seconds(lambda tk=tk: quiet(null.best_fitness, tk))[0])
+        null.share_all_rows = True
+        saved = staged(times)
+        try:
+            dt, _ = seconds(lambda tk=tk: quiet(null.best_fitness, tk))
+        finally:
+            for owner, name, fn in saved:
+                setattr(owner, name, fn)
+        per["shared"].append(dt)
+    mean = {key: sum(v) / len(v) for key, v in per.items()}
+    total = prep + 99 * mean["shared"]
     print(f"  {n} x {f}, max_length {max_length}: one search {one:.3f} s; 99 permutations {total:.1f} s "
-          f"(preparation {prep:.3f} s + 99 x {per:.3f} s, from {cost_perms} timed) = {total / one:.1f} x one "
-          "search")  # fmt: skip
+          f"(preparation {prep:.3f} s + 99 x {mean['shared']:.3f} s, from {cost_perms} timed) = {total / one:.1f} x "
+          f"one search; same run without the shared counts of all rows {99 * mean['unshared'] / one:.1f} x, as a "
+          f"literal loop of extract_rules {99 * mean['literal'] / one:.1f} x")  # fmt: skip
     print("    one permutation by stage (seconds; nested stages count in each):")
     for _, _, label in STAGES:
-        print(f"      {label:<30} {times[label] / cost_perms:7.3f}")
+        print(f"      {label:<34} {times[label] / cost_perms:7.3f}")
+    print(f"      {'(total)':<34} {mean['shared']:7.3f}")
 
 
 def evidence_cost(n: int, f: int, device: str) -> None:
@@ -232,8 +248,8 @@ def evidence_cost(n: int, f: int, device: str) -> None:
     X, t = X.to(device), t.to(device)
     one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2))
     held, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, holdout=0.3))
-    stab, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, stability=10))
-    print(f"  {n} x {f}: one search {one:.3f} s; holdout=0.3 {held:.3f} s ({held / one:.2f} x); stability=10 "
+    stab, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, stability=20))
+    print(f"  {n} x {f}: one search {one:.3f} s; holdout=0.3 {held:.3f} s ({held / one:.2f} x); stability=20 "
           f"{stab:.1f} s ({stab / one:.1f} x)")  # fmt: skip
 
 

@@ -66,6 +66,10 @@ class NullSearch:
         True
     """
 
+    #: Whether the searches share the counts of all rows and the readable rules (``False``: each makes its own, the
+    #: reference that ``benchmarks/bench_significance.py`` times beside them; the rule sets are the same).
+    share_all_rows: bool = True
+
     def __init__(
         self,
         X: torch.Tensor,
@@ -102,9 +106,10 @@ class NullSearch:
         """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""
         b = self.base
         ex = Extractor(b.binned, target, b.names, b.scale, b.offset, target_name=self.target_name, X=b.X)
-        ex.readable = self.readable
         ex.__dict__["_fine"] = b.__dict__.setdefault("_fine", {})  # fine grids depend on X alone
-        ex.__dict__["_all_rows"] = b.__dict__.setdefault("_all_rows", {})  # so do the counts of all their rows
+        ex.readable = self.readable if self.share_all_rows else b.readable
+        if self.share_all_rows:
+            ex.__dict__["_all_rows"] = b.__dict__.setdefault("_all_rows", {})  # so do the counts of all their rows
         t_rows = torch.nonzero(target, as_tuple=True)[0]
         ex._root = (self.all_counts, grid_counts(b.binned.codes, t_rows, b.binned.n_bins_max))
         return ex
