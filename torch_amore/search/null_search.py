@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.grids.ratios import grid_counts
@@ -50,7 +51,8 @@ class NullSearch:
     """The search of ``extract_rules(X, target, options=options, ...)`` made ready for any target of ``X``'s rows.
 
     Args:
-        X: (N, F) the searched rows (a floating tensor, checked by the caller's search).
+        X: (N, F) the searched rows (a floating tensor, checked by the caller's search); in a sharded (DDP) run, this
+            rank's rows, every rank calling with its part of the same targets (the search of the shards together).
         target: (N,) a boolean target of those rows; the others have the same number of target rows (permutations),
             so the default ``min_support`` is the same for all.
         options: the search's options (the evidence fields are ignored).
@@ -97,7 +99,7 @@ class NullSearch:
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
         self.readable = _KeptRules(self.base.readable)
-        n = X.shape[0]
+        n = D.global_count(X.shape[0])  # all ranks' rows in a sharded run
         given = self.options.given_support_count(n)
         self.min_support = auto_min_support(n, self.base.n_total_target) if given is None else given
         self.target_name = target_name

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.pair_counts import pair_histograms
 from torch_amore.grids.ratios import group_grid_counts
@@ -29,8 +30,8 @@ class AllRows:
     """The target-independent counts of one fine binning's rows, each made on first use and kept.
 
     Args:
-        fine: the beam's fine binning (:func:`torch_amore.grids.fine_grid.fine_binning`) of the searched rows, in one
-            process (not sharded).
+        fine: the beam's fine binning (:func:`torch_amore.grids.fine_grid.fine_binning`) of the searched rows (in a
+            sharded run, this rank's: the counts are summed over the ranks).
 
     Example:
         >>> import torch
@@ -77,5 +78,5 @@ class AllRows:
             codes_t = self.fine.codes_t
             if len(numeric) < codes_t.shape[0]:
                 codes_t = codes_t[torch.tensor(numeric, device=codes_t.device)]
-            self._grams[key] = pair_histograms(codes_t, lut, width, None, exact32=exact32)
+            self._grams[key] = D.all_reduce_sum(pair_histograms(codes_t, lut, width, None, exact32=exact32))
         return self._grams[key]

@@ -127,7 +127,8 @@ def _grams(
     every = None if all_rows is None else all_rows.pair_counts(*every_numeric, SEED_GRIDS, exact32)
     if every is None:
         return [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
-    return [every[rows_kept][:, :, rows_kept], pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32)]
+    target_gram = D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32))
+    return [every[rows_kept][:, :, rows_kept], target_gram]
 
 
 def pair_seeds(
@@ -143,7 +144,7 @@ def pair_seeds(
     ``n_pairs`` pairs of numeric features (among the :data:`SEED_FEATURES` most promising) whose best rectangle
     (support >= ``min_support``, a proper interval on both) has the highest fitness.
 
-    ``all_rows`` (:class:`torch_amore.strategies.all_rows.AllRows` of ``fine``, in one process) gives the counts of all
+    ``all_rows`` (:class:`torch_amore.strategies.all_rows.AllRows` of ``fine``) gives the counts of all
     rows instead of counting them, and ``target_counts`` (with it: the (F, W) target rows per fine grid) those of the
     target: the same seeds.
 
