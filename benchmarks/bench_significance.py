@@ -96,8 +96,17 @@ def quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def calibration(n_datasets: int, permutations: int) -> None:
-    print(f"== calibration: {n_datasets} null data sets, P={permutations}, max_length=2, min_support=50")
+def calibration_table(counts: dict[str, list[int]]) -> None:
+    total = [sum(c[j] for c in counts.values()) for j in range(4)]
+    for kind, c in [*counts.items(), ("all", total)]:
+        limit = int(binom.ppf(0.995, c[0], 0.05))
+        print(f"  {kind:<16} n={c[0]:>4}  p<=0.05: search-aware {c[1]:>3}  held-out best {c[2]:>3}  held-out any "
+              f"{c[3]:>3}  (99.5% quantile of Binomial({c[0]}, 0.05): {limit})", flush=True)  # fmt: skip
+
+
+def calibration(n_datasets: int, permutations: int, every: int) -> None:
+    """The calibration part; with ``every``, the counts so far after every ``every`` data sets (a partial run's)."""
+    print(f"== calibration: {n_datasets} null data sets, P={permutations}, max_length=2, min_support=50", flush=True)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # data sets, perm, held best, held any
     t0 = time.perf_counter()
     for i in range(n_datasets):
@@ -111,18 +120,19 @@ def calibration(n_datasets: int, permutations: int) -> None:
         c[1] += bool(perm) and perm[0].p_value <= 0.05
         c[2] += bool(held) and held[0].held_out.p_value <= 0.05
         c[3] += any(rs.held_out.p_value <= 0.05 for rs in held)
-    total = [sum(c[j] for c in counts.values()) for j in range(4)]
-    for kind, c in [*counts.items(), ("all", total)]:
-        limit = int(binom.ppf(0.995, c[0], 0.05))
-        print(f"  {kind:<16} n={c[0]:>4}  p<=0.05: search-aware {c[1]:>3}  held-out best {c[2]:>3}  held-out any "
-              f"{c[3]:>3}  (99.5% quantile of Binomial({c[0]}, 0.05): {limit})")  # fmt: skip
-    print(f"  ({time.perf_counter() - t0:.0f} s)")
+        if every and (i + 1) % every == 0 and i + 1 < n_datasets:
+            print(f"  -- after {i + 1} data sets ({time.perf_counter() - t0:.0f} s):", flush=True)
+            calibration_table(counts)
+    calibration_table(counts)
+    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def power(seeds: int, permutations: int) -> None:
-    print(f"== power: {seeds} planted boxes at 5000 x 128, max_length=2, min_support=100, P={permutations}")
+def power(seeds: int, permutations: int, every: int) -> None:
+    """The power part; with ``every``, the counts so far after every ``every`` seeds."""
+    print(f"== power: {seeds} planted boxes at 5000 x 128, max_length=2, min_support=100, P={permutations}", flush=True)
     smallest = 1 / (permutations + 1)
     perm_hits = held_hits = 0
+    t0 = time.perf_counter()
     for s in range(seeds):
         X, t = planted(s)
         kw = {"max_length": 2, "min_support": 100, "seed": s}
@@ -130,7 +140,9 @@ def power(seeds: int, permutations: int) -> None:
         held = quiet(torch_amore.extract_rules, X, t, holdout=0.3, **kw)[0]
         perm_hits += best.p_value <= max(0.01, smallest)
         held_hits += held.held_out.p_value <= 0.01
-    print(f"  p_value <= {max(0.01, smallest):g}: {perm_hits}/{seeds}; held-out p_value <= 0.01: {held_hits}/{seeds}")
+        if (every and (s + 1) % every == 0) or s + 1 == seeds:
+            print(f"  after {s + 1} seeds ({time.perf_counter() - t0:.0f} s): p_value <= {max(0.01, smallest):g}: "
+                  f"{perm_hits}/{s + 1}; held-out p_value <= 0.01: {held_hits}/{s + 1}", flush=True)  # fmt: skip
 
 
 def true_confidence(rule_set, f: int, n: int = 2_000_000, seed: int = 99) -> float:
@@ -280,15 +292,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-perms", type=int, default=99, help="permutations timed in the cost part")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--every", type=int, default=0, help="print the counts so far every this many data sets")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     parts = args.parts.split(",")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load {load:.1f}")
     if "calibration" in parts:
-        calibration(args.n_datasets, args.permutations)
+        calibration(args.n_datasets, args.permutations, args.every)
     if "power" in parts:
-        power(args.seeds, args.permutations)
+        power(args.seeds, args.permutations, args.every)
     if "coverage" in parts:
         coverage(args.draws)
     if "cost" in parts:
