@@ -16,6 +16,7 @@ from torch_amore import extract_rules
 from torch_amore.search.evidence_split import permutation_order
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
+from torch_amore.strategies import all_rows
 from torch_amore.strategies.seeding import SEED_FEATURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -72,16 +73,20 @@ def test_the_three_strategies_on_permuted_targets(strategy):
         assert null.search(tk) == extract_rules(X, tk, **kw)
 
 
-@pytest.mark.parametrize("max_length", [2, 3])
-def test_a_layer_wider_than_the_seed_features_shares_the_pair_counts(max_length):
+@pytest.mark.parametrize(("max_length", "cell_features"), [(2, None), (3, None), (2, 1)])
+def test_a_layer_wider_than_the_seed_features_shares_the_pair_and_cell_counts(max_length, cell_features, monkeypatch):
     X, t = wide(1500, SEED_FEATURES + 16, 0)
+    if cell_features is not None:  # room for one feature's seed cells: the other seeds are counted as ever
+        cells = 5 * X.shape[1] * 256 * 4  # SEED_GRIDS cells x F x W int32 counts (W: 256 fine grids at 1,500 rows)
+        monkeypatch.setattr(all_rows, "CELL_BYTES", cell_features * cells)
     kw = {"max_length": max_length, "optimum_budget": 0}  # no grid optimum: the pair seeds run
     null = NullSearch(X, t, SearchOptions(**kw))
-    for k in range(2):
+    for k in range(3):
         tk = permuted(t, 0, k)
-        assert null.best_fitness(tk) == literal_best(X, tk, **kw)
+        assert null.search(tk) == extract_rules(X, tk, **kw)
     shared = next(iter(null.base.__dict__["_all_rows"].values()))
     assert shared._grams  # the pairs' counts of all rows were made once and read
+    assert len(shared._cells) == (cell_features or len(shared._cells)) and shared._cells  # and the seeds' cells
 
 
 @pytest.mark.parametrize("seed", [0, 4])

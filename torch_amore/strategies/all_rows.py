@@ -12,18 +12,26 @@ itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore.grids.binning import Binned
+from torch_amore.grids.box_counts import box_masks
 from torch_amore.grids.pair_counts import pair_histograms
 from torch_amore.grids.ratios import group_grid_counts
+
+if TYPE_CHECKING:
+    from torch_amore.strategies.beam import BeamSearch
 
 __all__ = ["AllRows"]
 
 #: The 2-D counts of all pairs of numeric features are shared while there are at most this many (their cost grows
 #: with the square of their number; a search pairs at most :data:`torch_amore.strategies.seeding.SEED_FEATURES`).
 SHARED_PAIR_FEATURES = 256
+#: Bytes of the per-cell counts kept for the seeds' conditions (:meth:`AllRows.cell_counts`); beyond, they are counted.
+CELL_BYTES = 1 << 28
 
 
 class AllRows:
@@ -47,6 +55,10 @@ class AllRows:
         self.fine = fine
         self._counts: torch.Tensor | None = None
         self._grams: dict[tuple, torch.Tensor] = {}
+        self._lut: dict[int, torch.Tensor] = {}  # feature -> its seeds' coarse cell of every fine grid
+        self._cells: dict[int, torch.Tensor] = {}  # feature -> (cells, F, W) counts of all rows per cell
+        self._lut_host: dict[int, list[int]] = {}
+        self._n_cells = 0
 
     @property
     def counts(self) -> torch.Tensor:
@@ -79,4 +91,54 @@ class AllRows:
             if len(numeric) < codes_t.shape[0]:
                 codes_t = codes_t[torch.tensor(numeric, device=codes_t.device)]
             self._grams[key] = D.all_reduce_sum(pair_histograms(codes_t, lut, width, None, exact32=exact32))
+            self._lut.update(zip(numeric, lut))
+            self._n_cells = width
         return self._grams[key]
+
+    def cells_of(self, cond: tuple[int, int, int]) -> tuple[int, int, int] | None:
+        """``(feature, first cell, last cell)`` where the fine condition ``cond`` selects exactly the rows of a range
+        of its feature's seed cells (a seed's condition), else ``None``."""
+        j, lo, hi = cond
+        if j not in self._lut:
+            return None
+        if j not in self._lut_host:
+            self._lut_host[j] = self._lut[j].tolist()
+        lut = self._lut_host[j]
+        first, last = lut[lo], lut[hi]
+        if (lo > 0 and lut[lo - 1] == first) or (hi + 1 < len(lut) and lut[hi + 1] == last):
+            return None  # a cell the condition cuts
+        return j, first, last
+
+    def cell_counts(self, j: int) -> torch.Tensor | None:
+        """(cells, F, W) rows per fine grid of every feature in each seed cell of feature ``j`` (one pass over all
+        rows, kept), or ``None`` once :data:`CELL_BYTES` are kept."""
+        if j not in self._cells:
+            codes_t, n_cells = self.fine.codes_t, self._n_cells
+            size = n_cells * codes_t.shape[0] * self.fine.n_bins_max * 4
+            if size + sum(c.numel() * 4 for c in self._cells.values()) > CELL_BYTES:
+                return None
+            cell = self._lut[j][codes_t[j].long()]  # missing values: cell ``n_cells``, counted nowhere
+            rows = torch.nonzero(cell < n_cells, as_tuple=True)[0]
+            counts = group_grid_counts(codes_t, rows, cell[rows], n_cells, self.fine.n_bins_max)
+            self._cells[j] = counts.to(torch.int32 if codes_t.shape[1] < (1 << 31) else torch.int64)  # half the bytes
+        return self._cells[j]
+
+    def seed_counts(self, nodes: list[tuple], search: BeamSearch) -> torch.Tensor:
+        """``search``'s node counts (:meth:`torch_amore.strategies.beam.BeamSearch._node_counts`) of the seeds'
+        single conditions ``nodes``: where one selects a range of its feature's seed cells whose counts are kept, all
+        rows' counts are the sum over those cells and only the target's rows are counted (the others: all rows' less
+        the target's; the same integers); the other nodes are counted as ever."""
+        cells = [self.cells_of(c) for (c,) in nodes]
+        kept = [None if c is None else self.cell_counts(c[0]) for c in cells]
+        if all(k is None for k in kept):
+            return search._node_counts(nodes)
+        t_rows = torch.nonzero(search.target, as_tuple=True)[0]
+        codes_t = self.fine.codes_t.index_select(1, t_rows)  # (F, T): the target's rows
+        groups, rows = torch.nonzero(box_masks(codes_t, nodes, column_major=True), as_tuple=True)
+        tgt = group_grid_counts(codes_t, rows, groups, len(nodes), self.fine.n_bins_max)
+        counted = [nodes[i] for i, k in enumerate(kept) if k is None]
+        if counted:  # both parts of the others, summed
+            both = search._node_counts(counted)
+            rest = iter(both[: len(counted)] + both[len(counted) :])
+        every = [next(rest) if k is None else k[c[1] : c[2] + 1].sum(0) for k, c in zip(kept, cells)]
+        return torch.cat([torch.stack(every) - tgt, tgt])

@@ -415,7 +415,8 @@ class BeamSearch(Refinement):
         """The children of the seed pairs' conditions (none when there are none), beside the beam's."""
         if not seed_beam:
             return {}
-        both = self._node_counts([st.conds for st in seed_beam])
+        nodes = [st.conds for st in seed_beam]
+        both = self._node_counts(nodes) if self.all_rows is None else self.all_rows.seed_counts(nodes, self)
         seeded, _ = self._expand(seed_beam, both, min_support, set(found) | set(children), chooser)
         return seeded
 
