@@ -21,6 +21,8 @@ Parts (``--parts``, comma-separated):
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_significance.py                     # the full run (hours)
+    OMP_NUM_THREADS=1 python benchmarks/bench_significance.py --parts calibration --every 15   # counts as it goes
+    OMP_NUM_THREADS=1 python benchmarks/bench_significance.py --parts cost --cost-perms 20     # the cost alone
     python benchmarks/bench_significance.py --n-datasets 12 --permutations 19 --seeds 4 --draws 1000 \\
         --sizes 10000x128 --cost-perms 3                                           # a reduced run (minutes)
     python benchmarks/bench_significance.py --parts cost --sizes 1000000x128 --device cuda   # where a GPU is lent
