@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from torch_amore import extract_rules
+from torch_amore.search import null_search
 from torch_amore.search.evidence_split import permutation_order
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
@@ -79,6 +80,7 @@ def test_a_layer_wider_than_the_seed_features_shares_the_pair_and_cell_counts(ma
     if cell_features is not None:  # room for one feature's seed cells: the other seeds are counted as ever
         cells = 5 * X.shape[1] * 256 * 4  # SEED_GRIDS cells x F x W int32 counts (W: 256 fine grids at 1,500 rows)
         monkeypatch.setattr(all_rows, "CELL_BYTES", cell_features * cells)
+        monkeypatch.setattr(null_search, "KEPT_COLUMN_BYTES", 7 * X.shape[0])  # and one sorted column
     kw = {"max_length": max_length, "optimum_budget": 0}  # no grid optimum: the pair seeds run
     null = NullSearch(X, t, SearchOptions(**kw))
     for k in range(3):
@@ -87,6 +89,8 @@ def test_a_layer_wider_than_the_seed_features_shares_the_pair_and_cell_counts(ma
     shared = next(iter(null.base.__dict__["_all_rows"].values()))
     assert shared._grams  # the pairs' counts of all rows were made once and read
     assert len(shared._cells) == (cell_features or len(shared._cells)) and shared._cells  # and the seeds' cells
+    kept = len(null.base.__dict__["_sorted"])  # the polish's sorted columns, as many as there is room for
+    assert kept <= cell_features if cell_features else kept > 0
 
 
 @pytest.mark.parametrize("seed", [0, 4])

@@ -25,8 +25,12 @@ from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
 from torch_amore.search.readable import ReadableRules
+from torch_amore.strategies.polish.sorted_columns import SortedColumns
 
 __all__ = ["NullSearch"]
+
+#: Bytes of the polish's sorted columns kept for the searches of other targets (:class:`_KeptColumns`).
+KEPT_COLUMN_BYTES = 1 << 28
 
 
 class _KeptRules(ReadableRules):
@@ -45,6 +49,31 @@ class _KeptRules(ReadableRules):
         if new:
             kept.update(zip(new, super().rules(binned, new, local=local)))
         return [kept[c] for c in conds]
+
+
+class _KeptColumns(SortedColumns):
+    """:class:`SortedColumns` whose tables that do not depend on the target (each column's order, observed values
+    and allowed cuts) are kept in ``kept`` for the searches of other targets (while they take at most
+    :data:`KEPT_COLUMN_BYTES`); only the target's flags in that order are made for each target. The same tables."""
+
+    _KEPT = ("order", "observed", "allowed", "column")
+
+    def __init__(self, X: torch.Tensor, target: torch.Tensor, kept: dict[int, dict[str, torch.Tensor]]) -> None:
+        super().__init__(X, target)
+        self._kept = kept
+
+    def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
+        new = [c for c in cols if c not in self._kept]
+        room = KEPT_COLUMN_BYTES - len(self._kept) * 7 * self.X.shape[0]  # 7 bytes per row and column
+        if new and len(new) * 7 * self.X.shape[0] > room:
+            return super()._sort(cols)
+        if new:
+            made = super()._sort(new)
+            for i, c in enumerate(new):
+                self._kept[c] = {name: made[name][i : i + 1] for name in self._KEPT}
+        tables = {name: torch.cat([self._kept[c][name] for c in cols]) for name in self._KEPT}
+        tables["hit"] = self.target[tables["order"].long()] & tables["observed"]
+        return tables
 
 
 class NullSearch:
@@ -68,8 +97,9 @@ class NullSearch:
         True
     """
 
-    #: Whether the searches share the counts of all rows and the readable rules (``False``: each makes its own, the
-    #: reference that ``benchmarks/bench_significance.py`` times beside them; the rule sets are the same).
+    #: Whether the searches share the counts of all rows, the readable rules and the polish's sorted columns
+    #: (``False``: each makes its own, the reference that ``benchmarks/bench_significance.py`` times beside them; the
+    #: rule sets are the same).
     share_all_rows: bool = True
 
     def __init__(
@@ -112,6 +142,8 @@ class NullSearch:
         ex.readable = self.readable if self.share_all_rows else b.readable
         if self.share_all_rows:
             ex.__dict__["_all_rows"] = b.__dict__.setdefault("_all_rows", {})  # so do the counts of all their rows
+            if b.X is not None and not D.is_sharded():  # and the polish's sorted columns (one process)
+                ex._columns = _KeptColumns(b.X, target, b.__dict__.setdefault("_sorted", {}))
         t_rows = torch.nonzero(target, as_tuple=True)[0]
         ex._root = (self.all_counts, grid_counts(b.binned.codes, t_rows, b.binned.n_bins_max))
         return ex
