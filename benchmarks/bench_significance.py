@@ -220,16 +220,16 @@ def seconds(fn) -> tuple[float, object]:
 
 
 def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> None:
-    """One row of the cost part: one search (median of three) and the permutations three ways, interleaved in one
-    run: the literal loop of ``extract_rules`` on each permuted target, :class:`NullSearch` without the shared
-    counts of all rows (``share_all_rows=False``: codes, grids and readable bounds made once) and with them (what
-    ``permutations=`` runs); each scaled from ``cost_perms`` timed permutations to 99. The preparation (made once for
+    """One row of the cost part: one search on the real target and the permutations three ways, interleaved in one
+    run (each time a mean over the ``cost_perms`` rounds): the literal loop of ``extract_rules`` on each permuted
+    target, :class:`NullSearch` without the shared counts of all rows (``share_all_rows=False``: codes, grids and
+    readable bounds made once) and with them (what ``permutations=`` runs); each scaled from ``cost_perms`` timed
+    permutations to 99. The preparation (made once for
     all permutations) includes a first search, on the real target, that makes the shared counts of all rows."""
     X, t = latent_like(n, f)
     X, t = X.to(device), t.to(device)
     kw = {"max_length": max_length}
     quiet(torch_amore.extract_rules, X, t, **kw)  # warm-up
-    one = float(np.median([seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))[0] for _ in range(3)]))
 
     def prepared() -> NullSearch:  # the codes and grids, and (first search) the shared counts of all rows
         null = quiet(NullSearch, X, t, SearchOptions(**kw))
@@ -241,6 +241,7 @@ def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> N
     per: dict[str, list[float]] = defaultdict(list)
     for k in range(cost_perms):
         tk = t[torch.from_numpy(permutation_order(n, 0, k)).to(device)]
+        per["one"].append(seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))[0])  # the real target
         per["literal"].append(seconds(lambda tk=tk: quiet(torch_amore.extract_rules, X, tk, **kw))[0])
         null.share_all_rows = False
         per["unshared"].append(seconds(lambda tk=tk: quiet(null.best_fitness, tk))[0])
@@ -253,6 +254,7 @@ def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> N
                 setattr(owner, name, fn)
         per["shared"].append(dt)
     mean = {key: sum(v) / len(v) for key, v in per.items()}
+    one = mean["one"]
     total = prep + 99 * mean["shared"]
     print(f"  {n} x {f}, max_length {max_length}: one search {one:.3f} s; 99 permutations {total:.1f} s "
           f"(preparation {prep:.3f} s + 99 x {mean['shared']:.3f} s, from {cost_perms} timed) = {total / one:.1f} x "
