@@ -19,12 +19,14 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import grid_counts
+from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
-from torch_amore.search.readable import ReadableRules
+from torch_amore.search.readable import Cond, ReadableRules
 from torch_amore.strategies.polish.sorted_columns import SortedColumns
 
 __all__ = ["NullSearch"]
@@ -40,9 +42,10 @@ class _KeptRules(ReadableRules):
 
     def __init__(self, made: ReadableRules) -> None:
         super().__init__(made.X, made.names, made.scale, made.offset)
-        self._kept: dict[tuple[int, bool], dict[tuple, Any]] = {}
+        self._kept: dict[tuple[int, bool], dict[tuple, Rule]] = {}
 
-    def rules(self, binned, conds, *, local: bool = False):  # noqa: D102 (ReadableRules.rules)
+    def rules(self, binned: Binned, conds: Sequence[Cond], *, local: bool = False) -> list[Rule]:
+        """:meth:`ReadableRules.rules`, each condition's rule made once."""
         conds = [tuple(int(v) for v in c) for c in conds]
         kept = self._kept.setdefault((id(binned), local), {})
         new = [c for c in dict.fromkeys(conds) if c not in kept]

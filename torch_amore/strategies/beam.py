@@ -136,7 +136,7 @@ class BeamSearch(Refinement):
         all_rows: AllRows | None = None,
     ) -> None:
         self.fine = fine
-        self.all_rows = all_rows  # the counts of all rows, made once for several targets (one process)
+        self.all_rows = all_rows  # the counts of all rows, made once for the searches of several targets
         self._root_target: torch.Tensor | None = None
         self.target = target
         self.n_target = n_target
