@@ -14,12 +14,15 @@ Parts (``--parts``, comma-separated):
    2,000,000 fresh rows), and ``--draws`` fresh held-out sets of 1,500 rows: how often the 95 % interval covers it.
 4. ``cost``: one thread; one default search against 99 permutations (the null's preparation plus ``--cost-perms``
    timed permutations, scaled to 99) at each of ``--sizes`` (default 10,000 x 128 and 100,000 x 128, latent-like data
-   of ``_tasks.latent_like``, ``max_length`` 2), with a breakdown of one permutation's search by stage; then the
-   ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=10`` against one search.
+   of ``_tasks.latent_like``, ``max_length`` 2), beside the same permutations without the shared counts of all rows
+   and as a literal loop of ``extract_rules`` (same run, interleaved), with a breakdown of one permutation's search by
+   stage; then the ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=20`` against one search.
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_significance.py                     # the full run (hours)
+    OMP_NUM_THREADS=1 python benchmarks/bench_significance.py --parts calibration --every 15   # counts as it goes
+    OMP_NUM_THREADS=1 python benchmarks/bench_significance.py --parts cost --cost-perms 20     # the cost alone
     python benchmarks/bench_significance.py --n-datasets 12 --permutations 19 --seeds 4 --draws 1000 \\
         --sizes 10000x128 --cost-perms 3                                           # a reduced run (minutes)
     python benchmarks/bench_significance.py --parts cost --sizes 1000000x128 --device cuda   # where a GPU is lent
@@ -51,6 +54,7 @@ from torch_amore.search.null_search import NullSearch  # noqa: E402
 from torch_amore.search.options import SearchOptions  # noqa: E402
 from torch_amore.search.readable import ReadableRules  # noqa: E402
 from torch_amore.strategies.beam import BeamSearch  # noqa: E402
+from torch_amore.strategies.refine import Refinement  # noqa: E402
 
 KINDS = ("uniform 2000x16", "relu 5000x128", "mixed 3000x24")
 BOX_EDGE = 0.7601  # P(ReLU(N(0,1)) > c) = 1 - Phi(c) = sqrt(0.05): the box on two features holds 5 % of the rows
@@ -94,8 +98,17 @@ def quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def calibration(n_datasets: int, permutations: int) -> None:
-    print(f"== calibration: {n_datasets} null data sets, P={permutations}, max_length=2, min_support=50")
+def calibration_table(counts: dict[str, list[int]]) -> None:
+    total = [sum(c[j] for c in counts.values()) for j in range(4)]
+    for kind, c in [*counts.items(), ("all", total)]:
+        limit = int(binom.ppf(0.995, c[0], 0.05))
+        print(f"  {kind:<16} n={c[0]:>4}  p<=0.05: search-aware {c[1]:>3}  held-out best {c[2]:>3}  held-out any "
+              f"{c[3]:>3}  (99.5% quantile of Binomial({c[0]}, 0.05): {limit})", flush=True)  # fmt: skip
+
+
+def calibration(n_datasets: int, permutations: int, every: int) -> None:
+    """The calibration part; with ``every``, the counts so far after every ``every`` data sets (a partial run's)."""
+    print(f"== calibration: {n_datasets} null data sets, P={permutations}, max_length=2, min_support=50", flush=True)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # data sets, perm, held best, held any
     t0 = time.perf_counter()
     for i in range(n_datasets):
@@ -109,18 +122,19 @@ def calibration(n_datasets: int, permutations: int) -> None:
         c[1] += bool(perm) and perm[0].p_value <= 0.05
         c[2] += bool(held) and held[0].held_out.p_value <= 0.05
         c[3] += any(rs.held_out.p_value <= 0.05 for rs in held)
-    total = [sum(c[j] for c in counts.values()) for j in range(4)]
-    for kind, c in [*counts.items(), ("all", total)]:
-        limit = int(binom.ppf(0.995, c[0], 0.05))
-        print(f"  {kind:<16} n={c[0]:>4}  p<=0.05: search-aware {c[1]:>3}  held-out best {c[2]:>3}  held-out any "
-              f"{c[3]:>3}  (99.5% quantile of Binomial({c[0]}, 0.05): {limit})")  # fmt: skip
-    print(f"  ({time.perf_counter() - t0:.0f} s)")
+        if every and (i + 1) % every == 0 and i + 1 < n_datasets:
+            print(f"  -- after {i + 1} data sets ({time.perf_counter() - t0:.0f} s):", flush=True)
+            calibration_table(counts)
+    calibration_table(counts)
+    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def power(seeds: int, permutations: int) -> None:
-    print(f"== power: {seeds} planted boxes at 5000 x 128, max_length=2, min_support=100, P={permutations}")
+def power(seeds: int, permutations: int, every: int) -> None:
+    """The power part; with ``every``, the counts so far after every ``every`` seeds."""
+    print(f"== power: {seeds} planted boxes at 5000 x 128, max_length=2, min_support=100, P={permutations}", flush=True)
     smallest = 1 / (permutations + 1)
     perm_hits = held_hits = 0
+    t0 = time.perf_counter()
     for s in range(seeds):
         X, t = planted(s)
         kw = {"max_length": 2, "min_support": 100, "seed": s}
@@ -128,7 +142,9 @@ def power(seeds: int, permutations: int) -> None:
         held = quiet(torch_amore.extract_rules, X, t, holdout=0.3, **kw)[0]
         perm_hits += best.p_value <= max(0.01, smallest)
         held_hits += held.held_out.p_value <= 0.01
-    print(f"  p_value <= {max(0.01, smallest):g}: {perm_hits}/{seeds}; held-out p_value <= 0.01: {held_hits}/{seeds}")
+        if (every and (s + 1) % every == 0) or s + 1 == seeds:
+            print(f"  after {s + 1} seeds ({time.perf_counter() - t0:.0f} s): p_value <= {max(0.01, smallest):g}: "
+                  f"{perm_hits}/{s + 1}; held-out p_value <= 0.01: {held_hits}/{s + 1}", flush=True)  # fmt: skip
 
 
 def true_confidence(rule_set, f: int, n: int = 2_000_000, seed: int = 99) -> float:
@@ -167,6 +183,9 @@ STAGES = (
     (Extractor, "run_beam", "beam (all)"),
     (extractor_module, "pair_seeds", "  pair seeds"),
     (BeamSearch, "run_by_length", "  beam proper"),
+    (BeamSearch, "_node_counts", "    node counts"),
+    (BeamSearch, "_candidates", "    best intervals of the nodes"),
+    (Refinement, "_refine", "    refinement"),
     (ReadableRules, "rules", "readable bounds (all)"),
     (Extractor, "polish", "polish"),
     (Extractor, "finish", "pruning and same-mask check"),
@@ -201,30 +220,50 @@ def seconds(fn) -> tuple[float, object]:
 
 
 def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> None:
+    """One row of the cost part: one search on the real target and the permutations three ways, interleaved in one
+    run (each time a mean over the ``cost_perms`` rounds): the literal loop of ``extract_rules`` on each permuted
+    target, :class:`NullSearch` without the shared counts of all rows (``share_all_rows=False``: codes, grids and
+    readable bounds made once) and with them (what ``permutations=`` runs); each scaled from ``cost_perms`` timed
+    permutations to 99. The preparation (made once for
+    all permutations) includes a first search, on the real target, that makes the shared counts of all rows."""
     X, t = latent_like(n, f)
     X, t = X.to(device), t.to(device)
     kw = {"max_length": max_length}
     quiet(torch_amore.extract_rules, X, t, **kw)  # warm-up
-    one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))
-    prep, null = seconds(lambda: quiet(NullSearch, X, t, SearchOptions(**kw)))
+
+    def prepared() -> NullSearch:  # the codes and grids, and (first search) the shared counts of all rows
+        null = quiet(NullSearch, X, t, SearchOptions(**kw))
+        quiet(null.best_fitness, t)
+        return null
+
+    prep, null = seconds(prepared)
     times: dict[str, float] = defaultdict(float)
-    saved = staged(times)
-    try:
-        perms = []
-        for k in range(cost_perms):
-            order = torch.from_numpy(permutation_order(n, 0, k)).to(device)
-            perms.append(seconds(lambda o=order: null.best_fitness(t[o]))[0])
-    finally:
-        for owner, name, fn in saved:
-            setattr(owner, name, fn)
-    per = sum(perms) / len(perms)
-    total = prep + 99 * per
+    per: dict[str, list[float]] = defaultdict(list)
+    for k in range(cost_perms):
+        tk = t[torch.from_numpy(permutation_order(n, 0, k)).to(device)]
+        per["one"].append(seconds(lambda: quiet(torch_amore.extract_rules, X, t, **kw))[0])  # the real target
+        per["literal"].append(seconds(lambda tk=tk: quiet(torch_amore.extract_rules, X, tk, **kw))[0])
+        null.share_all_rows = False
+        per["unshared"].append(seconds(lambda tk=tk: quiet(null.best_fitness, tk))[0])
+        null.share_all_rows = True
+        saved = staged(times)
+        try:
+            dt, _ = seconds(lambda tk=tk: quiet(null.best_fitness, tk))
+        finally:
+            for owner, name, fn in saved:
+                setattr(owner, name, fn)
+        per["shared"].append(dt)
+    mean = {key: sum(v) / len(v) for key, v in per.items()}
+    one = mean["one"]
+    total = prep + 99 * mean["shared"]
     print(f"  {n} x {f}, max_length {max_length}: one search {one:.3f} s; 99 permutations {total:.1f} s "
-          f"(preparation {prep:.3f} s + 99 x {per:.3f} s, from {cost_perms} timed) = {total / one:.1f} x one "
-          "search")  # fmt: skip
+          f"(preparation {prep:.3f} s + 99 x {mean['shared']:.3f} s, from {cost_perms} timed) = {total / one:.1f} x "
+          f"one search; same run without the shared counts of all rows {99 * mean['unshared'] / one:.1f} x, as a "
+          f"literal loop of extract_rules {99 * mean['literal'] / one:.1f} x")  # fmt: skip
     print("    one permutation by stage (seconds; nested stages count in each):")
     for _, _, label in STAGES:
-        print(f"      {label:<30} {times[label] / cost_perms:7.3f}")
+        print(f"      {label:<34} {times[label] / cost_perms:7.3f}")
+    print(f"      {'(total)':<34} {mean['shared']:7.3f}")
 
 
 def evidence_cost(n: int, f: int, device: str) -> None:
@@ -232,8 +271,8 @@ def evidence_cost(n: int, f: int, device: str) -> None:
     X, t = X.to(device), t.to(device)
     one, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2))
     held, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, holdout=0.3))
-    stab, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, stability=10))
-    print(f"  {n} x {f}: one search {one:.3f} s; holdout=0.3 {held:.3f} s ({held / one:.2f} x); stability=10 "
+    stab, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, max_length=2, stability=20))
+    print(f"  {n} x {f}: one search {one:.3f} s; holdout=0.3 {held:.3f} s ({held / one:.2f} x); stability=20 "
           f"{stab:.1f} s ({stab / one:.1f} x)")  # fmt: skip
 
 
@@ -257,15 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-perms", type=int, default=99, help="permutations timed in the cost part")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--every", type=int, default=0, help="print the counts so far every this many data sets")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     parts = args.parts.split(",")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load {load:.1f}")
     if "calibration" in parts:
-        calibration(args.n_datasets, args.permutations)
+        calibration(args.n_datasets, args.permutations, args.every)
     if "power" in parts:
-        power(args.seeds, args.permutations)
+        power(args.seeds, args.permutations, args.every)
     if "coverage" in parts:
         coverage(args.draws)
     if "cost" in parts:

@@ -103,5 +103,8 @@ def test_streamed_sources_are_refused_with_a_clear_message(kwargs):
     def source():
         return iter([(X[:150], t[:150]), (X[150:], t[150:])])
 
-    with pytest.raises(ValueError, match="not supported yet with a source of batches"):
+    with pytest.raises(
+        ValueError,
+        match="not supported with a source of batches .streamed data, or codes on disk.: they split, permute",
+    ):
         extract_rules(source, **kwargs)

@@ -204,6 +204,31 @@ def all_gather_unique(values: torch.Tensor) -> torch.Tensor:
     return torch.unique(union[~torch.isnan(union)]).to(values.device)
 
 
+def all_gather_rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The rows (dim 0) of ``t`` of every rank, concatenated in rank order (the global rows of a sharded run), and
+    the index of this rank's first row among them; ``(t, 0)`` when not sharded.
+
+    Example:
+        >>> import torch
+        >>> all_gather_rows(torch.tensor([True, False]))
+        (tensor([ True, False]), 0)
+    """
+    if not is_sharded():
+        return t, 0
+    dist = _dist()
+    dev = _comm_device(t)
+    sizes = [torch.zeros((), dtype=torch.int64, device=dev) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, tensor_on(t.shape[0], dtype=torch.int64, device=dev))
+    counts = [int(s) for s in sizes]
+    wire = torch.uint8 if t.dtype == torch.bool else t.dtype  # gloo gathers no bools
+    padded = torch.zeros((max(counts), *t.shape[1:]), dtype=wire, device=dev)
+    padded[: t.shape[0]] = t.to(dev, wire)
+    parts = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(parts, padded)
+    rows = torch.cat([part[:c] for part, c in zip(parts, counts)]).to(t.device, t.dtype)
+    return rows, sum(counts[: dist.get_rank()])
+
+
 def unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted distinct non-missing values of every column of ``values`` (N, k) on this process, batched.
 

@@ -26,6 +26,7 @@ from torch_amore.rules.pruning import prune_rule_sets
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
+from torch_amore.strategies.all_rows import AllRows
 from torch_amore.strategies.beam import BeamSearch
 from torch_amore.strategies.exact import estimate_cost, exact_search
 from torch_amore.strategies.polish import SortedColumns, polish_many, polish_one
@@ -364,6 +365,8 @@ class Extractor:
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
+        shared = self.__dict__.get("_all_rows")  # all rows' counts, shared by the searches of several targets
+        all_rows = None if shared is None else shared.setdefault(n_fine, AllRows(fine))
         search = BeamSearch(
             fine,
             self.target,
@@ -371,12 +374,14 @@ class Extractor:
             beam_width=beam_width,
             min_confidence=min_confidence,
             row_chunk=self.row_chunk,
+            all_rows=all_rows,
         )
         n, n_feat = D.global_count(fine.codes.shape[0]), len(fine.columns)
         seeded = seed and max_length >= 2 and seed_affordable(n, n_feat)  # pairs weak alone, strong together
         # twice the beam's width of pairs: on a 128-d latent layer at min_support twice the subgroup, five miss the
         # exhaustive pair optimum (0.119 against 0.137) that ten reach
-        seeds = pair_seeds(fine, self.target, min_support, 2 * beam_width) if seeded else []
+        given = {} if all_rows is None else {"all_rows": all_rows, "target_counts": search.root_target_counts()}
+        seeds = pair_seeds(fine, self.target, min_support, 2 * beam_width, **given) if seeded else []
         states = search.run_by_length(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
         conds = sorted({c for _, st in states for c in st.conds})
         made = dict(zip(conds, self.readable.rules(fine, conds)))

@@ -16,22 +16,75 @@ from typing import Any
 
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import grid_counts
+from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import prepare
 from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
 from torch_amore.search.options import SearchOptions, auto_min_support
+from torch_amore.search.readable import Cond, ReadableRules
+from torch_amore.strategies.polish.sorted_columns import SortedColumns
 
 __all__ = ["NullSearch"]
+
+#: Bytes of the polish's sorted columns kept for the searches of other targets (:class:`_KeptColumns`).
+KEPT_COLUMN_BYTES = 1 << 28
+
+
+class _KeptRules(ReadableRules):
+    """:class:`ReadableRules` that keep the rule of each condition they made: the searches of other targets meet
+    the same conditions again. A condition's rule depends on its binning and bounds alone, and the binnings live as
+    long as the :class:`NullSearch` that holds them (they key the kept rules)."""
+
+    def __init__(self, made: ReadableRules) -> None:
+        super().__init__(made.X, made.names, made.scale, made.offset)
+        self._kept: dict[tuple[int, bool], dict[tuple, Rule]] = {}
+
+    def rules(self, binned: Binned, conds: Sequence[Cond], *, local: bool = False) -> list[Rule]:
+        """:meth:`ReadableRules.rules`, each condition's rule made once."""
+        conds = [tuple(int(v) for v in c) for c in conds]
+        kept = self._kept.setdefault((id(binned), local), {})
+        new = [c for c in dict.fromkeys(conds) if c not in kept]
+        if new:
+            kept.update(zip(new, super().rules(binned, new, local=local)))
+        return [kept[c] for c in conds]
+
+
+class _KeptColumns(SortedColumns):
+    """:class:`SortedColumns` whose tables that do not depend on the target (each column's order, observed values
+    and allowed cuts) are kept in ``kept`` for the searches of other targets (while they take at most
+    :data:`KEPT_COLUMN_BYTES`); only the target's flags in that order are made for each target. The same tables."""
+
+    _KEPT = ("order", "observed", "allowed", "column")
+
+    def __init__(self, X: torch.Tensor, target: torch.Tensor, kept: dict[int, dict[str, torch.Tensor]]) -> None:
+        super().__init__(X, target)
+        self._kept = kept
+
+    def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
+        new = [c for c in cols if c not in self._kept]
+        room = KEPT_COLUMN_BYTES - len(self._kept) * 7 * self.X.shape[0]  # 7 bytes per row and column
+        if new and len(new) * 7 * self.X.shape[0] > room:
+            return super()._sort(cols)
+        if new:
+            made = super()._sort(new)
+            for i, c in enumerate(new):
+                self._kept[c] = {name: made[name][i : i + 1] for name in self._KEPT}
+        tables = {name: torch.cat([self._kept[c][name] for c in cols]) for name in self._KEPT}
+        tables["hit"] = self.target[tables["order"].long()] & tables["observed"]
+        return tables
 
 
 class NullSearch:
     """The search of ``extract_rules(X, target, options=options, ...)`` made ready for any target of ``X``'s rows.
 
     Args:
-        X: (N, F) the searched rows (a floating tensor, checked by the caller's search).
+        X: (N, F) the searched rows (a floating tensor, checked by the caller's search); in a sharded (DDP) run, this
+            rank's rows, every rank calling with its part of the same targets (the search of the shards together).
         target: (N,) a boolean target of those rows; the others have the same number of target rows (permutations),
             so the default ``min_support`` is the same for all.
         options: the search's options (the evidence fields are ignored).
@@ -46,6 +99,11 @@ class NullSearch:
         >>> null.search(t)[0] == extract_rules(X, t, min_support=20)[0]
         True
     """
+
+    #: Whether the searches share the counts of all rows, the readable rules and the polish's sorted columns
+    #: (``False``: each makes its own, the reference that ``benchmarks/bench_significance.py`` times beside them; the
+    #: rule sets are the same).
+    share_all_rows: bool = True
 
     def __init__(
         self,
@@ -73,7 +131,8 @@ class NullSearch:
             local = V.to_local_x(local_x, X.shape[1])
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
-        n = X.shape[0]
+        self.readable = _KeptRules(self.base.readable)
+        n = D.global_count(X.shape[0])  # all ranks' rows in a sharded run
         given = self.options.given_support_count(n)
         self.min_support = auto_min_support(n, self.base.n_total_target) if given is None else given
         self.target_name = target_name
@@ -82,8 +141,12 @@ class NullSearch:
         """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""
         b = self.base
         ex = Extractor(b.binned, target, b.names, b.scale, b.offset, target_name=self.target_name, X=b.X)
-        ex.readable = b.readable
         ex.__dict__["_fine"] = b.__dict__.setdefault("_fine", {})  # fine grids depend on X alone
+        ex.readable = self.readable if self.share_all_rows else b.readable
+        if self.share_all_rows:
+            ex.__dict__["_all_rows"] = b.__dict__.setdefault("_all_rows", {})  # so do the counts of all their rows
+            if b.X is not None and not D.is_sharded():  # and the polish's sorted columns (one process)
+                ex._columns = _KeptColumns(b.X, target, b.__dict__.setdefault("_sorted", {}))
         t_rows = torch.nonzero(target, as_tuple=True)[0]
         ex._root = (self.all_counts, grid_counts(b.binned.codes, t_rows, b.binned.n_bins_max))
         return ex

@@ -19,6 +19,12 @@
 
 When none of the rule sets stands out at ``1 - level``, one ``UserWarning`` says so
 (:func:`torch_amore.rules.evidence.warn_noise`).
+
+In a sharded (DDP) run the rows are numbered globally, the shards concatenated in rank order: the held-out split, the
+permutations and the half-samples are drawn over all ranks' rows (every rank gathers the target once and draws the
+same), each rank searches its part, and the counts are summed over the ranks, so every rank gets the numbers of one
+process on the concatenated data. ``holdout_rows`` are each rank's own rows. A source of batches (streamed data)
+refuses these options.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from torch_amore._utils import distributed as D
@@ -50,31 +57,50 @@ STABILITY_JACCARD = 0.8
 
 
 def _refuse(X: Any, codes_dir: str | None) -> None:
-    """What the evidence does not support yet, refused before any work."""
+    """What the evidence does not support, refused before any work."""
     if is_source(X) or codes_dir is not None:
         raise ValueError(
-            "`holdout`, `holdout_rows`, `permutations` and `stability` are not supported yet with a source of "
-            "batches (streamed data): extract from an (N, F) X in memory, or set them to None / 0."
+            "`holdout`, `holdout_rows`, `permutations` and `stability` are not supported with a source of batches "
+            "(streamed data, or codes on disk): they split, permute and resample the target over the rows by their "
+            "global index and search again, which needs every row's target at once, while a streamed search reads "
+            "its rows in passes. Extract from an (N, F) X in memory (one process, or one shard per DDP rank), or "
+            "set them to None / 0."
         )
-    if D.is_sharded():
-        raise ValueError(
-            "`holdout`, `holdout_rows`, `permutations` and `stability` are not supported yet in a sharded (DDP) "
-            "run: extract on one process, or set them to None / 0."
-        )
+
+
+class _Rows:
+    """This process's rows among all rows by global index: in a sharded (DDP) run the shards concatenated in rank
+    order (every rank holds the whole target, gathered once), else the rows themselves."""
+
+    def __init__(self, target: torch.Tensor) -> None:
+        self.target, self.start = D.all_gather_rows(target)
+        self.n_local = target.shape[0]
+
+    def local(self, values: torch.Tensor) -> torch.Tensor:
+        """This process's part of per-row ``values`` of all rows."""
+        return values[self.start : self.start + self.n_local]
+
+    def local_index(self, rows: np.ndarray) -> torch.Tensor:
+        """This process's rows among the sorted global row indices ``rows``, as indices of its own rows."""
+        mine = rows[(rows >= self.start) & (rows < self.start + self.n_local)] - self.start
+        return torch.from_numpy(mine).to(self.target.device)
 
 
 def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) -> torch.Tensor | None:
-    """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows and others."""
+    """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows and others.
+    A fraction is drawn over all rows by global index (:class:`_Rows`); ``holdout_rows`` are this process's."""
     if holdout_rows is not None and options.holdout is not None:
         raise ValueError("Expected either `holdout` (a fraction) or `holdout_rows` (the rows), not both.")
     if holdout_rows is not None:
         held = resolve_holdout_rows(holdout_rows, target.shape[0]).to(target.device)
     elif options.holdout is not None:
-        held = holdout_mask(target, options.holdout, options.seed)
+        rows = _Rows(target)
+        held = rows.local(holdout_mask(rows.target, options.holdout, options.seed))
     else:
         return None
-    for rows, what in ((target, "target rows"), (~target, "rows outside the target")):
-        n_held, n_rest = int((rows & held).sum()), int((rows & ~held).sum())
+    parts = [side & part for side in (target, ~target) for part in (held, ~held)]
+    counts = D.all_reduce_sum(torch.stack([p.sum() for p in parts])).tolist()  # over all ranks' rows
+    for (n_held, n_rest), what in zip((counts[:2], counts[2:]), ("target rows", "rows outside the target")):
         if n_held == 0 or n_rest == 0:
             part = "held-out rows" if n_held == 0 else "rows left to search"
             raise ValueError(
@@ -82,6 +108,14 @@ def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) 
                 f"none ({n_held} held out, {n_rest} searched): hold out other rows or more of them."
             )
     return held
+
+
+def _held_out(found: Sequence[RuleSet], X: torch.Tensor, target: torch.Tensor, level: float) -> list:
+    """:func:`torch_amore.rules.held_out.held_out_metrics` of ``found`` on the held-out rows ``X`` (all ranks'
+    held-out rows in a sharded run)."""
+    masks, _ = D.all_gather_rows(torch.stack([rs.mask(X) for rs in found], 1).to(target.device))
+    target, _ = D.all_gather_rows(target)
+    return held_out_metrics(list(masks.T), target, level)
 
 
 def extract_with_evidence(
@@ -134,8 +168,7 @@ def extract_with_evidence(
         for c, s in zip(changes, shares):
             c["stability"] = s
     if found and held is not None:
-        masks = [rs.mask(X_t[held]) for rs in found]
-        for c, h in zip(changes, held_out_metrics(masks, target_t[held], options.level)):
+        for c, h in zip(changes, _held_out(found, X_t[held], target_t[held], options.level)):
             c["held_out"] = h
     out = [replace(rs, **c) for rs, c in zip(found, changes)]
     warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=3)
@@ -148,13 +181,14 @@ def null_fitness(
     """The best fitness of the search on each of the ``permutations`` seeded permutations of ``target``
     (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search returns nothing)."""
     bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
+    rows = _Rows(target)  # in a sharded run, permutations of all ranks' rows: each rank searches its part
     with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
         warnings.simplefilter("ignore")
         null = NullSearch(X, target, options.replace(progress=False), **args)
         out = []
         for k in range(permutations):
-            order = torch.from_numpy(permutation_order(target.shape[0], seed, k)).to(target.device)
-            out.append(null.best_fitness(target[order]))
+            order = torch.from_numpy(permutation_order(rows.target.shape[0], seed, k)).to(target.device)
+            out.append(null.best_fitness(rows.local(rows.target[order])))
             bar.update(1)
     bar.close()
     return out
@@ -176,8 +210,8 @@ def permutation_p_values(
 
 
 def _jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
-    union = int((a | b).sum())
-    return int((a & b).sum()) / union if union else 1.0
+    both, union = D.all_reduce_sum(torch.stack([(a & b).sum(), (a | b).sum()])).tolist()  # all ranks' rows
+    return both / union if union else 1.0
 
 
 def stability_shares(
@@ -201,13 +235,15 @@ def stability_shares(
     on = X if masks_on is None else masks_on
     masks = [rs.mask(on) for rs in found]
     hits = [0] * len(found)
-    n = X.shape[0]
+    every = _Rows(target)  # in a sharded run, half-samples of all ranks' rows: each rank searches its part
+    n = every.target.shape[0]
     bar = progress_bar(options.progress, total=n_halves, desc="half-samples")
     for b in range(n_halves):
-        rows = torch.from_numpy(half_sample(target, seed, b)).to(X.device)
+        chosen = half_sample(every.target, seed, b)
+        rows = every.local_index(chosen).to(X.device)
         half = options.replace(progress=False)
         if isinstance(options.min_support, int):
-            half = half.replace(min_support=max(1, math.ceil(options.min_support * len(rows) / n)))
+            half = half.replace(min_support=max(1, math.ceil(options.min_support * len(chosen) / n)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             again = extract_rules(X[rows], target[rows], options=half, **args)[: len(found)]

@@ -49,6 +49,7 @@ from torch_amore.grids.box_counts import box_counts, box_masks
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
 from torch_amore.rules.metrics import base_rate, fitness_value
+from torch_amore.strategies.all_rows import AllRows
 from torch_amore.strategies.best_interval import (
     DenseBest,
     Lift,
@@ -136,8 +137,11 @@ class BeamSearch(Refinement):
         beam_width: int = 5,
         min_confidence: float | None = None,
         row_chunk: int | None = None,
+        all_rows: AllRows | None = None,
     ) -> None:
         self.fine = fine
+        self.all_rows = all_rows  # the counts of all rows, made once for the searches of several targets
+        self._root_target: torch.Tensor | None = None
         self.target = target
         self.n_target = n_target
         self.beam_width = beam_width
@@ -198,6 +202,19 @@ class BeamSearch(Refinement):
         return DenseBest(
             *(torch.cat([getattr(d, k).view(g, n, -1) for n, d in parts], 1).view(g * n_feat, -1) for k in fields)
         )
+
+    def root_target_counts(self) -> torch.Tensor:
+        """(F, W) target rows per fine grid with ``all_rows`` (kept: the pair seeds read them too)."""
+        if self._root_target is None:
+            self._root_target = self.all_rows.target_counts(self.target)
+        return self._root_target
+
+    def _root_counts(self) -> torch.Tensor:
+        """The root's :meth:`_node_counts`; with ``all_rows``, all rows' counts less the target's (the same)."""
+        if self.all_rows is None:
+            return self._node_counts([()])
+        tgt = self.root_target_counts()
+        return torch.stack([self.all_rows.counts - tgt, tgt])
 
     def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
         """(G, N) bool: the samples satisfying each node's conditions
@@ -411,7 +428,7 @@ class BeamSearch(Refinement):
         that length's best but do not go on to the third (seeded pairs crowd a longer search's beam)."""
         bar = progress_bar(progress, total=max_length, desc="beam search lengths", unit="length")
         beam = [State((), self.n_target, self.n_rows)]
-        both = self._node_counts([()])
+        both = self._root_counts()
         found: dict[tuple, State] = {}  # every rule set visited
         best: dict[tuple, tuple[int, State]] = {}  # the best of each length and objective, with that length
         chooser = [
@@ -453,7 +470,8 @@ class BeamSearch(Refinement):
         """The children of the seed pairs' conditions (none when there are none), beside the beam's."""
         if not seed_beam:
             return {}
-        both = self._node_counts([st.conds for st in seed_beam])
+        nodes = [st.conds for st in seed_beam]
+        both = self._node_counts(nodes) if self.all_rows is None else self.all_rows.seed_counts(nodes, self)
         seeded, _ = self._expand(seed_beam, both, min_support, set(found) | set(children), chooser)
         return seeded
 

@@ -15,6 +15,8 @@ rectangles need not be tight. The default strategy seeds only searches for rule 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from torch_amore._utils import counting
@@ -22,6 +24,9 @@ from torch_amore._utils import distributed as D
 from torch_amore.grids.fine_grid import FineBinned
 from torch_amore.grids.pair_counts import pair_histograms
 from torch_amore.rules.metrics import base_rate, fitness_value
+
+if TYPE_CHECKING:
+    from torch_amore.strategies.all_rows import AllRows
 
 #: Equal-frequency cells per numeric feature of the seed search.
 SEED_GRIDS = 5
@@ -92,12 +97,56 @@ def _coarse_lut(counts: torch.Tensor, n_coarse: int) -> torch.Tensor:
     return torch.cat([lut, torch.full_like(lut[:, :1], n_coarse)], 1)
 
 
+def _counts(
+    numeric_codes: torch.Tensor,
+    width: int,
+    t_rows: torch.Tensor,
+    numeric_t: torch.Tensor,
+    all_rows: AllRows | None,
+    target_counts: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F', W) counts of all and of the target rows per fine grid of the numeric features: counted, or read from
+    ``all_rows`` and ``target_counts`` (the same integers)."""
+    if all_rows is None:
+        return _fine_counts(numeric_codes, width, t_rows)
+    return all_rows.counts[numeric_t], target_counts[numeric_t]
+
+
+def _grams(
+    codes_t: torch.Tensor,
+    lut: torch.Tensor,
+    rows_kept: torch.Tensor,
+    t_rows: torch.Tensor,
+    exact32: bool,
+    all_rows: AllRows | None,
+    every_numeric: tuple[tuple[int, ...], torch.Tensor],
+) -> list[torch.Tensor]:
+    """The 2-D counts of all and of the target rows in the coarse cells ``lut`` of the kept features ``codes_t``
+    (rows ``rows_kept`` of the numeric ones): all rows' from those of every numeric pair (``all_rows``, made once:
+    ``every_numeric`` holds the numeric features and their cells), where shared; else counted."""
+    every = None if all_rows is None else all_rows.pair_counts(*every_numeric, SEED_GRIDS, exact32)
+    if every is None:
+        return [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
+    target_gram = D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32))
+    return [every[rows_kept][:, :, rows_kept], target_gram]
+
+
 def pair_seeds(
-    fine: FineBinned, target: torch.Tensor, min_support: int, n_pairs: int
+    fine: FineBinned,
+    target: torch.Tensor,
+    min_support: int,
+    n_pairs: int,
+    *,
+    all_rows: AllRows | None = None,
+    target_counts: torch.Tensor | None = None,
 ) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
     """Pairs of conditions ``(feature, g_low, g_high)`` on ``fine``'s grids: the best coarse rectangles of the
     ``n_pairs`` pairs of numeric features (among the :data:`SEED_FEATURES` most promising) whose best rectangle
     (support >= ``min_support``, a proper interval on both) has the highest fitness.
+
+    ``all_rows`` (:class:`torch_amore.strategies.all_rows.AllRows` of ``fine``) gives the counts of all
+    rows instead of counting them, and ``target_counts`` (with it: the (F, W) target rows per fine grid) those of the
+    target: the same seeds.
 
     Example:
         >>> import torch
@@ -118,7 +167,7 @@ def pair_seeds(
     numeric_t = torch.tensor(numeric_ids, device=device)
     numeric_codes = fine.codes_t if len(numeric_ids) == len(fine.is_cat_host) else fine.codes_t[numeric_t]
     t_rows = torch.nonzero(target, as_tuple=True)[0]
-    counts, hits = _fine_counts(numeric_codes, fine.n_bins_max, t_rows)
+    counts, hits = _counts(numeric_codes, fine.n_bins_max, t_rows, numeric_t, all_rows, target_counts)
     others = None  # the ranking's base rate counts every feature (moot where every numeric feature is kept)
     if SEED_FEATURES < len(numeric_ids) < len(fine.is_cat_host):
         cats = torch.tensor([j for j, cat in enumerate(fine.is_cat_host) if cat], device=device)
@@ -128,9 +177,10 @@ def pair_seeds(
     feats = numeric_t[rows_kept]
     codes_t = numeric_codes[rows_kept]
     n_feat = codes_t.shape[0]
-    lut = _coarse_lut(counts, SEED_GRIDS)[rows_kept]
+    full_lut = _coarse_lut(counts, SEED_GRIDS)  # of all rows' counts: independent of the target
+    lut = full_lut[rows_kept]
     exact32 = D.global_count(codes_t.shape[1]) < (1 << 24)
-    grams = [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
+    grams = _grams(codes_t, lut, rows_kept, t_rows, exact32, all_rows, (tuple(numeric_ids), full_lut))
     jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
     tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
     s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
