@@ -50,7 +50,7 @@ def test_explain_permutations_equal_extract_rules_on_the_outputs_and_run_the_mod
 
 def test_streamed_explanations_refuse_the_evidence():
     model, X = model_and_data()
-    with pytest.raises(ValueError, match="not supported yet with streamed data"):
+    with pytest.raises(ValueError, match="need every row.s target at once"):
         RegionalRuleExplainer(model).explain(X, 1, stream=True, permutations=3, **OPTS)
 
 

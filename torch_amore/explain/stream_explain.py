@@ -70,7 +70,10 @@ def unsupported(request: Any) -> str:
     if r.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
     if r.options.wants_evidence:
-        return "`holdout`, `permutations` or `stability` (not supported yet with streamed data)"
+        return (
+            "`holdout`, `permutations` or `stability` (they need every row's target at once; a streamed search reads "
+            "its rows in passes)"
+        )
     return ""
 
 
