@@ -35,7 +35,7 @@ from torch_amore.concepts.saving import (
 )
 from torch_amore.data.arguments import did_you_mean
 
-__all__ = ["ConceptBasis", "Directions", "EncoderDecoder", "reconstruction_error"]
+__all__ = ["ConceptBasis", "Directions", "EncoderDecoder", "LearnedBasis", "reconstruction_error"]
 
 
 def _as_matrix(value: Any, name: str) -> torch.Tensor:
@@ -292,6 +292,38 @@ class Directions(ConceptBasis):
             None if center is None else tensor_from_list(center, "center", dtype),
             names=data["names"],
         )
+
+
+class LearnedBasis(ConceptBasis):
+    """A basis of ``_k`` concepts learned from the explained activations by :meth:`fit` (PCA, NMF, ICA, a sparse
+    autoencoder): fitted once its (K, D) weights exist (:meth:`learned`), named ``{kind}_{k}`` by default.
+
+    Subclasses set ``self._k`` and implement :meth:`learned`, :meth:`fit`, :meth:`encode` and :meth:`decode`.
+    """
+
+    _k: int
+
+    def learned(self) -> torch.Tensor | None:
+        """The learned (K, D) weights (components, decoder rows), ``None`` before :meth:`fit`."""
+        raise NotImplementedError
+
+    @property
+    def n_concepts(self) -> int:
+        return self._k
+
+    @property
+    def n_units(self) -> int | None:
+        weights = self.learned()
+        return None if weights is None else int(weights.shape[1])
+
+    @property
+    def fitted(self) -> bool:
+        return self.learned() is not None
+
+    @property
+    def names(self) -> list[str]:
+        """The K concept names: the given ones, else ``{kind}_{k}`` (``pca_0``, ``sae_0``, ...)."""
+        return list(self._names) if self._names is not None else [f"{self.kind}_{k}" for k in range(self._k)]
 
 
 class EncoderDecoder(ConceptBasis):

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from torch_amore.concepts.basis import ConceptBasis, reconstruction_error
+from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
 from torch_amore.concepts.saving import ModuleFactories, finite_or_none, tensor_from_list
 from torch_amore.data.arguments import check_int, did_you_mean
 
@@ -29,7 +29,7 @@ FITTED_METHODS = ("pca", "nmf", "ica")
 _TENSORS = ("components", "mean", "mixing")
 
 
-class FittedBasis(ConceptBasis):
+class FittedBasis(LearnedBasis):
     """K concepts fitted on the layer's activations by PCA, NMF or ICA (scikit-learn, seeded).
 
     Args:
@@ -92,23 +92,9 @@ class FittedBasis(ConceptBasis):
         self.mse: float | None = None
         self.check_names()
 
-    # -- what the basis is -----------------------------------------------------------------------------------------
-    @property
-    def n_concepts(self) -> int:
-        return self._k
-
-    @property
-    def n_units(self) -> int | None:
-        return None if self.components is None else int(self.components.shape[1])
-
-    @property
-    def fitted(self) -> bool:
-        return self.components is not None
-
-    @property
-    def names(self) -> list[str]:
-        """The K concept names: the given ones, else ``{method}_{k}`` (``pca_0``, ``pca_1``, ...)."""
-        return list(self._names) if self._names is not None else [f"{self.kind}_{k}" for k in range(self._k)]
+    def learned(self) -> torch.Tensor | None:
+        """The fitted (K, D) components (``None`` before :meth:`fit`)."""
+        return self.components
 
     @property
     def reconstruction_error(self) -> dict[str, float] | None:
@@ -233,6 +219,7 @@ class FittedBasis(ConceptBasis):
 
         Example:
             >>> import json, torch
+            >>> from torch_amore.concepts import ConceptBasis
             >>> a = torch.rand(50, 4, generator=torch.Generator().manual_seed(0))
             >>> basis = FittedBasis("nmf", 2).fit(a)
             >>> again = ConceptBasis.from_dict(json.loads(json.dumps(basis.to_dict())))

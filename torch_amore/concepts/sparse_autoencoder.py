@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from torch_amore._utils.progress import progress_bar
-from torch_amore.concepts.basis import ConceptBasis, reconstruction_error
+from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
 from torch_amore.concepts.saving import (
     ModuleFactories,
     dtype_from_name,
@@ -38,7 +38,7 @@ _WEIGHTS = ("center", "W_enc", "b_enc", "W_dec", "b_dec")
 _SETTINGS = ("top_k", "steps", "batch_size", "lr", "dead_after", "seed")
 
 
-class SparseAutoencoderBasis(ConceptBasis):
+class SparseAutoencoderBasis(LearnedBasis):
     """K concepts learned by a top-k sparse autoencoder on the layer's activations.
 
     Args:
@@ -103,22 +103,9 @@ class SparseAutoencoderBasis(ConceptBasis):
         self.dead_fraction: float | None = None
         self.check_names()
 
-    @property
-    def n_concepts(self) -> int:
-        return self._k
-
-    @property
-    def n_units(self) -> int | None:
-        return None if self.W_dec is None else int(self.W_dec.shape[1])
-
-    @property
-    def fitted(self) -> bool:
-        return self.W_dec is not None
-
-    @property
-    def names(self) -> list[str]:
-        """The K concept names: the given ones, else ``sae_{k}``."""
-        return list(self._names) if self._names is not None else [f"sae_{k}" for k in range(self._k)]
+    def learned(self) -> torch.Tensor | None:
+        """The decoder's (K, D) rows (``None`` before :meth:`fit`)."""
+        return self.W_dec
 
     @property
     def reconstruction_error(self) -> dict[str, float] | None:
@@ -193,6 +180,7 @@ class SparseAutoencoderBasis(ConceptBasis):
 
         Example:
             >>> import json, torch
+            >>> from torch_amore.concepts import ConceptBasis
             >>> a = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
             >>> sae = SparseAutoencoderBasis(8, steps=20).fit(a)
             >>> again = ConceptBasis.from_dict(json.loads(json.dumps(sae.to_dict())))
