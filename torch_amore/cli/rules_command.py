@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from torch_amore.cli.evidence_table import evidence_columns, evidence_verdict
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.report.distinct import distinct_rule_sets
+from torch_amore.rules.evidence_columns import aligned_evidence, verdict_line
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
@@ -144,7 +144,7 @@ def format_table(
     positions = list(range(1, len(rule_sets) + 1)) if positions is None else list(positions)
     rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
     width = max([len("rule")] + [len(r) for r in rules])
-    extra, cells = evidence_columns(rule_sets)  # held-out numbers, p-values, stability: when computed
+    extra, cells = aligned_evidence(rule_sets)  # held-out numbers, p-values, stability: when computed
     lines = [f"{'#':>4}  {'rule':<{width}}  {'support':>7}  {'confidence':>10}  {'fitness':>7}{extra}"]
     for i, rs, text, cell in zip(positions, rule_sets, rules, cells):
         note = "  negative fitness" if flag_negative and rs.fitness < 0 else ""
@@ -342,7 +342,7 @@ def _report(run: _Run) -> None:
         )
         return
     print(_describe_rows(run.options, run.n_found, run.args.limit))
-    line = evidence_verdict(run.found, run.options.permutations, run.options.level)
+    line = verdict_line(run.found, {"permutations": run.options.permutations, "level": run.options.level})
     if line is not None:
         print(line)
     shown, negative = run.shown(), run.negative

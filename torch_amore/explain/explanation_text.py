@@ -15,7 +15,7 @@ import html
 import math
 from typing import Any
 
-from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
+from torch_amore.rules.evidence_columns import aligned_evidence, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.rules import RuleSet
 
 #: The mark after the lift of a rule set at the base rate.
@@ -53,15 +53,10 @@ def legend(base_rate: float | None, flagged: bool) -> str:
     return line
 
 
-def _widths(columns: list[EvidenceColumn], rule_sets: list[RuleSet]) -> list[int]:
-    return [max([len(c.header)] + [len(c.text(rs)) for rs in rule_sets]) for c in columns]
-
-
-def _row(explanation: Any, i: int, rs: RuleSet, precision: int, evidence: list[tuple[EvidenceColumn, int]]) -> str:
+def _row(explanation: Any, i: int, rs: RuleSet, precision: int, cells: str) -> str:
     st = explanation.stats(rs)
     cond = " AND ".join(r.format(precision) for r in rs.rules)
     mark = AT_BASE_RATE if st["at_base_rate"] else " "
-    cells = "".join(f"  {c.text(rs):>{w}}" for c, w in evidence)
     return (
         f"  {i:>2}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}  {st['lift']:>6.3f}{mark} "
         f"{st['recall']:>6.3f}{cells}  {cond}"
@@ -70,14 +65,11 @@ def _row(explanation: Any, i: int, rs: RuleSet, precision: int, evidence: list[t
 
 def _table(explanation: Any, rows: list[tuple[int, RuleSet]], precision: int) -> list[str]:
     """The header line, a line per rule set of ``rows`` and the legend (the evidence columns when computed)."""
-    shown = [rs for _, rs in rows]
-    columns = evidence_columns(shown)
-    evidence = list(zip(columns, _widths(columns, shown)))
-    extra = "".join(f"  {c.header:>{w}}" for c, w in evidence)
+    extra, cells = aligned_evidence([rs for _, rs in rows])
     lines = [
         f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}  {'lift':>6}  {'recall':>6}{extra}  rule set"
     ]
-    lines += [_row(explanation, i, rs, precision, evidence) for i, rs in rows]
+    lines += [_row(explanation, i, rs, precision, cell) for (i, rs), cell in zip(rows, cells)]
     return lines
 
 

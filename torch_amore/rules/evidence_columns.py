@@ -16,7 +16,7 @@ from typing import Any
 from torch_amore.rules.evidence import verdict
 from torch_amore.rules.held_out import format_p_value
 
-__all__ = ["EvidenceColumn", "evidence_columns", "evidence_record", "legend_lines", "verdict_line"]
+__all__ = ["EvidenceColumn", "aligned_evidence", "evidence_columns", "evidence_record", "legend_lines", "verdict_line"]
 
 _NAN = float("nan")
 
@@ -82,6 +82,23 @@ def evidence_columns(rule_sets: Sequence[Any]) -> list[EvidenceColumn]:
             )
         )
     return columns
+
+
+def aligned_evidence(rule_sets: Sequence[Any]) -> tuple[str, list[str]]:
+    """The evidence columns of a text table, right-aligned: the header and one cell string per rule set (``""`` and
+    ``[""] * n`` when none was computed).
+
+    Example:
+        >>> from torch_amore.rules.rules import RuleSet
+        >>> header, cells = aligned_evidence([RuleSet((), 120, 0.75, 0.2, p_value=0.01, stability=0.5)])
+        >>> print(header); print(cells[0])
+          p(perm)  stability
+             0.01       0.50
+    """
+    columns = evidence_columns(rule_sets)
+    widths = [max([len(c.header)] + [len(c.text(rs)) for rs in rule_sets]) for c in columns]
+    header = "".join(f"  {c.header:>{w}}" for c, w in zip(columns, widths))
+    return header, ["".join(f"  {c.text(rs):>{w}}" for c, w in zip(columns, widths)) for rs in rule_sets]
 
 
 def evidence_record(rule_set: Any, rule_sets: Sequence[Any]) -> dict[str, Any]:
