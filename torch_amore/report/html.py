@@ -87,10 +87,6 @@ def figure_data_uri(fig: Any, *, dpi: int = 100) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _cond(rs: RuleSet) -> str:
-    return " AND ".join(r.format() for r in rs.rules) or "TRUE"
-
-
 def _cond_html(rs: RuleSet) -> str:
     """The conditions, each in a ``cond`` span that never breaks (lines break only between conditions)."""
     conds = [f'<span class="cond">{html.escape(r.format())}</span>' for r in rs.rules]
@@ -99,6 +95,19 @@ def _cond_html(rs: RuleSet) -> str:
 
 def _num(value: float, text: str) -> str:
     return f'<td data-value="{float(value)!r}">{text}</td>'
+
+
+def _lead_cells(position: int, cond: str) -> str:
+    """The ``#`` and rule set cells that start a row of every table."""
+    return _num(position, str(position)) + f'<td class="rule">{cond}</td>'
+
+
+def _sortable(table_id: str, head: str, rows: Sequence[str]) -> str:
+    """A table sorted by clicking a column header (``head``: the ``<th>`` cells after ``#`` and rule set)."""
+    head = '<th>#</th><th class="rule">rule set</th>' + head
+    return (
+        f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
 
 
 def _metric_cells(m: RuleMetrics | RuleSet) -> str:
@@ -133,16 +142,10 @@ def _evidence_table(explanation: Any, notes: Sequence[str]) -> str:
     body = []
     for i, rs in enumerate(rule_sets):
         cls = "negative" if rs.fitness < 0 else "duplicate" if notes[i].startswith("near-duplicate") else ""
-        cells = _num(i + 1, str(i + 1)) + f'<td class="rule">{_cond_html(rs)}</td>'
-        cells += "".join(_evidence_cell(c, rs) for c in columns)
+        cells = _lead_cells(i + 1, _cond_html(rs)) + "".join(_evidence_cell(c, rs) for c in columns)
         body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
-    head = '<th>#</th><th class="rule">rule set</th>' + "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
-    return (
-        "<h2>How far to trust these rule sets</h2>"
-        + _evidence_note(explanation)
-        + f'<table id="evidence" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-        "</table>"
-    )
+    head = "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
+    return "<h2>How far to trust these rule sets</h2>" + _evidence_note(explanation) + _sortable("evidence", head, body)
 
 
 def _evidence_note(explanation: Any) -> str:
@@ -169,7 +172,7 @@ def _rule_table(
 ) -> str:
     """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1``. The note column is left out
     when every note is empty."""
-    head = '<th>#</th><th class="rule">rule set</th><th>length</th><th>support</th><th>confidence</th><th>fitness</th>'
+    head = "<th>length</th><th>support</th><th>confidence</th><th>fitness</th>"
     if held is not None:
         head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"
     with_note = any(note for _, _, note in rows)
@@ -178,16 +181,13 @@ def _rule_table(
     body = []
     for i, rs, note in rows:
         cls = "negative" if rs.fitness < 0 else "duplicate" if note.startswith("near-duplicate") else ""
-        cells = _num(i + 1, str(i + 1)) + f'<td class="rule">{_cond_html(rs)}</td>' + _num(len(rs), str(len(rs)))
-        cells += _metric_cells(rs)
+        cells = _lead_cells(i + 1, _cond_html(rs)) + _num(len(rs), str(len(rs))) + _metric_cells(rs)
         if held is not None:
             cells += _metric_cells(held[i])
         if with_note:
             cells += f'<td class="note">{html.escape(note)}</td>'
         body.append(f'<tr data-index="{i}" class="{cls}">{cells}</tr>')
-    return (
-        f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-    )
+    return _sortable(table_id, head, body)
 
 
 def _verification_table(explanation: Any, verified: Any) -> str:
@@ -199,14 +199,11 @@ def _verification_table(explanation: Any, verified: Any) -> str:
         i = row.position - 1
         rs = explanation.rule_sets[i] if 0 <= i < len(explanation.rule_sets) else None
         cond = _cond_html(rs) if rs is not None else html.escape(row.rule_set)
-        cells = _num(row.position, str(row.position)) + f'<td class="rule">{cond}</td>' + verification_cells(row)
-        body.append(f'<tr data-index="{i}">{cells}</tr>')
-    head = '<th>#</th><th class="rule">rule set</th>' + verification_header()
+        body.append(f'<tr data-index="{i}">{_lead_cells(row.position, cond)}{verification_cells(row)}</tr>')
     return (
         "<h2>Verification by intervention</h2>"
         + verification_note(verified)
-        + f'<table id="verification" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-        "</table>"
+        + _sortable("verification", verification_header(), body)
     )
 
 
