@@ -34,13 +34,7 @@ from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.explain.concept_space import check_concepts, concept_params, encode_concepts, fit_once, resolve_basis
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.request import (
-    ExplainRequest,
-    _data_options,
-    _one_sample,
-    resolve_names,
-    target_param,
-)
+from torch_amore.explain.request import ExplainRequest, _data_options, local_vector, resolve_names, target_param
 from torch_amore.explain.stream_explain import check_stream, explain_streamed, should_stream
 from torch_amore.explain.subgroup_selection import select_for_subgroup
 from torch_amore.explain.units import with_units
@@ -342,8 +336,7 @@ class RegionalRuleExplainer:
             check_concepts(self, source, request)
         if stream is not False and should_stream(stream, self, source, request):
             return explain_streamed(self, source, request)
-        fwd = self._run(source, request)
-        labels = self._labels(fwd, request.labels)
+        fwd, labels = self._run(source, request)
         mask, threshold, desc = subgroup_mask(fwd.outputs, request.target, request.threshold, labels, request.outputs)
         n_local, size_local = fwd.outputs.shape[0], int(mask.sum())
         n, size = D.global_count(n_local), D.global_count(size_local)
@@ -358,7 +351,7 @@ class RegionalRuleExplainer:
         target_name = request.target_name or desc
         if 0 < size < n:
             selection = self._select(fwd, mask, labels, request, names) if request.select else None
-            local_x = None if request.local is None else self._local_vector(request, X, fwd, source_kind)
+            local_x = None if request.local is None else local_vector(self, request, X, fwd, source_kind)
             options = with_units(options, request.scaler, X.shape[1], source_kind)
             features = selection if selection is not None else request.indices
             rule_sets, plan, min_count = extract_planned(
@@ -421,9 +414,10 @@ class RegionalRuleExplainer:
             "local": request.local is not None,
         }
 
-    def _run(self, source: BatchSource, request: ExplainRequest) -> Forward:
-        """The forward pass of an explanation: the layer unless rules are on a features matrix, the flattened inputs
-        when rules are on them (and, where tensors, for feature selection)."""
+    def _run(self, source: BatchSource, request: ExplainRequest) -> tuple[Forward, torch.Tensor | None]:
+        """The forward pass of an explanation (the layer unless rules are on a features matrix, the flattened inputs
+        when rules are on them and, where tensors, for feature selection) and the labels: the request's, else the
+        batches'."""
         on_inputs = request.matrix is None and self.layer is None
         layer = self.layer if request.matrix is None else None
         fwd = source.collect(
@@ -433,20 +427,15 @@ class RegionalRuleExplainer:
             collect_inputs=on_inputs or bool(request.select),
             require_inputs=on_inputs,
         )
-        n = fwd.outputs.shape[0]
+        n, labels = fwd.outputs.shape[0], request.labels
         if request.matrix is not None and request.matrix.shape[0] != n:
             raise ValueError(
                 f"Expected `features` to have one row per sample of `inputs` ({n}), but got "
                 f"{request.matrix.shape[0]} rows."
             )
-        return fwd
-
-    @staticmethod
-    def _labels(fwd: Forward, labels: torch.Tensor | None) -> torch.Tensor | None:
-        n = fwd.outputs.shape[0]
         if labels is not None and labels.shape[0] != n:
             raise ValueError(f"Expected `labels` to have one entry per sample of `inputs` ({n}), got {len(labels)}.")
-        return fwd.labels if labels is None else labels
+        return fwd, fwd.labels if labels is None else labels
 
     def _feature_space(
         self, fwd: Forward, request: ExplainRequest, column_names: list[str] | None
@@ -463,29 +452,6 @@ class RegionalRuleExplainer:
             X, source, fallback = fwd.flat_inputs, "inputs", [self.feature_names, column_names]
         prefix = "z" if source == "layer" else "feature"
         return X, resolve_names(request.feature_names, fallback, X.shape[1], prefix), source
-
-    def _local_vector(self, request: ExplainRequest, X: torch.Tensor, fwd: Forward, source: str) -> torch.Tensor:
-        """The feature vector (D,) of the sample of local rules."""
-        x = request.local
-        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-            if not -X.shape[0] <= int(x) < X.shape[0]:
-                raise ValueError(f"Expected an index `x` in [0, {X.shape[0]}), but got {x}.")
-            return X[int(x)]
-        if source != "layer":  # raw inputs or a features matrix: x is a row of X
-            vec = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
-            if vec.numel() != X.shape[1]:
-                raise ValueError(
-                    f"Expected `x` to be one sample with {X.shape[1]} features (or an index), but got shape "
-                    f"{tuple(vec.shape)}."
-                )
-            return vec.reshape(-1)
-        if request.model_args.has_per_sample(X.shape[0]):
-            raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
-        one = ModelInputs.make(
-            self.model, _one_sample(x, fwd.input_shape), input_key=request.input_key, model_args=request.model_args
-        )
-        a = one.collect(self.layer, self.layer_name, self.layer_input).activations
-        return (a if self.concepts is None else encode_concepts(self.concepts, a))[0]
 
     def _select(
         self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]

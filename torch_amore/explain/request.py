@@ -16,10 +16,11 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.model.batches import check_row_order, is_graph
-from torch_amore.model.forward import ModelArgs
-from torch_amore.model.source import BatchSource
+from torch_amore.model.forward import Forward, ModelArgs
+from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
 
@@ -275,6 +276,32 @@ def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
     if input_shape is not None and tuple(x.shape) != (1, *input_shape):
         raise ValueError(f"Expected `x` to have the shape of one model input {input_shape}, but got {tuple(x.shape)}.")
     return x
+
+
+def local_vector(explainer: Any, request: ExplainRequest, X: torch.Tensor, fwd: Forward, source: str) -> torch.Tensor:
+    """The feature vector (D,) of the sample of local rules (``request.local``) in the feature space ``X`` of kind
+    ``source``: a row of ``X`` for an index, the sample itself on inputs or a features matrix, else the sample run
+    through ``explainer``'s model and layer (and concept basis)."""
+    x = request.local
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        if not -X.shape[0] <= int(x) < X.shape[0]:
+            raise ValueError(f"Expected an index `x` in [0, {X.shape[0]}), but got {x}.")
+        return X[int(x)]
+    if source != "layer":  # raw inputs or a features matrix: x is a row of X
+        vec = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
+        if vec.numel() != X.shape[1]:
+            raise ValueError(
+                f"Expected `x` to be one sample with {X.shape[1]} features (or an index), but got shape "
+                f"{tuple(vec.shape)}."
+            )
+        return vec.reshape(-1)
+    if request.model_args.has_per_sample(X.shape[0]):
+        raise ValueError("Expected `x` as an index of `inputs` when model arguments are given per sample.")
+    one = ModelInputs.make(
+        explainer.model, _one_sample(x, fwd.input_shape), input_key=request.input_key, model_args=request.model_args
+    )
+    a = one.collect(explainer.layer, explainer.layer_name, explainer.layer_input).activations
+    return (a if explainer.concepts is None else encode_concepts(explainer.concepts, a))[0]
 
 
 def _data_options(request: ExplainRequest, n: int) -> dict[str, Any]:
