@@ -20,7 +20,8 @@ import difflib
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch_amore._utils.typing import BIN_STRATEGIES, FEATURE_TYPES
 from torch_amore._version import __version__
@@ -71,30 +72,29 @@ def _flag_hint(message: str, flags: list[str]) -> str:
 # --------------------------------------------------------------------------------------------------- option types
 
 
-def _number(text: str) -> int | float:
-    """An int when the text is one (``500``), else a float (``0.05``); ranges are checked by SearchOptions."""
+def _parser_of(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert(text)``, or an error that says ``what`` was expected."""
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, but got {text!r}") from None
+
+    return parse
+
+
+def _int_or_float(text: str) -> int | float:
     try:
         return int(text)
     except ValueError:
-        pass
-    try:
         return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, but got {text!r}") from None
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
+_integer = _parser_of(int, "an integer")
+_float = _parser_of(float, "a number")
+#: An int when the text is one (``500``), else a float (``0.05``); ranges are checked by SearchOptions.
+_number = _parser_of(_int_or_float, "a number")
 
 
 def _positive(text: str) -> int:

@@ -89,11 +89,9 @@ class Expression:
         except RecursionError:
             raise ExpressionError("the expression is nested too deeply") from None
         if result.kind != "bool":
-            what = "numbers" if result.kind == "num" else "text"
+            what, example = ("numbers", "1") if result.kind == "num" else ("text", "'a'")
             raise ExpressionError(
-                f"the expression gives {what}, not True/False per row; compare it, e.g. {result.text} == 1"
-                if result.kind == "num"
-                else f"the expression gives {what}, not True/False per row; compare it, e.g. {result.text} == 'a'"
+                f"the expression gives {what}, not True/False per row; compare it, e.g. {result.text} == {example}"
             )
         if not result.column:
             raise ExpressionError(
