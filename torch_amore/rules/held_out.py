@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -154,17 +154,7 @@ class HeldOut:
             True
         """
         data = expect_mapping(data)
-        names = [
-            "support",
-            "confidence",
-            "fitness",
-            "lift",
-            "confidence_interval",
-            "p_value",
-            "raw_p_value",
-            "base_rate",
-        ]
-        expect_keys(data, names, ("level",))
+        expect_keys(data, [f.name for f in fields(cls) if f.name != "level"], ("level",))
         unit = {"low": 0.0, "high": 1.0}
         interval = load_items(data["confidence_interval"], lambda v: expect_float(v, "", **unit), "confidence_interval")
         if len(interval) != 2:
