@@ -64,7 +64,8 @@ def from_tcav(
     """
     layer = _resolve_layer(tcav, layer)
     if experimental_sets is None:
-        sets = [list(cav.concepts) for cav in _computed(tcav, layer)]
+        computed = [by_layer[layer] for by_layer in tcav.cavs.values() if by_layer and by_layer.get(layer) is not None]
+        sets = [list(cav.concepts) for cav in computed]  # in the order computed
         if not sets:
             raise ValueError(
                 f"The TCAV holds no CAVs for layer {layer!r}: pass the `experimental_sets` to compute them, or call "
@@ -126,11 +127,6 @@ def _cav(tcav: Any, concepts: Sequence[Any], layer: str) -> Any:
     by_layer = tcav.cavs.get(_key(concepts)) if hasattr(tcav.cavs, "get") else None
     cav = None if not by_layer else by_layer.get(layer)
     return cav if cav is not None and getattr(cav, "stats", None) else None
-
-
-def _computed(tcav: Any, layer: str) -> list[Any]:
-    """The CAVs ``tcav`` holds for the layer, in the order computed."""
-    return [by_layer[layer] for by_layer in tcav.cavs.values() if by_layer and by_layer.get(layer) is not None]
 
 
 def _direction(cav: Any, concept: Any, layer: str) -> torch.Tensor:

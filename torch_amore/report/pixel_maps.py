@@ -78,10 +78,6 @@ def _direction(rule: Rule) -> float:
     return -1.0 if not rule.is_categorical and rule.low == -math.inf else 1.0
 
 
-def _direction_note(rule: Rule) -> str:
-    return f"red lowers {rule.name}" if _direction(rule) < 0 else f"red raises {rule.name}"
-
-
 def plot_rule_attributions(
     images: Any,
     attributions: Any,
@@ -203,7 +199,9 @@ def _column_titles(
         raise ValueError(f"Expected {n} `row_labels` (one per image), but got {len(row_labels)}.")
     titles = list(titles) if titles is not None else [r.format() for r in rule_list] if rule_list else None
     if rule_list is not None:
-        titles = [f"{t}\n({_direction_note(r)})" for t, r in zip(titles, rule_list)]
+        titles = [
+            f"{t}\n(red {'lowers' if _direction(r) < 0 else 'raises'} {r.name})" for t, r in zip(titles, rule_list)
+        ]
     return titles
 
 
@@ -240,7 +238,7 @@ def _panel_lines(
     if values is not None:
         rule = rule_list[j - 1]
         v = values[i, j - 1]
-        inside = rule.contains(_model_units(rule, v))
+        inside = rule.contains((v - rule.offset) / rule.scale)  # the raw value in model units
         lines.append(f"{rule.name} = {v:.3g} ({'in' if inside else 'out'})")
     return lines
 
@@ -272,10 +270,6 @@ def _unit_values(features: Any, rules: list[Rule] | None, n: int) -> np.ndarray 
         raise ValueError(f"Expected `features` of shape ({n}, D) with D >= {need}, but got {vals.shape}.")
     out = vals[:, [r.feature for r in rules]]
     return out * np.array([r.scale for r in rules]) + np.array([r.offset for r in rules])
-
-
-def _model_units(rule: Rule, raw: float) -> float:
-    return (raw - rule.offset) / rule.scale
 
 
 def _outline(ax: Any, image: np.ndarray) -> None:

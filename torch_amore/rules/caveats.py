@@ -80,10 +80,6 @@ def _positions(indices: Sequence[int]) -> str:
     return shown + (f" and {len(indices) - _NAMED} more" if len(indices) > _NAMED else "")
 
 
-def _cond(rule_set: RuleSet) -> str:
-    return " AND ".join(r.format() for r in rule_set.rules) or "TRUE"
-
-
 def useless_reason(rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count: int, local: bool) -> str:
     """Why the rule sets may be useless: the outlier case of local rules, ``min_support`` above the subgroup, or no
     rule set with positive fitness ('' when none applies).
@@ -159,11 +155,11 @@ def leak_reason(rule_sets: Sequence[RuleSet], size: int, min_jaccard: float = LE
     for i, rs in enumerate(rule_sets):
         if len(rs) != 1 or rs.rules[0].feature in seen:
             continue
-        jaccard = subgroup_jaccard(rs, size)
+        rule, jaccard = rs.rules[0], subgroup_jaccard(rs, size)
         if jaccard >= min_jaccard:
-            seen.add(rs.rules[0].feature)
+            seen.add(rule.feature)
             parts.append(
-                f"Feature {rs.rules[0].name!r} may leak the target: rule set #{i + 1} ({_cond(rs)}) on this feature "
+                f"Feature {rule.name!r} may leak the target: rule set #{i + 1} ({rule.format()}) on this feature "
                 f"alone covers rows whose Jaccard index with the subgroup is {jaccard:.3f} (>= {min_jaccard:g}); if "
                 "it encodes the target, leave it out of the features."
             )
