@@ -4,7 +4,7 @@ batch transfer plugs into the loop from :mod:`~torch_amore.integrations.lightnin
 
 from torch_amore.model.forward import Forward, ModelArgs, resolve_layer
 from torch_amore.model.source import BatchSource, ModelInputs, run_model
-from torch_amore.model.subgroups import subgroup, subgroup_mask
+from torch_amore.model.subgroups import subgroup_mask
 
 __all__ = [
     "BatchSource",
@@ -13,6 +13,5 @@ __all__ = [
     "ModelInputs",
     "resolve_layer",
     "run_model",
-    "subgroup",
     "subgroup_mask",
 ]

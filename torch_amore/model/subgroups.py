@@ -98,26 +98,11 @@ def _roc_threshold(scores: torch.Tensor, positives: torch.Tensor) -> float:
     return float(thresholds[best])
 
 
-def subgroup(
-    outputs: torch.Tensor, target: Any, threshold: Any, labels: torch.Tensor | None, kind: str = "auto"
-) -> tuple[torch.Tensor, float | None, str]:
-    """Boolean subgroup mask, the probability threshold used (or None) and a short description of the subgroup;
-    the subgroup must hold some but not all samples. ``kind``: what the outputs are (see :data:`OUTPUT_KINDS`)."""
-    mask, thr_used, desc = subgroup_mask(outputs, target, threshold, labels, kind)
-    n, n_t = mask.shape[0], int(mask.sum())
-    if n_t == 0 or n_t == n:
-        raise ValueError(
-            f"Expected the subgroup ({desc}) to hold some but not all samples, but it holds {n_t} of {n}; "
-            "rules need samples inside and outside it."
-        )
-    return mask, thr_used, desc
-
-
 def subgroup_mask(
     outputs: torch.Tensor, target: Any, threshold: Any, labels: torch.Tensor | None, kind: str = "auto"
 ) -> tuple[torch.Tensor, float | None, str]:
-    """Boolean subgroup mask, the probability threshold used (or None) and a short description (may be empty or
-    full; :func:`subgroup` refuses those)."""
+    """Boolean subgroup mask, the probability threshold used (or None) and a short description (the subgroup may
+    be empty or hold every sample: the caller decides)."""
     thr_used = None
     if callable(target) and not isinstance(target, torch.Tensor):
         mask, desc = _callable_mask(outputs, target)
