@@ -15,7 +15,9 @@ import torch
 from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
     DERIVED_COLUMNS,
+    _basis_dict,
     _json_safe,
+    _load_basis,
     _load_name,
     _load_rule_set,
     _load_selection,
@@ -197,21 +199,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         return replace(self, rule_sets=rule_sets)
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _header(self) -> str:
-        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
-        facts = []
-        if n is not None and size is not None:
-            facts.append(f"subgroup: {size} of {n} samples")
-        if self.params.get("layer") is not None:
-            where = "input of" if self.params.get("layer_input") else "layer"
-            facts.append(f"{where} {self.params['layer']}")
-        if isinstance(self.params.get("concepts"), dict):
-            facts.append(concepts_text(self.params["concepts"]))
-        if self.threshold is not None:
-            facts.append(f"threshold {self.threshold:.4g}")
-        kind = "Local rules" if self.sample is not None or self.params.get("local") else "Regional rules"
-        return f"{kind} for {self.target_name}" + (f" ({', '.join(facts)})" if facts else "")
-
     def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
         """Near-duplicates collapsed into the fitter one (covered rows with a Jaccard index >= ``max_jaccard``) and,
         by default, no negative fitness; see :mod:`torch_amore.report.distinct`. :attr:`rule_sets` keeps the full
@@ -483,44 +470,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         )
         self.verification = verify(self, inputs, args)
         return self.verification
-
-
-def concepts_text(facts: dict[str, Any]) -> str:
-    """The basis as the header names it: kind, K and, where there is one, the reconstruction error (the fraction of
-    variance unexplained, FVU, of a fitted basis).
-
-    Example:
-        >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": {"fvu": 0.0123, "mse": 0.4}})
-        'concepts: sae, K=64, reconstruction error (FVU) 0.0123'
-    """
-    text = f"concepts: {facts.get('kind')}, K={facts.get('n_concepts')}"
-    error = facts.get("reconstruction_error")
-    if isinstance(error, dict):
-        error = error.get("fvu")
-    return text if not isinstance(error, (int, float)) else f"{text}, reconstruction error (FVU) {error:.3g}"
-
-
-def _basis_dict(basis: Any) -> dict[str, Any] | None:
-    """The saved form of a concept basis (``basis.to_dict()``), ``None`` for a basis that cannot be saved (the
-    explanation's ``params["concepts"]`` still describe it)."""
-    try:
-        return _json_safe(basis.to_dict())
-    except (TypeError, ValueError, NotImplementedError, AttributeError):
-        return None
-
-
-def _load_basis(data: Any) -> Any:
-    if data is None:
-        return None
-    from torch_amore.concepts.basis import ConceptBasis
-
-    data = S.expect_mapping(data, "concepts")
-    try:
-        return ConceptBasis.from_dict(data)
-    except S.FieldError:
-        raise
-    except (TypeError, ValueError, KeyError, ImportError) as err:
-        raise S.FieldError("concepts", f"expected a saved concept basis: {err}") from err
 
 
 def _mask(target: Any, n: int) -> torch.Tensor:

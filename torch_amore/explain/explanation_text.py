@@ -1,5 +1,5 @@
-"""The printout of a :class:`~torch_amore.RegionalExplanation`: its text table (``print``, ``format``) and the small
-HTML table of notebooks (``_repr_html_``).
+"""The printout of a :class:`~torch_amore.RegionalExplanation`: its heading line, its text table (``print``,
+``format``) and the small HTML table of notebooks (``_repr_html_``).
 
 Every display numbers a rule set by its position in :attr:`RegionalExplanation.rule_sets` (``#i+1`` for
 ``rule_sets[i]``): rule sets left out (near-duplicates, fitness <= 0) leave gaps in the numbers, never a
@@ -34,6 +34,39 @@ def searched_subgroup(size: int | None, holdout: float | None) -> int | None:
     if size is None or not holdout:
         return size
     return size - int(round(holdout * size))
+
+
+def header(explanation: Any) -> str:
+    """The heading line of every display: local or regional rules for the subgroup, with its size, the layer, the
+    concept basis and the threshold where known."""
+    n, size = explanation.params.get("n_samples"), explanation.params.get("subgroup_size")
+    facts = []
+    if n is not None and size is not None:
+        facts.append(f"subgroup: {size} of {n} samples")
+    if explanation.params.get("layer") is not None:
+        where = "input of" if explanation.params.get("layer_input") else "layer"
+        facts.append(f"{where} {explanation.params['layer']}")
+    if isinstance(explanation.params.get("concepts"), dict):
+        facts.append(concepts_text(explanation.params["concepts"]))
+    if explanation.threshold is not None:
+        facts.append(f"threshold {explanation.threshold:.4g}")
+    kind = "Local rules" if explanation.sample is not None or explanation.params.get("local") else "Regional rules"
+    return f"{kind} for {explanation.target_name}" + (f" ({', '.join(facts)})" if facts else "")
+
+
+def concepts_text(facts: dict[str, Any]) -> str:
+    """The basis as the header names it: kind, K and, where there is one, the reconstruction error (the fraction of
+    variance unexplained, FVU, of a fitted basis).
+
+    Example:
+        >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": {"fvu": 0.0123, "mse": 0.4}})
+        'concepts: sae, K=64, reconstruction error (FVU) 0.0123'
+    """
+    text = f"concepts: {facts.get('kind')}, K={facts.get('n_concepts')}"
+    error = facts.get("reconstruction_error")
+    if isinstance(error, dict):
+        error = error.get("fvu")
+    return text if not isinstance(error, (int, float)) else f"{text}, reconstruction error (FVU) {error:.3g}"
 
 
 def legend(base_rate: float | None, flagged: bool) -> str:
@@ -91,7 +124,7 @@ def format_explanation(
     explanation: Any, max_rows: int | None, precision: int, *, include_negative: bool, distinct: bool
 ) -> str:
     """The text of :meth:`RegionalExplanation.format` (its arguments checked there)."""
-    lines = [explanation._header()]
+    lines = [header(explanation)]
     verdict = verdict_line(explanation.rule_sets, explanation.params)
     if verdict is not None:
         lines.append(f"  {verdict}")
@@ -133,7 +166,7 @@ def explanation_table_html(explanation: Any) -> str:
     verdict_html = "" if verdict is None else f"<p>{html.escape(verdict)}</p>"
     extra = "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
     return (
-        f"<div><p><b>{html.escape(explanation._header())}</b></p>{verdict_html}{empty}"
+        f"<div><p><b>{html.escape(header(explanation))}</b></p>{verdict_html}{empty}"
         f"<table><thead><tr><th>#</th><th>support</th><th>confidence</th><th>fitness</th>{extra}<th>rule set</th></tr>"
         f"</thead><tbody>{rows}</tbody></table></div>"
     )

@@ -69,3 +69,26 @@ def _verification(data: Any) -> Any:
     from torch_amore.verify.verification import Verification
 
     return Verification.from_dict(data)
+
+
+def _basis_dict(basis: Any) -> dict[str, Any] | None:
+    """The saved form of a concept basis (``basis.to_dict()``), ``None`` for a basis that cannot be saved (the
+    explanation's ``params["concepts"]`` still describe it)."""
+    try:
+        return _json_safe(basis.to_dict())
+    except (TypeError, ValueError, NotImplementedError, AttributeError):
+        return None
+
+
+def _load_basis(data: Any) -> Any:
+    if data is None:
+        return None
+    from torch_amore.concepts.basis import ConceptBasis
+
+    data = S.expect_mapping(data, "concepts")
+    try:
+        return ConceptBasis.from_dict(data)
+    except S.FieldError:
+        raise
+    except (TypeError, ValueError, KeyError, ImportError) as err:
+        raise S.FieldError("concepts", f"expected a saved concept basis: {err}") from err
