@@ -161,8 +161,7 @@ class RuleAttribution:
         if not inputs.is_floating_point():
             raise TypeError(f"Expected floating-point `inputs` (gradients flow to them), but got {inputs.dtype}.")
         V.check_not_meta((inputs, baselines, additional_forward_args), "inputs")
-        if isinstance(self.model, torch.nn.Module):
-            V.check_model_device(self.model)
+        V.check_model_device(self.model)  # a torch.nn.Module: checked by the constructor
         units = rule_units(rules)
         n_steps = A.check_int(n_steps, "n_steps", 1)
         batch_size = A.check_int(batch_size, "batch_size", 1)
