@@ -43,6 +43,16 @@ class _Value:
         return self.source()
 
 
+def is_date(dtype: Any) -> bool:
+    """Whether a column's dtype holds dates, times, durations or periods (the table refuses them as features, the
+    expression as operands)."""
+    return (
+        pd.api.types.is_datetime64_any_dtype(dtype)
+        or pd.api.types.is_timedelta64_dtype(dtype)
+        or isinstance(dtype, pd.PeriodDtype)
+    )
+
+
 def _column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
     """``(kind, values)`` of a table column for the expression: ``"bool"`` (bool array), ``"num"`` (int64 array
     without missing values, else float64 with NaN) or ``"str"`` (object array of str, None for missing)."""
@@ -51,11 +61,7 @@ def _column_value(series: pd.Series, name: str) -> tuple[str, np.ndarray]:
         if not series.isna().any():
             return "bool", series.to_numpy(dtype=bool)
         return "num", series.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    if (
-        pd.api.types.is_datetime64_any_dtype(dtype)
-        or pd.api.types.is_timedelta64_dtype(dtype)
-        or isinstance(dtype, pd.PeriodDtype)
-    ):
+    if is_date(dtype):
         raise ExpressionError(
             f"column {name!r} holds dates or durations ({dtype}), which the expression cannot compare; convert it "
             "to a number in the table first (e.g. the year, or days since a date)"

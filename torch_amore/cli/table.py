@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from torch_amore.cli.expression import show_columns
+from torch_amore.cli.expression_evaluation import is_date
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 
@@ -192,15 +193,6 @@ def is_text(col: pd.Series) -> bool:
     return isinstance(col.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(col) or col.dtype == object
 
 
-def _is_date(col: pd.Series) -> bool:
-    dtype = col.dtype
-    return (
-        pd.api.types.is_datetime64_any_dtype(dtype)
-        or pd.api.types.is_timedelta64_dtype(dtype)
-        or isinstance(dtype, pd.PeriodDtype)
-    )
-
-
 def _dummy_owner(name: str, df: pd.DataFrame, candidates: Sequence[str]) -> str | None:
     """The text column whose one-hot column ``name`` (``<column>_<value>``) would be, if any."""
     for c in candidates:
@@ -241,7 +233,7 @@ def _encode_column(
     """One column as (N, k) float64 values, names and types."""
     if pd.api.types.is_bool_dtype(col.dtype):
         return col.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)[:, None], [name], ["cat"]
-    if _is_date(col):
+    if is_date(col.dtype):
         raise TableError(
             f"column {name!r} holds dates or durations ({col.dtype}); rules cannot use them as they are: add a "
             f"numeric column to the table (e.g. the year, or days since a date) and --exclude {name}"
