@@ -230,8 +230,9 @@ class FittedBasis(LearnedBasis):
         try:
             json.dumps(options, allow_nan=False)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"The basis's `options` cannot be saved as JSON ({err}): give them as plain numbers and "
-                             "strings.") from err  # fmt: skip
+            raise ValueError(
+                f"The basis's `options` cannot be saved as JSON ({err}): give them as plain numbers and strings."
+            ) from err
         out: dict[str, Any] = {
             "kind": self.kind,
             "names": self._saved_names(),

@@ -93,8 +93,9 @@ def _resolve_layer(tcav: Any, layer: str | None) -> str:
             raise ValueError(f"The TCAV has the layers {layers}: name one with `layer=`.")
         return layers[0]
     if layer not in layers:
-        raise ValueError(f"Expected `layer` to be one of the TCAV's layers {layers}, but got {layer!r}"
-                         f"{did_you_mean(layer, layers)}.")  # fmt: skip
+        raise ValueError(
+            f"Expected `layer` to be one of the TCAV's layers {layers}, but got {layer!r}{did_you_mean(layer, layers)}."
+        )
     return layer
 
 
