@@ -53,6 +53,7 @@ from torch_amore.search.extractor import Extractor  # noqa: E402
 from torch_amore.search.null_search import NullSearch  # noqa: E402
 from torch_amore.search.options import SearchOptions  # noqa: E402
 from torch_amore.search.readable import ReadableRules  # noqa: E402
+from torch_amore.strategies.all_rows import AllRows  # noqa: E402
 from torch_amore.strategies.beam import BeamSearch  # noqa: E402
 from torch_amore.strategies.refine import Refinement  # noqa: E402
 
@@ -184,6 +185,8 @@ STAGES = (
     (extractor_module, "pair_seeds", "  pair seeds"),
     (BeamSearch, "run_by_length", "  beam proper"),
     (BeamSearch, "_node_counts", "    node counts"),
+    (BeamSearch, "_expand_seeds", "    seeds' children (null targets)"),
+    (AllRows, "seed_counts", "      seeds' node counts"),
     (BeamSearch, "_candidates", "    best intervals of the nodes"),
     (Refinement, "_refine", "    refinement"),
     (ReadableRules, "rules", "readable bounds (all)"),
@@ -193,16 +196,21 @@ STAGES = (
 
 
 def staged(times: dict[str, float]) -> list[tuple[object, str, object]]:
-    """The :data:`STAGES` wrapped to add their seconds to ``times``; returns what to put back."""
+    """The :data:`STAGES` wrapped to add their seconds to ``times`` (a stage that calls itself, as the refinement
+    does for its batches of states, counted once); returns what to put back."""
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STAGES]
+    depth: dict[str, int] = defaultdict(int)
 
     def wrap(label, fn):
         def timed(*a, **k):
             t0 = time.perf_counter()
+            depth[label] += 1
             try:
                 return fn(*a, **k)
             finally:
-                times[label] += time.perf_counter() - t0
+                depth[label] -= 1
+                if not depth[label]:
+                    times[label] += time.perf_counter() - t0
 
         return timed
 

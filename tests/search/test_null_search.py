@@ -102,3 +102,31 @@ def test_p_values_equal_the_literal_loop_on_a_wider_layer(seed):
         found = extract_rules(X, t, permutations=P, seed=seed, **kw)
     null = [literal_best(X, t[torch.from_numpy(permutation_order(len(t), seed, k))], **kw) for k in range(P)]
     assert [rs.p_value for rs in found] == [(1 + sum(f >= rs.fitness for f in null)) / (P + 1) for rs in found]
+
+
+def test_kept_readable_rules_equal_those_made_afresh():
+    # the permutations' readable rules keep each feature's observed neighbours of its grid edges: the rules of any
+    # conditions, on the coarse and the fine grids, called again and again, are those made afresh
+    from torch_amore.grids.fine_grid import fine_binning
+    from torch_amore.search.readable import ReadableRules
+
+    X, t = mixed(600, 3)
+    null = NullSearch(X, t, SearchOptions(max_length=2, min_support=30, n_grids=8))
+    base = null.base
+    fresh = ReadableRules(base.X, base.names, base.scale, base.offset)
+    g = torch.Generator().manual_seed(0)
+    for binned in (base.binned, fine_binning(base.X, base.binned, 256)):
+        n_feat, n_bins = len(binned.columns), binned.n_bins.tolist()
+        for _ in range(4):
+            conds = []
+            for j in torch.randint(0, n_feat, (8,), generator=g).tolist():
+                lo, hi = sorted(torch.randint(0, n_bins[j], (2,), generator=g).tolist())
+                cond = (j, lo, lo if binned.kinds[j] == "cat" else hi)
+                try:
+                    fresh.rules(binned, [cond])
+                except ValueError:  # grids holding no value: no rule (the search never asks for one)
+                    continue
+                conds.append(cond)
+            assert len(conds) > 2
+            assert null.readable.rules(binned, conds) == fresh.rules(binned, conds)
+    assert null.readable._near  # the neighbours were kept

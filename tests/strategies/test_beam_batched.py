@@ -65,6 +65,28 @@ def test_dense_best_intervals_match_brute_force_and_the_compacting_call(positive
         assert torch.equal(getattr(compact, name), getattr(dense, name)[rows, ks])
 
 
+def test_dense_best_intervals_in_cpu_blocks_equal_each_row_alone(monkeypatch):
+    """Rows taken in blocks (a CPU caps the block at ``_CPU_BLOCK`` elements whatever the budget) give what each row
+    gives alone."""
+    from torch_amore.strategies import best_interval
+
+    g = torch.Generator().manual_seed(5)
+    n_rows, width, kappas = 40, 30, (0.1, 0.5)
+    tot = torch.randint(0, 20, (n_rows, width), generator=g)
+    tgt = (tot * torch.rand(n_rows, width, generator=g)).round().long()
+    n_bins, is_cat = torch.full((n_rows,), width), torch.zeros(n_rows, dtype=torch.bool)
+    is_cat[::7] = True
+    monkeypatch.setattr(best_interval, "_CPU_BLOCK", 3 * (width + 1) * 6)  # blocks of 6 rows
+    blocked = best_intervals_dense(tot, tgt, n_bins, is_cat, 25, kappas, positive=False, max_count=600, any_cat=True)
+    for r in range(n_rows):
+        alone = best_intervals_dense(
+            tot[r : r + 1], tgt[r : r + 1], n_bins[r : r + 1], is_cat[r : r + 1], 25, kappas, positive=False,
+            max_count=600, any_cat=True,
+        )  # fmt: skip
+        for name in ("g_low", "g_high", "hits", "support", "valid"):
+            assert torch.equal(getattr(blocked, name)[r], getattr(alone, name)[0]), (r, name)
+
+
 def test_dense_best_intervals_without_host_syncs():
     tot = torch.randint(0, 9, (40, 33))
     tgt = tot // 2

@@ -41,3 +41,25 @@ def test_categorical_columns_change_no_seed() -> None:
     seeds = pair_seeds(mixed_fine, target, 100, 4)
     assert len(alone) == 4
     assert seeds == [tuple((where[j], lo, hi) for j, lo, hi in pair) for pair in alone]
+
+
+def test_shared_counts_of_all_rows_give_the_counted_seeds(monkeypatch) -> None:
+    # the rectangles of all rows made once for every numeric pair (AllRows, the permutations' searches) against
+    # counting them for the kept pairs: the same seeds, with categorical columns between the numeric ones and with
+    # fewer kept features than numeric ones (the kept pairs' places among all pairs)
+    from torch_amore.strategies.all_rows import AllRows
+
+    X, target = _planted()
+    g = torch.Generator().manual_seed(3)
+    hot = torch.nn.functional.one_hot(torch.randint(0, 4, (X.shape[0],), generator=g), 4).double()
+    mixed = torch.cat([hot[:, :2], X[:, :5], hot[:, 2:], X[:, 5:]], 1)
+    kinds = ["cat"] * 2 + ["float"] * 5 + ["cat"] * 2 + ["float"] * 7
+    fine = fine_binning(mixed, bin_features(mixed, list(range(16)), kinds), 256)
+    for n_kept in (64, 7):
+        monkeypatch.setattr(seeding, "SEED_FEATURES", n_kept)
+        shared = AllRows(fine)
+        for k in range(3):
+            t = target[torch.randperm(len(target), generator=g)] if k else target
+            given = {"all_rows": shared, "target_counts": shared.target_counts(t)}
+            assert pair_seeds(fine, t, 100, 6, **given) == pair_seeds(fine, t, 100, 6)
+        assert shared._supports  # made once, read by each

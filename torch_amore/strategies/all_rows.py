@@ -55,6 +55,7 @@ class AllRows:
         self.fine = fine
         self._counts: torch.Tensor | None = None
         self._grams: dict[tuple, torch.Tensor] = {}
+        self._supports: dict[tuple, torch.Tensor] = {}
         self._lut: dict[int, torch.Tensor] = {}  # feature -> its seeds' coarse cell of every fine grid
         self._cells: dict[int, torch.Tensor] = {}  # feature -> (cells, F, W) counts of all rows per cell
         self._lut_host: dict[int, list[int]] = {}
@@ -94,6 +95,22 @@ class AllRows:
             self._lut.update(zip(numeric, lut))
             self._n_cells = width
         return self._grams[key]
+
+    def pair_supports(self, numeric: tuple[int, ...], lut: torch.Tensor, exact32: bool) -> torch.Tensor | None:
+        """(F' (F' - 1) / 2, nI, nI) all rows in every rectangle of the seeds' coarse cells ``lut`` of every pair of
+        the numeric features ``numeric`` (:func:`torch_amore.strategies.seeding.rectangle_counts` of
+        :meth:`pair_counts`, pairs in the order of :func:`torch.triu_indices`), made once; ``None`` where
+        :meth:`pair_counts` is."""
+        from torch_amore.strategies.seeding import SEED_GRIDS, rectangle_counts
+
+        grams = self.pair_counts(numeric, lut, SEED_GRIDS, exact32)
+        if grams is None:
+            return None
+        key = (numeric, exact32)
+        if key not in self._supports:
+            jj, kk = torch.triu_indices(len(numeric), len(numeric), 1, device=grams.device)
+            self._supports[key] = rectangle_counts(grams[jj, :, kk, :])
+        return self._supports[key]
 
     def cells_of(self, cond: tuple[int, int, int]) -> tuple[int, int, int] | None:
         """``(feature, first cell, last cell)`` where the fine condition ``cond`` selects exactly the rows of a range

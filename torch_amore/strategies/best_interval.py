@@ -45,6 +45,14 @@ _BEST_BUDGET = 1 << 22
 
 _BEST_BUDGET_MIN = 1 << 20
 
+#: On a CPU, tables of at most :data:`_CPU_BLOCK_GRIDS` grids are taken in blocks of at most this many elements
+#: whatever the budget: a block's (rows x kappas x grids) float32 table (1 MiB) then stays in a core's L2 cache. On one
+#: thread, the 2,560 rows of 20 nodes of 128 features (2 kappas) take about half the time on 256 or 512 grids (48
+#: against 85 ms, 101 against 178 ms in blocks of 2**20 elements); on 1,024 grids blocks make no difference (and cost
+#: operations). A permutation of ``permutations=`` expands that many seed nodes.
+_CPU_BLOCK = 1 << 18
+_CPU_BLOCK_GRIDS = 512
+
 
 def table_budget(n_values: int) -> int:
     """Elements of the best-interval tables handled at once for binned data of ``n_values`` codes: a sixteenth of
@@ -123,7 +131,7 @@ def best_intervals_dense(
     features offer single categories only. No host sync when the host knows ``max_count`` (a bound on any row's total
     count; it picks exact float32 sums when small, else the sum is read once) and ``any_cat`` (whether some row is
     categorical; else ``is_cat.any()`` is read once). Rows are taken in blocks whose tables hold at most ``budget``
-    elements (default ``2**22``).
+    elements (default ``2**22``; on a CPU, of few grids, at most :data:`_CPU_BLOCK`).
 
     Example:
         >>> import torch
@@ -139,6 +147,8 @@ def best_intervals_dense(
     if any_cat is None:
         any_cat = bool(is_cat.any()) if n_feat else False
     budget = _BEST_BUDGET if budget is None else budget
+    if tot.device.type == "cpu" and width <= _CPU_BLOCK_GRIDS:
+        budget = min(budget, _CPU_BLOCK)
     block = max(1, budget // ((len(kappas) + 1) * (width + 1)))  # the (R, K, G+1) and (R, G+1) tables
     if n_feat <= block:
         return _best_block(tot, tgt, n_bins, is_cat, min_support, kappas, positive, max_count, any_cat)

@@ -112,23 +112,22 @@ def _counts(
     return all_rows.counts[numeric_t], target_counts[numeric_t]
 
 
-def _grams(
-    codes_t: torch.Tensor,
-    lut: torch.Tensor,
-    rows_kept: torch.Tensor,
-    t_rows: torch.Tensor,
-    exact32: bool,
-    all_rows: AllRows | None,
-    every_numeric: tuple[tuple[int, ...], torch.Tensor],
-) -> list[torch.Tensor]:
-    """The 2-D counts of all and of the target rows in the coarse cells ``lut`` of the kept features ``codes_t``
-    (rows ``rows_kept`` of the numeric ones): all rows' from those of every numeric pair (``all_rows``, made once:
-    ``every_numeric`` holds the numeric features and their cells), where shared; else counted."""
-    every = None if all_rows is None else all_rows.pair_counts(*every_numeric, SEED_GRIDS, exact32)
-    if every is None:
-        return [D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32)) for c in (None, t_rows)]
-    target_gram = D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32))
-    return [every[rows_kept][:, :, rows_kept], target_gram]
+def rectangle_counts(h: torch.Tensor) -> torch.Tensor:
+    """(P, nI, nI) counts of every rectangle of the (P, G, G) 2-D cell counts ``h`` (``G`` = :data:`SEED_GRIDS`): a
+    range of cells of each feature, ``nI`` ranges per feature (``s < e`` of :func:`torch.triu_indices`), in ``h``'s
+    dtype.
+
+    Example:
+        >>> h = torch.zeros(1, SEED_GRIDS, SEED_GRIDS)
+        >>> h[0, 0, 0], h[0, 1, 2] = 3, 4
+        >>> rectangle_counts(h).amax().item(), rectangle_counts(h)[0, 0, 0].item()  # all cells; cell (0, 0)
+        (7.0, 3.0)
+    """
+    s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=h.device)
+    c = torch.zeros(h.shape[0], SEED_GRIDS + 1, SEED_GRIDS + 1, dtype=h.dtype, device=h.device)
+    c[:, 1:, 1:] = h.cumsum(1).cumsum(2)
+    rows = c.index_select(1, e) - c.index_select(1, s)  # (P, nI, G + 1): each interval of the first feature
+    return rows.index_select(2, e) - rows.index_select(2, s)  # (P, nI, nI)
 
 
 def pair_seeds(
@@ -180,19 +179,18 @@ def pair_seeds(
     full_lut = _coarse_lut(counts, SEED_GRIDS)  # of all rows' counts: independent of the target
     lut = full_lut[rows_kept]
     exact32 = D.global_count(codes_t.shape[1]) < (1 << 24)
-    grams = _grams(codes_t, lut, rows_kept, t_rows, exact32, all_rows, (tuple(numeric_ids), full_lut))
     jj, kk = torch.triu_indices(n_feat, n_feat, 1, device=device)
-    tot, tgt = (g[jj, :, kk, :] for g in grams)  # (P, G, G)
+    every = None if all_rows is None else all_rows.pair_supports(tuple(numeric_ids), full_lut, exact32)
+    if every is None:  # the 2-D counts of all and of the target rows in the coarse cells of the kept features
+        grams = [pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32) for c in (None, t_rows)]
+        sup, hits = (rectangle_counts(D.all_reduce_sum(g)[jj, :, kk, :]) for g in grams)  # (P, G, G) of each pair
+    else:  # all rows' rectangles of every numeric pair, made once (those of the kept pairs); the target's counted
+        a, b, m = rows_kept[jj], rows_kept[kk], len(numeric_ids)
+        sup = every.index_select(0, a * (2 * m - a - 1) // 2 + b - a - 1)  # triu_indices' order of (a, b)
+        gram = D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32))
+        hits = rectangle_counts(gram[jj, :, kk, :])
     s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
     proper = ~((s == 0) & (e == SEED_GRIDS))  # a cell range short of everything
-
-    def rect(h: torch.Tensor) -> torch.Tensor:
-        c = torch.zeros(h.shape[0], SEED_GRIDS + 1, SEED_GRIDS + 1, dtype=h.dtype, device=device)
-        c[:, 1:, 1:] = h.cumsum(1).cumsum(2)
-        rows = c.index_select(1, e) - c.index_select(1, s)  # (P, nI, G + 1): each interval of the first feature
-        return rows.index_select(2, e) - rows.index_select(2, s)  # (P, nI, nI)
-
-    sup, hits = rect(tot), rect(tgt)
     ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :]
     value = torch.where(ok, fitness_value(hits, sup), torch.full_like(sup, -(1 << 62))).flatten(1)
     best, arg = value.max(1)
