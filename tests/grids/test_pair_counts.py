@@ -30,6 +30,10 @@ def test_pair_counts_equal_counting_each_pair(n_feat: int, n_grids: int, chunk: 
     n_pairs = n_feat * (n_feat - 1) // 2
     j, k, tot, tgt = counts.prefix(order, 0, n_pairs)
     assert bool((j > k).any()) and bool((j < k).any())
+    for p0, p1 in ((1, n_pairs), (n_feat - 2, n_feat + 3), (n_pairs - 1, n_pairs)):  # chunks from mid-anchor on
+        part = counts.prefix(order, p0, p1)
+        for got, whole in zip(part, (j, k, tot, tgt)):
+            assert torch.equal(got, whole[p0:p1]), (p0, p1)
     codes = grid.codes_t.long()
     for p in range(n_pairs):
         a, b = codes[j[p]], codes[k[p]]

@@ -39,8 +39,10 @@ def test_extract_rules_exact_metrics_and_optimum():
     assert [rs.fitness for rs in rule_sets] == sorted((rs.fitness for rs in rule_sets), reverse=True)
 
 
+@pytest.mark.parametrize("probe", [64, 1, 8])  # 1, 8: the rows enumerated before the bounds (see _PROBE) are many
 @pytest.mark.parametrize("max_length", [2, 3])
-def test_pruning_never_changes_the_answer(monkeypatch, max_length):
+def test_pruning_never_changes_the_answer(monkeypatch, max_length, probe):
+    monkeypatch.setattr(exact_module, "_PROBE", probe)
     g = torch.Generator().manual_seed(7)
     X = torch.randn(900, 7, generator=g, dtype=torch.float64)
     X[:, 5] = torch.randint(0, 4, (900,), generator=g).double()

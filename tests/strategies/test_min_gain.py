@@ -178,3 +178,23 @@ def test_search_hyperparameters_prunes_as_extract_rules_does():
     direct = ta.extract_rules(X, target, strategy="beam", n_grids=10, min_support=100)
     assert result.best == direct[0]
     assert_every_condition_earns([result.best], X, target, 0.001)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_masks_and_counts_of_pruning_are_those_of_the_rules(dtype):
+    """The rules' masks of the pruning pass (each feature's column read once, intervals and categories compared apart,
+    rows in any order) are :meth:`Rule.mask`'s, and the packed words' set bits count the rows of each conjunction."""
+    from torch_amore.rules.pruning import _bit_counts, _packed, _rule_table
+
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(1000, 4, generator=g).to(dtype)
+    X[:, 2] = torch.randint(0, 3, (1000,), generator=g).to(dtype)
+    X[::7, 0] = float("nan")
+    rules = [Rule(2, "c", value=1.0, kind="cat"), Rule(0, "a", low=-0.3, high=0.71), Rule(3, "d", high=0.1),
+             Rule(0, "a", low=0.2), Rule(2, "c", value=0.0, kind="cat"), Rule(1, "b", low=-1.0 / 3)]  # fmt: skip
+    want = torch.stack([r.mask(X) for r in rules])
+    for part in (rules, rules[1:2] + rules[3:4], rules[4:5], [rules[3], rules[1]]):  # mixed, intervals, a category
+        assert torch.equal(_rule_table(part, X), torch.stack([r.mask(X) for r in part]))
+    words = _packed(want)
+    for a, b in [(0, 1), (1, 3), (2, 5), (4, 4)]:
+        assert int(_bit_counts(words[a] & words[b])) == int((want[a] & want[b]).sum())

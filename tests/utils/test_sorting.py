@@ -76,3 +76,31 @@ def test_float32_argsort_orders_like_a_literal_sort(shape: tuple[int, ...]) -> N
     tied = [i for i in range(len(ties) - 1) if same[i] == same[i + 1]]  # equal values (and -0.0 == 0.0)
     assert tied or x.shape[-1] < 100  # the long rows hold ties (rounded values): the check below is not vacuous
     assert all(ties[i] < ties[i + 1] for i in tied)  # in their original order
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int64])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_rows_of_small_integers_are_sorted_too(dtype, dim):
+    """Rows of integers of int16's range (a binary column, a count) take a radix sort, the others (fractions, NaN,
+    values past int16) numpy's argsort, in one call: every row comes out sorted, NaN last."""
+    g = torch.Generator().manual_seed(3)
+    n = 700
+    rows = [
+        torch.randint(0, 2, (n,), generator=g).double(),  # binary
+        torch.randint(-40, 900, (n,), generator=g).double(),  # counts, some negative
+        torch.randn(n, generator=g, dtype=torch.float64),  # fractions
+        torch.randint(0, 3, (n,), generator=g).double() * 40_000,  # past int16
+    ]
+    if dtype.is_floating_point:
+        nan = torch.randint(0, 5, (n,), generator=g).double()
+        nan[::9] = float("nan")
+        rows.append(nan)
+    values = torch.stack(rows).to(dtype)
+    values = values if dim == 1 else values.t().contiguous()
+    order = argsort_values(values, dim=dim)
+    assert order.dtype == torch.int64
+    got = values.gather(dim, order)
+    want = torch.sort(values, dim=dim).values
+    assert torch.equal(torch.nan_to_num(got, nan=1e9), torch.nan_to_num(want, nan=1e9))
+    assert torch.equal(torch.sort(order, dim=dim).values, torch.arange(n).expand_as(order) if dim == 1 else
+                       torch.arange(n)[:, None].expand_as(order))  # fmt: skip

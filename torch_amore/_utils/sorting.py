@@ -5,8 +5,9 @@ values costs 5-10 times numpy's SIMD sort of the same array (8,000 x 128 float64
 the sorted values are the same either way (NaN last), so CPU tensors are sorted by numpy, in a copy, and other
 devices (CUDA, MPS) or dtypes numpy lacks (bfloat16) keep ``torch.sort``. An order that sorts the values, ties in
 any order (:func:`argsort_values`), comes from numpy's unstable argsort (3 times torch's; float32 values: numpy's SIMD
-sort of integer keys that pack each value's order above its position, twice as fast again); a *stable* argsort gains
-nothing from numpy and stays with torch.
+sort of integer keys that pack each value's order above its position, twice as fast again; rows of integers of
+int16's range, e.g. a binary column: numpy's radix sort of them as int16); a *stable* argsort gains nothing from numpy
+and stays with torch.
 """
 
 from __future__ import annotations
@@ -57,11 +58,34 @@ def argsort_values(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if values.device.type != "cpu" or values.dtype not in _NUMPY_DTYPES or values.numel() == 0:
         return torch.argsort(values, dim=dim, stable=True)
     moved = values.detach().movedim(dim, -1)
+    small = _small_integer_rows(moved)
+    if small is not None and small.any():  # those rows by a radix sort of int16 (any others as below)
+        rows = moved.reshape(-1, moved.shape[-1]).numpy()
+        order = np.empty(rows.shape, dtype=np.int64)
+        order[small] = rows[small].astype(np.int16).argsort(axis=-1, kind="stable")
+        if not small.all():
+            order[~small] = argsort_values(torch.from_numpy(rows[~small])).numpy()
+        return torch.from_numpy(order).view(moved.shape).movedim(-1, dim)
     if moved.dtype == torch.float32 and moved.shape[-1] < 2**32:
         order = torch.from_numpy(_argsort_float32(moved.contiguous().numpy()))
     else:
         order = torch.from_numpy(moved.numpy().argsort(axis=-1)).to(torch.int64)
     return order.movedim(-1, dim)
+
+
+def _small_integer_rows(moved: torch.Tensor) -> np.ndarray | None:
+    """Per row (all but the last axis, flattened) of a CPU float or wide integer tensor: whether every value is an
+    integer of int16's range, whose order numpy finds by a radix sort (a binary column of 70,000 rows: 0.6 ms
+    against 9.5 ms for its float argsort); ``None`` for other dtypes (bool and 8-bit types: already fast) or rows
+    of fewer than 256 values."""
+    if moved.dtype not in (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64):
+        return None
+    if moved.shape[-1] < 256:
+        return None
+    a = moved.reshape(-1, moved.shape[-1]).numpy()
+    if moved.is_floating_point():  # NaN: not an integer
+        return ((a == np.rint(a)) & (np.abs(a) < 32768)).all(axis=-1)
+    return ((a >= -32768) & (a < 32768)).all(axis=-1)
 
 
 def _argsort_float32(a: np.ndarray) -> np.ndarray:

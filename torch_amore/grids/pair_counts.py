@@ -17,6 +17,7 @@ import torch
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.threads import parallel_pass
+from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import grid_counts
 
@@ -109,7 +110,7 @@ class PairCounts:
     def __init__(self, grid: ExactGrid, target: torch.Tensor) -> None:
         self.grid = grid
         self.target = target
-        self._ordered_codes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # see _ordered
+        self._ordered_codes: tuple[torch.Tensor, ...] | None = None  # see _ordered
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
         # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
@@ -124,13 +125,20 @@ class PairCounts:
             )
 
     def _ordered(self, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The codes with features in ``order``, doubled, and ``2 (n_max + 1) code + is_target`` (cached per
-        ``order``): their sum over two features is the doubled pair cell plus the target bit."""
+        """For the features in ``order`` (cached per ``order``): their codes doubled plus ``row x cells`` (each row a
+        block of ``cells`` bins of its own), and ``2 (n_max + 1) code + is_target``: summed over the features ``b``
+        and ``a`` of a pair, the doubled pair cell plus the target bit, in ``b``'s block (:meth:`_bincount` moves it
+        to the pair's). int32 where every sum fits, else int64."""
         cache = self._ordered_codes
         if cache is None or cache[0] is not order:
-            codes = self.grid.codes_t.index_select(0, order)  # a fresh copy: doubled in place
-            scaled = torch.add(self.target.to(codes.dtype), codes, alpha=2 * (self.grid.n_max + 1))
-            self._ordered_codes = cache = (order, codes.mul_(2), scaled)
+            n_feat, wd = len(order), self.grid.n_max + 1
+            cells = 2 * wd * wd
+            dtype = self.grid.codes_t.dtype if (2 * n_feat + 3) * cells < 2**31 else torch.long
+            codes = self.grid.codes_t.index_select(0, order).to(dtype)  # a fresh copy: shifted in place
+            scaled = torch.add(self.target.to(dtype), codes, alpha=2 * wd)
+            rows = torch.arange(n_feat, device=codes.device, dtype=dtype)[:, None]
+            codes.mul_(2).add_(rows * cells)
+            self._ordered_codes = cache = (order, codes, scaled)
         return cache[1], cache[2]
 
     def _bincount(self, order: torch.Tensor, p0: int, p1: int) -> torch.Tensor:
@@ -145,20 +153,24 @@ class PairCounts:
         dtype = codes.dtype if (p1 - p0) * cells < 2**31 else torch.long
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
             idx = torch.empty(p1 - p0, n, dtype=dtype, device=codes.device)
-            for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # (a, b > a): slices of the codes, no gathered copies
-                torch.add(codes[b0 : b0 + hi - lo], scaled[a], out=idx[lo - p0 : hi - p0])
-            idx += torch.arange(p1 - p0, device=codes.device, dtype=idx.dtype)[:, None] * cells
+            anchors = list(_anchors(p0, p1, n_feat))
+            a0, a1 = (anchors[0][0], anchors[-1][0] + 1) if anchors else (0, 0)
+            # per anchor a: its cells and target bits, moved from b's block to that of the pair (a, b) in this chunk,
+            # pair triu_start(a) + b - a - 1 (the same shift for every b)
+            shift = [(triu_start(a, n_feat) - a - 1 - p0) * cells for a in range(a0, a1)]
+            lifted = torch.add(scaled[a0:a1], tensor_on(shift, dtype=dtype, device=codes.device)[:, None])
+            for a, lo, hi, b0 in anchors:  # (a, b > a): slices of the codes, no gathered copies
+                torch.add(codes[b0 : b0 + hi - lo], lifted[a - a0], out=idx[lo - p0 : hi - p0])
             out = counting.bincount(idx.view(-1), (p1 - p0) * cells)
             return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])
         out = torch.zeros((p1 - p0) * cells, dtype=torch.long, device=codes.device)
         if n:
-            off = torch.arange(n_feat, device=codes.device, dtype=dtype)[:, None] * cells
             for a, lo, hi, b0 in _anchors(p0, p1, n_feat):  # the pairs (a, b > a) of this chunk: b contiguous
                 step = max(1, _CHUNK // n)
                 for q in range(lo, hi, step):  # bounded memory
                     q1 = min(hi, q + step)
-                    idx = codes[b0 + q - lo : b0 + q1 - lo] + off[: q1 - q]
-                    idx += scaled[a]
+                    b = b0 + q - lo  # the rows b..: their blocks from 0 (b's own offset taken off)
+                    idx = torch.add(codes[b : b + q1 - q], scaled[a] - b * cells)
                     out[(q - p0) * cells : (q1 - p0) * cells] += counting.bincount(idx.view(-1), (q1 - q) * cells)
         return D.all_reduce_sum(out.view(-1, wd, wd, 2)[:, :-1, :-1])  # a view: cumulate copies it once
 

@@ -35,9 +35,6 @@ __all__ = ["prune_rule_sets", "prune_rule_sets_batches"]
 _MASK_BYTES = 1 << 26
 
 
-_BITS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
 def _bit_counts(words: torch.Tensor) -> torch.Tensor:
     """(..., C) int64: the set bits of each row of (..., C, W) int64 ``words``, by bit tricks on their bytes
     (unsigned: no overflow; exact, and several times faster than a table lookup per byte).
@@ -54,32 +51,64 @@ def _bit_counts(words: torch.Tensor) -> torch.Tensor:
 
 
 def _packed(masks: torch.Tensor) -> torch.Tensor:
-    """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0)."""
+    """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0), the same rows at the
+    same bits in every mask (all the counts need: the set bits of words anded together).
+
+    The mask's bytes (0 or 1) read as int64 hold 8 rows each, one at the lowest bit of each byte; 8 such words
+    shifted by 0..7 bits hold their 64 rows at distinct bits, so their sum is the packed word (no carry).
+
+    Example:
+        >>> m = torch.zeros(1, 70, dtype=torch.bool)
+        >>> m[0, [0, 9, 63, 64]] = True
+        >>> _bit_counts(_packed(m)).tolist(), _bit_counts(_packed(m)[:, :1]).tolist()
+        ([4], [3])
+    """
+    n_rows = masks.shape[0]
     if masks.shape[1] == 0:  # an empty shard of a DDP run
-        return torch.zeros(masks.shape[0], 0, dtype=torch.int64, device=masks.device)
-    m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64))
-    bits = tensor_on(_BITS, dtype=torch.uint8, device=masks.device)
-    return (m.view(m.shape[0], -1, 8) * bits).sum(2, dtype=torch.uint8).view(torch.int64)
+        return torch.zeros(n_rows, 0, dtype=torch.int64, device=masks.device)
+    m = torch.nn.functional.pad(masks.view(torch.uint8), (0, (-masks.shape[1]) % 64)).contiguous()
+    words = m.view(torch.int64).view(n_rows, -1, 8)  # (R, words, 8): 8 rows (one a byte) per int64
+    return (words << _shifts(masks.device)).sum(2)
+
+
+@functools.lru_cache(maxsize=8)
+def _shifts(device: torch.device) -> torch.Tensor:
+    """``0..7`` as int64 on ``device`` (cached)."""
+    return torch.arange(8, dtype=torch.int64, device=device)
 
 
 def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
-    """(len(rules), N) :meth:`Rule.mask` of each rule: on a float32 or float64 ``X`` each rule's column taken once
+    """(len(rules), N) :meth:`Rule.mask` of each rule: on a float32 or float64 ``X`` each feature's column taken once
     and compared in X's dtype with bounds rounded up to it (exactly the comparisons in float64: see
-    :func:`_bounds_in`; NaN satisfies no rule); rule by rule otherwise."""
+    :func:`_bounds_in`; NaN satisfies no rule), intervals by their bounds and categories by their value, each only
+    where it applies; rule by rule otherwise."""
     if X.dtype not in (torch.float32, torch.float64) or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
+    ints = [i for i, r in enumerate(rules) if r.value is None]
+    cats = [i for i, r in enumerate(rules) if r.value is not None]
+    order = ints + cats  # the intervals' rows, then the categories'
     nan = math.nan
     table = tensor_on(
-        [[r.low, r.high, nan, r.feature] if r.value is None else [nan, nan, r.value, r.feature] for r in rules],
+        [[rules[i].low, rules[i].high, nan] for i in ints] + [[nan, nan, rules[i].value] for i in cats],
         dtype=torch.float64,
         device=X.device,
     )
-    low, high, value = _bounds_in(table[:, :3], X.dtype).unsqueeze(2).unbind(1)
-    c = X.t().index_select(0, table[:, 3].long())  # (R, N) in X's dtype
-    inside = (c >= low) & (c < high)  # NaN: outside (not >= low)
-    if all(r.value is None for r in rules):  # intervals only
+    bounds = _bounds_in(table, X.dtype)  # (low, high, -) of an interval, (-, -, value) of a category
+    # each feature's column taken once (a column of a row-major X is a strided read), then one per rule
+    feats = sorted({r.feature for r in rules})
+    at = {f: i for i, f in enumerate(feats)}
+    index = tensor_on(feats + [at[rules[i].feature] for i in order] + order, device=X.device)
+    c = X.t().index_select(0, index[: len(feats)])
+    if feats != [rules[i].feature for i in order]:
+        c = c.index_select(0, index[len(feats) : len(feats) + len(rules)])  # (rules, N) in X's dtype, in ``order``
+    n_int = len(ints)
+    inside = (c[:n_int] >= bounds[:n_int, 0:1]) & (c[:n_int] < bounds[:n_int, 1:2])  # NaN: outside (not >= low)
+    if cats:
+        category = c[n_int:] == bounds[n_int:, 2:3]
+        inside = torch.cat([inside, category]) if n_int else category
+    if order == list(range(len(rules))):
         return inside
-    return torch.where(torch.isnan(table[:, 2:3]), inside, c == value)
+    return torch.empty_like(inside).index_copy_(0, index[len(feats) + len(rules) :], inside)
 
 
 def _bounds_in(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -22,8 +22,10 @@ How
   ranks) give every rectangle's counts by 2-D prefix sums. For each pair and each interval of the first feature the
   best interval of the second (a maximum-subarray problem with a support constraint, solved for all rows at once with
   ``cummin`` + ``searchsorted``) bounds what that row can reach; only the rows whose bound reaches the ``top_k``-th
-  best value found so far are enumerated in full (in batches, best bound first). No Python loop over pairs or cuts;
-  a few host syncs per chunk of pairs.
+  best value found so far are enumerated in full (in batches, best bound first). Where a cheaper bound (the sum of
+  the second feature's grids of positive value) leaves many rows, the :data:`_PROBE` rows of highest cheap bound are
+  enumerated first: the value they reach prunes most of the others before their exact bounds are computed. No
+  Python loop over pairs or cuts; a few host syncs per chunk of pairs.
 * ``max_length = 3``: branch and bound. Every tight rectangle of two features is a node; adding a condition can only
   drop samples, so a rule set's fitness never exceeds its target count / ``|target|`` (the optimistic estimate,
   ``rules.metrics.fitness_bound``), and nodes are expanded best estimate first, in batches, only while their estimate
@@ -54,6 +56,9 @@ _NEG = -(1 << 62)
 _CHUNK = 1 << 22
 #: Prune by the optimistic estimates (tests switch it off to show that pruning never changes the answer).
 _PRUNE = True
+#: Rows (pair, interval of its first feature) of highest cheap bound that :func:`_pairs` enumerates in full before it
+#: bounds the others: the best pairs usually lie among them, and the bar they raise prunes most of the rest.
+_PROBE = 64
 
 
 def _bar(kth: int) -> int:
@@ -285,6 +290,14 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
         cell_value = fitness_value(ctgt.diff(dim=2), ctot.diff(dim=2))  # (P, W + 1, W)
         gain = _interval_rows(cell_value, p, ctx.s[i], ctx.e[i]).clamp_(min=0).sum(1)
         hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
+        if _PRUNE and hopeful.numel() > 4 * _PROBE:  # many: those of highest gain first, to raise kth before bounds
+            probe = hopeful[torch.topk(gain[hopeful], _PROBE, sorted=False).indices]
+            new = _pair_candidates(ctx, ctot, ctgt, p[probe], i[probe], j_c[p[probe]], k_c[p[probe]], kth)
+            pool, kth = _merge(pool, new, ctx.top_k, ctx.spans)
+            gain[probe] = torch.iinfo(gain.dtype).min  # enumerated in full: never again
+            hopeful = torch.nonzero(gain >= _bar(kth), as_tuple=True)[0]
+        if not hopeful.numel():  # (its length is known on the host: nonzero synchronised)
+            continue
         p, i = p[hopeful], i[hopeful]
         cb_rows, ct_rows = (_interval_rows(c, p, ctx.s[i], ctx.e[i]) for c in (ctot, ctgt))  # (R, W) over k's grids
         bounds = _row_bounds(cb_rows, ct_rows, ctx.min_support)
