@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 
 import torch_amore as ta
 from torch_amore._utils import distributed as D
+from torch_amore.grids import exact_edges as E
 from torch_amore.grids.edges import grid_edges, kmeans_edges, quantile_edges
 from torch_amore.integrations.metric_classes import RuleSetMetrics
 
@@ -233,7 +234,7 @@ def test_selection_quantiles_equal_sorted_quantiles(dtype, n_grids):
     X, _ = mixed_data(n=501, seed=n_grids, dtype=dtype)
     X[:, 2] = float("nan")  # an all-missing column
     expected = quantile_edges(X, n_grids)
-    got = D.sharded_quantile_edges(X, n_grids)  # the distributed selection, on one process
+    got = E.sharded_quantile_edges(X, n_grids)  # the distributed selection, on one process
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.nan_to_num(0.0), expected.nan_to_num(0.0))
 
@@ -242,11 +243,11 @@ def test_order_statistics_against_sorting():
     g = torch.Generator().manual_seed(3)
     x = torch.cat([torch.randn(300, 4, generator=g, dtype=torch.float64), torch.full((5, 4), 0.0)])
     x[::11, 1] = float("nan")
-    keys = D._to_keys(x + 0.0).masked_fill(torch.isnan(x), D._KEY_MISSING)
+    keys = E._to_keys(x + 0.0).masked_fill(torch.isnan(x), E._KEY_MISSING)
     keys = torch.sort(keys, dim=0).values.t().contiguous()
     valid = (~torch.isnan(x)).sum(0)
     ranks = torch.stack([torch.tensor([0, 7, 150, int(v) - 1]) for v in valid])
-    got = D._from_keys(D.order_statistics(keys, ranks, valid), torch.float64)
+    got = E._from_keys(E.order_statistics(keys, ranks, valid), torch.float64)
     for f in range(4):
         col = torch.sort(x[:, f][~torch.isnan(x[:, f])]).values
         assert got[f].tolist() == col[ranks[f]].tolist()
@@ -255,12 +256,12 @@ def test_order_statistics_against_sorting():
 def test_fixed_point_sums_do_not_depend_on_the_order():
     g = torch.Generator().manual_seed(5)
     x = torch.randn(4000, 3, generator=g, dtype=torch.float64) * torch.tensor([1e-3, 1.0, 1e6], dtype=torch.float64)
-    e = D.fixed_point_exponents(x.amin(0), x.amax(0))
+    e = E.fixed_point_exponents(x.amin(0), x.amax(0))
     perm = torch.randperm(4000, generator=g)
-    a = D.from_fixed_point(D.to_fixed_point(x, e).sum(1), e)
-    b = D.from_fixed_point(D.to_fixed_point(x[perm], e).sum(1), e)
-    parts = D.to_fixed_point(x[:1234], e).sum(1) + D.to_fixed_point(x[1234:], e).sum(1)
-    assert torch.equal(a, b) and torch.equal(a, D.from_fixed_point(parts, e))
+    a = E.from_fixed_point(E.to_fixed_point(x, e).sum(1), e)
+    b = E.from_fixed_point(E.to_fixed_point(x[perm], e).sum(1), e)
+    parts = E.to_fixed_point(x[:1234], e).sum(1) + E.to_fixed_point(x[1234:], e).sum(1)
+    assert torch.equal(a, b) and torch.equal(a, E.from_fixed_point(parts, e))
     exact = [math.fsum(x[:, f].tolist()) for f in range(3)]
     # each value is rounded to 2**(e - 52): the sum is off by at most n * 2**(e - 53)
     for f in range(3):

@@ -1,10 +1,10 @@
-"""Division by a Python number (torch_amore._utils.division) against Python's correctly rounded float division."""
+"""Division by a Python number (grids.exact_edges.divide) against Python's correctly rounded float division."""
 
 from __future__ import annotations
 
 import torch
 
-from torch_amore._utils.division import divide
+from torch_amore.grids.exact_edges import divide
 
 
 def test_divide_is_correctly_rounded() -> None:
