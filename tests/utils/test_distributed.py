@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 import torch_amore as ta
 from torch_amore._utils import distributed as D
 from torch_amore.grids import exact_edges as E
-from torch_amore.grids.edges import grid_edges, kmeans_edges, quantile_edges
+from torch_amore.grids.edges import grid_edges, kmeans_edges, nan_min_max, quantile_edges
 from torch_amore.integrations.metric_classes import RuleSetMetrics
 
 STRATEGIES = ("uniform", "quantile", "kmeans")
@@ -233,7 +233,7 @@ def test_helpers_are_no_ops_without_a_process_group():
 def test_selection_quantiles_equal_sorted_quantiles(dtype, n_grids):
     X, _ = mixed_data(n=501, seed=n_grids, dtype=dtype)
     X[:, 2] = float("nan")  # an all-missing column
-    expected = quantile_edges(X, n_grids)
+    expected = quantile_edges(X, n_grids, torch.float64)
     got = E.sharded_quantile_edges(X, n_grids)  # the distributed selection, on one process
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.nan_to_num(0.0), expected.nan_to_num(0.0))
@@ -271,7 +271,7 @@ def test_fixed_point_sums_do_not_depend_on_the_order():
 def test_kmeans_edges_do_not_depend_on_the_row_order():
     X, _ = mixed_data(n=3000, seed=4)
     perm = torch.randperm(3000, generator=torch.Generator().manual_seed(0))
-    a, b = kmeans_edges(X, 9), kmeans_edges(X[perm], 9)
+    a, b = kmeans_edges(X, nan_min_max(X), 9), kmeans_edges(X[perm], nan_min_max(X), 9)
     assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 

@@ -14,7 +14,7 @@ from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
 from torch_amore._utils.sorting import sort_values
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
-from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows, work_dtype
+from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows
 from torch_amore.grids import exact_edges as E
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
@@ -45,23 +45,19 @@ def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return stats.lo, stats.hi
 
 
-def uniform_edges(
-    X: torch.Tensor | None, n_grids: int, *, value_range: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> torch.Tensor:
-    """(F, n_grids + 1) equal-width edges between each column's min and max (``value_range`` when known: then
-    ``X`` is not read)."""
-    lo, hi = nan_min_max(X) if value_range is None else value_range
+def uniform_edges(lo: torch.Tensor, hi: torch.Tensor, n_grids: int) -> torch.Tensor:
+    """(F, n_grids + 1) equal-width edges between each column's min ``lo`` and max ``hi`` (F,)."""
     steps = E.divide(torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device), n_grids)
     edges = lo[:, None] + (hi - lo)[:, None] * steps
     edges[:, -1] = hi  # exact max despite rounding
     return edges
 
 
-def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
-    """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics), NaN ignored."""
+def quantile_edges(X: torch.Tensor, n_grids: int, dt: torch.dtype) -> torch.Tensor:
+    """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics) in the work dtype
+    ``dt``, NaN ignored."""
     if D.is_sharded():  # exact order statistics of all shards by a distributed selection
         return E.sharded_quantile_edges(X, n_grids)
-    dt = work_dtype(X.device)
     n, n_features = X.shape
     q = E.divide(torch.arange(n_grids + 1, dtype=dt, device=X.device), n_grids)
     out = torch.empty(n_features, n_grids + 1, dtype=dt, device=X.device)
@@ -239,22 +235,21 @@ def _kmeans_sorted(
 
 def kmeans_edges(
     X: torch.Tensor,
+    value_range: tuple[torch.Tensor, torch.Tensor],
     n_grids: int,
     max_iter: int = 300,
     tol: float = 1e-8,
-    *,
-    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """(F, n_grids + 1) edges of a 1-D k-means per column, all columns at once and deterministic.
 
     Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
     more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
-    max. Cluster sums are exact integer (fixed-point) sums, so the result does not depend on how the rows are split
-    (one process with sorted columns, or shards of a distributed run). ``value_range``: each column's (min, max)
-    when known. One process asks whether the columns converged every few iterations (:func:`_check_convergence`),
-    or, for a few columns on the CPU, iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
+    max (``value_range``, (F,) each). Cluster sums are exact integer (fixed-point) sums, so the result does not depend
+    on how the rows are split (one process with sorted columns, or shards of a distributed run). One process asks
+    whether the columns converged every few iterations (:func:`_check_convergence`), or, for a few columns on the CPU,
+    iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
     """
-    lo, hi = nan_min_max(X) if value_range is None else value_range
+    lo, hi = value_range
     centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
     n_features = X.shape[1]
     exps = E.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
@@ -342,20 +337,18 @@ def grid_edges(
         >>> grid_edges(torch.tensor([[0.0], [1.0], [4.0]]), 4).tolist()
         [[0.0, 1.0, 2.0, 3.0, 4.0]]
     """
-    return strategy_edges(X, check_n_grids(n_grids), check_bin_strategy(bin_strategy), value_range=value_range)
+    n_grids, bin_strategy = check_n_grids(n_grids), check_bin_strategy(bin_strategy)
+    return strategy_edges(X, n_grids, bin_strategy, nan_min_max(X) if value_range is None else value_range)
 
 
 def strategy_edges(
-    X: torch.Tensor,
-    n_grids: int,
-    bin_strategy: str,
-    *,
-    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+    X: torch.Tensor, n_grids: int, bin_strategy: str, value_range: tuple[torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
-    """The edges of :func:`grid_edges` for arguments checked already (``n_grids`` an int in [2,
-    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies)."""
+    """The edges of :func:`grid_edges` for arguments checked and facts known already (``n_grids`` an int in [2,
+    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies, ``value_range`` each
+    column's (min, max) in the work dtype)."""
     if bin_strategy == "uniform":
-        return uniform_edges(X, n_grids, value_range=value_range)
+        return uniform_edges(*value_range, n_grids)
     if bin_strategy == "quantile":
-        return quantile_edges(X, n_grids)
-    return kmeans_edges(X, n_grids, value_range=value_range)
+        return quantile_edges(X, n_grids, value_range[0].dtype)
+    return kmeans_edges(X, value_range, n_grids)
