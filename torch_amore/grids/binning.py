@@ -183,25 +183,25 @@ def encode_features(
     n_feat = len(columns)
     thresholds = torch.full((n_feat, n_bins_max - 1), float("inf"), dtype=dt, device=device)
     categories = torch.full((n_feat, n_bins_max), float("nan"), dtype=dt, device=device)
-    n_bins = torch.full((n_feat,), n_grids, dtype=torch.long, device=device)
     if num_idx:
         edges = _numeric_edges(sub, num_idx, n_grids, bin_strategy, value_range, mixed=bool(cat_idx))
         thresholds[num_idx if cat_idx else slice(None), : n_grids - 1] = edges[:, 1:-1].nan_to_num(float("inf"))
     if cat_idx:
         m = max(sizes)
-        n_bins[cat_idx] = tensor_on([max(v, 1) for v in sizes], dtype=torch.long, device=device)
         if m > 1:  # grid g >= 1 of a category starts at its value; +inf pads columns with fewer categories
             thresholds[cat_idx, : m - 1] = table[:, 1:m].nan_to_num(math.inf, math.inf, -math.inf)
         if m > 0:
             categories[cat_idx, :m] = table[:, :m]
 
+    per_category = dict(zip(cat_idx, sizes))  # a categorical feature has a grid per value (at least one)
+    n_bins = [max(per_category.get(j, n_grids), 1) for j in range(n_feat)]
     code_dtype = torch.uint8 if n_bins_max < 255 else torch.int16
     codes = torch.empty(sub.shape, dtype=code_dtype, device=device)
     codes_from_thresholds(sub, thresholds, codes, n_bins_max)
     return Binned(
         codes=codes,
         thresholds=thresholds,
-        n_bins=n_bins,
+        n_bins=tensor_on(n_bins, dtype=torch.long, device=device),
         is_cat=tensor_on(is_cat, dtype=torch.bool, device=device),
         categories=categories,
         columns=list(columns),

@@ -124,9 +124,9 @@ def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[Ru
     ``min_support`` count they were searched with and the subgroup's rows (on every rank)."""
     with search_scope(X.device):  # one thread for small operations, no autograd bookkeeping
         extractor = bin_plan(X, target, plan)
+        min_support = plan.support_count(extractor.n_total_target)
         local = plan.local_x
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        min_support = plan.support_count(extractor.n_total_target)
         rule_sets = extractor.extract(plan.options, min_support=min_support, local_codes=local_codes)
     min_confidence = plan.options.min_confidence
     if min_confidence is not None:
@@ -265,8 +265,8 @@ def extract_planned(
 
             named = {"features": features, "feature_names": list(plan.names), "target_name": target_name}
             rule_sets = extract_with_evidence(X_t, target, options, local_x=local_x, **named)
-            size = D.global_count(int(V.to_target(target, X_t.shape[0], X_t.device).sum()))
-            return rule_sets, plan, plan.support_count(size)
+            in_target = int(V.to_target(target, X_t.shape[0], X_t.device).sum())
+            return rule_sets, plan, plan.support_count(D.global_count(in_target))
         rule_sets, min_support, size = search_plan(X_t, target, plan)
         local = plan.local_x is not None
         for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):

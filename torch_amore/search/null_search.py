@@ -124,9 +124,9 @@ class NullSearch:
         self.options, self.device = plan.options, X.device
         with search_scope(X.device):
             self.base = bin_plan(X, target, plan)
+            self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
             local = plan.local_x
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
-            self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
         self.readable = _KeptRules(self.base.readable)
         self.min_support = plan.support_count(self.base.n_total_target)  # over all ranks' rows in a sharded run
         self.target_name = target_name
