@@ -310,14 +310,10 @@ def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
         raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
-def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool | None = None) -> None:
-    """NaN is a missing value; +-inf is an error.
-
-    ``any_inf``: whether any shard holds +-inf, when already known (e.g. from
-    :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); then ``X`` is only read to describe the error.
+def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool) -> None:
+    """NaN is a missing value; +-inf is an error. ``any_inf``: whether any shard holds +-inf, known already (e.g.
+    from :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); ``X`` is only read to describe the error.
     """
-    if any_inf is None:
-        any_inf = D.any_rank(bool(torch.isinf(X).any()))
     if any_inf:  # every shard of a DDP run raises together
         rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
         if rows.numel() == 0:
