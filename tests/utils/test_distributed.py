@@ -113,6 +113,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         out["unique"] = D.all_gather_unique(X[rows, 5])
         out["n"] = D.global_count(rows.numel())
         out["min"], out["max"] = D.all_reduce_min(X[rows, 0].min()), D.all_reduce_max(X[rows, 0].max())
+        out["min_max"] = D.all_reduce_min_max(X[rows, :1].amin(0), X[rows, :1].amax(0))  # one collective
         with D.local_only():
             out["local_n"] = D.global_count(rows.numel())
         # torchmetrics syncs the count states over the process group in compute()
@@ -198,6 +199,7 @@ def test_two_gloo_ranks_reduce_counts_extremes_and_categories(ranks):
         assert r["unique"].tolist() == [2.0, 5.0, 7.0]
         assert r["n"] == X.shape[0]
         assert float(r["min"]) == float(X[:, 0].min()) and float(r["max"]) == float(X[:, 0].max())
+        assert [float(v) for v in r["min_max"]] == [float(r["min"]), float(r["max"])]
     rows = shard_rows(X, "skewed")
     assert [r["local_n"] for r in ranks] == [int(rows[0].numel()), int(rows[1].numel())]
 
@@ -222,6 +224,7 @@ def test_helpers_are_no_ops_without_a_process_group():
     assert not D.is_sharded() and D.world_size() == 1 and D.rank() == 0
     t = torch.tensor([3, 1])
     assert D.all_reduce_sum(t) is t and D.all_reduce_min(t) is t and D.all_reduce_max(t) is t
+    assert all(a is t for a in D.all_reduce_min_max(t, t))
     assert D.global_count(7) == 7
     assert D.all_ranks(True) is True and D.any_rank(False) is False
     assert D.broadcast_object({"a": 1}) == {"a": 1}

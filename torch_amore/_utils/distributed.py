@@ -9,7 +9,7 @@ statistic                     reduction                                         
 ============================  ======================================================================  ============
 rows, target rows, per-grid   ``all_reduce`` sum of int64 counts (:func:`all_reduce_sum`)             exact
 counts of every tree node
-per-column min / max          ``all_reduce`` min / max (:func:`all_reduce_min`, :func:`all_reduce_max`) exact
+per-column min / max          ``all_reduce`` min / max, both in one (:func:`all_reduce_min_max`)      exact
 (uniform grids, k-means)
 k-means sums per centre       int64 fixed-point limbs summed                                          exact
                               (:func:`torch_amore.grids.exact_edges.to_fixed_point`)
@@ -134,6 +134,14 @@ def all_reduce_min(t: torch.Tensor) -> torch.Tensor:
 def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
     """Element-wise maximum over ranks (``t`` itself when not sharded)."""
     return _all_reduce(t, "MAX")
+
+
+def all_reduce_min_max(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Element-wise minimum of ``lo`` and maximum of ``hi`` over ranks in one collective (``min = -max(-x)``)."""
+    if not is_sharded():
+        return lo, hi
+    both = all_reduce_max(torch.cat([-lo.reshape(-1), hi.reshape(-1)]))
+    return -both[: lo.numel()].reshape(lo.shape), both[lo.numel() :].reshape(hi.shape)
 
 
 def global_count(n: int) -> int:

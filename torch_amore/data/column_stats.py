@@ -208,18 +208,17 @@ def finish_facts(
     accs: list[list[torch.Tensor] | None], n_cols: int, dt: torch.dtype, device: torch.device, integers: bool
 ) -> ColumnStats:
     """Reduce the per-rank facts over the shards and mark all-missing columns: those of X, then (a second
-    accumulator) those in original units (``ColumnStats.units``), reduced together (one collective per fact)."""
+    accumulator) those in original units (``ColumnStats.units``), reduced together."""
     inf = torch.full((n_cols,), math.inf, dtype=dt, device=device)
     none = [inf, -inf] + ([torch.zeros_like(inf)] if integers else [])  # no rows on this rank
     accs = [none if acc is None else acc for acc in accs]
-    lo = D.all_reduce_min(_joined([acc[0].to(dt) for acc in accs]))
-    hi = D.all_reduce_max(_joined([acc[1].to(dt) for acc in accs]))
+    facts = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*accs)]  # of X, then in units
+    lo, hi = D.all_reduce_min_max(facts[0].to(dt), facts[1].to(dt))  # of all shards in one collective
     has_inf = (lo == -math.inf) | (hi == math.inf)
     empty = lo > hi
     lo, hi = lo.masked_fill(empty, math.nan), hi.masked_fill(empty, math.nan)
     if integers:
-        whole = D.all_ranks(_joined([acc[2] == 0 for acc in accs]))
-        is_int = whole & (lo >= -EXACT_INT) & (hi <= EXACT_INT)  # False where all missing (NaN)
+        is_int = D.all_ranks(facts[2] == 0) & (lo >= -EXACT_INT) & (hi <= EXACT_INT)  # False where all missing (NaN)
     else:
         is_int = torch.zeros_like(empty)
     if len(accs) == 1:
@@ -227,10 +226,6 @@ def finish_facts(
     x, units = slice(None, n_cols), slice(n_cols, None)
     raw = ColumnStats(lo=lo[units], hi=hi[units], is_int=is_int[units], has_inf=has_inf[units])
     return ColumnStats(lo=lo[x], hi=hi[x], is_int=is_int[x], has_inf=has_inf[x], units=raw)
-
-
-def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def column_stats(
