@@ -310,6 +310,16 @@ def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
         raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
+def converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
+    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
+    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
+    if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
+        target = align_rows(target, X, "target")
+    X_t, frame_names = to_tensor_2d(X)
+    check_not_empty(X_t)
+    return X_t, target, frame_names
+
+
 def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool) -> None:
     """NaN is a missing value; +-inf is an error. ``any_inf``: whether any shard holds +-inf, known already (e.g.
     from :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); ``X`` is only read to describe the error.

@@ -90,6 +90,8 @@ class NullSearch:
             so the default ``min_support`` is the same for all.
         options: the search's options (the evidence fields are ignored).
         features, feature_names, local_x, target_name: as in :func:`torch_amore.extract_rules`.
+        plan: the search's plan (:class:`torch_amore.search.plan.SearchPlan`) of these rows, resolved already (then
+            ``options`` and the columns are the plan's).
 
     Example:
         >>> import torch
@@ -116,11 +118,12 @@ class NullSearch:
         feature_names: Sequence[str] | None = None,
         local_x: Any = None,
         target_name: str = "target",
+        plan: SearchPlan | None = None,
     ) -> None:
         named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
         with warnings.catch_warnings():  # the search on the real target gave them
             warnings.simplefilter("ignore")
-            plan = SearchPlan.make(X.shape[0], X.shape[1], options, **named)
+            plan = SearchPlan.make(X.shape[0], X.shape[1], options, **named) if plan is None else plan
         self.options, self.device = plan.options, X.device
         with search_scope(X.device):
             self.base = bin_plan(X, target, plan)
@@ -129,7 +132,7 @@ class NullSearch:
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
         self.readable = _KeptRules(self.base.readable)
         self.min_support = plan.support_count(self.base.n_total_target)  # over all ranks' rows in a sharded run
-        self.target_name = target_name
+        self.target_name = plan.target_name
 
     def extractor(self, target: torch.Tensor) -> Extractor:
         """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""
