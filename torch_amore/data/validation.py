@@ -14,7 +14,6 @@ import torch
 
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
-from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import EXACT_INT
 
 #: Most distinct values of a categorical feature (one grid per category).
@@ -347,7 +346,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
-    counts = torch.stack([target.count_nonzero(), tensor_on(n, device=target.device)])  # a bool sum copies to int64
+    counts = torch.stack([target.count_nonzero(), torch.full((), n, device=target.device)])  # int64, no host copy
     n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
     if n_t == 0:
         raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")
