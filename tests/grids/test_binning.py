@@ -9,7 +9,7 @@ from sklearn.preprocessing import KBinsDiscretizer
 
 from torch_amore.grids import edges
 from torch_amore.grids.binning import bin_features
-from torch_amore.grids.edges import grid_edges, kmeans_edges
+from torch_amore.grids.edges import grid_edges, kmeans_edges, nan_min_max
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_kmeans_edges_run_exactly_max_iter_lloyd_updates(slow_column, lloyd_path
     col = slow_column[:, 0].numpy()
     converged = lloyd_reference(col, 10)
     for max_iter in (1, 3, 5, 17, 33, 50):  # between and on the iterations where convergence is checked
-        e = kmeans_edges(slow_column, 10, max_iter)
+        e = kmeans_edges(slow_column, nan_min_max(slow_column), 10, max_iter)
         assert np.allclose(e[0].numpy(), lloyd_reference(col, 10, max_iter), rtol=0, atol=1e-9)
     assert not np.allclose(lloyd_reference(col, 10, 50), converged, rtol=0, atol=1e-6)  # still moving at 50
     assert np.allclose(grid_edges(slow_column, 10, "kmeans")[0].numpy(), converged, rtol=0, atol=1e-9)
@@ -104,12 +104,12 @@ def test_kmeans_host_loop_and_sparse_convergence_checks_change_nothing(slow_colu
     X[::7, 1] = float("nan")
     X[:, 4] = float("nan")  # a column without values
     iters = (1, 2, 3, 9, 16, 40, 300)
-    host = {m: kmeans_edges(X, 10, m) for m in iters}
+    host = {m: kmeans_edges(X, nan_min_max(X), 10, m) for m in iters}
     monkeypatch.setattr(edges, "_HOST_LLOYD_COLUMNS", 0)
-    sparse = {m: kmeans_edges(X, 10, m) for m in iters}
+    sparse = {m: kmeans_edges(X, nan_min_max(X), 10, m) for m in iters}
     monkeypatch.setattr(edges, "_check_convergence", lambda iteration: True)  # ask after every iteration
     for m in iters:
-        every = kmeans_edges(X, 10, m)
+        every = kmeans_edges(X, nan_min_max(X), 10, m)
         assert torch.equal(every.nan_to_num(-7.0), sparse[m].nan_to_num(-7.0)), m
         assert torch.equal(every.nan_to_num(-7.0), host[m].nan_to_num(-7.0)), m
     assert not torch.equal(host[3], host[300])  # the iterations move the centres

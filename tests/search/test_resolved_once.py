@@ -44,6 +44,19 @@ def test_extract_rules_resolves_each_once(monkeypatch, min_support):
     assert spies.count() == ONCE
 
 
+def test_extract_rules_with_evidence_resolves_each_once(monkeypatch):
+    """Held-out rows and permutations: one conversion and one plan of the searched rows, which the permuted searches
+    take (no second conversion, feature resolution or ``min_support`` count)."""
+    X, target = _data()
+    frame = pd.DataFrame(X.numpy(), columns=list("abcd"), index=np.arange(400)[::-1])
+    series = pd.Series(target.numpy(), index=frame.index)
+    spies = Spies(monkeypatch)
+    options = {"min_support": 30, "max_length": 9, "features": [0, 2, 3], "holdout": 0.25, "permutations": 3}
+    rule_sets = ta.extract_rules(frame, series, **options)
+    assert rule_sets and rule_sets[0].p_value is not None and rule_sets[0].held_out is not None
+    assert spies.count() == ONCE
+
+
 @pytest.mark.parametrize("min_support", [None, 40])
 def test_in_memory_explain_resolves_each_once(monkeypatch, min_support):
     X, _ = _data()

@@ -15,7 +15,8 @@ import torch.multiprocessing as mp
 
 import torch_amore as ta
 from torch_amore._utils import distributed as D
-from torch_amore.grids.edges import grid_edges, kmeans_edges, quantile_edges
+from torch_amore.grids import exact_edges as E
+from torch_amore.grids.edges import grid_edges, kmeans_edges, nan_min_max, quantile_edges
 from torch_amore.integrations.metric_classes import RuleSetMetrics
 
 STRATEGIES = ("uniform", "quantile", "kmeans")
@@ -112,6 +113,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         out["unique"] = D.all_gather_unique(X[rows, 5])
         out["n"] = D.global_count(rows.numel())
         out["min"], out["max"] = D.all_reduce_min(X[rows, 0].min()), D.all_reduce_max(X[rows, 0].max())
+        out["min_max"] = D.all_reduce_min_max(X[rows, :1].amin(0), X[rows, :1].amax(0))  # one collective
         with D.local_only():
             out["local_n"] = D.global_count(rows.numel())
         # torchmetrics syncs the count states over the process group in compute()
@@ -197,6 +199,7 @@ def test_two_gloo_ranks_reduce_counts_extremes_and_categories(ranks):
         assert r["unique"].tolist() == [2.0, 5.0, 7.0]
         assert r["n"] == X.shape[0]
         assert float(r["min"]) == float(X[:, 0].min()) and float(r["max"]) == float(X[:, 0].max())
+        assert [float(v) for v in r["min_max"]] == [float(r["min"]), float(r["max"])]
     rows = shard_rows(X, "skewed")
     assert [r["local_n"] for r in ranks] == [int(rows[0].numel()), int(rows[1].numel())]
 
@@ -221,6 +224,7 @@ def test_helpers_are_no_ops_without_a_process_group():
     assert not D.is_sharded() and D.world_size() == 1 and D.rank() == 0
     t = torch.tensor([3, 1])
     assert D.all_reduce_sum(t) is t and D.all_reduce_min(t) is t and D.all_reduce_max(t) is t
+    assert all(a is t for a in D.all_reduce_min_max(t, t))
     assert D.global_count(7) == 7
     assert D.all_ranks(True) is True and D.any_rank(False) is False
     assert D.broadcast_object({"a": 1}) == {"a": 1}
@@ -232,8 +236,8 @@ def test_helpers_are_no_ops_without_a_process_group():
 def test_selection_quantiles_equal_sorted_quantiles(dtype, n_grids):
     X, _ = mixed_data(n=501, seed=n_grids, dtype=dtype)
     X[:, 2] = float("nan")  # an all-missing column
-    expected = quantile_edges(X, n_grids)
-    got = D.sharded_quantile_edges(X, n_grids)  # the distributed selection, on one process
+    expected = quantile_edges(X, n_grids, torch.float64)
+    got = E.sharded_quantile_edges(X, n_grids)  # the distributed selection, on one process
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got.nan_to_num(0.0), expected.nan_to_num(0.0))
 
@@ -242,11 +246,11 @@ def test_order_statistics_against_sorting():
     g = torch.Generator().manual_seed(3)
     x = torch.cat([torch.randn(300, 4, generator=g, dtype=torch.float64), torch.full((5, 4), 0.0)])
     x[::11, 1] = float("nan")
-    keys = D._to_keys(x + 0.0).masked_fill(torch.isnan(x), D._KEY_MISSING)
+    keys = E._to_keys(x + 0.0).masked_fill(torch.isnan(x), E._KEY_MISSING)
     keys = torch.sort(keys, dim=0).values.t().contiguous()
     valid = (~torch.isnan(x)).sum(0)
     ranks = torch.stack([torch.tensor([0, 7, 150, int(v) - 1]) for v in valid])
-    got = D._from_keys(D.order_statistics(keys, ranks, valid), torch.float64)
+    got = E._from_keys(E.order_statistics(keys, ranks, valid), torch.float64)
     for f in range(4):
         col = torch.sort(x[:, f][~torch.isnan(x[:, f])]).values
         assert got[f].tolist() == col[ranks[f]].tolist()
@@ -255,12 +259,12 @@ def test_order_statistics_against_sorting():
 def test_fixed_point_sums_do_not_depend_on_the_order():
     g = torch.Generator().manual_seed(5)
     x = torch.randn(4000, 3, generator=g, dtype=torch.float64) * torch.tensor([1e-3, 1.0, 1e6], dtype=torch.float64)
-    e = D.fixed_point_exponents(x.amin(0), x.amax(0))
+    e = E.fixed_point_exponents(x.amin(0), x.amax(0))
     perm = torch.randperm(4000, generator=g)
-    a = D.from_fixed_point(D.to_fixed_point(x, e).sum(1), e)
-    b = D.from_fixed_point(D.to_fixed_point(x[perm], e).sum(1), e)
-    parts = D.to_fixed_point(x[:1234], e).sum(1) + D.to_fixed_point(x[1234:], e).sum(1)
-    assert torch.equal(a, b) and torch.equal(a, D.from_fixed_point(parts, e))
+    a = E.from_fixed_point(E.to_fixed_point(x, e).sum(1), e)
+    b = E.from_fixed_point(E.to_fixed_point(x[perm], e).sum(1), e)
+    parts = E.to_fixed_point(x[:1234], e).sum(1) + E.to_fixed_point(x[1234:], e).sum(1)
+    assert torch.equal(a, b) and torch.equal(a, E.from_fixed_point(parts, e))
     exact = [math.fsum(x[:, f].tolist()) for f in range(3)]
     # each value is rounded to 2**(e - 52): the sum is off by at most n * 2**(e - 53)
     for f in range(3):
@@ -270,7 +274,7 @@ def test_fixed_point_sums_do_not_depend_on_the_order():
 def test_kmeans_edges_do_not_depend_on_the_row_order():
     X, _ = mixed_data(n=3000, seed=4)
     perm = torch.randperm(3000, generator=torch.Generator().manual_seed(0))
-    a, b = kmeans_edges(X, 9), kmeans_edges(X[perm], 9)
+    a, b = kmeans_edges(X, nan_min_max(X), 9), kmeans_edges(X[perm], nan_min_max(X), 9)
     assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 

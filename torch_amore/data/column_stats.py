@@ -205,22 +205,27 @@ def accumulate_facts(acc: list[torch.Tensor] | None, new: list[torch.Tensor]) ->
 
 
 def finish_facts(
-    acc: list[torch.Tensor] | None, n_cols: int, dt: torch.dtype, device: torch.device, integers: bool
+    accs: list[list[torch.Tensor] | None], n_cols: int, dt: torch.dtype, device: torch.device, integers: bool
 ) -> ColumnStats:
-    """Reduce the per-rank facts over the shards and mark all-missing columns."""
-    if acc is None:  # no rows on this rank
-        inf = torch.full((n_cols,), math.inf, dtype=dt, device=device)
-        acc = [inf, -inf] + ([torch.zeros_like(inf)] if integers else [])
-    lo, hi = D.all_reduce_min(acc[0].to(dt)), D.all_reduce_max(acc[1].to(dt))
+    """Reduce the per-rank facts over the shards and mark all-missing columns: those of X, then (a second
+    accumulator) those in original units (``ColumnStats.units``), reduced together."""
+    inf = torch.full((n_cols,), math.inf, dtype=dt, device=device)
+    none = [inf, -inf] + ([torch.zeros_like(inf)] if integers else [])  # no rows on this rank
+    accs = [none if acc is None else acc for acc in accs]
+    facts = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*accs)]  # of X, then in units
+    lo, hi = D.all_reduce_min_max(facts[0].to(dt), facts[1].to(dt))  # of all shards in one collective
     has_inf = (lo == -math.inf) | (hi == math.inf)
     empty = lo > hi
     lo, hi = lo.masked_fill(empty, math.nan), hi.masked_fill(empty, math.nan)
-    if len(acc) > 2:
-        whole = D.all_ranks(acc[2] == 0)
-        is_int = whole & (lo >= -EXACT_INT) & (hi <= EXACT_INT)  # False where all missing (NaN)
+    if integers:
+        is_int = D.all_ranks(facts[2] == 0) & (lo >= -EXACT_INT) & (hi <= EXACT_INT)  # False where all missing (NaN)
     else:
         is_int = torch.zeros_like(empty)
-    return ColumnStats(lo=lo, hi=hi, is_int=is_int, has_inf=has_inf)
+    if len(accs) == 1:
+        return ColumnStats(lo=lo, hi=hi, is_int=is_int, has_inf=has_inf)
+    x, units = slice(None, n_cols), slice(n_cols, None)
+    raw = ColumnStats(lo=lo[units], hi=hi[units], is_int=is_int[units], has_inf=has_inf[units])
+    return ColumnStats(lo=lo[x], hi=hi[x], is_int=is_int[x], has_inf=has_inf[x], units=raw)
 
 
 def column_stats(
@@ -258,7 +263,4 @@ def column_stats(
             raw = original_units(chunk, scale, offset)
             raw_buf = torch.empty_like(raw) if raw_buf is None else raw_buf[: len(raw)]
             raw_acc = accumulate_facts(raw_acc, chunk_facts(raw, raw_buf, integers))
-    stats = finish_facts(acc, n_cols, dt, X.device, integers)
-    if units is not None:
-        stats.units = finish_facts(raw_acc, n_cols, dt, X.device, integers)
-    return stats
+    return finish_facts([acc] if units is None else [acc, raw_acc], n_cols, dt, X.device, integers)

@@ -348,3 +348,10 @@ def _size(n_bytes: int) -> str:
         if n_bytes >= size:
             return f"{n_bytes / size:.{2 if unit == 'GiB' else 1}f} {unit}"
     return f"{n_bytes / 2**10:.1f} KiB"
+
+
+def check_search_memory(X: Any, options: Any, columns: Sequence[int] | None) -> None:
+    """:func:`check_memory` of a search of ``X`` (on ``columns``; ``None``: all) with ``options`` (a
+    :class:`~torch_amore.search.options.SearchOptions`)."""
+    knobs = {k: getattr(options, k) for k in ("n_grids", "strategy", "max_length", "top_k", "bin_strategy")}
+    check_memory(X, features=columns, **knobs)

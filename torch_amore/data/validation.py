@@ -14,7 +14,6 @@ import torch
 
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
-from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import EXACT_INT
 
 #: Most distinct values of a categorical feature (one grid per category).
@@ -310,14 +309,20 @@ def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
         raise ValueError(f"Expected `{name}` with at least one row and one column, but got shape {tuple(X.shape)}.")
 
 
-def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool | None = None) -> None:
-    """NaN is a missing value; +-inf is an error.
+def converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
+    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
+    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
+    if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
+        target = align_rows(target, X, "target")
+    X_t, frame_names = to_tensor_2d(X)
+    check_not_empty(X_t)
+    return X_t, target, frame_names
 
-    ``any_inf``: whether any shard holds +-inf, when already known (e.g. from
-    :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); then ``X`` is only read to describe the error.
+
+def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool) -> None:
+    """NaN is a missing value; +-inf is an error. ``any_inf``: whether any shard holds +-inf, known already (e.g.
+    from :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); ``X`` is only read to describe the error.
     """
-    if any_inf is None:
-        any_inf = D.any_rank(bool(torch.isinf(X).any()))
     if any_inf:  # every shard of a DDP run raises together
         rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
         if rows.numel() == 0:
@@ -341,7 +346,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
-    counts = torch.stack([target.count_nonzero(), tensor_on(n, device=target.device)])  # a bool sum copies to int64
+    counts = torch.stack([target.count_nonzero(), torch.full((), n, device=target.device)])  # int64, no host copy
     n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
     if n_t == 0:
         raise ValueError(f"Expected `{name}` to select at least one sample, but the subgroup is empty.")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
@@ -105,7 +106,7 @@ class _TreeData:
         if any(s == 0 for s in self.scale):
             raise ValueError("Expected non-zero entries in `feature_scale`.")
         self.target = V.to_target(target, n, torch.device("cpu")).numpy()
-        V.check_finite(X_t)
+        V.check_finite(X_t, any_inf=D.any_rank(bool(torch.isinf(X_t).any())))
         self.X = X_t.detach().to("cpu", torch.float64).numpy()
         if np.isnan(self.X[:, self.columns]).any():
             raise ValueError(

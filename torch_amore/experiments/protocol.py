@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
@@ -448,7 +449,7 @@ def sequential_covering(
     names = A.resolve_names(described["feature_names"], frame_names, n_features)
     supports = [A.resolve_min_support(m, n) for m in as_grid(min_support, "min_support")]
     target_t = V.to_target(target, n, X_t.device)
-    V.check_finite(X_t)
+    V.check_finite(X_t, any_inf=D.any_rank(bool(torch.isinf(X_t).any())))
     # the types are fixed on the full data, not re-inferred on subsets
     kinds = A.resolve_feature_types(described["feature_types"], X_t)
     n_target = int(target_t.sum())

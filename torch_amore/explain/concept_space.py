@@ -157,10 +157,8 @@ def fit_once(basis: ConceptBasis, activations: torch.Tensor, *, progress: bool =
     if basis.fitted:
         return basis
     a = activations.reshape(activations.shape[0], -1)
-    if D.is_sharded():
-        fitted = basis.fit(a, progress=progress) if D.rank() == 0 else None
-        return D.broadcast_object(fitted)
-    return basis.fit(a, progress=progress)
+    fitted = basis.fit(a, progress=progress) if D.rank() == 0 else None
+    return D.broadcast_object(fitted)  # rank 0's basis on every rank of a DDP run
 
 
 def fit_on_batches(

@@ -19,7 +19,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
-from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats, work_dtype
+from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats
 from torch_amore.data.validation import MAX_CATEGORIES
 from torch_amore.grids.edges import codes_from_thresholds, strategy_edges, uniform_edges
 
@@ -142,28 +142,27 @@ def bin_features(
         >>> b.codes.tolist()
         [[0, 1], [0, 0], [1, 1], [1, 1]]
     """
-    return encode_features(X, columns, kinds, check_n_grids(n_grids), check_bin_strategy(bin_strategy), stats=stats)
+    n_grids, bin_strategy = check_n_grids(n_grids), check_bin_strategy(bin_strategy)
+    return encode_features(X, columns, kinds, n_grids, bin_strategy, column_stats(X) if stats is None else stats)
 
 
 def encode_features(
-    X: torch.Tensor, columns: list[int], kinds: list[str], n_grids: int, bin_strategy: str, stats: ColumnStats | None
+    X: torch.Tensor, columns: list[int], kinds: list[str], n_grids: int, bin_strategy: str, stats: ColumnStats
 ) -> Binned:
     """:func:`bin_features` for arguments already checked (``n_grids`` and ``bin_strategy`` by
-    :class:`~torch_amore.search.options.SearchOptions` at the public entry points): the binning itself.
+    :class:`~torch_amore.search.options.SearchOptions` at the public entry points) and the facts of every column of
+    ``X`` known (``stats``): the binning itself.
 
     Example:
         >>> import torch
-        >>> encode_features(torch.tensor([[0.0], [3.0]]), [0], ["float"], 2, "uniform", None).codes.tolist()
+        >>> X = torch.tensor([[0.0], [3.0]])
+        >>> encode_features(X, [0], ["float"], 2, "uniform", column_stats(X)).codes.tolist()
         [[0], [1]]
     """
-    device = X.device
-    dt = work_dtype(device)
+    device, dt = X.device, stats.lo.dtype  # the facts' work dtype
     every = list(columns) == list(range(X.shape[1]))
     sub = X if every else X[:, columns]
-    if stats is None:  # of the searched columns only
-        stats, at = column_stats(sub), list(range(len(columns)))
-    else:
-        at = list(columns)
+    at = list(columns)
     facts = stats.fetch()
     value_range = (stats.lo, stats.hi) if at == list(range(len(stats.lo))) else (stats.lo[at], stats.hi[at])
     int_valued = [kind == "int" and facts.is_int[c] for kind, c in zip(kinds, at)]
@@ -184,25 +183,25 @@ def encode_features(
     n_feat = len(columns)
     thresholds = torch.full((n_feat, n_bins_max - 1), float("inf"), dtype=dt, device=device)
     categories = torch.full((n_feat, n_bins_max), float("nan"), dtype=dt, device=device)
-    n_bins = torch.full((n_feat,), n_grids, dtype=torch.long, device=device)
     if num_idx:
         edges = _numeric_edges(sub, num_idx, n_grids, bin_strategy, value_range, mixed=bool(cat_idx))
         thresholds[num_idx if cat_idx else slice(None), : n_grids - 1] = edges[:, 1:-1].nan_to_num(float("inf"))
     if cat_idx:
         m = max(sizes)
-        n_bins[cat_idx] = tensor_on([max(v, 1) for v in sizes], dtype=torch.long, device=device)
         if m > 1:  # grid g >= 1 of a category starts at its value; +inf pads columns with fewer categories
             thresholds[cat_idx, : m - 1] = table[:, 1:m].nan_to_num(math.inf, math.inf, -math.inf)
         if m > 0:
             categories[cat_idx, :m] = table[:, :m]
 
+    per_category = dict(zip(cat_idx, sizes))  # a categorical feature has a grid per value (at least one)
+    n_bins = [max(per_category.get(j, n_grids), 1) for j in range(n_feat)]
     code_dtype = torch.uint8 if n_bins_max < 255 else torch.int16
     codes = torch.empty(sub.shape, dtype=code_dtype, device=device)
     codes_from_thresholds(sub, thresholds, codes, n_bins_max)
     return Binned(
         codes=codes,
         thresholds=thresholds,
-        n_bins=n_bins,
+        n_bins=tensor_on(n_bins, dtype=torch.long, device=device),
         is_cat=tensor_on(is_cat, dtype=torch.bool, device=device),
         categories=categories,
         columns=list(columns),
@@ -228,8 +227,8 @@ def _numeric_edges(
     if mixed:
         lo, hi = lo[num_idx], hi[num_idx]
     if bin_strategy == "uniform":  # from the known range: no pass over the values
-        return uniform_edges(None, n_grids, value_range=(lo, hi))
-    return strategy_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, value_range=(lo, hi))
+        return uniform_edges(lo, hi, n_grids)
+    return strategy_edges(sub[:, num_idx] if mixed else sub, n_grids, bin_strategy, (lo, hi))
 
 
 def _category_table(

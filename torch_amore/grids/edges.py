@@ -12,10 +12,10 @@ import torch
 
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
-from torch_amore._utils.division import divide
 from torch_amore._utils.sorting import sort_values
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
-from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows, work_dtype
+from torch_amore.data.column_stats import CHUNK_ELEMENTS, chunk_len, column_stats, pass_rows
+from torch_amore.grids import exact_edges as E
 
 #: Above this many thresholds per feature, codes come from a binary search rather than one pass per threshold.
 _SEARCH_ABOVE = 64
@@ -45,25 +45,21 @@ def nan_min_max(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return stats.lo, stats.hi
 
 
-def uniform_edges(
-    X: torch.Tensor | None, n_grids: int, *, value_range: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> torch.Tensor:
-    """(F, n_grids + 1) equal-width edges between each column's min and max (``value_range`` when known: then
-    ``X`` is not read)."""
-    lo, hi = nan_min_max(X) if value_range is None else value_range
-    steps = divide(torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device), n_grids)
+def uniform_edges(lo: torch.Tensor, hi: torch.Tensor, n_grids: int) -> torch.Tensor:
+    """(F, n_grids + 1) equal-width edges between each column's min ``lo`` and max ``hi`` (F,)."""
+    steps = E.divide(torch.arange(n_grids + 1, dtype=lo.dtype, device=lo.device), n_grids)
     edges = lo[:, None] + (hi - lo)[:, None] * steps
     edges[:, -1] = hi  # exact max despite rounding
     return edges
 
 
-def quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
-    """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics), NaN ignored."""
+def quantile_edges(X: torch.Tensor, n_grids: int, dt: torch.dtype) -> torch.Tensor:
+    """(F, n_grids + 1) equal-frequency edges (linear interpolation between order statistics) in the work dtype
+    ``dt``, NaN ignored."""
     if D.is_sharded():  # exact order statistics of all shards by a distributed selection
-        return D.sharded_quantile_edges(X, n_grids)
-    dt = work_dtype(X.device)
+        return E.sharded_quantile_edges(X, n_grids)
     n, n_features = X.shape
-    q = divide(torch.arange(n_grids + 1, dtype=dt, device=X.device), n_grids)
+    q = E.divide(torch.arange(n_grids + 1, dtype=dt, device=X.device), n_grids)
     out = torch.empty(n_features, n_grids + 1, dtype=dt, device=X.device)
     step = max(1, CHUNK_ELEMENTS // max(1, n))
     for f0 in range(0, n_features, step):
@@ -149,7 +145,7 @@ def _kmeans_update(
 ) -> torch.Tensor:
     """New centres from exact fixed-point sums (units ``scale``, (F, 1)) and counts; an empty cluster keeps its
     centre."""
-    means = D.fixed_point_value(sums, scale)
+    means = E.fixed_point_value(sums, scale)
     return torch.where(counts > 0, means / counts.clamp(min=1), centres)
 
 
@@ -176,7 +172,7 @@ def _lloyd_on_host(
     values as +inf, ``prefix`` (2, f, N+1) fixed-point prefix sums, ``n_valid`` (f, 1), ``centres`` (f, G) sorted,
     ``scale`` and ``tol`` (f, 1)."""
     out = np.empty_like(centres)
-    limb = float(1 << D._LIMB_BITS)  # the limbs of D.to_fixed_point, valued as D.fixed_point_value does
+    limb = float(1 << E.LIMB_BITS)  # the limbs of E.to_fixed_point, valued as E.fixed_point_value does
     for j in range(centres.shape[0]):
         col, sums, n, c = vals[j], prefix[:, j], int(n_valid[j, 0]), centres[j]
         for _ in range(max_iter):
@@ -207,12 +203,12 @@ def _kmeans_sorted(
         vals = sort_values(X[:, f0:f1].t(), dim=1).to(centres.dtype).contiguous()  # (f, N), NaN last
         missing = torch.isnan(vals)
         n_valid = (~missing).sum(1, keepdim=True)
-        limbs = D.to_fixed_point(vals.masked_fill_(missing, 0.0), exps[f0:f1], dim=0)  # (2, f, N)
+        limbs = E.to_fixed_point(vals.masked_fill_(missing, 0.0), exps[f0:f1], dim=0)  # (2, f, N)
         vals.masked_fill_(missing, math.inf)  # a proper sort order for searchsorted
         prefix = limbs.new_empty(2, f1 - f0, n + 1)  # (2, f, N+1); fresh pages are filled once, by the sums
         prefix[:, :, 0] = 0
         torch.cumsum(limbs, dim=2, out=prefix[:, :, 1:])
-        scale = D.fixed_point_scale(exps[f0:f1], centres.dtype)[:, None]
+        scale = E.fixed_point_scale(exps[f0:f1], centres.dtype)[:, None]
         first, col_tol = torch.zeros_like(n_valid), tol[f0:f1, None]
         c = torch.sort(out[f0:f1], dim=1).values
         if X.device.type == "cpu" and f1 - f0 <= _HOST_LLOYD_COLUMNS:  # few columns in host memory: numpy
@@ -239,25 +235,24 @@ def _kmeans_sorted(
 
 def kmeans_edges(
     X: torch.Tensor,
+    value_range: tuple[torch.Tensor, torch.Tensor],
     n_grids: int,
     max_iter: int = 300,
     tol: float = 1e-8,
-    *,
-    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """(F, n_grids + 1) edges of a 1-D k-means per column, all columns at once and deterministic.
 
     Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
     more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
-    max. Cluster sums are exact integer (fixed-point) sums, so the result does not depend on how the rows are split
-    (one process with sorted columns, or shards of a distributed run). ``value_range``: each column's (min, max)
-    when known. One process asks whether the columns converged every few iterations (:func:`_check_convergence`),
-    or, for a few columns on the CPU, iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
+    max (``value_range``, (F,) each). Cluster sums are exact integer (fixed-point) sums, so the result does not depend
+    on how the rows are split (one process with sorted columns, or shards of a distributed run). One process asks
+    whether the columns converged every few iterations (:func:`_check_convergence`), or, for a few columns on the CPU,
+    iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
     """
-    lo, hi = nan_min_max(X) if value_range is None else value_range
+    lo, hi = value_range
     centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
     n_features = X.shape[1]
-    exps = D.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
+    exps = E.fixed_point_exponents(lo, hi)  # sums in int64 fixed point: exact, so independent of the order
     if not D.is_sharded():
         centres = _kmeans_sorted(X, centres, exps, col_tol, max_iter)
     else:
@@ -271,13 +266,13 @@ def kmeans_edges(
             step = chunk_len(X.shape[0], X.shape[1])
             for r0 in range(0, X.shape[0], step):
                 idx = (codes[r0 : r0 + step].long() + offsets).reshape(-1)
-                vals = D.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
+                vals = E.to_fixed_point(X[r0 : r0 + step].to(lo.dtype).nan_to_num(0.0), exps).reshape(2, -1)
                 sums.index_add_(1, idx, vals)
                 counts += counting.bincount(idx, counts.numel())
             sums, counts = D.all_reduce_sum(sums), D.all_reduce_sum(counts)
             sums = sums.view(2, n_features, -1)[:, :, :n_grids]
             counts = counts.view(n_features, -1)[:, :n_grids]
-            return _kmeans_update(centres, sums, counts, D.fixed_point_scale(exps, centres.dtype)[:, None])
+            return _kmeans_update(centres, sums, counts, E.fixed_point_scale(exps, centres.dtype)[:, None])
 
         centres = lloyd(centres, cluster_means, col_tol, max_iter)
     return centre_edges(lo, centres, hi)
@@ -288,7 +283,7 @@ def kmeans_start(lo: torch.Tensor, hi: torch.Tensor, n_grids: int, tol: float) -
     column's ``lo`` and ``hi`` (NaN where a column has no values: treated as 0), and each column's tolerance
     ``tol * (hi - lo)`` (F,)."""
     span = (hi - lo).nan_to_num(0.0)
-    steps = divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
+    steps = E.divide(torch.arange(n_grids, dtype=lo.dtype, device=lo.device) + 0.5, n_grids)
     return lo.nan_to_num(0.0)[:, None] + span[:, None] * steps, tol * span
 
 
@@ -342,20 +337,18 @@ def grid_edges(
         >>> grid_edges(torch.tensor([[0.0], [1.0], [4.0]]), 4).tolist()
         [[0.0, 1.0, 2.0, 3.0, 4.0]]
     """
-    return strategy_edges(X, check_n_grids(n_grids), check_bin_strategy(bin_strategy), value_range=value_range)
+    n_grids, bin_strategy = check_n_grids(n_grids), check_bin_strategy(bin_strategy)
+    return strategy_edges(X, n_grids, bin_strategy, nan_min_max(X) if value_range is None else value_range)
 
 
 def strategy_edges(
-    X: torch.Tensor,
-    n_grids: int,
-    bin_strategy: str,
-    *,
-    value_range: tuple[torch.Tensor, torch.Tensor] | None = None,
+    X: torch.Tensor, n_grids: int, bin_strategy: str, value_range: tuple[torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
-    """The edges of :func:`grid_edges` for arguments checked already (``n_grids`` an int in [2,
-    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies)."""
+    """The edges of :func:`grid_edges` for arguments checked and facts known already (``n_grids`` an int in [2,
+    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies, ``value_range`` each
+    column's (min, max) in the work dtype)."""
     if bin_strategy == "uniform":
-        return uniform_edges(X, n_grids, value_range=value_range)
+        return uniform_edges(*value_range, n_grids)
     if bin_strategy == "quantile":
-        return quantile_edges(X, n_grids)
-    return kmeans_edges(X, n_grids, value_range=value_range)
+        return quantile_edges(X, n_grids, value_range[0].dtype)
+    return kmeans_edges(X, value_range, n_grids)

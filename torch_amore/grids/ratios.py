@@ -58,21 +58,21 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     sub = codes if rows is None else codes.index_select(0, rows)
     n, n_features = sub.shape
     width = n_bins_max + 1
-    if n == 0 or n_features == 0:
+    if n == 0 or n_features == 0:  # nothing to count here (other ranks may have rows)
         out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
-        return D.all_reduce_sum(out[:, :n_bins_max])
-    step = min(n_features, _chunk(n, 4, codes.numel()))
-    dtype = _index_dtype(step * width)
-    offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
-    buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
-    parts = []
-    with parallel_pass(n * n_features):
-        for f0 in range(0, n_features, step):
-            f1 = min(n_features, f0 + step)
-            flat = buffer[: n * (f1 - f0)]
-            flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
-            parts.append(counting.bincount(flat, (f1 - f0) * width))
-    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    else:
+        step = min(n_features, _chunk(n, 4, codes.numel()))
+        dtype = _index_dtype(step * width)
+        offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
+        buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
+        parts = []
+        with parallel_pass(n * n_features):
+            for f0 in range(0, n_features, step):
+                f1 = min(n_features, f0 + step)
+                flat = buffer[: n * (f1 - f0)]
+                flat.view(n, f1 - f0).copy_(sub[:, f0:f1]).add_(offsets if f1 - f0 == step else offsets[: f1 - f0])
+                parts.append(counting.bincount(flat, (f1 - f0) * width))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
 

@@ -2,7 +2,7 @@
 
 Between each numeric column's exact minimum and maximum (pass 1 of :mod:`torch_amore.search.stream`), one more pass
 fills a histogram of :data:`SKETCH_BINS` equal-width bins per column: per bin the count, the exact fixed-point sum of
-the values (:func:`torch_amore._utils.distributed.to_fixed_point`) and the smallest and largest value. Every part is a
+the values (:func:`torch_amore.grids.exact_edges.to_fixed_point`) and the smallest and largest value. Every part is a
 sum, a minimum or a maximum, so the sketch does not depend on how rows are cut into batches or split over the ranks of a
 DDP run (they are reduced once).
 
@@ -32,11 +32,11 @@ import torch
 
 from torch_amore._utils import counting
 from torch_amore._utils import distributed as D
-from torch_amore._utils.division import divide
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.column_stats import work_dtype
 from torch_amore.data.stream_source import BatchSource
+from torch_amore.grids import exact_edges as E
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.edges import centre_edges, kmeans_start, lloyd
 
@@ -81,7 +81,7 @@ class HistogramSketch:
         self.lo, self.hi, self.n_bins = lo, hi, n_bins
         span = hi - lo
         self.scale = torch.where(span > 0, n_bins / span.clamp(min=1e-300), torch.zeros_like(span))
-        self.exps = D.fixed_point_exponents(lo, hi)
+        self.exps = E.fixed_point_exponents(lo, hi)
         n_feat, device, dt = lo.shape[0], lo.device, lo.dtype
         width = n_bins + 1  # the last: missing values
         self.offsets = torch.arange(n_feat, device=device) * width
@@ -96,7 +96,7 @@ class HistogramSketch:
         idx, flat = self.bin_keys(X)
         self.counts += counting.bincount(idx, self.counts.numel())
         vals = flat.view(X.shape).nan_to_num(0.0)
-        self.sums.index_add_(1, idx, D.to_fixed_point(vals, self.exps).view(2, -1))
+        self.sums.index_add_(1, idx, E.to_fixed_point(vals, self.exps).view(2, -1))
         self.mins.scatter_reduce_(0, idx, flat, "amin")
         self.maxs.scatter_reduce_(0, idx, flat, "amax")
 
@@ -116,7 +116,7 @@ class HistogramSketch:
         dt = self.lo.dtype
         cum = counts.cumsum(1)  # rows up to and with each bin
         valid = cum[:, -1:]
-        q = divide(torch.arange(n_grids + 1, dtype=dt, device=counts.device), n_grids)
+        q = E.divide(torch.arange(n_grids + 1, dtype=dt, device=counts.device), n_grids)
         pos = q[None, :] * (valid - 1).clamp(min=0).to(dt)  # (F, G+1)
         below = pos.floor().long()
         above = torch.minimum(below + 1, (valid - 1).clamp(min=0))
@@ -146,9 +146,9 @@ class HistogramSketch:
         lo, hi = self.lo, self.hi
         centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
         counts, sums = self._table(self.counts), self._table(self.sums)
-        scale = D.fixed_point_scale(self.exps, lo.dtype)[:, None]
+        scale = E.fixed_point_scale(self.exps, lo.dtype)[:, None]
         low, high = self._table(self.mins), self._table(self.maxs)
-        means = D.fixed_point_value(sums, scale) / counts.clamp(min=1)
+        means = E.fixed_point_value(sums, scale) / counts.clamp(min=1)
         means = torch.where(low == high, low, means)  # one distinct value: itself, not its rounded mean
         pad = torch.nn.functional.pad
         tables = {
@@ -165,7 +165,7 @@ class HistogramSketch:
 
         def cluster_means(centres: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
             c_sums, c_counts = self._cluster_sums(bounds.contiguous(), tables, needed)
-            new = D.fixed_point_value(c_sums, scale)
+            new = E.fixed_point_value(c_sums, scale)
             return torch.where(c_counts > 0, new / c_counts.clamp(min=1), centres)
 
         centres = lloyd(centres, cluster_means, col_tol, max_iter)
@@ -253,7 +253,7 @@ class HistogramSketch:
         f, j = keys // (self.n_bins + 1), keys % (self.n_bins + 1)
         observed = j < self.n_bins  # not a missing value
         keys, values, f, j = keys[observed], values[observed], f[observed], j[observed]
-        limbs = D.to_fixed_point(values, self.exps[f], dim=0)
+        limbs = E.to_fixed_point(values, self.exps[f], dim=0)
         self._values = (keys, f, values, limbs, f * self.n_bins + j)
 
 

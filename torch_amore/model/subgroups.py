@@ -104,23 +104,13 @@ def subgroup_mask(
     """Boolean subgroup mask, the probability threshold used (or None) and a short description (the subgroup may
     be empty or hold every sample: the caller decides)."""
     thr_used = None
-    if callable(target) and not isinstance(target, torch.Tensor):
-        mask, desc = _callable_mask(outputs, target)
-    elif _is_range(target):
+    if _is_range(target) and not callable(target):
         mask, desc = _range_mask(outputs, target)
     elif isinstance(target, (int, np.integer)):
         mask, thr_used, desc = _class_mask(outputs, int(target), threshold, labels, kind)
-    else:
-        mask, desc = _given_mask(target, outputs.shape[0]), "target"
+    else:  # a mask, or a callable's mask of the outputs
+        mask, desc = _given_mask(target, outputs)
     return mask.reshape(-1).to(torch.bool), thr_used, desc
-
-
-def _callable_mask(outputs: torch.Tensor, target: Any) -> tuple[torch.Tensor, str]:
-    mask = to_labels(target(outputs), outputs.shape[0], "target(outputs)", what="booleans")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
-    name = getattr(target, "__name__", "target")
-    return mask, "target" if name == "<lambda>" else name
 
 
 def _range_mask(outputs: torch.Tensor, target: tuple) -> tuple[torch.Tensor, str]:
@@ -172,23 +162,31 @@ def _class_mask(
     return mask, thr_used, desc
 
 
-def _given_mask(target: Any, n: int) -> torch.Tensor:
-    if isinstance(target, tuple):
+def _given_mask(target: Any, outputs: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """A boolean mask ``target`` (N,), or a callable ``target``'s mask of the outputs, and its description."""
+    called = callable(target) and not isinstance(target, torch.Tensor)
+    if isinstance(target, tuple) and not called:
         raise TypeError(
             f"Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; "
             "Captum-style output indices are not subgroups: pass a callable on the outputs instead, e.g. "
             "`target=lambda out: out[:, 0, 1] > 0`."
         )
+    name = getattr(target, "__name__", "target") if called else "target"
     try:
-        mask = to_labels(target, n, "target", what="booleans")
+        given = target(outputs) if called else target
+        mask = to_labels(given, outputs.shape[0], "target(outputs)" if called else "target", what="booleans")
     except TypeError:
+        if called:
+            raise
         raise TypeError(
             "Expected `target` to be a class index, a boolean mask, a callable on the model outputs or a "
             f"(low, high) range, but got {type(target).__name__}."
         ) from None
+    if mask.dtype != torch.bool and called:
+        raise TypeError(f"Expected the callable `target` to return a boolean mask, but it returned {mask.dtype}.")
     if mask.dtype != torch.bool:
         raise TypeError(
             f"Expected a per-sample `target` to be a boolean mask of the subgroup, but got dtype {mask.dtype}; "
             "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
         )
-    return mask
+    return mask, "target" if name == "<lambda>" else name

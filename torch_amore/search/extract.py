@@ -65,7 +65,7 @@ def prepare(
         from torch_amore.search.stream import prepare_stream
 
         return prepare_stream(X, options, **named)
-    X, target, frame_names = _converted(X, target)
+    X, target, frame_names = V.converted(X, target)
     plan = SearchPlan.make(
         X.shape[0],
         X.shape[1],
@@ -78,16 +78,6 @@ def prepare(
     return bin_plan(X, target, plan, memory_checked=memory_checked)
 
 
-def _converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
-    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
-    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
-    if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
-        target = V.align_rows(target, X, "target")
-    X_t, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X_t)
-    return X_t, target, frame_names
-
-
 def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: bool = True) -> Extractor:
     """The converted ``X`` binned as ``plan`` says, with ``target`` as a mask: what the strategies search.
 
@@ -97,7 +87,7 @@ def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: 
     o, columns = plan.options, list(plan.columns)
     n, n_features = X.shape
     if not memory_checked:  # before the target's checks and the pass over X
-        _check_memory(X, o, columns)
+        M.check_search_memory(X, o, columns)
     scale = A.resolve_affine(o.feature_scale, "feature_scale", n_features, 1.0)
     offset = A.resolve_affine(o.feature_offset, "feature_offset", n_features, 0.0)
     target_t = V.to_target(target, n, X.device)
@@ -124,29 +114,14 @@ def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[Ru
     ``min_support`` count they were searched with and the subgroup's rows (on every rank)."""
     with search_scope(X.device):  # one thread for small operations, no autograd bookkeeping
         extractor = bin_plan(X, target, plan)
+        min_support = plan.support_count(extractor.n_total_target)
         local = plan.local_x
         local_codes = extractor.binned.encode_sample(local) if local is not None else None
-        min_support = plan.support_count(extractor.n_total_target)
         rule_sets = extractor.extract(plan.options, min_support=min_support, local_codes=local_codes)
     min_confidence = plan.options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
     return rule_sets, min_support, extractor.n_total_target
-
-
-def _check_memory(X: Any, options: SearchOptions, columns: Sequence[int] | None) -> None:
-    """:func:`torch_amore.data.memory.check_memory` of a search of ``X`` (on ``columns``; ``None``: all) with
-    ``options``."""
-    o = options
-    M.check_memory(
-        X,
-        n_grids=o.n_grids,
-        strategy=o.strategy,
-        max_length=o.max_length,
-        top_k=o.top_k,
-        bin_strategy=o.bin_strategy,
-        features=columns,
-    )
 
 
 def _is_2d(X: Any) -> bool:
@@ -245,30 +220,33 @@ def extract_planned(
     .extract_with_evidence` (the plan's ``min_support`` count is then that of all rows)."""
     n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
     columns = None if n_features is None else A.resolve_features(features, n_features)
-    _check_memory(X, options, None if features is None else columns)  # before the conversion copies X
-    X_t, target, frame_names = _converted(X, target)  # a pandas Series target by its index when X is a DataFrame
-    plan = SearchPlan.make(
-        X_t.shape[0],
-        X_t.shape[1],
-        options,
-        features=features,
-        columns=columns,
-        feature_names=feature_names,
-        frame_names=frame_names,
-        local_x=local_x,
-        target_name=target_name,
-        counted=counted,
-    )
-    with OneWarning(stacklevel=3) as warned:
-        if options.wants_evidence:
-            from torch_amore.search.significance import extract_with_evidence
+    M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
+    X_t, target, frame_names = V.converted(X, target)  # a pandas Series target by its index when X is a DataFrame
+    named = {"features": features, "columns": columns, "feature_names": feature_names, "frame_names": frame_names}
+    return search_converted(X_t, target, options, local_x=local_x, target_name=target_name, counted=counted, **named)
 
-            named = {"features": features, "feature_names": list(plan.names), "target_name": target_name}
-            rule_sets = extract_with_evidence(X_t, target, options, local_x=local_x, **named)
-            size = D.global_count(int(V.to_target(target, X_t.shape[0], X_t.device).sum()))
-            return rule_sets, plan, plan.support_count(size)
-        rule_sets, min_support, size = search_plan(X_t, target, plan)
-        local = plan.local_x is not None
-        for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
-            warned.add(reason, kind)
-    return rule_sets, plan, min_support
+
+def search_converted(
+    X: torch.Tensor, target: Any, options: SearchOptions, **plan_args: Any
+) -> tuple[list[RuleSet], SearchPlan, int]:
+    """:func:`extract_planned` on the converted ``X`` (:func:`torch_amore.data.validation.converted`), the plan made
+    of ``plan_args`` (:meth:`SearchPlan.make`) once; every search of the evidence takes that plan."""
+    plan = SearchPlan.make(X.shape[0], X.shape[1], options, **plan_args)
+    with OneWarning(stacklevel=4) as warned:
+        if not options.wants_evidence:
+            rule_sets, min_support, size = search_plan(X, target, plan)
+            local = plan.local_x is not None
+            for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
+                warned.add(reason, kind)
+            return rule_sets, plan, min_support
+        from torch_amore.search.significance import extract_with_evidence
+
+        named = {
+            "features": plan_args.get("features"),
+            "feature_names": list(plan.names),
+            "target_name": plan.target_name,
+        }
+        in_target = int(V.to_target(target, X.shape[0], X.device).sum())  # checked as the evidence will check it
+        in_target = D.global_count(in_target)  # over all ranks' rows
+        rule_sets = extract_with_evidence(X, target, options, local_x=plan_args.get("local_x"), **named)
+    return rule_sets, plan, plan.support_count(in_target)

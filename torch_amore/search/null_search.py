@@ -1,8 +1,9 @@
 """The same search on other targets over the same rows, without binning again (:class:`NullSearch`): the null
 distribution of the search-aware p-value (:mod:`torch_amore.search.significance`).
 
-What does not depend on the target is made once and shared by every search: the grid codes and their edges
-(:func:`torch_amore.search.extract.prepare`), the readable bounds, the beam's fine grids and the per-grid counts of
+What does not depend on the target is made once and shared by every search: the search's plan
+(:class:`torch_amore.search.plan.SearchPlan`), the grid codes and their edges
+(:func:`torch_amore.search.extract.bin_plan`), the readable bounds, the beam's fine grids and the per-grid counts of
 all rows. Each target then costs its own per-grid target counts and the strategies (tree, grid optima, beam, polish,
 pruning), which depend on it throughout. The result of each search is the one :func:`torch_amore.extract_rules` gives
 on the same rows, target and options (the tests replay it).
@@ -11,6 +12,7 @@ on the same rows, target and options (the tests replay it).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,15 +20,14 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
-from torch_amore.data import arguments as A
-from torch_amore.data import validation as V
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import grid_counts
 from torch_amore.rules.rule import Rule
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.extract import prepare
-from torch_amore.search.extractor import Extractor, capped_max_length, search_scope
-from torch_amore.search.options import SearchOptions, auto_min_support
+from torch_amore.search.extract import bin_plan
+from torch_amore.search.extractor import Extractor, search_scope
+from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 from torch_amore.search.readable import Cond, ReadableRules
 from torch_amore.strategies.polish.sorted_columns import SortedColumns
 
@@ -108,6 +109,8 @@ class NullSearch:
             so the default ``min_support`` is the same for all.
         options: the search's options (the evidence fields are ignored).
         features, feature_names, local_x, target_name: as in :func:`torch_amore.extract_rules`.
+        plan: the search's plan (:class:`torch_amore.search.plan.SearchPlan`) of these rows, resolved already (then
+            ``options`` and the columns are the plan's).
 
     Example:
         >>> import torch
@@ -134,27 +137,21 @@ class NullSearch:
         feature_names: Sequence[str] | None = None,
         local_x: Any = None,
         target_name: str = "target",
+        plan: SearchPlan | None = None,
     ) -> None:
-        self.options = capped_max_length(options, len(A.resolve_features(features, X.shape[1])), warn=False)
-        self.device = X.device
+        named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
+        with warnings.catch_warnings():  # the search on the real target gave them
+            warnings.simplefilter("ignore")
+            plan = SearchPlan.make(X.shape[0], X.shape[1], options, **named) if plan is None else plan
+        self.options, self.device = plan.options, X.device
         with search_scope(X.device):
-            self.base = prepare(
-                X,
-                target,
-                self.options,
-                features=features,
-                feature_names=feature_names,
-                target_name=target_name,
-                memory_checked=True,
-            )
-            local = V.to_local_x(local_x, X.shape[1])
-            self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
+            self.base = bin_plan(X, target, plan)
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
+            local = plan.local_x
+            self.local_codes = self.base.binned.encode_sample(local) if local is not None else None
         self.readable = _KeptRules(self.base.readable)
-        n = D.global_count(X.shape[0])  # all ranks' rows in a sharded run
-        given = self.options.given_support_count(n)
-        self.min_support = auto_min_support(n, self.base.n_total_target) if given is None else given
-        self.target_name = target_name
+        self.min_support = plan.support_count(self.base.n_total_target)  # over all ranks' rows in a sharded run
+        self.target_name = plan.target_name
 
     def extractor(self, target: torch.Tensor) -> Extractor:
         """An :class:`Extractor` of ``target`` sharing the codes, readable bounds, fine grids and all-row counts."""

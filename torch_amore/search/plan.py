@@ -8,7 +8,7 @@ explanation's parameters read it and recompute none of it (as scikit-learn resol
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -85,6 +85,11 @@ class SearchPlan:
             raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
         names = A.resolve_names(feature_names, frame_names, n_features)
         return cls(options, n_all, tuple(columns), tuple(names), min_support, local, target_name)
+
+    def on_rows(self, n_rows: int, options: SearchOptions) -> SearchPlan:
+        """The plan on ``n_rows`` of its rows (over all ranks; e.g. a half-sample), with ``options`` changed where
+        they may differ there (e.g. ``min_support``): the count of a given ``min_support`` is taken of those rows."""
+        return replace(self, options=options, n_rows=n_rows, min_support=options.given_support_count(n_rows))
 
     def support_count(self, subgroup_size: int) -> int:
         """The ``min_support`` count of the search: the given one, else 5 % of the rows but at most half the

@@ -41,14 +41,17 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore.data import arguments as A
+from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.data.stream_source import is_source
 from torch_amore.rules.evidence import warn_noise
 from torch_amore.rules.held_out import held_out_metrics
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order, resolve_holdout_rows
+from torch_amore.search.extract import search_converted, search_plan
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 
 __all__ = ["STABILITY_JACCARD", "extract_with_evidence", "permutation_p_values", "stability_shares"]
 
@@ -147,24 +150,22 @@ def extract_with_evidence(
     _refuse(X, codes_dir)
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
-    target = V.align_rows(target, X, "target")
-    X_t, frame_names = V.to_tensor_2d(X)
-    V.check_not_empty(X_t)
+    X_t, target, frame_names = V.converted(X, target)  # the one conversion of the data
     target_t = V.to_target(target, X_t.shape[0], X_t.device)
     names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
     held = _held_rows(target_t, options, holdout_rows)
     Xs, ts = (X_t, target_t) if held is None else (X_t[~held], target_t[~held])
     plain = options.replace(holdout=None, permutations=0, stability=0)
-    args = {"features": features, "feature_names": names, "local_x": local_x, "target_name": target_name}
-    from torch_amore.search.extract import extract_rules
-
-    found = extract_rules(Xs, ts, options=plain, **args)
+    columns = A.resolve_features(features, Xs.shape[1])
+    M.check_search_memory(Xs, plain, None if features is None else columns)
+    named = {"features": features, "columns": columns, "feature_names": names, "local_x": local_x}
+    found, plan, _ = search_converted(Xs, ts, plain, target_name=target_name, **named)  # the one plan: all take it
     changes: list[dict[str, Any]] = [{} for _ in found]
     if found and options.permutations:
-        for c, p in zip(changes, permutation_p_values(Xs, ts, found, plain, options.permutations, options.seed, args)):
+        for c, p in zip(changes, permutation_p_values(Xs, ts, found, plan, options)):
             c["p_value"] = p
     if found and options.stability:
-        shares = stability_shares(Xs, ts, found, plain, options.stability, options.seed, args, masks_on=X_t)
+        shares = stability_shares(Xs, ts, found, plan, options, masks_on=X_t)
         for c, s in zip(changes, shares):
             c["stability"] = s
     if found and held is not None:
@@ -175,16 +176,17 @@ def extract_with_evidence(
     return out
 
 
-def null_fitness(
-    X: torch.Tensor, target: torch.Tensor, options: SearchOptions, permutations: int, seed: int, args: dict[str, Any]
-) -> list[float]:
-    """The best fitness of the search on each of the ``permutations`` seeded permutations of ``target``
-    (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search returns nothing)."""
+def null_fitness(X: torch.Tensor, target: torch.Tensor, plan: SearchPlan, options: SearchOptions) -> list[float]:
+    """The best fitness of the search ``plan`` on each of the ``options.permutations`` permutations of ``target``
+    seeded by ``options.seed`` (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search
+    returns nothing)."""
+    permutations, seed = options.permutations, options.seed
     bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
     rows = _Rows(target)  # in a sharded run, permutations of all ranks' rows: each rank searches its part
     with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
         warnings.simplefilter("ignore")
-        null = NullSearch(X, target, options.replace(progress=False), **args)
+        quiet = replace(plan.options, progress=False)
+        null = NullSearch(X, target, quiet, plan=replace(plan, options=quiet))
         out = []
         for k in range(permutations):
             order = torch.from_numpy(permutation_order(rows.target.shape[0], seed, k)).to(target.device)
@@ -198,15 +200,13 @@ def permutation_p_values(
     X: torch.Tensor,
     target: torch.Tensor,
     found: Sequence[RuleSet],
+    plan: SearchPlan,
     options: SearchOptions,
-    permutations: int,
-    seed: int,
-    args: dict[str, Any],
 ) -> list[float]:
-    """The search-aware p-value of each of ``found``: ``(1 + #{null >= fitness}) / (permutations + 1)`` over
-    :func:`null_fitness`."""
-    null = null_fitness(X, target, options, permutations, seed, args)
-    return [(1 + sum(f >= rs.fitness for f in null)) / (permutations + 1) for rs in found]
+    """The search-aware p-value of each of ``found`` (found by the search ``plan``): ``(1 + #{null >= fitness}) /
+    (permutations + 1)`` over :func:`null_fitness` (``permutations``, ``seed`` and ``progress`` of ``options``)."""
+    null = null_fitness(X, target, plan, options)
+    return [(1 + sum(f >= rs.fitness for f in null)) / (options.permutations + 1) for rs in found]
 
 
 def _jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -218,20 +218,18 @@ def stability_shares(
     X: torch.Tensor,
     target: torch.Tensor,
     found: Sequence[RuleSet],
+    plan: SearchPlan,
     options: SearchOptions,
-    n_halves: int,
-    seed: int,
-    args: dict[str, Any],
     *,
     masks_on: torch.Tensor | None = None,
 ) -> list[float]:
-    """For each of ``found``, the share of ``n_halves`` seeded half-samples of the searched rows ``X``
-    (:func:`torch_amore.search.evidence_split.half_sample`) in whose first ``len(found)`` rule sets one selects nearly
-    the same rows of ``masks_on`` (default ``X``; :func:`extract_with_evidence` passes all rows, held-out ones
-    included) (Jaccard >= :data:`STABILITY_JACCARD`). A count ``min_support`` is scaled to the half-sample's rows
-    (rounded up); a fraction or the default applies as it is."""
-    from torch_amore.search.extract import extract_rules
-
+    """For each of ``found`` (found by the search ``plan`` on the rows ``X``), the share of ``options.stability``
+    half-samples of those rows seeded by ``options.seed`` (:func:`torch_amore.search.evidence_split.half_sample`) in
+    whose first ``len(found)`` rule sets one selects nearly the same rows of ``masks_on`` (default ``X``;
+    :func:`extract_with_evidence` passes all rows, held-out ones included) (Jaccard >= :data:`STABILITY_JACCARD`).
+    Each half is searched with the plan on its rows (:meth:`SearchPlan.on_rows`): a count ``min_support`` is scaled
+    to them (rounded up); a fraction or the default applies as it is."""
+    n_halves, seed = options.stability, options.seed
     on = X if masks_on is None else masks_on
     masks = [rs.mask(on) for rs in found]
     hits = [0] * len(found)
@@ -241,12 +239,12 @@ def stability_shares(
     for b in range(n_halves):
         chosen = half_sample(every.target, seed, b)
         rows = every.local_index(chosen).to(X.device)
-        half = options.replace(progress=False)
-        if isinstance(options.min_support, int):
-            half = half.replace(min_support=max(1, math.ceil(options.min_support * len(chosen) / n)))
+        half = replace(plan.options, progress=False)
+        if isinstance(half.min_support, int):
+            half = replace(half, min_support=max(1, math.ceil(half.min_support * len(chosen) / n)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            again = extract_rules(X[rows], target[rows], options=half, **args)[: len(found)]
+            again = search_plan(X[rows], target[rows], plan.on_rows(len(chosen), half))[0][: len(found)]
         other = [rs.mask(on) for rs in again]
         for i, m in enumerate(masks):
             hits[i] += any(_jaccard(m, o) >= STABILITY_JACCARD for o in other)

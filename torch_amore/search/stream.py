@@ -104,11 +104,8 @@ class _Facts:
 
     def stats(self) -> ColumnStats:
         """The facts over all rows (and all ranks of a DDP run)."""
-        dt = work_dtype(self.device)
-        stats = finish_facts(self.acc, self.width, dt, self.device, True)
-        if self.units is not None:
-            stats.units = finish_facts(self.raw_acc, self.width, dt, self.device, True)
-        return stats
+        accs = [self.acc] if self.units is None else [self.acc, self.raw_acc]
+        return finish_facts(accs, self.width, work_dtype(self.device), self.device, True)
 
 
 def _facts_pass(src: BatchSource, options: SearchOptions, progress: bool) -> tuple[_Facts, Any]:

@@ -1,10 +1,10 @@
-"""Division by a Python number (torch_amore._utils.division) against Python's correctly rounded float division."""
+"""Division by a Python number (grids.exact_edges.divide) against Python's correctly rounded float division."""
 
 from __future__ import annotations
 
 import torch
 
-from torch_amore._utils.division import divide
+from torch_amore.grids.exact_edges import divide
 
 
 def test_divide_is_correctly_rounded() -> None:
@@ -24,6 +24,6 @@ def test_quantile_edge_on_an_observed_value() -> None:
     from torch_amore.grids.edges import quantile_edges, uniform_edges
 
     X = torch.arange(6, dtype=torch.float64)[:, None] * 0.1
-    edges = quantile_edges(X, 5)
+    edges = quantile_edges(X, 5, torch.float64)
     assert edges[0].tolist() == [v * 0.1 for v in range(6)]
-    assert uniform_edges(X, 5)[0, 3].item() == 0.0 + 0.5 * (3 / 5)
+    assert uniform_edges(X.amin(0), X.amax(0), 5)[0, 3].item() == 0.0 + 0.5 * (3 / 5)
