@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -42,3 +43,14 @@ def test_flags_print_the_verdict_and_columns_and_write_the_fields(table, tmp_pat
 def test_a_bad_flag_is_one_line_naming_it(table, capsys):
     assert main(["rules", str(table), "--target-column", "label", "--permutations", "-1"]) == 2
     assert "--permutations" in capsys.readouterr().err
+
+
+def test_with_holdout_the_json_min_support_count_is_that_of_the_rows_searched(table, tmp_path):
+    out = tmp_path / "rules.json"
+    argv = ["rules", str(table), "--target-column", "label", "--min-support", "0.1", "--holdout", "0.3"]
+    assert main([*argv, "--json", str(out)]) == 0
+    label = pd.read_csv(table)["label"].to_numpy()
+    size = int(label.sum())
+    searched = len(label) - (round(0.3 * size) + round(0.3 * (len(label) - size)))  # 30 % of each side held out
+    params = json.loads(out.read_text())["params"]
+    assert params["min_support_count"] == math.ceil(0.1 * searched) < math.ceil(0.1 * len(label))

@@ -58,3 +58,13 @@ def test_search_hyperparameters_refuses_the_evidence():
     X = torch.from_numpy(np.random.default_rng(0).uniform(size=(300, 3)))
     with pytest.raises(ValueError, match="search_hyperparameters does not compute"):
         search_hyperparameters(X, X[:, 0] > 0.5, permutations=9)
+
+
+def test_with_holdout_the_min_support_count_is_that_of_the_rows_searched():
+    model, X = model_and_data()
+    explanation = RegionalRuleExplainer(model).explain(X, 1, holdout=0.3, max_length=2, min_support=0.1)
+    size = int(explanation.subgroup.sum())
+    n_held = round(0.3 * size) + round(0.3 * (X.shape[0] - size))  # stratified: 30 % of each side
+    searched = X.shape[0] - n_held
+    assert explanation.params["min_support_count"] == math.ceil(0.1 * searched) < math.ceil(0.1 * X.shape[0])
+    assert explanation.rule_sets and all(rs.support >= math.ceil(0.1 * searched) for rs in explanation.rule_sets)

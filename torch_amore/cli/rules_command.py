@@ -21,6 +21,7 @@ from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.report.distinct import distinct_rule_sets
 from torch_amore.rules.evidence_columns import aligned_evidence, verdict_line
 from torch_amore.rules.rules import RuleSet
+from torch_amore.search.evidence_split import holdout_mask
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -273,12 +274,20 @@ class _Run:
             return list(self.found)
         return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)
 
+    def _searched(self) -> tuple[int, int]:
+        """The rows the search saw and its target rows among them: with ``--holdout``, those not held out (the split
+        of :func:`torch_amore.search.evidence_split.holdout_mask`, as the search draws it)."""
+        target = torch.from_numpy(self.target)
+        if self.options.holdout is not None:
+            target = target[~holdout_mask(target, self.options.holdout, self.options.seed)]
+        return target.shape[0], int(target.sum())
+
     def explanation(self) -> RegionalExplanation:
         """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
         ``params`` hold every search option (as the explainer's do) and the facts of the run."""
         params = {
             **self.options.to_dict(),
-            "min_support_count": self.options.support_count(self.n, int(self.target.sum())),
+            "min_support_count": self.options.support_count(*self._searched()),
             "source": "torch-amore rules",
             "table": str(self.args.table),
             "target": self.target_label,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torch_amore._utils import distributed as D
 from torch_amore._utils.one_warning import OneWarning
 from torch_amore._utils.threads import parallel_pass
 from torch_amore._utils.typing import ArrayLike, MaskLike
@@ -217,7 +216,7 @@ def extract_planned(
     of ``min_support`` resolved before on this many rows (see :meth:`SearchPlan.make`). The reasons to read the
     result with care (:func:`torch_amore.rules.caveats.caveats`) join the caller's one warning; with ``holdout``,
     ``permutations`` or ``stability`` the search runs through :func:`torch_amore.search.significance
-    .extract_with_evidence` (the plan's ``min_support`` count is then that of all rows)."""
+    .evidence_search` (the ``min_support`` count is then that of the rows searched, not held out)."""
     n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
     columns = None if n_features is None else A.resolve_features(features, n_features)
     M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
@@ -239,14 +238,12 @@ def search_converted(
             for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
                 warned.add(reason, kind)
             return rule_sets, plan, min_support
-        from torch_amore.search.significance import extract_with_evidence
+        from torch_amore.search.significance import evidence_search
 
         named = {
             "features": plan_args.get("features"),
             "feature_names": list(plan.names),
             "target_name": plan.target_name,
         }
-        in_target = int(V.to_target(target, X.shape[0], X.device).sum())  # checked as the evidence will check it
-        in_target = D.global_count(in_target)  # over all ranks' rows
-        rule_sets = extract_with_evidence(X, target, options, local_x=plan_args.get("local_x"), **named)
-    return rule_sets, plan, plan.support_count(in_target)
+        rule_sets, min_support = evidence_search(X, target, options, local_x=plan_args.get("local_x"), **named)
+    return rule_sets, plan, min_support

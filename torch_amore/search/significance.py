@@ -147,6 +147,24 @@ def extract_with_evidence(
         >>> best.p_value, best.held_out.p_value < 1e-6
         (0.05, True)
     """
+    named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
+    return evidence_search(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)[0]
+
+
+def evidence_search(
+    X: Any,
+    target: Any,
+    options: SearchOptions,
+    *,
+    features: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    local_x: Any = None,
+    target_name: str = "target",
+    codes_dir: str | None = None,
+    holdout_rows: Any = None,
+) -> tuple[list[RuleSet], int]:
+    """:func:`extract_with_evidence`'s rule sets and the ``min_support`` count their search used: that of the rows
+    searched (not held out), which the explainer's ``params`` report."""
     _refuse(X, codes_dir)
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
@@ -159,7 +177,7 @@ def extract_with_evidence(
     columns = A.resolve_features(features, Xs.shape[1])
     M.check_search_memory(Xs, plain, None if features is None else columns)
     named = {"features": features, "columns": columns, "feature_names": names, "local_x": local_x}
-    found, plan, _ = search_converted(Xs, ts, plain, target_name=target_name, **named)  # the one plan: all take it
+    found, plan, min_count = search_converted(Xs, ts, plain, target_name=target_name, **named)  # the one plan
     changes: list[dict[str, Any]] = [{} for _ in found]
     if found and options.permutations:
         for c, p in zip(changes, permutation_p_values(Xs, ts, found, plan, options)):
@@ -172,8 +190,8 @@ def extract_with_evidence(
         for c, h in zip(changes, _held_out(found, X_t[held], target_t[held], options.level)):
             c["held_out"] = h
     out = [replace(rs, **c) for rs, c in zip(found, changes)]
-    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=3)
-    return out
+    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=4)
+    return out, min_count
 
 
 def null_fitness(X: torch.Tensor, target: torch.Tensor, plan: SearchPlan, options: SearchOptions) -> list[float]:
