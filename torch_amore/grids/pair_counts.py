@@ -111,6 +111,7 @@ class PairCounts:
         self.grid = grid
         self.target = target
         self._ordered_codes: tuple[torch.Tensor, ...] | None = None  # see _ordered
+        self._index: torch.Tensor | None = None  # see _index_buffer
         n_feat, width = grid.codes_t.shape[0], grid.n_max
         device = grid.codes_t.device
         # small grids: one one-hot product gives every pair at once (BLAS beats bincount below ~9 grids, CUDA always)
@@ -141,6 +142,14 @@ class PairCounts:
             self._ordered_codes = cache = (order, codes, scaled)
         return cache[1], cache[2]
 
+    def _index_buffer(self, size: int, dtype: torch.dtype) -> torch.Tensor:
+        """(size,) scratch of :meth:`_bincount`, reused by its chunks: each fresh buffer of many MB costs page faults
+        (freed memory of that size goes back to the system), about as long as filling it."""
+        buf = self._index
+        if buf is None or buf.dtype != dtype or buf.numel() < size:
+            self._index = buf = torch.empty(size, dtype=dtype, device=self.grid.codes_t.device)
+        return buf[:size]
+
     def _bincount(self, order: torch.Tensor, p0: int, p1: int) -> torch.Tensor:
         """(P, n_max, n_max, 2) counts of the other and of the target samples of the pairs ``p0..p1-1`` of
         ``triu_indices(F, F, 1)`` over the features in ``order``: pair ``(a, b)`` is ``(order[a], order[b])``,
@@ -152,7 +161,7 @@ class PairCounts:
         # int32 indices unless the chunk's bins overflow them (tens of thousands of grids)
         dtype = codes.dtype if (p1 - p0) * cells < 2**31 else torch.long
         if n <= _FEW_ROWS and (p1 - p0) * n <= _CHUNK:  # few rows: every pair in one bincount (few operations)
-            idx = torch.empty(p1 - p0, n, dtype=dtype, device=codes.device)
+            idx = self._index_buffer((p1 - p0) * n, dtype).view(p1 - p0, n)
             anchors = list(_anchors(p0, p1, n_feat))
             a0, a1 = (anchors[0][0], anchors[-1][0] + 1) if anchors else (0, 0)
             # per anchor a: its cells and target bits, moved from b's block to that of the pair (a, b) in this chunk,

@@ -491,6 +491,7 @@ def exact_search(
     if max_length >= 2 and n_feat >= 2:
         counts = PairCounts(grid, target)
         pool, kth, kept = _pairs(ctx, counts, pool, kth, keep=max_length >= 3)
+        del counts  # its scratch (reordered codes, index buffer) is not needed by the triples
         pools.append(pool)
         if max_length >= 3 and n_feat >= 3:
             nodes = _nodes(ctx, kept[0], kept[1], kth)
