@@ -67,10 +67,11 @@ def to_fixed_point(values: torch.Tensor, exponents: torch.Tensor, dim: int = -1)
     """
     dim = dim % values.ndim
     shift = (52 - exponents).to(values.device, values.dtype).reshape((-1,) + (1,) * (values.ndim - 1 - dim))
-    scaled = torch.ldexp(values, shift).round_().to(torch.int64)
+    scaled = torch.ldexp(values, shift).round_()
     out = torch.empty((2,) + scaled.shape, dtype=torch.int64, device=scaled.device)
-    torch.bitwise_right_shift(scaled, LIMB_BITS, out=out[0])
-    torch.bitwise_and(scaled, (1 << LIMB_BITS) - 1, out=out[1])  # = scaled - (high << bits): two's complement
+    out[1].copy_(scaled)  # the integers, converted in place: no int64 temporary (fresh pages at a new size)
+    torch.bitwise_right_shift(out[1], LIMB_BITS, out=out[0])
+    out[1].bitwise_and_((1 << LIMB_BITS) - 1)  # = scaled - (high << bits): two's complement
     return out
 
 
