@@ -208,11 +208,15 @@ def _cell_extremes(
         if codes_t is not None:  # (m, N): rows of the transposed codes, columns of X as rows
             codes, values, off = codes_t.index_select(0, f), X.t().index_select(0, c), offsets[f0 : f0 + m, None]
         else:  # (N, m): a gather keeps the row-major layout (index_select along dim 1 is several times slower)
-            codes, values = binned.codes.gather(1, f.expand(n, m)), X.gather(1, c.expand(n, m))
-            off = offsets[f0 : f0 + m]
+            codes, off = binned.codes.gather(1, f.expand(n, m)), offsets[f0 : f0 + m]
+            # the values gathered straight into the buffer where the dtypes agree (no fresh temporary)
+            values = None if X.dtype == vdt else X.gather(1, c.expand(n, m))
         at, v = idx[: m * n], vals[: m * n]
         torch.add(codes, off, out=at.view(codes.shape))
-        v.view(values.shape).copy_(values)
+        if values is None:
+            torch.gather(X, 1, c.expand(n, m), out=v.view(n, m))
+        else:
+            v.view(values.shape).copy_(values)
         lows.scatter_reduce_(0, at, v, "amin")
         highs.scatter_reduce_(0, at, v, "amax")
     return lows, highs
