@@ -15,7 +15,7 @@ import torch
 from concept_models import StrokeModel, StrokeSAE, stroke_images
 
 from torch_amore import RegionalExplanation, RegionalRuleExplainer
-from torch_amore.concepts import ConceptBasis, SparseAutoencoderBasis, from_tcav
+from torch_amore.concepts import ConceptBasis, EncoderDecoder, SparseAutoencoderBasis, from_tcav
 
 SEARCH = dict(max_length=2, min_support=0.05, n_grids=8, progress=False)
 KINDS = ["directions", "pca", "sae", "encoder", "tcav"]
@@ -146,3 +146,24 @@ def test_the_callback_with_directions_and_pca(kind, tmp_path):
         got = restored.verify(X[:100], rule_sets=1, n_controls=0, model=module).rows[0]
         want_row = cb.explanation.verify(X[:100], rule_sets=1, n_controls=0, model=module).rows[0]
         assert (got.sufficiency, got.necessity) == (want_row.sufficiency, want_row.necessity)
+
+
+def test_from_json_rebuilds_a_module_that_needs_arguments_from_modules(tmp_path):
+    model = StrokeModel().eval()
+    X, _, _ = stroke_images(200, seed=4)
+    torch.manual_seed(0)
+    encoder, decoder = torch.nn.Linear(8, 3), torch.nn.Linear(3, 8)
+    basis = EncoderDecoder(encoder, decoder, names=["p", "q", "r"])
+    explanation = RegionalRuleExplainer(model, layer="hidden", concepts=basis).explain(X, 1, **SEARCH)
+    explanation.to_json(tmp_path / "explanation.json")
+    with pytest.raises(ValueError, match=r"concepts.*modules="):  # a Linear cannot be built without its sizes
+        RegionalExplanation.from_json(tmp_path / "explanation.json")
+    linear = "torch.nn.modules.linear.Linear"
+    loaded = RegionalExplanation.from_json(
+        tmp_path / "explanation.json", modules={0: torch.nn.Linear(8, 3), linear: lambda: torch.nn.Linear(3, 8)}
+    )
+    assert loaded.concepts.names == ["p", "q", "r"]
+    assert torch.equal(loaded.concepts.encoder.weight, encoder.weight)
+    assert torch.equal(loaded.concepts.decoder.bias, decoder.bias)
+    A = hidden(model, X[:20])
+    assert torch.allclose(loaded.concepts.encode(A), basis.encode(A))

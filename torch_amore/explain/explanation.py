@@ -249,10 +249,11 @@ class RegionalExplanation(Sequence[RuleSet]):
         }
 
     @classmethod
-    def from_dict(cls, data: Any, *, explainer: Any = None) -> RegionalExplanation:
+    def from_dict(cls, data: Any, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
         """The explanation written by :meth:`to_dict` (format versions 1 to 3), every field checked: a missing or
         malformed one raises :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path
-        (``rule_sets[2].rules[0].feature``).
+        (``rule_sets[2].rules[0].feature``). ``modules``: for a saved concept basis whose ``nn.Module`` cannot be built
+        without arguments, as in :meth:`torch_amore.concepts.ConceptBasis.from_dict`.
 
         Example:
             >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
@@ -288,7 +289,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             selection=_load_selection(data.get("selection")),
             explainer=explainer,
             verification=_verification(data.get("verification")),
-            concepts=_load_basis(data.get("concepts")),
+            concepts=_load_basis(data.get("concepts"), modules),
         )
 
     def to_json(self, path: str | Path) -> None:
@@ -296,11 +297,12 @@ class RegionalExplanation(Sequence[RuleSet]):
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
 
     @classmethod
-    def from_json(cls, path: str | Path, *, explainer: Any = None) -> RegionalExplanation:
-        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it.
-        Text that is not JSON, or is nested too deeply to read, raises
-        :class:`~torch_amore.rules.serialization.FieldError`, as does a malformed field (see :meth:`from_dict`)."""
-        return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer)
+    def from_json(cls, path: str | Path, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
+        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it, and
+        ``modules`` to rebuild a saved concept basis's modules (see :meth:`from_dict`). Text that is not JSON, or is
+        nested too deeply to read, raises :class:`~torch_amore.rules.serialization.FieldError`, as does a malformed
+        field (see :meth:`from_dict`)."""
+        return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer, modules=modules)
 
     def to_html(self, path: str | Path, **kwargs: Any) -> Path:
         """Write a self-contained HTML report (rule table, figures, options, version); see

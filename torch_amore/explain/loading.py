@@ -80,14 +80,14 @@ def _basis_dict(basis: Any) -> dict[str, Any] | None:
         return None
 
 
-def _load_basis(data: Any) -> Any:
+def _load_basis(data: Any, modules: Any = None) -> Any:
     if data is None:
         return None
     from torch_amore.concepts.basis import ConceptBasis
 
     data = S.expect_mapping(data, "concepts")
     try:
-        return ConceptBasis.from_dict(data)
+        return ConceptBasis.from_dict(data, modules=modules)
     except S.FieldError:
         raise
     except (TypeError, ValueError, KeyError, ImportError) as err:
