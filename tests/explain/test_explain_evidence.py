@@ -68,3 +68,11 @@ def test_with_holdout_the_min_support_count_is_that_of_the_rows_searched():
     searched = X.shape[0] - n_held
     assert explanation.params["min_support_count"] == math.ceil(0.1 * searched) < math.ceil(0.1 * X.shape[0])
     assert explanation.rule_sets and all(rs.support >= math.ceil(0.1 * searched) for rs in explanation.rule_sets)
+
+
+def test_with_holdout_a_useless_result_is_said_once_in_the_one_warning():
+    model, X = model_and_data()
+    with pytest.warns(UserWarning) as caught:
+        RegionalRuleExplainer(model).explain(X, 1, holdout=0.3, max_length=1, min_support=0.9)
+    texts = [str(w.message) for w in caught if "useless" in str(w.message)]
+    assert len(texts) == 1 and texts[0].count("Rule sets may be useless") == 1

@@ -365,9 +365,8 @@ class RegionalRuleExplainer:
                 counted=request.counted,
             )
             columns = list(plan.columns)
+            # kept on the explanation; the search's caveats already warned it (with holdout, on the rows searched)
             message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
-            if message:  # attributed to this module, so that explain's OneWarning joins it to the call's one warning
-                warnings.warn(message, UserWarning, stacklevel=1)
         else:
             rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
             min_count = options.support_count(n, size)
