@@ -186,7 +186,8 @@ def extract_rules(
         if options.wants_evidence or holdout_rows is not None:  # held-out numbers, p-values, stability
             from torch_amore.search.significance import extract_with_evidence
 
-            return extract_with_evidence(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)
+            held = {"codes_dir": codes_dir, "holdout_rows": holdout_rows}
+            return extract_with_evidence(X, target, options, **held, **named)[0]
         if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
             _no_target(target)
             from torch_amore.search.stream import extract_stream
@@ -216,7 +217,7 @@ def extract_planned(
     of ``min_support`` resolved before on this many rows (see :meth:`SearchPlan.make`). The reasons to read the
     result with care (:func:`torch_amore.rules.caveats.caveats`) join the caller's one warning; with ``holdout``,
     ``permutations`` or ``stability`` the search runs through :func:`torch_amore.search.significance
-    .evidence_search` (the ``min_support`` count is then that of the rows searched, not held out)."""
+    .extract_with_evidence` (the ``min_support`` count is then that of the rows searched, not held out)."""
     n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
     columns = None if n_features is None else A.resolve_features(features, n_features)
     M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
@@ -238,12 +239,12 @@ def search_converted(
             for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
                 warned.add(reason, kind)
             return rule_sets, plan, min_support
-        from torch_amore.search.significance import evidence_search
+        from torch_amore.search.significance import extract_with_evidence
 
         named = {
             "features": plan_args.get("features"),
             "feature_names": list(plan.names),
             "target_name": plan.target_name,
         }
-        rule_sets, min_support = evidence_search(X, target, options, local_x=plan_args.get("local_x"), **named)
+        rule_sets, min_support = extract_with_evidence(X, target, options, local_x=plan_args.get("local_x"), **named)
     return rule_sets, plan, min_support

@@ -132,10 +132,11 @@ def extract_with_evidence(
     target_name: str = "target",
     codes_dir: str | None = None,
     holdout_rows: Any = None,
-) -> list[RuleSet]:
+) -> tuple[list[RuleSet], int]:
     """:func:`torch_amore.extract_rules` with the evidence ``options`` asks for (see the module's docstring): the rule
     sets of the search on the rows not held out, each with ``held_out``, ``p_value`` and ``stability`` where
-    computed (``None`` otherwise).
+    computed (``None`` otherwise), and the ``min_support`` count that search used (of the rows searched, which the
+    explainer's ``params`` report).
 
     Example:
         >>> import torch
@@ -147,24 +148,6 @@ def extract_with_evidence(
         >>> best.p_value, best.held_out.p_value < 1e-6
         (0.05, True)
     """
-    named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
-    return evidence_search(X, target, options, codes_dir=codes_dir, holdout_rows=holdout_rows, **named)[0]
-
-
-def evidence_search(
-    X: Any,
-    target: Any,
-    options: SearchOptions,
-    *,
-    features: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    local_x: Any = None,
-    target_name: str = "target",
-    codes_dir: str | None = None,
-    holdout_rows: Any = None,
-) -> tuple[list[RuleSet], int]:
-    """:func:`extract_with_evidence`'s rule sets and the ``min_support`` count their search used: that of the rows
-    searched (not held out), which the explainer's ``params`` report."""
     _refuse(X, codes_dir)
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
@@ -190,7 +173,7 @@ def evidence_search(
         for c, h in zip(changes, _held_out(found, X_t[held], target_t[held], options.level)):
             c["held_out"] = h
     out = [replace(rs, **c) for rs, c in zip(found, changes)]
-    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=4)
+    warn_noise(out, alpha=1.0 - options.level, permutations=options.permutations, stacklevel=3)
     return out, min_count
 
 
