@@ -3,15 +3,12 @@ rank 0's rows, broadcast) and find the same rules, in memory and streamed."""
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,16 +39,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 
 def test_a_fitted_basis_is_fitted_on_rank_0_and_shared(tmp_path):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=False,
-                             start_method="spawn")  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not ctx.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("distributed workers did not finish in time (a collective call deadlocked?)")
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    ranks = spawn_ranks(_worker, 2, tmp_path, timeout=300)
     model, _ = rotated_model()
     for stream in (False, True):
         zero, one = ranks[0][stream], ranks[1][stream]

@@ -5,15 +5,13 @@ rank order), and the p-values equal a literal loop of extract_rules on the permu
 from __future__ import annotations
 
 import math
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 from torch_amore import extract_rules
 from torch_amore.search.evidence_split import holdout_mask
@@ -58,15 +56,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list:
     tmp = tmp_path_factory.mktemp("ddp_evidence")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(2, str(tmp / "init"), str(tmp)), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not ctx.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("distributed workers did not finish in time (a collective call deadlocked?)")
-    return [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    return spawn_ranks(_worker, 2, tmp, timeout=240)
 
 
 def test_two_ranks_get_the_evidence_of_one_process(ranks):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 import torch_amore as ta
 from torch_amore.search import stream as stream_module
@@ -65,16 +63,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("ddp_stream")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(2, str(tmp / "init"), str(tmp)), nprocs=2, join=False,
-                             start_method="spawn")  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not ctx.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("distributed workers did not finish in time (a collective call deadlocked?)")
-    return [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    return spawn_ranks(_worker, 2, tmp, timeout=300)
 
 
 @pytest.mark.slow

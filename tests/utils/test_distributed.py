@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_ranks
 
 import torch_amore as ta
 from torch_amore._utils import distributed as D
@@ -129,17 +127,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 def run_ranks(world: int, tmp_path: Path, timeout: float = 120.0) -> list[dict]:
     """Run :func:`_worker` in ``world`` spawned processes; fail (not hang) if they do not finish in time."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(
-        _worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout
-    while not ctx.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"distributed workers did not finish within {timeout} s (a collective call deadlocked?)")
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return spawn_ranks(_worker, world, tmp_path, timeout)
 
 
 @pytest.fixture(scope="module")
