@@ -1,16 +1,7 @@
-"""Command-line entry point: regional rules for a subgroup of a CSV or Parquet table.
+"""The ``torch-amore`` command line (also ``python -m torch_amore``): regional rules for a subgroup of a table.
 
-``torch-amore rules data.csv --target "diabetes == 1" --max-length 2 --min-support 500`` reads the table
-(:mod:`torch_amore.cli.table`), defines the subgroup with a target expression (:mod:`torch_amore.cli.expression`, a
-small language that cannot run code) or a column of 0/1 model predictions (``--target-column``), one-hot encodes string
-columns, runs :func:`torch_amore.extract_rules` with one :class:`torch_amore.SearchOptions` built from the flags, and
-prints the rule sets (optionally writing them as a :class:`torch_amore.RegionalExplanation` JSON file).
-``python -m torch_amore`` is the same program.
-
-Bad input (missing or malformed file, unknown column, bad expression, empty subgroup, bad option, unusable device,
-too little memory) is reported as one line on stderr, ``torch-amore: error: ...``, with exit code 2 and no traceback.
-An unexpected failure is one line ``torch-amore: internal error: ...`` with exit code 1 (set the environment variable
-``TORCH_AMORE_TRACEBACK=1`` to see the traceback).
+Bad input is one line ``torch-amore: error: ...`` on stderr with exit code 2; an unexpected failure is one line
+``torch-amore: internal error: ...`` with exit code 1 (``TORCH_AMORE_TRACEBACK=1`` shows the traceback).
 """
 
 from __future__ import annotations

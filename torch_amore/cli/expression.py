@@ -1,9 +1,7 @@
-"""A small expression language for subgroups of a table (the command line's ``--target``), which cannot run code.
+"""A small expression language for subgroups of a table (the command line's ``--target``) that cannot run code.
 
-The text is parsed with :mod:`ast` and checked against a short list of allowed constructs before anything is
-evaluated (:mod:`~torch_amore.cli.expression_syntax`); the evaluation is written in
-:mod:`~torch_amore.cli.expression_evaluation`, on numpy arrays of the columns (neither Python's built-in evaluator nor
-pandas' expression evaluator is ever called).
+The text is parsed with :mod:`ast` and checked (:mod:`~torch_amore.cli.expression_syntax`) before it is evaluated on
+numpy arrays of the columns (:mod:`~torch_amore.cli.expression_evaluation`); no Python or pandas evaluator is called.
 
 Grammar (Python syntax, a small subset of it)::
 
@@ -15,10 +13,9 @@ Grammar (Python syntax, a small subset of it)::
     column     := a column name that is a Python identifier (age), or any name in backquotes (`blood glucose`)
     literal    := number (1, -2.5, 1e3) | 'string' | "string" | True | False
 
-Semantics: comparisons are elementwise over the rows; a missing value (NaN, empty CSV field) is never ``==``, ``<``,
-``<=``, ``>``, ``>=`` or ``in`` anything, and ``!=`` / ``not in`` are the negations of ``==`` / ``in``. Text columns
-(strings, categories) compare with quoted strings; arithmetic is done in float64; integer columns compared with
-integers are compared exactly. The result must be one True/False per row.
+A missing value (NaN, empty CSV field) is never ``==``, ``<``, ``<=``, ``>``, ``>=`` or ``in`` anything; ``!=`` and
+``not in`` negate ``==`` and ``in``. Text compares with quoted strings, arithmetic is float64, integer columns compare
+exactly with integers. The result must be one True/False per row.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The evaluation of a checked target expression (:mod:`torch_amore.cli.expression`) on numpy arrays of a table's
-columns: elementwise comparisons over the rows, where a missing value satisfies none; text compares only with text,
-arithmetic is done in float64, integer columns compared with integers are compared exactly.
-"""
+"""Evaluation of a checked target expression (:mod:`torch_amore.cli.expression`) on numpy arrays of the columns."""
 
 from __future__ import annotations
 

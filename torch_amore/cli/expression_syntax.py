@@ -1,9 +1,5 @@
-"""The syntax of the target language (:mod:`torch_amore.cli.expression`): the text is scanned for backquoted
-column names, parsed with :mod:`ast` and checked against the grammar before anything is evaluated.
-
-Everything outside the grammar (attribute access, calls, subscripts, lambdas, comprehensions, f-strings, ``@`` names,
-dunder names, ...) raises :class:`ExpressionError` naming the construct; unknown columns raise it with the closest
-column name.
+"""The syntax of the target language (:mod:`torch_amore.cli.expression`): backquoted names are replaced, the text is
+parsed with :mod:`ast` and every node checked against the grammar before anything is evaluated.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Tables for the command line: reading CSV/Parquet files strictly, and encoding their columns as features.
-
-A CSV row with fewer or more fields than the header, or a header that names a column twice, is an error (pandas
-would pad the row with missing values, use the first column as the index, or rename the column, without a word).
-String and categorical columns are one-hot encoded; date and duration columns are refused with advice.
+"""Tables for the command line: CSV/Parquet files read strictly (a row with fewer or more fields than the header, or
+a column named twice, is an error that pandas would hide), and their columns encoded as features (strings one-hot).
 Every problem is a :class:`TableError` (a ``ValueError``) with a one-line message.
 """
 
