@@ -1,9 +1,6 @@
 """The engine of :meth:`RegionalExplanation.verify`: checks, one clean pass, then per rule set one patched pass per
-draw (the rule set's units, then each control draw) over the samples it concerns. Rules over concepts are verified
-in concept space: the units are the K concepts of the explanation's basis (:mod:`torch_amore.verify.interventions`).
-
-Sufficiency and necessity act on disjoint samples (outside and not target, inside and target), so one patched pass
-moves the first into the rule set and the second out of it. Private; see :mod:`torch_amore.verify.verification`.
+draw (its own units, then each control draw). Sufficiency and necessity act on disjoint samples, so one patched pass
+moves the first into the rule set and the second out of it; rules over concepts are patched in concept space.
 """
 
 from __future__ import annotations
@@ -216,13 +213,10 @@ def _chosen(explanation: Any, rule_sets: Any) -> list[tuple[int, RuleSet]]:
 def _position(every: list[RuleSet], rs: Any) -> int:
     if not isinstance(rs, RuleSet):
         raise TypeError(f"Expected `rule_sets` to hold RuleSets of the explanation, but got {type(rs).__name__}.")
-    for i, other in enumerate(every, 1):
-        if other is rs:
-            return i
-    for i, other in enumerate(every, 1):
-        if other == rs:
-            return i
-    raise ValueError(f"Expected rule sets of this explanation, but {rs.format()!r} is not one of its rule sets.")
+    found = [i for i, o in enumerate(every, 1) if o is rs] or [i for i, o in enumerate(every, 1) if o == rs]
+    if not found:
+        raise ValueError(f"Expected rule sets of this explanation, but {rs.format()!r} is not one of its rule sets.")
+    return found[0]
 
 
 def _model_args(explanation: Any, args: Any, kwargs: dict | None) -> ModelArgs:

@@ -1,23 +1,10 @@
 """Interventions on a layer's units (or a model's input features): the replacement values and the patched passes.
 
-Private helpers of :func:`torch_amore.verify.verification.verify`. A unit is a column of the flattened (N, D) matrix the
-rules were built on: the layer's output (or first input, ``layer_input=True``) reshaped to (N, -1), or the flattened
-model inputs when no layer was given. A patched pass runs the model on some samples with the chosen units of each
-sample replaced by given values, through a forward hook (or pre-hook) on the layer, or on the inputs themselves.
-
-Replacement methods (``into``: for sufficiency, towards the rule set; ``out``: for necessity, away from it):
-
-* ``"resample"``: each unit takes its value in a donor sample (a donor satisfying the rule set for ``into``, one
-  violating it for ``out``; one donor per sample, all of its units copied, so the values are realistic together);
-* ``"clamp"``: each unit moves to the nearest value observed (on the verified samples) inside its interval (``into``;
-  a value already inside stays) or outside it (``out``: every condition is moved out, to the nearer side; a unit with
-  no observed value outside stays). A control unit is clamped by rank (:func:`clamp_by_rank`): into or out of the
-  ranks its paired rule holds on the rule's own unit;
-* ``"mean"``: each unit takes the mean of the donors (those satisfying, respectively violating, the rule set).
-
-Rules over concepts (a :class:`~torch_amore.concepts.ConceptBasis` of the layer) patch concepts instead of units: the
-same methods give the new concept values ``c'`` (a concept is a column of the (N, K) matrix ``encode(a)``), and the
-hook replaces the layer's activations by ``basis.intervene(a, c')``, which keeps what the basis does not reconstruct.
+A unit is a column of the flattened (N, D) matrix the rules were built on (a concept of the basis for rules over
+concepts, set through ``basis.intervene``). Replacement methods, into the rule set (sufficiency) or out of it
+(necessity): ``"resample"`` copies the units of one donor sample satisfying (violating) the rule set; ``"clamp"``
+moves each unit to the nearest observed value inside (outside) its interval, a control unit by rank
+(:func:`clamp_by_rank`); ``"mean"`` takes the donors' mean.
 """
 
 from __future__ import annotations
@@ -34,16 +21,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore._utils.typing import BatchKey
 from torch_amore.concepts.basis import ConceptBasis
-from torch_amore.model.batches import iter_batches
-from torch_amore.model.forward import (
-    ModelArgs,
-    batch_args,
-    eval_mode,
-    model_device,
-    model_dtype,
-    output_tensor,
-    to_device,
-)
+from torch_amore.model.batches import batch_len, iter_batches
+from torch_amore.model.forward import ModelArgs, eval_mode, model_device, model_feed, output_tensor
 from torch_amore.rules.rule import Rule
 
 #: The replacement methods :func:`torch_amore.verify.verification.verify` accepts.
@@ -294,8 +273,8 @@ def patched_outputs(
     inputs when ``layer`` is None. With a concept ``basis``, ``units`` are concepts of the layer (set through
     ``basis.intervene``).
     Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
-    model_args = ModelArgs() if model_args is None else model_args
-    device, dtype = model_device(model), model_dtype(model)
+    device = model_device(model)
+    feed = model_feed(model, ModelArgs() if model_args is None else model_args, values.shape[0])
     values = values.to(device)
     units = units.to(device).expand(values.shape[0], -1)
     patch = _Patch(basis)
@@ -303,10 +282,8 @@ def patched_outputs(
     outputs, start = [], 0
     with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
         for inp, _ in it:
-            inp = to_device(inp, device)
-            args, kwargs = to_device(batch_args(model_args, inp, start, values.shape[0]), device, dtype)
-            fed = to_device(inp, device, dtype)
-            rows = _rows(fed)
+            fed, args, kwargs = feed(inp, start)
+            rows = batch_len(fed)
             patch.units, patch.values, patch.calls = units[start : start + rows], values[start : start + rows], 0
             if layer is None:
                 fed = patch.apply(fed)
@@ -317,11 +294,3 @@ def patched_outputs(
             outputs.append(out)
             start += out.shape[0]
     return torch.cat(outputs)
-
-
-def _rows(fed: Any) -> int:
-    if isinstance(fed, torch.Tensor):
-        return int(fed.shape[0])
-    if isinstance(fed, tuple) and fed and isinstance(fed[0], torch.Tensor):
-        return int(fed[0].shape[0])
-    return int(getattr(fed, "num_graphs", 0)) or int(fed.shape[0])

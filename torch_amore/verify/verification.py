@@ -1,25 +1,11 @@
 """Verification of rule sets by intervention: does the model *use* the units a rule set names?
 
-A rule on a hidden layer says that the samples in its region are mostly the target; it does not say that the model
-reads that region (two units can carry the same signal while the head reads one). :meth:`RegionalExplanation.verify`
-replaces the rule set's units and counts how often the model's decision follows:
-
-* **sufficiency**: of the verified samples *outside* the rule set that the model does *not* assign to the target,
-  the share it assigns to the target once the rule set's units are put inside the rule set's intervals;
-* **necessity**: of the samples *inside* the rule set that the model assigns to the target, the share that leave the
-  target once the units are moved out of the intervals (see :mod:`torch_amore.verify.interventions` for how each method
-  moves a multi-condition rule set out);
-* the same two shares for a **control**: ``n_controls`` draws in which each sample gets its own random units of the
-  layer, as many as the rule set names, drawn uniformly among the units the rule set does not name, replaced the
-  same way (``"resample"``/``"mean"``: from the same donors; ``"clamp"``: by rank, see
-  :mod:`torch_amore.verify.interventions`).
-
-Intervals (``level``, default 95 %): Wilson score intervals at an effective sample size (:func:`clustered_interval`):
-outcomes that share a source of chance are grouped in clusters, whose correlation the cluster-robust variance takes
-into account: with ``"resample"`` the samples that drew the same donor (for the rule set and the control); for the
-control, also the draws of one sample. Without such sharing (``"clamp"``, ``"mean"`` for the rule set) it is the plain
-Wilson interval. The intervals take the observed values (``"clamp"``) and the donors' means (``"mean"``) as given.
-The shares describe this model on these samples; they are not claims about the world the samples came from.
+:meth:`RegionalExplanation.verify` replaces the rule set's units and counts how often the model's decision follows:
+**sufficiency** (samples outside the rule set and the target, moved into the rule set's intervals: the share that
+enters the target) and **necessity** (samples inside and in the target, moved out: the share that leaves it), each
+beside a **control** of as many random other units replaced the same way. The intervals are Wilson intervals at an
+effective sample size that accounts for outcomes sharing a donor or a sample (:func:`clustered_interval`). The shares
+describe this model on these samples, not the world the samples came from. See ``docs/explainer.md``.
 """
 
 from __future__ import annotations
@@ -360,13 +346,8 @@ class Verification:
                 "sufficiency_verdict": r.sufficiency_verdict,
                 "necessity_verdict": r.necessity_verdict,
             }
-            shares = {
-                "sufficiency": r.sufficiency,
-                "necessity": r.necessity,
-                "control_sufficiency": r.control_sufficiency,
-                "control_necessity": r.control_necessity,
-            }
-            for name, s in shares.items():
+            for name in ("sufficiency", "necessity", "control_sufficiency", "control_necessity"):
+                s = getattr(r, name)
                 rec.update({name: s.value, f"{name}_low": s.low, f"{name}_high": s.high, f"{name}_n": s.n})
             records.append(rec)
         index = pd.Index([r.position for r in self.rows], name="#")
