@@ -1,6 +1,5 @@
-"""The impact matrix of feature selection: integrated gradients (Captum) of the model's output for each sample's
-class, on the inputs or a layer's units, or a precomputed importance matrix (SHAP, LIME); what the attribution needs
-of the inputs (converted by :mod:`torch_amore.data.validation`) and the baselines.
+"""The impact matrix of feature selection: integrated gradients (Captum) on the inputs or a layer's units, or a
+precomputed importance matrix (SHAP, LIME), and the inputs and baselines the attribution needs.
 """
 
 from __future__ import annotations

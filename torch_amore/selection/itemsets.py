@@ -1,24 +1,10 @@
 """The longest frequent itemset of a boolean matrix, found by depth-first branch and bound within a budget.
 
-Feature selection (Algorithm 1 of the paper) only needs the *longest* itemset used together in at least
-``min_count`` rows (ties: the most frequent, then the lowest indices). Enumerating every frequent itemset (FP-Growth)
-is exponential in that length; this search only visits itemsets that could still beat the best one found so far:
-
-- **Eclat-style tidsets.** A node is an itemset ``P`` with its rows ``T`` (rows holding every item of ``P``) and its
-  candidate items ``C`` (items after ``P``'s last one that are still frequent within ``T``).
-- **Closure.** An item held by every row of ``T`` belongs to every best itemset below the node, so it joins ``P`` at
-  once; if an item the search already left behind (an earlier sibling) is held by every row of ``T``, no itemset
-  below the node can be the longest, and the node is pruned (prefix-preserving closure, as in LCM). Both are skipped
-  under ``max_length``, where a longer superset is not allowed.
-- **Bound.** An itemset with ``min_count`` rows inside ``T`` holds at most the ``min_count``-th largest number of
-  candidate items in a row of ``T``; branches whose bound cannot beat the best itemset are cut.
-
-The search stops early, never hangs, when it would examine more than ``max_itemsets`` itemsets, keep more than
-``max_bytes`` of row/item tables alive, or run longer than ``max_seconds``; the result then says ``exact=False`` and
-which budget stopped it, and holds the best itemset found so far. An itemset costs time in proportion to its table
-(rows x candidate items), so one whose table has more than ``CELLS_PER_ITEMSET`` cells counts as one itemset per
-``CELLS_PER_ITEMSET`` cells begun: the itemset budget bounds the work, deterministically, however wide the matrix.
-
+The search keeps Eclat-style row sets, joins items held by every row at once (closure, pruning a node when a
+left-behind item is held by every row, as in LCM; not under ``max_length``), and cuts branches whose bound (the
+``min_count``-th largest number of candidate items in a row) cannot beat the best itemset. It stops, with
+``exact=False``, past ``max_itemsets`` itemsets (one per ``CELLS_PER_ITEMSET`` cells of its table begun),
+``max_bytes`` of live tables or ``max_seconds``. See ``docs/feature_selection.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Feature selection for rule extraction (Algorithm 1 of the paper): :func:`select_features` and
 :class:`FeatureSelection`.
 
-Three steps, each a private helper that can be checked on its own:
-
-1. :func:`_impact_matrix` -- the importance matrix J (eqs. ``ijacob`` and ``impact``): for every pair of a baseline
-   ``x`` and a test sample ``x~``, the integrated gradients ``j_i`` of the model output along the straight path between
-   them (Captum's ``IntegratedGradients`` on the inputs, or ``LayerIntegratedGradients`` on a layer's activations),
-   divided by the output shift: ``|j_i / (y - y~)|``. One row per pair, one column per feature; computed in chunks of
-   pairs on the model's device, so the working memory does not grow with the pairs or the width of the layer.
-2. :func:`_threshold_scan` -- the impact threshold ``j_th`` of eq. ``score_thd``: the smallest threshold at which
-   exactly one feature scores ``>= j_th`` in at least ``gamma`` of the rows.
-3. :func:`torch_amore.selection.itemsets.longest_frequent_itemset` -- the longest itemset used together in at least
-   ``min_frequency`` of the rows binarised at ``j_th`` (ties: the most frequent), by branch and bound within a budget.
-   When the budget runs out, :func:`_fallback` makes a documented, deterministic choice instead, and the result and
-   one warning say so.
-
-Captum and matplotlib are imported lazily, so ``import torch_amore`` stays light.
+Three steps: the importance matrix J of integrated gradients divided by the output shift
+(:mod:`~torch_amore.selection.impact`), the impact threshold j_th (:mod:`~torch_amore.selection.thresholds`), and the
+longest itemset used together in ``min_frequency`` of the rows (:mod:`~torch_amore.selection.itemsets`), with a
+deterministic fallback when its budget runs out. See ``docs/feature_selection.md``.
 """
 
 from __future__ import annotations
@@ -116,12 +105,8 @@ class FeatureSelection:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The selection as plain JSON-safe values (without the importance matrix and the pairs).
-
-        Returns:
-            A dict with ``features``, ``names``, ``threshold``, ``support``, ``exact``, ``reason``, ``gamma``,
-            ``min_frequency``, ``n_examined``, ``n_rows`` and ``n_features`` (the shape of J) and ``n_skipped``.
-        """
+        """The selection as JSON-safe values: the fields but the importance matrix (only its shape, ``n_rows`` and
+        ``n_features``) and the pairs."""
         return {
             "features": [int(i) for i in self.features],
             "names": [str(n) for n in self.names],
@@ -138,15 +123,8 @@ class FeatureSelection:
         }
 
     def threshold_scan(self, thresholds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """How many features reach coverage ``gamma`` at each threshold (the curve of the paper's Fig. 3a).
-
-        Args:
-            thresholds: thresholds to evaluate; default 200 points from 0 to just past the last one that leaves a
-                feature.
-
-        Returns:
-            ``(thresholds, n_features)``: float64 and int64 tensors of the same length.
-        """
+        """``(thresholds, n_features)``: how many features reach coverage ``gamma`` at each threshold (the paper's
+        Fig. 3a); default 200 thresholds from 0 to just past the last one that leaves a feature."""
         top = _coverage_thresholds(self.importance, self.gamma)
         if thresholds is None:
             thresholds = torch.linspace(0.0, float(top.max()) * 1.05 or 1.0, 200, dtype=torch.float64)
@@ -155,14 +133,7 @@ class FeatureSelection:
         return thresholds, n_features
 
     def plot_threshold_scan(self, *, ax: Axes | None = None) -> Figure:
-        """Plot the number of features reaching coverage ``gamma`` against the threshold, with j_th marked.
-
-        Args:
-            ax: matplotlib axes to draw on (default: a new figure).
-
-        Returns:
-            The matplotlib figure.
-        """
+        """The figure of :meth:`threshold_scan`, with j_th marked, on ``ax`` (default: a new figure)."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -206,64 +177,50 @@ def select_features(
 ) -> FeatureSelection:
     """Select the features that are frequently important together (Algorithm 1 of the paper).
 
-    Builds the importance matrix J of integrated gradients between baselines and test samples, normalised by the
-    output shift (``|j_i / (y - y~)|``), picks the impact threshold j_th so that exactly one feature scores ``>= j_th``
-    in at least ``gamma`` of the rows, and searches the rows binarised at j_th for the longest itemset used together
-    in at least ``min_frequency`` of them (ties: the most frequent, then the lowest indices) by branch and bound.
-
-    The search has a budget (``max_itemsets``, ``max_bytes``, ``max_seconds``). When it runs out, the selection falls
-    back to a deterministic choice (the frequent features ranked by mean impact, cut at the largest drop between
-    neighbours, longest prefix still used together in ``min_frequency`` of the rows); ``exact`` is then False,
-    ``reason`` says what happened, and one ``UserWarning`` is issued. See ``docs/feature_selection.md``.
+    Builds the importance matrix J of integrated gradients between baselines and test samples divided by the output
+    shift (``|j_i / (y - y~)|``), picks the impact threshold j_th at which exactly one feature scores ``>= j_th`` in
+    at least ``gamma`` of the rows, and searches the rows binarised at j_th for the longest itemset used together in
+    at least ``min_frequency`` of them (ties: the most frequent, then the lowest indices). When the search budget
+    runs out, a deterministic fallback chooses (``exact=False``, ``reason`` and one ``UserWarning`` say so; see
+    ``docs/feature_selection.md``).
 
     Args:
-        model: differentiable model mapping a batch of ``inputs`` to (N,), (N, 1) or (N, C) outputs (a logit, a
-            probability, a regression value, or class scores with ``target``). It is used as is: call ``model.eval()``
-            first if it has dropout or batch norm. Not needed with ``importance``.
-        inputs: (N, ...) float samples: a tensor, numpy array or pandas DataFrame (its column names become feature
-            names). Class means and test samples are drawn from them. Cast to the model's dtype and device.
-        labels: (N,) class labels: class indices ``0..C-1`` (or booleans). Needed for the default baselines; also used
-            to draw class-balanced test samples.
+        model: differentiable model mapping a batch of ``inputs`` to (N,), (N, 1) or (N, C) outputs (with ``target``
+            for C > 1), used as is (call ``model.eval()`` first). Not needed with ``importance``.
+        inputs: (N, ...) float samples: tensor, numpy array or DataFrame (its columns name the features); cast to the
+            model's dtype and device.
+        labels: (N,) class indices ``0..C-1`` (or booleans), for the default baselines and class-balanced test
+            samples.
         target: output column to explain when the model returns C > 1 values per sample (class index).
-        layer: a submodule of ``model`` or its dotted name (``"encoder.2"``): attribute to its output activations
-            instead of the inputs (``LayerIntegratedGradients``; the path runs between the layer activations of the
-            baseline and of the sample). The features are then the layer's units, e.g. 1,280 latent features.
-        attribute_to_layer_input: with ``layer``, attribute to the layer's input activations instead of its output.
-        baselines: ``"class_means"`` (the centre of each class in input space; the default of the paper) or a tensor
-            of B baselines shaped like B rows of ``inputs``.
-        n_test_per_class: test samples drawn per class (without replacement, all of a smaller class); without labels,
-            the total number of test samples.
+        layer: a submodule of ``model`` or its dotted name: attribute to its output activations (its units are then
+            the features) with ``LayerIntegratedGradients``.
+        attribute_to_layer_input: with ``layer``, attribute to the layer's input activations instead.
+        baselines: ``"class_means"`` (the paper's default) or a tensor of B baselines shaped like rows of ``inputs``.
+        n_test_per_class: test samples drawn per class (all of a smaller class); without labels, in all.
         n_steps: integration steps of the integrated gradients.
         internal_batch_size: at most this many path points go through the model at once (fewer for wide inputs or
-            layers, so that one (path points x features) tensor stays under 64 MiB); baseline/test pairs are
-            processed in chunks, so memory does not grow with the number of pairs (beyond J itself).
+            layers); pairs are processed in chunks, so memory does not grow with their number beyond J itself.
         gamma: coverage fraction in (0, 1] of eq. ``score_thd``; at least ``min_frequency``.
-        min_frequency: c_min, the minimum fraction of rows in (0, 1] in which a frequent itemset must appear.
+        min_frequency: c_min, the fraction of rows in (0, 1] in which a frequent itemset must appear.
         max_length: k_max, the most features selected (``None``: no limit).
-        max_itemsets: budget of the exact search: itemsets it may examine, one with a (rows x candidate features)
-            table over 65,536 cells counting once per 65,536 cells begun, so that it bounds the work (``None``: no
-            limit). Deterministic.
-        max_bytes: budget of the exact search: bytes of row/feature tables it may keep alive (``None``: no limit).
-            Deterministic.
-        max_seconds: budget of the exact search in wall-clock seconds (``None``: no limit). A safety net: a result
-            stopped by it can depend on the machine's speed; the other budgets normally stop the search first.
-        importance: a precomputed (N, D) importance matrix (SHAP, LIME, tree importances...) that replaces the
-            integrated gradients -- the way to use non-differentiable models. Signed values count by magnitude.
-        feature_names: D names (default: the columns of ``importance`` or ``inputs`` when a DataFrame, else
-            ``feature_{i}``).
+        max_itemsets: budget of the exact search in itemsets examined, a table over 65,536 cells counting once per
+            65,536 cells begun (``None``: no limit).
+        max_bytes: budget in bytes of row/feature tables kept alive (``None``: no limit).
+        max_seconds: budget in wall-clock seconds (``None``: no limit); a safety net whose result can depend on the
+            machine's speed.
+        importance: a precomputed (N, D) importance matrix (SHAP, LIME, ...) instead of the integrated gradients,
+            for non-differentiable models; signed values count by magnitude.
+        feature_names: D names (default: the columns of ``importance`` or ``inputs``, else ``feature_{i}``).
         seed: seed of the test-sample draw.
 
     Returns:
         The :class:`FeatureSelection`.
 
     Raises:
-        TypeError: integer or boolean inputs, or a model whose output does not depend differentiably on its inputs
-            (use ``importance=``).
+        TypeError: integer or boolean inputs, or a model whose output is not differentiable in its inputs (use
+            ``importance=``).
         ValueError: bad option values, missing labels, a class without samples, ``layer`` not inside ``model``, or
             no pair with a non-zero output shift.
-
-    Warns:
-        UserWarning: once, when the search budget ran out and the fallback chose the features.
 
     Example:
         >>> import torch

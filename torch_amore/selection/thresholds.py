@@ -1,6 +1,5 @@
-"""The thresholds of feature selection: the coverage threshold of the impact matrix (the smallest value whose
-exceedances cover a share ``gamma`` of the rows), found by a blocked scan, and the columns it keeps.
-"""
+"""The thresholds of feature selection: per feature the coverage threshold of the impact matrix, j_th, and the
+columns used at it, computed by blocks."""
 
 from __future__ import annotations
 
