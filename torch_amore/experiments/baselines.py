@@ -1,23 +1,10 @@
 """The paper's baseline: rules read off a scikit-learn decision tree trained to recognise the subgroup.
 
-A :class:`~sklearn.tree.DecisionTreeClassifier` is fitted to separate the target subgroup (positive class) from the
-other samples. Every node except the root defines a region, the conjunction of the splits on its root-to-node path;
-:func:`decision_tree_rules` turns each into a :class:`~torch_amore.RuleSet` (the same objects and metrics as AMORE's)
-and sorts them by fitness. :func:`decision_tree_search` is the paper's grid search over ``criterion`` x
-``min_samples_leaf`` x ``class_weight`` with the confidence lower bound of
-:func:`torch_amore.experiments.protocol.search_hyperparameters`.
-
-Exact split conversion
-----------------------
-scikit-learn casts ``X`` to float32 and sends a sample left when ``float32(x) <= threshold``. Our rules select
-``low <= x < high`` on the data as given (float64 here), so each split becomes ``x < b`` (left) / ``x >= b`` (right)
-with ``b`` the float64 boundary at which float32 rounding crosses the threshold (for float32 data this is the same as
-``x < nextafter(threshold, +inf)``). Any bound above the largest value of ``X`` below ``b`` and at most the smallest
-value from ``b`` on splits ``X``'s rows alike; as for AMORE's own rules the stored bound is the one that prints
-shortest (:func:`torch_amore.search.readable.between`: ``z_6 >= 7.08`` rather than ``z_6 >= 7.081634283065796``), so
-``RuleSet.mask(X)`` equals the tree's decision-path membership on every sample of ``X``, the data it was fitted on.
-Splits on the same feature along one path merge into one interval rule; on a ``"cat"`` feature a region holding a
-single category of the training column becomes a categorical rule (``gender_Male == 1``).
+Every node but the root is a region (the splits on its path), turned into a :class:`~torch_amore.RuleSet` by
+:func:`decision_tree_rules`; :func:`decision_tree_search` is the paper's grid search over its settings. scikit-learn
+sends a sample left when ``float32(x) <= threshold``; each split becomes ``x < b`` / ``x >= b`` at the float64
+boundary ``b`` where that rounding crosses the threshold, stored as the bound that prints shortest and splits the rows
+alike, so ``RuleSet.mask(X)`` equals the tree's decision-path membership on the data it was fitted on.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The paper's experimental protocol: hyperparameter grid search with a confidence lower bound, and sequential covering.
 
-Selection rule (paper, section "Hyperparameters"): among candidate rule sets, take the one with the highest fitness
-among those whose confidence reaches the lower bound iota (``confidence_lower_bound``); when none does, take the one
-with the highest fitness. :func:`search_hyperparameters` applies it within every setting and again across settings.
-
-:func:`sequential_covering` builds a decision list (``IF ... ELSE IF ...``) by repeatedly taking the best rule set and
-removing the samples it covers.
+Selection rule (paper, "Hyperparameters"): the highest fitness among the rule sets whose confidence reaches the lower
+bound iota (``confidence_lower_bound``), else the highest fitness; applied within every setting and across settings.
 """
 
 from __future__ import annotations

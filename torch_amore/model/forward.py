@@ -1,7 +1,5 @@
-"""Running a model over data: batches of tensors, Datasets and DataLoaders, forward hooks on a layer, eval mode.
-
-Private helpers of :class:`torch_amore.RegionalRuleExplainer`. Everything the hook or the mode switch touches is
-undone in ``finally`` blocks, so an error inside the model leaves it as it was.
+"""Running a model over data: the one forward loop, hooks on a layer, eval mode, devices and extra model arguments.
+Whatever a hook or the mode switch touches is undone in ``finally`` blocks, also when the model raises.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Shape mistakes named by the library: the model called on one batch of ``inputs``, a shape mismatch between them
-turned into a ``ValueError`` that names ``inputs``, its shape and what the model expects (torch's error chained), and
-the check of new data's width against the explained features before the model runs.
-
-What the model expects is read from its first layer that fixes a width (``nn.Linear``'s ``in_features``, a
-convolution's ``in_channels``, a recurrent layer's ``input_size``) and from the batches it accepted before.
+"""Shape mistakes named by the library: a shape mismatch between a batch and the model becomes a ``ValueError`` that
+names ``inputs``, its shape and what the model's first layer expects; new data are checked against the explained
+width before the model runs.
 """
 
 from __future__ import annotations

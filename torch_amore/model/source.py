@@ -1,10 +1,6 @@
-"""Where the explained model's batches come from: the data converted once, cut into batches and moved to the model.
-
-A :class:`BatchSource` is the pluggable batch transfer of the one forward loop
-(:func:`torch_amore.model.forward.forward_batches`): :class:`ModelInputs` for a plain ``nn.Module`` (the explainer),
-the Lightning callback's ``LightningBatches`` (:mod:`torch_amore.integrations.lightning_batches`) for a
-LightningModule. The explainer's in-memory path collects a source's steps (:meth:`BatchSource.collect`), its streamed
-path consumes them batch by batch; both through :meth:`BatchSource.steps`.
+"""Where the explained model's batches come from: a :class:`BatchSource` is the pluggable batch transfer of the one
+forward loop (:func:`torch_amore.model.forward.forward_batches`); :class:`ModelInputs` serves a plain ``nn.Module``,
+``LightningBatches`` (:mod:`torch_amore.integrations.lightning_batches`) a LightningModule.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The explained subgroup from model outputs: a class (argmax or a probability threshold, optionally the ROC
-threshold maximizing TPR - FPR), a boolean mask, a callable on the outputs, or a value range of a regression output.
-
-Private helpers of :class:`torch_amore.RegionalRuleExplainer`.
-"""
+"""The explained subgroup from model outputs: a class (argmax, or a given or ROC probability threshold), a boolean
+mask, a callable on the outputs, or a value range of a regression output."""
 
 from __future__ import annotations
 
