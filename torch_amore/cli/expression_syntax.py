@@ -10,6 +10,8 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch_amore.data.arguments import did_you_mean
+
 #: The language in short, for error messages.
 ALLOWED = "column names, numbers, 'strings', True/False, comparisons, and/or/not, in [...], + - * /"
 
@@ -193,8 +195,7 @@ class _Checker:
         if node.id not in self.names and node.id.startswith("__"):
             raise self.refuse("dunder names", node)
         if name not in self.columns:
-            close = difflib.get_close_matches(name, self.columns, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(name, self.columns)
             raise ExpressionError(f"unknown column {name!r}{hint}; columns are: {show_columns(self.columns)}")
         self.used.append(name)
 

@@ -103,9 +103,9 @@ def _device(text: str) -> torch.device:
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
-        raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps") from None
-    if device.type == "cpu":
-        return device
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise CLIError(f"cannot use --device {text!r}: CUDA is not available here; use --device cpu")
@@ -115,12 +115,9 @@ def _device(text: str) -> torch.device:
                 f"cannot use --device {text!r}: there {'is' if count == 1 else 'are'} {count} CUDA "
                 f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})"
             )
-        return device
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise CLIError(f"cannot use --device {text!r}: MPS is not available here; use --device cpu")
-        return device
-    raise CLIError(f"cannot use --device {text!r}: expected cpu, cuda, cuda:N or mps")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise CLIError(f"cannot use --device {text!r}: MPS is not available here; use --device cpu")
+    return device
 
 
 def format_table(
@@ -159,15 +156,12 @@ def format_table(
 
 def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> str:
     """What the rows of the table are, in one line."""
-    tree = (
+    what = (
         f"every node of the rule tree (the top_k={options.top_k} candidate intervals at each node, up to "
         f"max_length={options.max_length} conditions)"
     )
-    what = (
-        tree
-        if options.strategy == "paper"
-        else (f"{tree}, plus the beam search's best rule sets (beam_width={options.beam_width} per length)")
-    )
+    if options.strategy != "paper":
+        what += f", plus the beam search's best rule sets (beam_width={options.beam_width} per length)"
     if options.min_confidence is not None:
         what += f", with confidence >= {options.min_confidence:g}"
     kept = f"; kept the {limit} best" if limit is not None and n_found > limit else ""
