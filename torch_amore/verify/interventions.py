@@ -9,7 +9,6 @@ moves each unit to the nearest observed value inside (outside) its interval, a c
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from torch_amore._utils.typing import BatchKey
 from torch_amore.concepts.basis import ConceptBasis
+from torch_amore.data.arguments import did_you_mean
 from torch_amore.model.batches import batch_len, iter_batches
 from torch_amore.model.forward import ModelArgs, eval_mode, model_device, model_feed, output_tensor
 from torch_amore.rules.rule import Rule
@@ -42,9 +42,9 @@ def check_method(method: Any) -> str:
     """
     if isinstance(method, str) and method in METHODS:
         return method
-    close = difflib.get_close_matches(str(method), METHODS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"Expected `method` to be one of {list(METHODS)}, but got {method!r}{hint}.")
+    raise ValueError(
+        f"Expected `method` to be one of {list(METHODS)}, but got {method!r}{did_you_mean(method, METHODS)}."
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------

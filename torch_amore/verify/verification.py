@@ -10,12 +10,12 @@ describe this model on these samples, not the world the samples came from. See `
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torch_amore.data.arguments import did_you_mean
 from torch_amore.rules.metrics import wilson_interval
 
 #: Version of the dict layout of :meth:`Verification.to_dict`.
@@ -430,9 +430,7 @@ def check_verify_options(verify: Any, target: Any) -> dict[str, Any] | None:
     options = {} if verify is True else dict(verify)
     for key in options:
         if key not in VERIFY_OPTIONS:
-            close = difflib.get_close_matches(str(key), VERIFY_OPTIONS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise TypeError(f"Unexpected option {key!r} in `verify`{hint}.")
+            raise TypeError(f"Unexpected option {key!r} in `verify`{did_you_mean(key, VERIFY_OPTIONS)}.")
     if "method" in options:
         from torch_amore.verify.interventions import check_method
 
