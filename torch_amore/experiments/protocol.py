@@ -157,10 +157,8 @@ def search_hyperparameters(
 ) -> SearchResult:
     """The paper's grid search over ``bin_strategy`` x ``n_grids`` x ``min_support`` for a fixed ``max_length``.
 
-    Within each setting the rule set with the highest fitness among those with confidence >=
-    ``confidence_lower_bound`` is taken (the highest fitness when none reaches it); the best setting is chosen by the
-    same rule (ties: the first in grid order). Grids and per-grid root counts do not depend on ``min_support``: they
-    are computed once per ``(bin_strategy, n_grids)`` and shared by all ``min_supports``.
+    The selection rule (module docstring) picks the rule set within each setting and then the setting (ties: the
+    first in grid order). The grids are computed once per ``(bin_strategy, n_grids)`` for all ``min_supports``.
 
     Args:
         X, target: the data and the boolean subgroup, as in :func:`torch_amore.extract_rules`.
@@ -242,8 +240,7 @@ def search_hyperparameters(
 class DecisionList:
     """An ordered list of rule sets read as ``IF r1 THEN target ELSE IF r2 THEN target ... ELSE not target``.
 
-    Entry ``i``'s support, confidence and fitness are measured on the samples that no earlier entry covers (the data
-    it was extracted from); its fitness is relative to the target samples remaining at that step.
+    Entry ``i``'s metrics are measured on the samples no earlier entry covers (the data it was extracted from).
 
     Attributes:
         rule_sets: the entries, in order.

@@ -131,12 +131,8 @@ def to_device(obj: Any, device: torch.device, dtype: torch.dtype | None = None) 
 
 
 def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
-    """Inputs in a form :class:`~torch_amore.model.source.ModelInputs` takes, and a DataFrame's column names (else
-    None).
-
-    numpy arrays (and tuples of them) become tensors, a DataFrame a float64 tensor; a torch_geometric ``Batch`` becomes
-    its list of graphs (batched again with ``batch_size``); tensors, Datasets, DataLoaders and graph lists pass.
-    """
+    """Inputs as :class:`~torch_amore.model.source.ModelInputs` takes them (numpy arrays and DataFrames as tensors, a
+    graph ``Batch`` as its graphs), and a DataFrame's column names (else None)."""
     if hasattr(inputs, "columns") and hasattr(inputs, "to_numpy"):
         return to_tensor_2d(inputs, "inputs")
     if isinstance(inputs, np.ndarray):
@@ -167,10 +163,7 @@ def _per_sample(value: Any, n: int | None) -> bool:
 @dataclass(frozen=True)
 class ModelArgs:
     """Extra model arguments: positional ones after the inputs (Captum's ``additional_forward_args``) and keywords.
-
-    A tensor (or numpy array) whose first dimension is the number of samples ``n`` is per-sample: each batch gets its
-    rows. Everything else goes whole to every call.
-    """
+    A tensor (or numpy array) with one row per sample is split by the batches; everything else goes whole."""
 
     args: tuple = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -280,13 +273,9 @@ def forward_batches(
     """The one forward loop: run ``model`` on each transferred ``(input, labels)`` of ``batches`` in eval mode
     under ``torch.no_grad``, with a forward hook on ``layer``, and yield each batch's :class:`Step`.
 
-    The transfer is the caller's: :func:`model_batches` and :func:`model_feed` for a plain ``nn.Module``; the
-    Lightning callback supplies the trainer's batch path and precision ``context``
-    (:mod:`torch_amore.integrations.lightning_batches`). ``noun`` names the model in messages; a shape mismatch
-    between a batch and the model is a ``ValueError`` naming ``inputs`` (the whole inputs, when given) and what the
-    model expects (:func:`torch_amore.model.input_shape.call_model`). The hook is removed
-    and every submodule's mode restored when the loop ends, also on an error; a consumer that may stop early closes
-    the generator (``contextlib.closing``).
+    The transfer is the caller's (:func:`model_batches` and :func:`model_feed` for a plain ``nn.Module``); ``noun``
+    names the model in messages, ``inputs`` in shape errors (:func:`~torch_amore.model.input_shape.call_model`). The
+    hook and the modes are restored when the loop ends; a consumer that may stop early closes the generator.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))

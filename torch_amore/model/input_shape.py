@@ -68,11 +68,8 @@ def _expects(model: nn.Module, shape: tuple[int, ...]) -> tuple[str, bool] | Non
 def shape_error(
     model: nn.Module, batch: Any, err: Exception, *, accepted: tuple[int, ...] | None = None, inputs: Any = None
 ) -> ValueError | None:
-    """The ``ValueError`` for ``err``, raised by ``model`` on ``batch``, where it is a shape mismatch; ``None`` where
-    it is not (an error inside the model that the inputs' shape does not explain).
-
-    ``accepted``: the shape of one sample of the batches the model accepted before; ``inputs``: the whole inputs (a
-    tensor's shape is named, else the batch's).
+    """The ``ValueError`` for ``err``, raised by ``model`` on ``batch``, where it is a shape mismatch, else ``None``;
+    ``accepted``: the sample shape of earlier batches; ``inputs``: the whole inputs (a tensor's shape is named).
 
     Example:
         >>> import torch
@@ -84,9 +81,7 @@ def shape_error(
         >>> shape_error(model, torch.zeros(4, 3), RuntimeError("CUDA out of memory")) is None  # not a shape error
         True
     """
-    if not isinstance(err, RuntimeError) or isinstance(err, torch.OutOfMemoryError):
-        return None
-    if not isinstance(batch, torch.Tensor):
+    if not isinstance(err, RuntimeError) or isinstance(err, torch.OutOfMemoryError) or not torch.is_tensor(batch):
         return None
     shape = tuple(batch.shape)
     expects = _expects(model, shape)
@@ -98,10 +93,7 @@ def shape_error(
     got = f"shape {given}" if given is not None else f"a batch of shape {shape}"
     if given is not None and given[1:] != shape[1:]:
         got += f" (a batch of shape {shape})"
-    if expects is not None:
-        head = f"Expected `inputs` of shape {expects[0]}"
-    else:
-        head = "Expected `inputs` of a shape the model accepts"
+    head = "Expected `inputs` of " + ("a shape the model accepts" if expects is None else f"shape {expects[0]}")
     if changed:
         head += f"; the model accepted samples of shape {tuple(accepted)} in earlier batches"
     hint = ""
@@ -172,9 +164,8 @@ def check_width(data: Any, name: str, *, n_features: int | None, input_shape: An
 
 
 def check_new_data(inputs: Any, features: Any, source: str | None, *, n_features: int, input_shape: Any) -> None:
-    """Before new data run through the model (``evaluate``, ``verify``): :func:`check_width` of ``inputs`` against
-    the explained samples' ``input_shape`` and, for rules on the inputs (``source``), the ``n_features`` of the rules;
-    for rules on a separate matrix, of ``features`` against ``n_features``.
+    """:func:`check_width` of new ``inputs`` (and of ``features`` for rules on a separate matrix) against the
+    explained ``input_shape`` and the rules' ``n_features``, before the model runs (``evaluate``, ``verify``).
 
     Example:
         >>> import numpy as np

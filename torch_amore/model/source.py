@@ -33,8 +33,7 @@ __all__ = ["BatchSource", "ModelInputs", "run_model"]
 class BatchSource:
     """The batches of one model over its data, moved to it: what :func:`forward_batches` runs on.
 
-    A subclass supplies :meth:`batches` (each ``(model input, labels)`` transferred) and, where it differs from a
-    plain call, :meth:`feed` and :meth:`context`. The class attributes say what the explainer's path says of it.
+    A subclass supplies :meth:`batches` and, where it differs from a plain call, :meth:`feed` and :meth:`context`.
 
     Attributes:
         model: the model the batches are moved to and fed.
@@ -204,11 +203,7 @@ def run_model(
 ) -> Forward:
     """Run ``model`` over ``inputs`` and collect outputs, layer activations, flattened inputs and labels
     (:meth:`ModelInputs.collect` of :meth:`ModelInputs.make`; ``batching``: ``batch_size``, ``progress``,
-    ``input_key``, ``label_key``, ``model_args``).
-
-    Floating inputs (and extra model arguments) are cast to the model's dtype and moved to its device; the collected
-    inputs keep their dtype. Per-sample entries of ``model_args`` follow the batches (the rows must come in dataset
-    order).
+    ``input_key``, ``label_key``, ``model_args``). The collected inputs keep their dtype.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
