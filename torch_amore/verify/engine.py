@@ -91,8 +91,7 @@ def verify(explanation: Any, inputs: Any, args: VerifyArgs) -> Verification:
     )
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# checks
+# --------------------------------------------------------------------------------------------------------------- checks
 
 
 def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
@@ -225,8 +224,7 @@ def _model_args(explanation: Any, args: Any, kwargs: dict | None) -> ModelArgs:
     return explanation.data_options.get("model_args") or ModelArgs()
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# passes
+# --------------------------------------------------------------------------------------------------------------- passes
 
 
 def _clean_pass(setup: _Setup, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:

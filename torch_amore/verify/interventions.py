@@ -47,8 +47,7 @@ def check_method(method: Any) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# replacement values
+# --------------------------------------------------------------------------------------------------- replacement values
 
 
 def _nearest(candidates: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -152,8 +151,7 @@ def random_units(others: torch.Tensor, rows: int, k: int, generator: torch.Gener
     return others[idx]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# samples
+# -------------------------------------------------------------------------------------------------------------- samples
 
 
 def subset_batches(inputs: Any, index: torch.Tensor, batch_size: int, input_key: BatchKey = None) -> Iterator:
@@ -202,8 +200,7 @@ def subset_args(model_args: ModelArgs, index: torch.Tensor, n: int) -> ModelArgs
     return ModelArgs(tuple(pick(a) for a in model_args.args), {k: pick(v) for k, v in model_args.kwargs.items()})
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# patched passes
+# ------------------------------------------------------------------------------------------------------- patched passes
 
 
 class _Patch:

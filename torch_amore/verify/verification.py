@@ -25,10 +25,9 @@ VERIFICATION_VERSION = 1
 def clustered_interval(
     hits: Sequence[float], clusters: Sequence[int], level: float = 0.95
 ) -> tuple[float, float, float]:
-    """(share, low, high) of 0/1 outcomes ``hits`` grouped in ``clusters`` (outcomes of one cluster may be correlated,
-    clusters are independent): the Wilson interval at the effective sample size ``p (1 - p) / v``, ``v`` the
-    cluster-robust variance of the share (at most the number of outcomes; the number of clusters when ``p`` is 0 or
-    1). With one outcome per cluster it is the Wilson interval.
+    """(share, low, high) of 0/1 outcomes ``hits`` in independent ``clusters``: the Wilson interval at the effective
+    sample size ``p (1 - p) / v`` (``v`` the cluster-robust variance; at most the number of outcomes, the number of
+    clusters when ``p`` is 0 or 1).
 
     Example:
         >>> [round(v, 4) for v in clustered_interval([1, 0, 1, 0], [0, 1, 2, 3])]
@@ -67,12 +66,9 @@ USED, AT_CONTROL, BELOW_CONTROL, NOT_MEASURED, NO_CONTROL = (
 
 
 def verdict(low: float, high: float, control_low: float, control_high: float) -> str:
-    """What a share's interval says beside its control's: ``"used"`` when the share's lower end lies above the
-    control's upper end (the rule set's units move the model's decision more than random units do),
-    ``"below control"`` when the share's upper end lies below the control's lower end (they move it less than random
-    units: the model reads these units less than the others, or reads the same signal elsewhere), ``"at control
-    level"`` when the intervals overlap (no measurable difference: e.g. the units are redundant with others). Without
-    samples the share is ``"not measured"``; without control draws ``"no control"``.
+    """What a share's interval says beside its control's: ``"used"`` when it lies above the control's (the units move
+    the model's decision more than random units do), ``"below control"`` when it lies below, ``"at control level"``
+    when they overlap; ``"not measured"`` without samples, ``"no control"`` without control draws.
 
     Example:
         >>> verdict(0.19, 0.24, 0.00, 0.01), verdict(0.019, 0.073, 0.014, 0.040), verdict(0.0, 0.01, 0.05, 0.09)
@@ -354,8 +350,7 @@ class Verification:
         return pd.DataFrame(records, index=index)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# the HTML report's column group (used by :mod:`torch_amore.report.html`)
+# ---------------------------------------------- the HTML report's column group (used by :mod:`torch_amore.report.html`)
 
 _HTML_COLUMNS = ("sufficiency", "necessity", "control sufficiency", "control necessity", "verdict")
 
