@@ -31,12 +31,9 @@ def _impact_matrix(
 ) -> torch.Tensor:
     """Rows ``|j / (y~ - y)|`` for the pairs (base[pair_b], samples[pair_x]); ``shift`` holds ``y~ - y`` per pair.
 
-    Pairs go through Captum in chunks of ``internal_batch_size // n_steps``, their samples gathered per chunk, and
-    each chunk's rows are written into the preallocated (P, D) result: the working memory is bounded by the chunk.
-
-    Captum integrates from ``baselines`` to ``inputs``, so with inputs = test sample and baselines = baseline,
-    ``sum_i j_i ~= y~ - y``; the paper's orientation (from x~ to x) flips the signs of both ``j_i`` and the shift and
-    leaves the ratio unchanged.
+    Pairs go through Captum in chunks of ``internal_batch_size // n_steps``, so memory is bounded by the chunk.
+    Captum integrates from the baseline to the sample (``sum_i j_i ~= y~ - y``); the paper's orientation flips the
+    signs of both ``j_i`` and the shift, not the ratio.
     """
     from captum.attr import IntegratedGradients, LayerIntegratedGradients
 

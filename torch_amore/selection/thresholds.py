@@ -14,11 +14,8 @@ _BLOCK = 1 << 22  # elements of J per temporary block in the threshold scan and 
 
 
 def _coverage_thresholds(J: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Per feature, the highest threshold at which it still scores ``>= thr`` in at least ``gamma * N`` rows.
-
-    ``count_i(thr) >= gamma * N`` <=> ``count_i(thr) >= k`` with ``k = ceil(gamma * N)`` <=> ``thr <= `` the k-th
-    largest value of column i.
-    """
+    """Per feature, the highest threshold it still reaches in ``gamma`` of the rows: the k-th largest value of its
+    column, ``k = ceil(gamma * N)``."""
     n, d = J.shape
     k = min(n, _min_count(gamma, n))
     step = max(1, _BLOCK // n)  # column blocks bound the buffers of topk
@@ -47,13 +44,8 @@ def _row_blocks(J: torch.Tensor) -> Iterator[torch.Tensor]:
 def _threshold_scan(J: torch.Tensor, gamma: float, top: torch.Tensor | None = None) -> tuple[float, int]:
     """The impact threshold j_th of eq. ``score_thd`` and the number of features reaching coverage at it.
 
-    With ``t_i`` the coverage threshold of feature i (:func:`_coverage_thresholds`), the number of features reaching
-    coverage at ``thr`` is ``#{i: t_i >= thr}``, non-increasing in ``thr``; it is exactly one for
-    ``t_(2) < thr <= t_(1)`` (first and second largest ``t``). The binarisation ``J >= thr`` only changes at values
-    of J, so the smallest such threshold is the smallest entry of J above ``t_(2)``: that is what a fine stepwise scan
-    from below stops at. When the top two tie (``t_(1) == t_(2)``) no threshold leaves exactly one feature: the count
-    drops from >= 2 straight to 0. Then j_th = ``t_(1)``, the highest threshold any feature still reaches, every tied
-    feature counts, and a warning says so.
+    Exactly one feature reaches coverage for ``t_(2) < thr <= t_(1)`` (the two largest coverage thresholds), so j_th
+    is the smallest entry of J above ``t_(2)``; when the two tie, j_th is ``t_(1)`` and a warning names the tie.
     """
     top = _coverage_thresholds(J, gamma) if top is None else top
     first = float(top.max())
@@ -83,10 +75,8 @@ def _min_count(min_frequency: float, n: int) -> int:
 
 
 def _used_columns(J: torch.Tensor, threshold: float, min_count: int) -> tuple[torch.Tensor, np.ndarray]:
-    """The columns used (``J >= threshold``) in at least ``min_count`` rows, and the boolean (N, C) matrix of their use.
-
-    Columns used in fewer rows cannot be in a frequent itemset; the matrix is built by row blocks, so no float copy of
-    J is made."""
+    """The columns used (``J >= threshold``) in at least ``min_count`` rows, and the boolean (N, C) matrix of their use
+    (built by row blocks: no float copy of J)."""
     counts = sum((blk >= threshold).sum(dim=0) for blk in _row_blocks(J))
     cols = torch.nonzero(counts >= min_count).flatten()
     used = torch.cat([blk[:, cols] >= threshold for blk in _row_blocks(J)]) if cols.numel() else None
