@@ -152,18 +152,8 @@ def _tree_rule_sets(
         if node != 0:
             rules = tuple(data.rule(data.columns[j], lo, hi) for j, (lo, hi) in sorted(bounds.items()))
             s, h = int(support[node]), int(hits[node])
-            out.append(
-                (
-                    node,
-                    RuleSet(
-                        rules=rules,
-                        support=s,
-                        confidence=confidence_of_counts(h, s),
-                        fitness=fitness_of_counts(h, s, data.n_target),
-                        target_name=target_name,
-                    ),
-                )
-            )
+            conf, fit = confidence_of_counts(h, s), fitness_of_counts(h, s, data.n_target)
+            out.append((node, RuleSet(rules, support=s, confidence=conf, fitness=fit, target_name=target_name)))
         left, right = int(tree.children_left[node]), int(tree.children_right[node])
         if left == -1:
             continue
@@ -240,9 +230,8 @@ def decision_tree_search(
 ) -> SearchResult:
     """The paper's grid search for the decision-tree baseline.
 
-    For every ``(criterion, min_samples_leaf, class_weight)`` the best node is the one with the highest fitness among
-    those with confidence >= ``confidence_lower_bound`` (else the highest fitness); the best setting is chosen by the
-    same rule among those (ties: the first in grid order).
+    The selection rule of :func:`~torch_amore.experiments.protocol.search_hyperparameters` picks the node of every
+    ``(criterion, min_samples_leaf, class_weight)`` and then the setting (ties: the first in grid order).
 
     Args:
         max_depth: the trees' depth (fixed, like ``max_length`` for AMORE).
@@ -270,9 +259,7 @@ def decision_tree_search(
     described = A.feature_args(described, "decision_tree_search")
     max_depth = _check_max_depth(max_depth)
     bound = check_bound(confidence_lower_bound)
-    crits = as_grid(criteria, "criteria", str)
-    for c in crits:
-        A.check_choice(c, "criteria", CRITERIA)
+    crits = [A.check_choice(c, "criteria", CRITERIA) for c in as_grid(criteria, "criteria", str)]
     weights = [_check_class_weight(w) for w in as_grid(class_weights, "class_weights", str)]
     data = _TreeData(X, target, described)
     leaves = [_check_min_samples_leaf(m, data.X.shape[0]) for m in as_grid(min_samples_leaf, "min_samples_leaf")]
