@@ -37,13 +37,9 @@ _LAZY = {
 # (:mod:`torch_amore.report.plot`) on first use, through ``torch_amore/plot.py``
 sys.modules[f"{__name__}.metrics"] = metrics
 
-# What the imports above made (torch's modules, functions and tables: about 170,000 objects) lives as long as the
-# process. Frozen, the garbage collector no longer walks it: its first full collection after a large import, due
-# within the next few thousand allocations, would otherwise fall into the first or second search of the process (a
-# pause of 50-150 ms on that call); later full collections walk only younger objects. The young generations are
-# collected first (about 1 ms), so that the imports' recent garbage is not frozen with them; a full collection would
-# walk every object (about 70 ms) to find the few older ones (17 objects after a fresh import). `gc.unfreeze()`
-# undoes the freeze.
+# Frozen, the objects the imports made (about 170,000, alive for the whole process) are no longer walked by the garbage
+# collector, whose first full collection would otherwise fall into an early search (a 50-150 ms pause). The young
+# generations are collected first, so that the imports' garbage is not frozen; `gc.unfreeze()` undoes the freeze.
 gc.collect(1)
 gc.freeze()
 

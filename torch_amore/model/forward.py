@@ -17,8 +17,7 @@ from torch_amore.data.validation import check_not_meta, numpy_to_tensor, to_tens
 from torch_amore.model.batches import batch_len, is_graph
 from torch_amore.model.input_shape import call_model
 
-# --------------------------------------------------------------------------------------------------------------------
-# layers, modes, hooks
+# ------------------------------------------------------------------------------------------------- layers, modes, hooks
 
 
 def resolve_layer(model: nn.Module, layer: nn.Module | str | None) -> tuple[nn.Module | None, str | None]:
@@ -126,8 +125,7 @@ def to_device(obj: Any, device: torch.device, dtype: torch.dtype | None = None) 
     return obj
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# inputs and extra model arguments
+# ------------------------------------------------------------------------------------- inputs and extra model arguments
 
 
 def as_inputs(inputs: Any) -> tuple[Any, list[str] | None]:
@@ -199,8 +197,7 @@ class ModelArgs:
         return tuple(pick(a) for a in self.args), {k: pick(v) for k, v in self.kwargs.items()}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# batches
+# -------------------------------------------------------------------------------------------------------------- batches
 
 
 @dataclass
