@@ -186,10 +186,7 @@ class RuleVerification:
         out = asdict(self)
         out.pop("details")
         out["verdict"] = self.verdict
-        for key in ("control_sufficiency", "control_necessity"):
-            out[key]["shares"] = list(out[key]["shares"])
-        out["units"] = list(self.units)
-        return _nan_to_none(out)
+        return _nan_to_none(out)  # tuples as lists
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RuleVerification:
@@ -300,14 +297,10 @@ class Verification:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN as ``None``); :meth:`from_dict` reads it back (without the per-sample details)."""
+        scalars = ("method", "n_controls", "level", "seed", "n_samples", "target_name")
         return {
             "version": VERIFICATION_VERSION,
-            "method": self.method,
-            "n_controls": self.n_controls,
-            "level": self.level,
-            "seed": self.seed,
-            "n_samples": self.n_samples,
-            "target_name": self.target_name,
+            **{name: getattr(self, name) for name in scalars},
             "rows": [r.to_dict() for r in self.rows],
         }
 
