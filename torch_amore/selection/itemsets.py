@@ -49,27 +49,19 @@ class _Stop(Exception):
         self.budget = budget
 
 
+@dataclass
 class _Search:
     """State of one branch-and-bound search (see the module docstring)."""
 
-    def __init__(
-        self,
-        used: np.ndarray,
-        min_count: int,
-        max_length: int | None,
-        max_itemsets: int | None,
-        max_bytes: int | None,
-        max_seconds: float | None,
-    ) -> None:
-        self.used = used
-        self.min_count = min_count
-        self.max_length = max_length
-        self.max_itemsets = max_itemsets
-        self.max_bytes = max_bytes
-        self.deadline = None if max_seconds is None else time.perf_counter() + max_seconds
-        self.best: tuple[int, int, tuple[int, ...]] = (0, 0, ())
-        self.n_examined = 0
-        self.live_bytes = 0
+    used: np.ndarray
+    min_count: int
+    max_length: int | None
+    max_itemsets: int | None
+    max_bytes: int | None
+    deadline: float | None  # of time.perf_counter()
+    best: tuple[int, int, tuple[int, ...]] = (0, 0, ())
+    n_examined: int = 0
+    live_bytes: int = 0
 
     def better(self, length: int, count: int, items: tuple[int, ...]) -> bool:
         b_len, b_count, b_items = self.best
@@ -195,11 +187,12 @@ def longest_frequent_itemset(
     counts = used.sum(axis=0)
     cols = np.nonzero(counts >= min_count)[0]
     cols = cols[np.lexsort((cols, -counts[cols]))]  # most frequent first: long itemsets are found early
-    search = _Search(used, int(min_count), max_length, max_itemsets, max_bytes, max_seconds)
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
+    search = _Search(used, int(min_count), max_length, max_itemsets, max_bytes, deadline)
+    stopped_by = None
     try:
         search.run(cols)
     except _Stop as stop:
-        _, count, items = search.best
-        return LongestItemset(items, count, False, search.n_examined, stop.budget)
+        stopped_by = stop.budget
     _, count, items = search.best
-    return LongestItemset(items, count, True, search.n_examined, None)
+    return LongestItemset(items, count, stopped_by is None, search.n_examined, stopped_by)
