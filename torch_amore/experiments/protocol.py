@@ -95,11 +95,8 @@ class SearchResult:
             raise ValueError(f"Expected `column` to be one of {list(self.records.columns)}, but got {column!r}.")
         picks = []
         for _, group in self.records.groupby(column, sort=False, dropna=False):
-            chosen = select_best(group["rule_set"].tolist(), self.confidence_lower_bound)
-            if chosen is None:
-                picks.append(group.index[0])
-            else:
-                picks.append(next(i for i, r in zip(group.index, group["rule_set"]) if r is chosen))
+            chosen = select_best(group["rule_set"].tolist(), self.confidence_lower_bound)  # None: all are None
+            picks.append(next(i for i, r in zip(group.index, group["rule_set"]) if r is chosen))
         return self.records.loc[picks]
 
     def __str__(self) -> str:
