@@ -23,19 +23,14 @@ _WHAT = {
     ast.Subscript: "subscripts (indexing)",
     ast.Slice: "slices",
     ast.Lambda: "lambda functions",
-    ast.ListComp: "comprehensions",
-    ast.SetComp: "comprehensions",
-    ast.DictComp: "comprehensions",
-    ast.GeneratorExp: "comprehensions",
-    ast.JoinedStr: "f-strings",
-    ast.FormattedValue: "f-strings",
+    **dict.fromkeys((ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp), "comprehensions"),
+    **dict.fromkeys((ast.JoinedStr, ast.FormattedValue), "f-strings"),
     ast.NamedExpr: "assignments (:=)",
     ast.IfExp: "conditional expressions (a if b else c)",
     ast.Dict: "dicts",
     ast.Starred: "* unpacking",
     ast.Await: "await",
-    ast.Yield: "yield",
-    ast.YieldFrom: "yield",
+    **dict.fromkeys((ast.Yield, ast.YieldFrom), "yield"),
 }
 
 _COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {

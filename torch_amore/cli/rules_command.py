@@ -225,7 +225,7 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
     if device.type != "cpu":
         X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
     try:
-        found = extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
+        return extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
     except torch.cuda.OutOfMemoryError:
         raise CLIError(
             f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
@@ -237,7 +237,6 @@ def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: Se
         ) from None
     except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
         raise CLIError(_flag_names(str(err))) from None
-    return found
 
 
 @dataclass
