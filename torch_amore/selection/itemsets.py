@@ -42,11 +42,7 @@ class LongestItemset:
 
 
 class _Stop(Exception):
-    """Raised inside the search when a budget is exhausted."""
-
-    def __init__(self, budget: str) -> None:
-        super().__init__(budget)
-        self.budget = budget
+    """Raised inside the search when a budget is exhausted; its one argument names the budget."""
 
 
 @dataclass
@@ -193,6 +189,6 @@ def longest_frequent_itemset(
     try:
         search.run(cols)
     except _Stop as stop:
-        stopped_by = stop.budget
+        stopped_by = stop.args[0]
     _, count, items = search.best
     return LongestItemset(items, count, stopped_by is None, search.n_examined, stopped_by)
