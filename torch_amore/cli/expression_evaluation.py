@@ -183,11 +183,8 @@ class _Evaluator:
 
 
 def _scalar(value: Any, source: Callable[[], str]) -> _Value:
-    if isinstance(value, bool):
-        return _Value("bool", value, False, source)
-    if isinstance(value, (int, float)):
-        return _Value("num", value, False, source)
-    return _Value("str", value, False, source)
+    kind = "bool" if isinstance(value, bool) else "num" if isinstance(value, (int, float)) else "str"
+    return _Value(kind, value, False, source)
 
 
 def _check_kinds(a: _Value, b: _Value, symbol: str) -> None:

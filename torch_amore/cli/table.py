@@ -206,22 +206,19 @@ def _select(
     """The columns ``--features`` selects, and per text column the one-hot names it keeps (None: all)."""
     if features is None:
         return candidates, {}
-    keep: dict[str, set[str] | None] = {}
-    chosen: set[str] = set()
+    keep: dict[str, set[str] | None] = {}  # its keys: the chosen columns
     for name in features:
         if name in excluded:
             raise TableError(f"--features names {name!r}, which is excluded (used by the target or --exclude)")
         if name in candidates:
-            chosen.add(name)
             keep[name] = None
             continue
         owner = _dummy_owner(name, df, candidates)
         if owner is None:
             raise TableError(f"unknown column {name!r} in --features; columns are: {show_columns(list(df.columns))}")
-        chosen.add(owner)
         if keep.get(owner, set()) is not None:
             keep.setdefault(owner, set()).add(name)
-    return [c for c in candidates if c in chosen], keep
+    return [c for c in candidates if c in keep], keep
 
 
 def _encode_column(
