@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore.data.arguments import check_choice
 from torch_amore.data.validation import to_labels
 
 
@@ -47,9 +48,7 @@ OUTPUT_KINDS = ("auto", "logits", "probs")
 
 
 def check_outputs(kind: Any) -> str:
-    if kind not in OUTPUT_KINDS:
-        raise ValueError(f"Expected `outputs` to be one of {list(OUTPUT_KINDS)}, but got {kind!r}.")
-    return kind
+    return check_choice(kind, "outputs", OUTPUT_KINDS)
 
 
 def looks_like_probs(outputs: torch.Tensor) -> bool:
@@ -60,12 +59,9 @@ def looks_like_probs(outputs: torch.Tensor) -> bool:
 
 
 def _class_scores(outputs: torch.Tensor, cls: int, kind: str = "auto") -> torch.Tensor:
-    """Probability of the positive class (one output) or of class ``cls`` (several outputs).
-
-    ``kind="probs"``: the outputs are probabilities; ``"logits"``: sigmoid for one output, softmax for several (the
-    convention of torchmetrics); ``"auto"``: probabilities when all lie in [0, 1] (summing to 1 for several outputs),
-    else logits.
-    """
+    """Probability of the positive class (one output) or of class ``cls`` (several outputs), from probabilities or
+    logits (sigmoid for one output, softmax for several); ``kind="auto"`` takes values in [0, 1] (summing to 1 for
+    several outputs) as probabilities."""
     is_prob = looks_like_probs(outputs) if kind == "auto" else kind == "probs"
     if kind == "probs" and not bool(((outputs >= 0) & (outputs <= 1)).all()):
         low, high = float(outputs.min()), float(outputs.max())
