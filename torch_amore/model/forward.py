@@ -72,14 +72,14 @@ class _Capture:
 
 
 @contextmanager
-def hooked(layer: nn.Module | None, use_input: bool) -> Iterator[_Capture | None]:
+def hook_on(layer: nn.Module | None, hook: Callable, *, pre: bool = False) -> Iterator[None]:
+    """``hook`` on ``layer`` (a forward pre-hook with ``pre``) inside, removed on exit; nothing without a layer."""
     if layer is None:
-        yield None
+        yield
         return
-    capture = _Capture(use_input)
-    handle = layer.register_forward_hook(capture)
+    handle = layer.register_forward_pre_hook(hook) if pre else layer.register_forward_hook(hook)
     try:
-        yield capture
+        yield
     finally:
         handle.remove()
 
@@ -281,7 +281,8 @@ def forward_batches(
         >>> [(s.start, tuple(s.outputs.shape), tuple(s.activations.shape)) for s in steps]
         [(0, (5, 2), (5, 4)), (5, (2, 2), (2, 4))]
     """
-    with eval_mode(model), hooked(layer, layer_input) as capture, torch.no_grad():
+    capture = None if layer is None else _Capture(layer_input)
+    with eval_mode(model), hook_on(layer, capture), torch.no_grad():
         start, accepted = 0, None
         for inp, lab in batches:
             fed, args, kwargs = feed(inp, start)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from torch_amore.data import validation as V
+from torch_amore.model.forward import hook_on
 
 _WAY_OUT = "pass a precomputed `importance=` matrix (e.g. SHAP or LIME values) instead"
 
@@ -150,36 +151,25 @@ def _check_differentiable(model: Any, x: torch.Tensor, layer: nn.Module | None, 
     """Run two samples and check that the output carries a gradient w.r.t. the inputs (or the layer activations).
 
     Returns the number of values per sample of the attributed tensor (inputs or layer activations)."""
-    handle = None
     seen: list[int] = []
 
     def width(t: Any) -> int:
         return t[0].numel() if torch.is_tensor(t) and t.ndim > 0 and t.shape[0] == x.shape[0] else 0
 
+    def pre_hook(module: nn.Module, args: tuple) -> tuple:
+        seen.append(max((width(a) for a in args), default=0))
+        return tuple(
+            a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
+        )
+
+    def hook(module: nn.Module, args: tuple, out: Any) -> Any:
+        seen.append(width(out))
+        return out.detach().requires_grad_(True) if torch.is_tensor(out) and out.is_floating_point() else out
+
     if layer is None:
         x = x.detach().clone().requires_grad_(True)
-    elif to_layer_input:
-
-        def pre_hook(module: nn.Module, args: tuple) -> tuple:
-            seen.append(max((width(a) for a in args), default=0))
-            return tuple(
-                a.detach().requires_grad_(True) if torch.is_tensor(a) and a.is_floating_point() else a for a in args
-            )
-
-        handle = layer.register_forward_pre_hook(pre_hook)
-    else:
-
-        def hook(module: nn.Module, args: tuple, out: Any) -> Any:
-            seen.append(width(out))
-            return out.detach().requires_grad_(True) if torch.is_tensor(out) and out.is_floating_point() else out
-
-        handle = layer.register_forward_hook(hook)
-    try:
-        with torch.enable_grad():
-            out = model(x)
-    finally:
-        if handle is not None:
-            handle.remove()
+    with hook_on(layer, pre_hook if to_layer_input else hook, pre=to_layer_input), torch.enable_grad():
+        out = model(x)
     if layer is not None and not seen:
         raise ValueError("Expected `layer` to run in model's forward pass, but it was never called.")
     if not torch.is_tensor(out) or not out.requires_grad:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -22,7 +21,7 @@ from torch_amore._utils.typing import BatchKey
 from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.data.arguments import did_you_mean
 from torch_amore.model.batches import batch_len, iter_batches
-from torch_amore.model.forward import ModelArgs, eval_mode, model_device, model_feed, output_tensor
+from torch_amore.model.forward import ModelArgs, eval_mode, hook_on, model_device, model_feed, output_tensor
 from torch_amore.rules.rule import Rule
 
 #: The replacement methods :func:`torch_amore.verify.verification.verify` accepts.
@@ -236,21 +235,6 @@ class _Patch:
         return (self.apply(args[0]), *args[1:])
 
 
-@contextmanager
-def _patched(layer: nn.Module | None, layer_input: bool, patch: _Patch) -> Iterator[None]:
-    if layer is None:
-        yield
-        return
-    if layer_input:
-        handle = layer.register_forward_pre_hook(patch.input_hook)
-    else:
-        handle = layer.register_forward_hook(patch.output_hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def patched_outputs(
     model: nn.Module,
     inputs: Any,
@@ -277,7 +261,8 @@ def patched_outputs(
     patch = _Patch(basis)
     it = subset_batches(inputs, index, batch_size, input_key)
     outputs, start = [], 0
-    with eval_mode(model), _patched(layer, layer_input, patch), torch.inference_mode():
+    hook = patch.input_hook if layer_input else patch.output_hook
+    with eval_mode(model), hook_on(layer, hook, pre=layer_input), torch.inference_mode():
         for inp, _ in it:
             fed, args, kwargs = feed(inp, start)
             rows = batch_len(fed)
