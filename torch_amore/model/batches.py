@@ -67,7 +67,7 @@ def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = No
     """(model input, labels or None) of one batch; a tuple model input means several positional arguments.
 
     By default a tensor batch is the input, a tuple/list batch is ``(input, labels, ...)``, and any other object
-    (e.g. a torch_geometric ``Batch``) is the input as a whole. Shared by the explainer and the Lightning callback.
+    (e.g. a torch_geometric ``Batch``) is the input as a whole.
 
     Example:
         >>> import torch

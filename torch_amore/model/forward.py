@@ -321,7 +321,7 @@ def output_tensor(out: Any, noun: str = "model") -> torch.Tensor:
 
 def layer_activations(values: list[torch.Tensor], layer_name: str | None, rows: int) -> torch.Tensor:
     """The (rows, D) activations a forward hook captured in ``values`` during one forward pass (emptied), checked:
-    the layer ran exactly once and has one row per sample. Shared by the explainer and the Lightning callback.
+    the layer ran exactly once and has one row per sample.
 
     Example:
         >>> import torch

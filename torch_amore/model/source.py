@@ -91,10 +91,8 @@ class BatchSource:
         collect_inputs: bool = False,
         require_inputs: bool = False,
     ) -> Forward:
-        """Every step of :meth:`steps` concatenated: outputs, activations, flattened inputs and labels.
-
-        ``collect_inputs``: keep the flattened inputs when they are tensors (``require_inputs``: else a TypeError).
-        """
+        """Every step of :meth:`steps` concatenated: outputs, activations, labels and, with ``collect_inputs``, the
+        flattened tensor inputs (``require_inputs``: a TypeError for inputs that are not tensors)."""
         outputs, acts, flats, labels = [], [], [], []
         input_shape, input_type = None, None
         with closing(self.steps(layer, layer_name, layer_input)) as steps:  # the hook goes also when a check raises

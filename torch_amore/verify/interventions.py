@@ -101,10 +101,9 @@ def rank_bounds(column: torch.Tensor, rule: Rule) -> tuple[int, int]:
 
 
 def clamp_by_rank(column: torch.Tensor, rows: torch.Tensor, a: int, b: int, into: bool) -> torch.Tensor:
-    """A control unit's values for ``rows`` after clamping by rank into (``into``) or out of the ranks ``[a, b)`` of
-    its sorted observed values (those a rule holds on its own unit): a value whose rank is inside stays (``into``),
-    else it moves to the value at the nearest rank inside; out, it moves to the nearer of the values at ranks
-    ``a - 1`` and ``b``. NaN where there is no such rank.
+    """A control unit's values for ``rows`` clamped by rank into (``into``) or out of the ranks ``[a, b)`` of its
+    sorted values: into, to the value at the nearest rank inside (a value inside stays); out, to the nearer of the
+    values at ranks ``a - 1`` and ``b``. NaN where there is no such rank.
 
     Example:
         >>> import torch
@@ -249,21 +248,18 @@ def patched_outputs(
     model_args: ModelArgs | None = None,
     basis: ConceptBasis | None = None,
 ) -> torch.Tensor:
-    """The model's outputs on the samples ``index`` (M) of ``inputs`` with the flattened ``units`` of the i-th (the
-    same (U,) for all, or (M, U), one row each) set to ``values[i]`` (M, U): on the layer through a hook, or on the
-    inputs when ``layer`` is None. With a concept ``basis``, ``units`` are concepts of the layer (set through
-    ``basis.intervene``).
-    Eval mode, ``torch.inference_mode``, the model's device; the hook and every module's mode are restored on exit."""
+    """The model's outputs (eval mode, inference mode) on the samples ``index`` (M) of ``inputs`` with the flattened
+    ``units`` of the i-th (the same (U,) for all, or (M, U)) set to ``values[i]``: on the layer (concepts with a
+    ``basis``) through a hook, or on the inputs when ``layer`` is None."""
     device = model_device(model)
     feed = model_feed(model, ModelArgs() if model_args is None else model_args, values.shape[0])
     values = values.to(device)
     units = units.to(device).expand(values.shape[0], -1)
     patch = _Patch(basis)
-    it = subset_batches(inputs, index, batch_size, input_key)
     outputs, start = [], 0
     hook = patch.input_hook if layer_input else patch.output_hook
     with eval_mode(model), hook_on(layer, hook, pre=layer_input), torch.inference_mode():
-        for inp, _ in it:
+        for inp, _ in subset_batches(inputs, index, batch_size, input_key):
             fed, args, kwargs = feed(inp, start)
             rows = batch_len(fed)
             patch.units, patch.values, patch.calls = units[start : start + rows], values[start : start + rows], 0
