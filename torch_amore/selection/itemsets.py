@@ -26,9 +26,8 @@ class LongestItemset:
     Attributes:
         items: column indices of the itemset, ascending (empty when no column is frequent).
         count: number of rows holding every item.
-        exact: True when the search finished: ``items`` is then the longest frequent itemset (ties: the largest
-            ``count``, then the lexicographically smallest ``items``). False when a budget stopped it: ``items`` is
-            the best itemset found until then.
+        exact: True when the search finished (``items`` is the longest frequent itemset), False when a budget stopped
+            it (``items`` is the best itemset found until then).
         n_examined: itemsets the search examined (weighted: see ``CELLS_PER_ITEMSET``).
         stopped_by: the budget that stopped the search (``"max_itemsets"``, ``"max_bytes"`` or ``"max_seconds"``);
             None when it finished.
@@ -163,9 +162,6 @@ def longest_frequent_itemset(
         max_itemsets: stop after examining this many itemsets (``None``: no limit).
         max_bytes: stop when the row/item tables alive in the search exceed this many bytes (``None``: no limit).
         max_seconds: stop after this many seconds (``None``: no limit).
-
-    Returns:
-        A :class:`LongestItemset`.
 
     Example:
         >>> import numpy as np

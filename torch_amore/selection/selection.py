@@ -213,9 +213,6 @@ def select_features(
         feature_names: D names (default: the columns of ``importance`` or ``inputs``, else ``feature_{i}``).
         seed: seed of the test-sample draw.
 
-    Returns:
-        The :class:`FeatureSelection`.
-
     Raises:
         TypeError: integer or boolean inputs, or a model whose output is not differentiable in its inputs (use
             ``importance=``).
