@@ -408,9 +408,6 @@ def sequential_covering(
         described: ``features``, ``feature_names``, ``feature_types``, ``feature_scale`` and ``feature_offset``.
         Other arguments: as in :func:`search_hyperparameters`.
 
-    Returns:
-        A :class:`DecisionList`.
-
     Example:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
