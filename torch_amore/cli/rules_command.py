@@ -350,13 +350,9 @@ def _report(run: _Run) -> None:
     shown, negative = run.shown(), run.negative
     if shown:
         place = {id(rs): i for i, rs in enumerate(run.found, 1)}  # rule_sets[i] is #i+1, as in --json and --html
+        positions = [place[id(rs)] for rs in shown]
         print(
-            format_table(
-                shown,
-                flag_negative=run.args.all_rule_sets,
-                positions=[place[id(rs)] for rs in shown],
-                base_rate=n_target / run.n,
-            )
+            format_table(shown, flag_negative=run.args.all_rule_sets, positions=positions, base_rate=n_target / run.n)
         )
     if run.found and run.found[0].optimum is not None:
         print(f"best: {run.found[0].optimum_text()}")
