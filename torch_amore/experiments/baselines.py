@@ -116,8 +116,7 @@ class _TreeData:
         return between(below, above, boundary, (self.scale[col], self.offset[col]))
 
     def rule(self, col: int, low: float, high: float) -> Rule:
-        name, scale, offset = self.names[col], self.scale[col], self.offset[col]
-        kind = self.kinds[col]
+        name, scale, offset, kind = self.names[col], self.scale[col], self.offset[col], self.kinds[col]
         values = self.X[:, col]
         if kind == "cat":
             inside = np.unique(values[(values >= low) & (values < high)])

@@ -404,7 +404,7 @@ def _select(
 
 
 def _check_budget(max_itemsets: Any, max_bytes: Any, max_seconds: Any) -> dict[str, Any]:
-    budget: dict[str, Any] = {
+    budget = {
         "max_itemsets": None if max_itemsets is None else A.check_int(max_itemsets, "max_itemsets", 1),
         "max_bytes": None if max_bytes is None else A.check_int(max_bytes, "max_bytes", 1),
     }
@@ -413,9 +413,7 @@ def _check_budget(max_itemsets: Any, max_bytes: Any, max_seconds: Any) -> dict[s
             raise TypeError(f"Expected `max_seconds` to be a positive number or None, but got {max_seconds!r}.")
         if not float(max_seconds) > 0:
             raise ValueError(f"Expected `max_seconds` > 0 or None, but got {max_seconds}.")
-        max_seconds = float(max_seconds)
-    budget["max_seconds"] = max_seconds
-    return budget
+    return {**budget, "max_seconds": None if max_seconds is None else float(max_seconds)}
 
 
 def _check_fraction(value: Any, name: str) -> float:
