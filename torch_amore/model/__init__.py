@@ -1,6 +1,4 @@
-"""Running the explained model: inputs, batches, the one forward loop with its hook on a layer
-(:mod:`~torch_amore.model.forward`), the subgroup of its outputs (:mod:`~torch_amore.model.subgroups`); Lightning's
-batch transfer plugs into the loop from :mod:`~torch_amore.integrations.lightning_batches`."""
+"""Running the explained model: inputs, batches, the one forward loop with its layer hook, its outputs' subgroup."""
 
 from torch_amore.model.forward import Forward, ModelArgs, resolve_layer
 from torch_amore.model.source import BatchSource, ModelInputs, run_model

@@ -1,5 +1,4 @@
-"""Feature selection before the search: which features (inputs or a layer's units) matter for the subgroup, by
-attribution and by the longest frequent itemset of the subgroup's strongest units."""
+"""Feature selection before the search (Algorithm 1 of the paper): attribution and the longest frequent itemset."""
 
 from torch_amore.selection.itemsets import LongestItemset, longest_frequent_itemset
 from torch_amore.selection.selection import FeatureSelection, select_features

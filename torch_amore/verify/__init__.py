@@ -1,5 +1,4 @@
-"""Verification of rules by intervention: do the model's outputs change when a rule's features are moved out of
-its intervals? The results (:mod:`~torch_amore.verify.verification`), the interventions and the engine."""
+"""Verification of rule sets by intervention: does the model's decision follow when their units are moved?"""
 
 from torch_amore.verify.engine import VerifyArgs, verify
 from torch_amore.verify.verification import RuleVerification, Verification, wilson_interval
