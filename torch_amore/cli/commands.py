@@ -18,7 +18,6 @@ from torch_amore._utils.typing import BIN_STRATEGIES, FEATURE_TYPES
 from torch_amore._version import __version__
 from torch_amore.cli.expression import GRAMMAR
 from torch_amore.cli.rules_command import CLIError, _flag_names, _run_rules
-from torch_amore.data.arguments import did_you_mean
 from torch_amore.search.options import STRATEGIES, SearchOptions
 
 PROG = "torch-amore"
@@ -53,10 +52,10 @@ def _flag_hint(message: str, flags: list[str]) -> str:
     given = [t.split("=")[0] for t in message.split(": ", 1)[1].split() if t.startswith("--")]
     close = [(flag, difflib.get_close_matches(flag, flags, n=1)) for flag in given]
     close = [(flag, match[0]) for flag, match in close if match]
-    if len(close) == 1:
-        return did_you_mean(close[0][0], flags)
     if not close:
         return ""
+    if len(close) == 1:
+        return f" (did you mean {close[0][1]!r}?)"
     return " (did you mean " + ", ".join(f"{match!r} for {flag}" for flag, match in close) + "?)"
 
 

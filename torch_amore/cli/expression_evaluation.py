@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,9 +96,7 @@ class _Evaluator:
         if isinstance(node, ast.BoolOp):
             parts = [self.boolean(v, "and" if isinstance(node.op, ast.And) else "or") for v in node.values]
             combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-            data = parts[0].data
-            for p in parts[1:]:
-                data = combine(data, p.data)
+            data = functools.reduce(combine, [p.data for p in parts])
             return _Value("bool", data, any(p.column for p in parts), self.source(node))
         if isinstance(node, ast.UnaryOp):
             return self.unary(node)
