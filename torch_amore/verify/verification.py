@@ -146,9 +146,8 @@ class RuleVerification:
         sufficiency, necessity: the shares (:class:`Share`) for the rule set's units.
         control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`).
         details: per-sample facts for audits (not serialized): ``sufficiency_samples``/``necessity_samples`` (row
-            indices of the verified samples), ``donors`` (the donor row of each, for ``"resample"``), ``flipped``
-            (bool per sample, sufficiency samples first), ``control_units`` (per draw, the (samples, units) tensor of
-            the units each sample had replaced) and ``control_flipped`` (per draw, like ``flipped``).
+            indices), ``donors`` (each one's donor row, for ``"resample"``), ``flipped`` (per sample, sufficiency
+            samples first), ``control_units`` and ``control_flipped`` (per draw: each sample's replaced units, flips).
     """
 
     position: int
