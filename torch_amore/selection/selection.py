@@ -239,8 +239,7 @@ def select_features(
             f"Expected `gamma` >= `min_frequency` (the paper takes gamma in (c_min / BM, 1]), but got gamma={gamma} "
             f"and min_frequency={min_frequency}."
         )
-    if max_length is not None:
-        max_length = A.check_int(max_length, "max_length", 1)
+    max_length = None if max_length is None else A.check_int(max_length, "max_length", 1)
     budget = _check_budget(max_itemsets, max_bytes, max_seconds)
 
     if importance is not None:
@@ -253,8 +252,7 @@ def select_features(
     n_steps = A.check_int(n_steps, "n_steps", 1)
     internal_batch_size = A.check_int(internal_batch_size, "internal_batch_size", 1)
     seed = A.check_int(seed, "seed", 0)
-    if target is not None:
-        target = A.check_int(target, "target", 0)
+    target = None if target is None else A.check_int(target, "target", 0)
     if model is None or not callable(model):
         raise TypeError(f"Expected `model` to be a callable torch model (or pass `importance=`), but got {model!r}.")
     if isinstance(model, nn.Module):
