@@ -422,8 +422,7 @@ def sequential_covering(
     """
     described = A.feature_args(described, "sequential_covering")
     min_confidence = check_bound(min_confidence, "min_confidence")
-    if max_rules is not None:
-        max_rules = A.check_int(max_rules, "max_rules", 1)
+    max_rules = None if max_rules is None else A.check_int(max_rules, "max_rules", 1)
     max_length = A.check_int(max_length, "max_length", 1)
     top_k = A.check_int(top_k, "top_k", 1)
     strategies = [A.check_bin_strategy(s) for s in as_grid(bin_strategy, "bin_strategy", str)]
