@@ -1,12 +1,7 @@
-"""How far to trust the rule sets of one call, in words: the evidence each carries as text (:func:`evidence_text`),
-one verdict line for a list of them (:func:`verdict`), and the warning when none of them stands out from what the
-search finds in noise (:func:`noise_message`, :func:`warn_noise`).
-
-The numbers come from :func:`torch_amore.extract_rules` with ``permutations``, ``holdout`` or ``stability``
-(``RuleSet.p_value``, ``RuleSet.held_out``, ``RuleSet.stability``); a rule set without them gives no text.
-``RuleSet.p_value`` asks "does this rule set beat the best the same search finds on shuffled targets?", a family-wise
-p-value over everything the search compared; ``RuleSet.held_out.p_value`` asks "does this fixed rule set select more
-target rows than the base rate on rows the search did not see?", Holm-adjusted over the rule sets returned.
+"""How far to trust the rule sets of one call, in words: each one's evidence (:func:`evidence_text`), one verdict
+line for a list (:func:`verdict`), and the warning when none stands out from what the search finds in noise
+(:func:`noise_message`, :func:`warn_noise`). The numbers are those of ``extract_rules`` with ``permutations``,
+``holdout`` or ``stability`` (``RuleSet.p_value``, ``RuleSet.held_out``, ``RuleSet.stability``; see docs/trust.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Masks of many rules and rule sets at once, and rule sets that select the same rows.
-
-:func:`rule_masks` computes :meth:`torch_amore.rules.rule.Rule.mask` of many rules in a few batched operations (one
-index tensor, one comparison per bound); :func:`rule_set_masks` combines them per rule set; :func:`drop_same_mask`
-keeps the shortest of rule sets on the same (or nested) features that select exactly the same samples, comparing all
-candidate pairs in one batched operation and one host sync.
+"""Masks of many rules and rule sets at once (:func:`rule_masks`, :func:`rule_set_masks`), and
+:func:`drop_same_mask`, which keeps the shortest of rule sets that select the same rows.
 """
 
 from __future__ import annotations

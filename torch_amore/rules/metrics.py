@@ -1,21 +1,8 @@
-"""The paper's three rule-quality criteria (support, confidence, fitness) and the measures derived from the same counts
-(lift, recall, the searches' integer fitness and its optimistic bound).
-
-Functional forms take a boolean rule ``mask`` (samples satisfying a rule set) and the boolean ``target`` subgroup, and
-return 0-dim tensors on the inputs' device. The count forms take the counts themselves (Python numbers or integer
-tensors, as each says). This module is the single source of the maths: ``RuleSet.evaluate``, the searches, the
-baselines, the explanations and the torchmetrics wrappers (:mod:`torch_amore.integrations.metric_classes`) call it.
-
-Definitions (``hits`` = ``sum(mask & target)``, ``T`` = number of target samples, ``N`` = number of samples):
-
-* support    = ``sum(mask)``
-* confidence = ``hits / support`` (0 when the mask is empty)
-* fitness    = ``(hits - sum(mask & ~target)) / T`` = ``(2 * hits - support) / T``
-* recall     = ``hits / T``, also the optimistic bound on fitness: no rule set below these hits (adding conditions only
-  drops samples) has a fitness above it
-* lift       = ``confidence / (T / N)`` (confidence over the base rate)
-
-and the Wilson score interval of a share (:func:`wilson_interval`), of a confidence as of a verification's shares.
+"""The one source of the paper's rule-quality criteria and the measures derived from the same counts, with
+``hits = sum(mask & target)``, ``T`` target and ``N`` samples: support ``sum(mask)``, confidence ``hits / support``,
+fitness ``(2 * hits - support) / T``, recall ``hits / T`` (also fitness's optimistic bound) and lift
+``confidence / (T / N)``. Functional forms take boolean ``mask`` and ``target`` tensors and return 0-dim tensors; the
+count forms take the counts.
 """
 
 from __future__ import annotations

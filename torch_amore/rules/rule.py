@@ -1,6 +1,4 @@
-"""One condition on one feature, :class:`Rule`: an interval (or a category), its sample mask, its readable text and
-its JSON form.
-"""
+"""One condition on one feature, :class:`Rule`: an interval or a category, its mask, its text and its JSON form."""
 
 from __future__ import annotations
 
@@ -191,14 +189,10 @@ class Rule:
         return self.format()
 
     def format(self, precision: int | None = None) -> str:
-        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``.
-
-        Each bound prints as the shortest decimal that maps back to the stored bound exactly
-        (:func:`torch_amore.rules.cuts.format_bound`), never with a fixed number of decimals: a fixed precision would
-        print different bounds alike (``37.776 <= lat < 37.776``). The search stores bounds that read short already
-        (:func:`torch_amore.rules.cuts.short_cut`). ``precision`` is accepted for compatibility and has no effect on the
-        bounds. An ``"int"`` rule prints the integers it admits; a negative ``scale`` flips the interval in raw units
-        (``4 < x <= 7``).
+        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``: each bound as the shortest
+        decimal that maps back to it exactly (:func:`torch_amore.rules.cuts.format_bound`; ``precision`` is accepted
+        for compatibility and changes nothing, as a fixed precision could print different bounds alike). An ``"int"``
+        rule prints the integers it admits; a negative ``scale`` flips the interval in raw units (``4 < x <= 7``).
         """
         del precision  # no number of decimals keeps every bound distinct: see the docstring
         name = self.name
@@ -265,11 +259,8 @@ class Rule:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, n_features: int | None = None) -> Rule:
-        """The rule written by :meth:`to_dict`, every field checked: a ``ValueError`` names the bad one.
-
-        ``feature`` must be an integer >= 0 (and < ``n_features`` when given); bounds finite numbers (``None`` for an
-        open side) with ``low < high``; ``kind`` one of ``"float"``, ``"int"``, ``"cat"``; an ``"int"`` rule's
-        bounds integers when in stored units; a category ``value`` finite.
+        """The rule written by :meth:`to_dict`, every field checked (``feature`` an integer >= 0 and < ``n_features``
+        when given; bounds finite or ``None``, ``low < high``): a ``ValueError`` names the bad one.
 
         Example:
             >>> Rule.from_dict({"feature": 0, "name": "x", "low": 0.5})

@@ -1,23 +1,11 @@
 """Rule sets (:class:`RuleSet`) of rules (:class:`~torch_amore.rules.rule.Rule`): the objects users hold.
 
-Interval convention
--------------------
-A numeric :class:`Rule` selects ``low <= x < high`` (lower bound inclusive, upper bound exclusive); ``low = -inf`` or
-``high = +inf`` leaves that side open, and such a rule prints one-sided (``age >= 40``). A categorical rule selects
-``x == value``. NaN (a missing value) satisfies no rule. Integer columns are compared exactly (no rounding through
-float64, so values beyond 2**53 keep their meaning).
-
-Bounds are stored in the units of the data the rules were extracted from. When those features were scaled, give each
-rule an affine ``scale``/``offset`` (``raw = x * scale + offset``) and it prints in the original units. A bound prints
-as the shortest decimal that maps back to it exactly (:func:`torch_amore.rules.cuts.format_bound`), so what a rule
-prints selects, on data in the printed units, what the rule selects: two different bounds never print alike.
-
-Serialization
--------------
-:meth:`RuleSet.to_dict` / :meth:`RuleSet.to_json` write plain JSON with a ``format_version`` and the library's
-version; :meth:`RuleSet.from_dict` / :meth:`RuleSet.from_json` (and :meth:`Rule.from_dict`, :func:`load_rule_sets`)
-check every field and raise one ``ValueError`` (:class:`torch_amore.rules.serialization.FieldError`) naming the bad
-field's path. Files written before versions existed load unchanged.
+A numeric rule selects ``low <= x < high`` (``-inf``/``+inf`` leave a side open, and the rule prints one-sided,
+``age >= 40``); a categorical rule selects ``x == value``. NaN satisfies no rule, and integer columns are compared
+exactly. Bounds are stored in the units of the searched data and print in the units ``raw = x * scale + offset`` as
+the shortest decimal that maps back to them exactly (:func:`torch_amore.rules.cuts.format_bound`), so what a rule
+prints selects what it selects. ``to_dict``/``to_json`` write plain JSON with a ``format_version``;
+``from_dict``/``from_json`` check every field and name a bad one's path.
 """
 
 from __future__ import annotations
@@ -117,10 +105,8 @@ class RuleSet:
         return len(self.rules)
 
     def optimum_text(self, precision: int = 3) -> str | None:
-        """What this rule set's fitness means beside :attr:`optimum`, the best fitness a rule set on the search's
-        coarse grid reaches (found by an exhaustive search, as ``strategy='exact'`` does); ``None`` when the optimum
-        was not computed. Above it means that the search's polished cuts, between observed values, found more than
-        the grid can express.
+        """What this rule set's fitness means beside :attr:`optimum`, the best fitness on the search's coarse grid
+        (``None`` when not computed); above it, the search's polished cuts found more than the grid can express.
 
         Example:
             >>> RuleSet((), 10, 0.9, 0.78, optimum=0.76).optimum_text()
@@ -178,11 +164,8 @@ class RuleSet:
         return replace(self, rules=rules)
 
     def format(self, precision: int | None = None) -> str:
-        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``.
-
-        Bounds print as the shortest decimals that name them exactly (:meth:`Rule.format`); ``precision`` is
-        accepted for compatibility and changes nothing (a fixed precision could print different bounds alike).
-        """
+        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``, bounds as :meth:`Rule.format`
+        prints them (``precision`` changes nothing)."""
         del precision
         cond = " AND ".join(r.format() for r in self.rules) if self.rules else "TRUE"
         evidence = evidence_text(self)  # held-out numbers, p-value, stability: when computed

@@ -1,9 +1,6 @@
-"""Checked reading of serialized objects: every field is validated, and an error names the field's path.
-
-``from_dict`` methods read JSON written by a ``to_dict`` -- or edited by hand, or corrupted. Each field goes through
-a checker here; a bad one raises :class:`FieldError`, a ``ValueError`` whose message names the field's full path
-(``rule_sets[2].rules[0].feature``), what was expected and what was found. Containers prefix the paths of what they
-hold with :func:`at_path` (or read a list with :func:`load_items`). Nothing is ever ``eval``-ed or unpickled.
+"""Checked reading of serialized objects: each field goes through a checker, and a bad one raises
+:class:`FieldError`, a ``ValueError`` naming the field's full path, what was expected and what was found. Nothing is
+ever ``eval``-ed or unpickled.
 
 Example:
     >>> try:
