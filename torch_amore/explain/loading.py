@@ -1,6 +1,4 @@
-"""Reading and writing the JSON fields of a :class:`~torch_amore.explain.explanation.RegionalExplanation`: each field
-checked as it is read (old files still load), values made JSON-safe as they are written.
-"""
+"""Reading and writing the JSON fields of a :class:`~torch_amore.explain.explanation.RegionalExplanation`."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ _DERIVED = ("position", *DERIVED_COLUMNS)
 
 
 def _load_rule_set(data: Any) -> RuleSet:
-    """One entry of a serialized ``rule_sets`` list (the derived columns of :meth:`RegionalExplanation.stats`
-    dropped)."""
+    """One entry of a serialized ``rule_sets`` list, its derived columns dropped."""
     data = S.expect_mapping(data)
     return RuleSet.from_dict({k: v for k, v in data.items() if k not in _DERIVED})
 
@@ -72,8 +69,7 @@ def _verification(data: Any) -> Any:
 
 
 def _basis_dict(basis: Any) -> dict[str, Any] | None:
-    """The saved form of a concept basis (``basis.to_dict()``), ``None`` for a basis that cannot be saved (the
-    explanation's ``params["concepts"]`` still describe it)."""
+    """``basis.to_dict()`` made JSON-safe, ``None`` for a basis that cannot be saved."""
     try:
         return _json_safe(basis.to_dict())
     except (TypeError, ValueError, NotImplementedError, AttributeError):
