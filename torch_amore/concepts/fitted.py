@@ -1,12 +1,6 @@
-"""Concept bases fitted on the explained activations by scikit-learn: PCA, NMF and ICA.
-
-scikit-learn fits once, in float64 on the CPU; the fitted numbers are then kept as tensors, so that :meth:`encode`
-and :meth:`decode` run in torch on the activations' device and in their dtype:
-
-* PCA and ICA: ``c = (a - mean) @ components.T``; PCA decodes ``c @ components + mean``, ICA ``c @ mixing.T + mean``
-  (scikit-learn's ``transform`` and ``inverse_transform``);
-* NMF: ``c`` is the non-negative least-squares fit of ``a`` by the components (scikit-learn's ``transform``, solved
-  here by coordinate descent), decoded ``c @ components``.
+"""Concept bases fitted on the explained activations by scikit-learn (PCA, NMF, ICA), in float64 on the CPU; the
+fitted numbers are kept as tensors, so that ``encode`` (``transform``) and ``decode`` (``inverse_transform``) run in
+torch on the activations' device.
 """
 
 from __future__ import annotations
@@ -144,9 +138,8 @@ class FittedBasis(LearnedBasis):
         return self
 
     def check_sample(self, activations: torch.Tensor) -> None:
-        """Before fitting, refuse the first sample's activations (1, D) as :meth:`fit` would refuse the rows they
-        belong to: NaN or infinity, or (NMF) a negative value; so that the refusal comes before the full pass over the
-        data. A fitted basis encodes any activations.
+        """Before fitting, refuse the first sample's activations (1, D) as :meth:`fit` would: NaN or infinity, or (NMF)
+        a negative value.
 
         Example:
             >>> import torch
@@ -214,8 +207,7 @@ class FittedBasis(LearnedBasis):
 
     # -- saving ----------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": method, "names", "n_concepts", "seed", "options", "components", "mean", "mixing", "fvu",
-        "mse"}`` with the fitted tensors as nested lists of float64 numbers (``None`` before fitting).
+        """The basis's settings, fitted tensors (nested lists; ``None`` before fitting) and reconstruction error.
 
         Example:
             >>> import json, torch
@@ -264,9 +256,8 @@ class FittedBasis(LearnedBasis):
 
 
 def _nonnegative_least_squares(a: torch.Tensor, components: torch.Tensor, *, max_sweeps: int = 500) -> torch.Tensor:
-    """argmin over ``c >= 0`` of ``||a - c @ components||^2`` for each row of ``a``: cyclic coordinate descent from
-    the clipped least-squares solution, until a sweep moves no coordinate by more than 10 machine epsilons of the
-    largest one (or ``max_sweeps``)."""
+    """argmin over ``c >= 0`` of ``||a - c @ components||^2`` for each row of ``a``, by cyclic coordinate descent from
+    the clipped least-squares solution."""
     if a.shape[0] == 0:
         return a.new_zeros(0, components.shape[0])
     gram = components @ components.T  # (K, K)

@@ -1,11 +1,6 @@
 """Concept directions from Captum's TCAV: the concept activation vectors (CAVs) of one layer as a :class:`Directions`
-basis, one direction per concept, named after its ``Concept``.
-
-Captum's :class:`captum.concept.TCAV` trains, for each experimental set ``[concept, counter_1, ...]`` (a concept and
-its random or counter examples) and each layer, a linear classifier on the layer's flattened activations; its
-``weights`` hold one row per class (concept id). The CAV of the set's first concept is its row: the normal of the
-boundary, pointing from the counter examples towards the concept. The layer's activations are flattened in the same
-order by TCAV and by the explainer, so the CAV reads the explained layer unit by unit.
+basis. The CAV of an experimental set is its first concept's row of the set's linear classifier: the normal of the
+boundary, pointing from the counter examples towards the concept.
 """
 
 from __future__ import annotations
