@@ -1,11 +1,6 @@
-"""A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation`, to hand to a colleague.
-
-One file, nothing fetched from the network: the rule table (distinct rule sets, sortable by clicking a column; every
-number also in a ``data-value`` attribute at full precision), held-out metrics when given, the evidence
-(held-out confidence with its interval and p-value, search-aware p-value, stability of every rule set) with the
-verdict and a note on how to read it when the search computed it, the full list of rule sets
-with near-duplicates and negative fitness marked, figures inlined as PNG data URIs, the extraction options and the
-library version. :meth:`RegionalExplanation.to_html` writes it.
+"""A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation` (:func:`write_html`), nothing fetched
+from the network: the sortable rule table, held-out metrics when given, the evidence and verification when computed,
+the full list of rule sets, figures inlined as PNG data URIs, the options and the library version.
 """
 
 from __future__ import annotations
@@ -132,9 +127,7 @@ def _evidence_cell(column: EvidenceColumn, rs: RuleSet) -> str:
 
 def _evidence_table(explanation: Any, notes: Sequence[str]) -> str:
     """The section "How far to trust these rule sets": the verdict, how to read the evidence and a sortable table of
-    every rule set (``#`` as everywhere; near-duplicates and negative fitness marked as in the full list) with the
-    evidence columns computed ('' when the search computed none). A table of its own, so that the rule table keeps
-    fitting the window."""
+    every rule set with the evidence columns computed ('' when the search computed none)."""
     rule_sets = explanation.rule_sets
     columns = evidence_columns(rule_sets)
     if not columns:
@@ -170,8 +163,7 @@ def _rule_table(
     held: Mapping[int, RuleMetrics] | None,
     table_id: str,
 ) -> str:
-    """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1``. The note column is left out
-    when every note is empty."""
+    """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1`` (no note column without notes)."""
     head = "<th>length</th><th>support</th><th>confidence</th><th>fitness</th>"
     if held is not None:
         head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"

@@ -1,14 +1,5 @@
-"""Figures for rules (matplotlib is imported only when a function is called).
-
-* :func:`plot_rule` — a tabular rule set: for each condition, the feature's distribution in the subgroup and in the
-  rest (histogram, or bars for few values) in the rule's raw units, the condition's interval shaded;
-* :func:`plot_rule_means` — the mean image of the samples satisfying each rule (the paper's MNIST figure), one
-  intensity scale for all panels;
-* :func:`plot_rule_attributions` — each rule's pixel attribution map over a few images (the paper's MRI figure), one
-  symmetric colour scale for all panels, signed "towards satisfying the rule".
-
-Each returns a ``matplotlib.figure.Figure`` (laid out with ``constrained_layout``: nothing is clipped when saved) and
-never divides by zero: an empty rule shows an empty panel, an all-zero map a flat one.
+"""Figures for rules (:func:`plot_rule`, :func:`plot_rule_means`, :func:`plot_rule_attributions`), each a
+``matplotlib.figure.Figure`` laid out with ``constrained_layout``; matplotlib is imported only when one is drawn.
 """
 
 from __future__ import annotations
