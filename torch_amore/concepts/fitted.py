@@ -32,12 +32,10 @@ class FittedBasis(LearnedBasis):
         seed: the ``random_state`` of the decomposition (default 0): a fit repeats exactly.
         names: the K concept names (default ``pca_0``, ``pca_1``, ... after the method).
         options: more keyword arguments of the scikit-learn class (``PCA``, ``NMF``, ``FastICA``), e.g.
-            ``{"max_iter": 2000}``; ``n_components`` and ``random_state`` are set from ``n_concepts`` and ``seed``,
-            and options that change the transform (PCA's ``whiten``, NMF's ``alpha_W``) are refused.
+            ``{"max_iter": 2000}``, except those set from the other arguments or changing the transform.
 
-    After :meth:`fit`, ``components`` (K, D), ``mean`` (D,) (zero for NMF) and, for ICA, ``mixing`` (D, K) are
-    float64 tensors, and ``fvu`` and ``mse`` the reconstruction error on the fitted activations
-    (:func:`~torch_amore.concepts.basis.reconstruction_error`).
+    After :meth:`fit`: the float64 tensors ``components`` (K, D), ``mean`` (D,) and, for ICA, ``mixing`` (D, K), and
+    the reconstruction error ``fvu`` and ``mse`` on the fitted activations.
 
     Example:
         >>> import torch
@@ -107,13 +105,9 @@ class FittedBasis(LearnedBasis):
     def fit(self, activations: torch.Tensor, *, progress: bool = False) -> FittedBasis:
         """Fit the decomposition on ``activations`` (N, D) (float64, on the CPU) and keep its numbers as tensors.
 
-        Args:
-            activations: the layer's activations, (N, D) or (N, ...) (flattened per row).
-            progress: ignored (scikit-learn fits in one call); accepted as by every basis.
-
         Raises:
             ValueError: when ``n_concepts`` exceeds D (or N for PCA and ICA), the activations hold NaN or infinity,
-                or (NMF) negative values.
+                or (NMF) negative values. ``progress`` is ignored.
         """
         a = activations.detach().reshape(activations.shape[0], -1)
         n, d = a.shape

@@ -56,9 +56,8 @@ def resolve_concepts(
         argument: the name of the caller's argument that held ``names``, as error messages name it.
 
     Raises:
-        TypeError: ``concepts`` is none of the above (the message lists them).
-        ValueError: an unknown method name (with the closest one), a method without ``n_concepts``, bad directions,
-            names with a basis that holds its own or not one per concept.
+        TypeError: ``concepts`` is none of the above.
+        ValueError: an unknown method, a method without ``n_concepts``, bad directions or names.
 
     Example:
         >>> import torch

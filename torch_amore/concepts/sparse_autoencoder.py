@@ -42,10 +42,8 @@ class SparseAutoencoderBasis(LearnedBasis):
         seed: the seed of the initialisation and of the batches (default 0).
         names: the K concept names (default ``sae_0``, ``sae_1``, ...).
 
-    After :meth:`fit`: the float32 tensors ``center`` (D,), ``W_enc`` (D, K), ``b_enc`` (K,), ``W_dec`` (K, D) with
-    unit rows, ``b_dec`` (D,) (float64 when the activations are), and the reconstruction error on the fitted rows:
-    ``fvu`` (fraction of variance unexplained), ``mse``, ``dead_fraction`` (features active on no row), all in
-    :attr:`reconstruction_error`.
+    After :meth:`fit`: the tensors ``center``, ``W_enc`` (D, K), ``b_enc``, ``W_dec`` (K, D) with unit rows and
+    ``b_dec``, and :attr:`reconstruction_error` on the fitted rows (``dead_fraction``: features active on no row).
 
     Example:
         >>> import torch

@@ -27,16 +27,13 @@ def from_tcav(
     """A :class:`Directions` basis of one layer from the CAVs of a Captum ``TCAV``, one concept per experimental set.
 
     Args:
-        tcav: a ``captum.concept.TCAV`` for the explained model; CAVs of sets it has not computed (or saved under its
-            ``save_path``) are computed here by its ``compute_cavs``.
+        tcav: a ``captum.concept.TCAV`` for the explained model; CAVs it lacks are computed by its ``compute_cavs``.
         experimental_sets: lists of ``Concept`` s as given to ``TCAV.compute_cavs``, the concept first, then its
-            counter (random) concepts: one direction each, towards the first concept. Default: every set whose CAVs
-            ``tcav`` holds for ``layer``, in the order computed.
+            counter concepts: one direction each (default: every set whose CAVs ``tcav`` holds for ``layer``).
         layer: the layer's name among ``tcav.layers`` (default: its only layer).
         names: the concept names (default: each set's first ``Concept.name``; ``name-vs-counter`` when a concept
             comes in several sets).
-        normalize: scale each CAV to unit length (default), so that a concept activation is the length of the
-            activations along it; ``False`` keeps the classifier's weights as they are.
+        normalize: scale each CAV to unit length (default); ``False`` keeps the classifier's weights.
 
     Returns:
         The (D, K) directions, K the number of sets, named after the concepts.

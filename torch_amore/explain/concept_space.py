@@ -232,13 +232,7 @@ class ConceptModel(nn.Module):
     """The model with its layer routed through the concepts: the layer's activations ``a`` become
     ``decode(c) + (a - decode(encode(a)))`` with ``c = concepts(encode(a))``, ``concepts`` an identity module. The
     outputs are the model's; Captum's layer methods on :attr:`concepts` attribute to (or interpolate) the K concept
-    activations.
-
-    Args:
-        model: the explained model.
-        layer: its explained submodule.
-        basis: a fitted concept basis of that layer.
-        layer_input: the concepts are of the layer's (first) input.
+    activations (of the layer's first input with ``layer_input``).
 
     Example:
         >>> import torch

@@ -128,9 +128,8 @@ class RegionalRuleExplainer:
 
         Args:
             inputs: a tensor or numpy array (N, ...), a tuple of them (several positional model inputs), a pandas
-                DataFrame (its columns name the features), a ``Dataset``, a ``DataLoader`` (in dataset order when
-                rows must align with ``labels``, ``features``, a mask ``target`` or per-sample model arguments), or a
-                list or ``Batch`` of torch_geometric graphs.
+                DataFrame, a ``Dataset``, a ``DataLoader`` (in dataset order when rows must align with other
+                arguments), or a list or ``Batch`` of torch_geometric graphs.
             target: the subgroup:
 
                 * a class index ``c``: ``argmax(output) == c`` for several outputs; for a single (binary) output,
@@ -144,22 +143,19 @@ class RegionalRuleExplainer:
                 several); ``"roc"`` picks the threshold maximizing TPR - FPR against ``labels`` (as in the paper).
             outputs: what the model returns, for thresholds: ``"logits"`` (sigmoid / softmax), ``"probs"``, or
                 ``"auto"`` (default): probabilities when all outputs lie in [0, 1] (summing to 1 for several).
-            features: either a separate (N, F) matrix (tensor, array or DataFrame) of interpretable features aligned
-                with ``inputs`` (rules are then built on it), or a sequence of feature indices / a
-                ``FeatureSelection`` restricting the search to those features.
+            features: a separate (N, F) matrix of interpretable features aligned with ``inputs`` (the rules are built
+                on it), or feature indices / a ``FeatureSelection`` restricting the search to those features.
             feature_names: names of the features (overrides the explainer's).
-            select_features: run :func:`torch_amore.select_features` (with the labels as classes for a class
-                target, else the subgroup vs. the rest) on the inputs or the layer first and search the selected
-                features only; a dict passes options to it (e.g. ``{"min_frequency": 0.2}``).
+            select_features: search only the features :func:`torch_amore.select_features` selects on the inputs or
+                the layer (a dict passes options to it, e.g. ``{"min_frequency": 0.2}``).
             scaler: a fitted scikit-learn scaler (``StandardScaler``, ``MinMaxScaler``, ...) of the features the rules
                 are built on: rules print in its original units (instead of ``feature_scale``/``feature_offset``).
             options: a :class:`torch_amore.SearchOptions` (or a dict of its fields); keyword arguments override it.
             batch_size: samples per forward pass for tensor, Dataset and graph-list inputs.
-            input_key: which element of each batch is the model input: an index or key, a sequence of them
-                (several positional inputs) or a callable ``batch -> input``. Default: a tensor batch itself, the
-                first element of a tuple batch, any other object (e.g. a graph batch) as a whole.
-            label_key: which element of each batch holds the labels (index, key, attribute name or callable).
-                Default: the second element of tuple batches.
+            input_key: which element of each batch is the model input: an index or key, a sequence of them or a
+                callable ``batch -> input`` (default: a tensor batch itself, else the first element of a tuple batch,
+                else the whole batch).
+            label_key: where each batch holds the labels (default: the second element of tuple batches).
             target_name: name of the subgroup in the printed rules (default e.g. ``"predicted 7"``).
             additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
                 array with one row per sample is split along with the batches, anything else is passed whole.
@@ -176,9 +172,8 @@ class RegionalRuleExplainer:
                 is a ``TypeError``.
 
         Returns:
-            A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.
-            A ``UserWarning`` (also in its ``message``) says when ``min_support`` exceeds the subgroup or no rule set
-            reaches positive fitness.
+            A :class:`RegionalExplanation` with the rule sets (best fitness first); a ``UserWarning``, also in its
+            ``message``, gives the reasons to read them with care.
         """
         request = ExplainRequest.make(
             target=target,

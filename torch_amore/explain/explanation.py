@@ -423,8 +423,7 @@ class RegionalExplanation(Sequence[RuleSet]):
                 explanation.
             method: how the units are replaced: ``"resample"`` (from a donor sample satisfying / violating the rule
                 set), ``"clamp"`` (nearest observed value inside / outside each interval) or ``"mean"`` (donors' mean).
-            n_controls: control draws, each replacing in every sample as many random units of the same layer (its
-                own draw) the same way (0: no control).
+            n_controls: control draws, each replacing as many random units of the layer the same way (0: none).
             level: confidence level of the intervals.
             seed: seed of the donors and the control draws.
             target: the target on the model outputs (default: that of ``explain``).

@@ -60,19 +60,14 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
     ``trainer.test``.
 
     Args:
-        target: the subgroup to explain, as in :meth:`RegionalRuleExplainer.explain`: a class index, a callable on
-            the outputs, a ``(low, high)`` range of a regression output, or a boolean mask over ``data``'s rows.
-        layer: a submodule of the LightningModule (or its dotted name, e.g. ``"encoder.fc1"``) whose activations
-            (flattened) are the rule features; ``None`` uses the model inputs, flattened, after the batch hooks.
+        target: the subgroup to explain, as in :meth:`RegionalRuleExplainer.explain` (a mask is over ``data``'s rows).
+        layer: a submodule of the LightningModule (or its dotted name) whose flattened activations are the rule
+            features; ``None`` uses the model inputs, flattened, after the batch hooks.
         data: ``"val"`` (the first validation DataLoader), ``"train"``, ``"test"`` (explained on ``trainer.test``),
             or a DataLoader to explain.
         options: a :class:`~torch_amore.SearchOptions`; keyword arguments named like its fields override it.
-        features: a feature subset (indices or a ``FeatureSelection``), or a separate (N, F) feature matrix aligned
-            with the rows of ``data``'s dataset.
-        select_features: run the integrated-gradient feature selection first (single process only); a dict passes
-            options to :func:`torch_amore.select_features`.
-        feature_names: names of the features.
-        threshold: probability threshold for a class target (``"roc"`` needs a single process).
+        features, select_features, feature_names, threshold: as in :meth:`RegionalRuleExplainer.explain`
+            (``select_features`` and ``threshold="roc"`` in a single process only).
         every_n_val_epochs: also extract after every n-th validation epoch of ``trainer.fit``.
         at_train_end: extract when training ends (default ``True``).
         dirpath: where to write the files (default: ``trainer.log_dir``).
@@ -80,8 +75,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             ``"rules_val_inputs_target1"``).
         log_prefix: prefix of the logged metric names (default ``f"{filename}/"``).
         batch_size: batch size when ``data``'s DataLoader has none.
-        input_key, label_key: where the model input and the labels are in a batch
-            (:func:`torch_amore.model.batches.split_batch`).
+        input_key, label_key: where the model input and the labels are in a batch.
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
             set to the loggers that take figures (``add_figure`` or ``log_image``), when matplotlib is installed.

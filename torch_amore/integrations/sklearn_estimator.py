@@ -41,14 +41,13 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
     Attributes:
         classes_: the two outcomes: ``y``'s two labels, or ``[0, 1]`` (1: ``y == target_class``) with
             ``target_class``.
-        rule_sets_: the :class:`~torch_amore.RuleSet` list that :func:`torch_amore.extract_rules` returns on the
-            training data, best fitness first; the first ``n_rule_sets`` form the decision set.
-        rules_: a DataFrame with one row per rule set of ``rule_sets_`` (columns ``rule``, ``support``,
-            ``confidence``, ``fitness``, ``lift``, ``recall``, measured on the training data).
+        rule_sets_: the rule sets of :func:`torch_amore.extract_rules` on the training data, best first; the first
+            ``n_rule_sets`` form the decision set.
+        rules_: a DataFrame with one row per rule set of ``rule_sets_``: ``rule``, ``support``, ``confidence``,
+            ``fitness``, ``lift``, ``recall`` on the training data.
         outside_rate_: the subgroup's share of the training samples that no rule set of the decision set selects
-            (the subgroup's share of all training samples when they select every one).
-        n_features_in_, feature_names_in_: as for every scikit-learn estimator (names when ``X`` is a DataFrame;
-            the rules print them, else ``feature_{i}``).
+            (of all training samples when they select every one).
+        n_features_in_, feature_names_in_: as for every scikit-learn estimator (the rules print the names).
 
     ``predict`` is ``classes_[1]`` where any rule set of the decision set selects a sample; ``predict_proba`` gives
     ``classes_[1]`` the training confidence of the first of them that does, else :attr:`outside_rate_`, and
@@ -147,8 +146,7 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         """Find the rule sets of the subgroup ``y == classes_[1]`` (or ``y == target_class``) on ``X``.
 
         Args:
-            X: (n_samples, n_features) numbers (an array or a DataFrame, whose column names the rules print); NaN
-                is a missing value, which satisfies no rule.
+            X: (n_samples, n_features) numbers (an array or a DataFrame); NaN satisfies no rule.
             y: (n_samples,) labels: two classes, or any number with ``target_class`` set.
 
         Returns:

@@ -88,9 +88,8 @@ def _round_half_even(num: int, den: int) -> int:
 
 
 def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) -> tuple[int, int]:
-    """The decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``: then its last digit is
-    not 0) strictly inside ``(lo, hi)``, the one nearest the middle among those; returned as ``(m, k)``. ``lo`` and
-    ``hi`` are exact rationals as ``(numerator, denominator)`` pairs with positive denominators."""
+    """``(m, k)``: the decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``) strictly
+    inside the rationals ``(lo, hi)`` (``(numerator, denominator)`` pairs), the one nearest the middle."""
     (ln, ld), (hn, hd) = lo, hi
     if ln < 0 < hn and min_digits <= 1:
         return 0, 0
@@ -107,8 +106,8 @@ def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) 
 
 
 def _at_step(lo: tuple[int, int], hi: tuple[int, int], k: int, min_digits: int = 1) -> tuple[int, int] | None:
-    """The multiple ``m * 10**k`` strictly inside ``(lo, hi)`` (positive rationals) nearest their middle (ties: ``m``
-    even; with ``min_digits > 1``, ``m`` not a multiple of 10), as ``(m, k)``; ``None`` when there is none."""
+    """``(m, k)``: the multiple ``m * 10**k`` strictly inside the positive rationals ``(lo, hi)`` nearest their middle
+    (``None`` when there is none)."""
     (ln, ld), (hn, hd) = lo, hi
     up, down = (10**k, 1) if k >= 0 else (1, 10**-k)  # in integers: lo = ln / ld, hi = hn / hd, step = up / down
     top = -((-hn * down) // (hd * up)) - 1  # the largest multiple of step below hi

@@ -99,8 +99,7 @@ def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations
 def warn_noise(
     rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations: int | None = None, stacklevel: int = 2
 ) -> str | None:
-    """Emit :func:`noise_message` as one ``UserWarning`` when there is one (the one place this warning is made, so
-    that a caller can route it elsewhere); returns the message.
+    """Emit :func:`noise_message` as one ``UserWarning`` when there is one; returns the message.
 
     Example:
         >>> from torch_amore.rules.rules import RuleSet

@@ -68,9 +68,7 @@ def _shifts(device: torch.device) -> torch.Tensor:
 
 def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
     """(len(rules), N) :meth:`Rule.mask` of each rule: on a float32 or float64 ``X`` each feature's column taken once
-    and compared in X's dtype with bounds rounded up to it (exactly the comparisons in float64: see
-    :func:`_bounds_in`; NaN satisfies no rule), intervals by their bounds and categories by their value, each only
-    where it applies; rule by rule otherwise."""
+    and compared in X's dtype with the bounds of :func:`_bounds_in`; rule by rule otherwise."""
     if X.dtype not in (torch.float32, torch.float64) or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
     ints = [i for i, r in enumerate(rules) if r.value is None]
@@ -101,10 +99,8 @@ def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
 
 
 def _bounds_in(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """float64 ``bounds`` (low, high, category value) as ``dtype`` with the same comparisons for every value ``x``
-    of ``dtype``: ``x >= t`` holds exactly when ``x >= u``, ``u`` the smallest number of ``dtype`` at least ``t`` (a
-    bound rounded up), and ``x == t`` when ``x == t`` in ``dtype`` where ``t`` is exact there (NaN elsewhere: no
-    value equals it).
+    """float64 ``bounds`` (low, high, category value) as ``dtype`` with the same comparisons for every ``x`` of
+    ``dtype``: bounds rounded up, a category value exact in ``dtype`` or NaN (no value equals it).
 
     Example:
         >>> t = torch.tensor([[0.1, 0.1, 0.5]], dtype=torch.float64)

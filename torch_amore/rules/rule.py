@@ -95,9 +95,8 @@ class Rule:
         low: inclusive lower bound (``-inf``: unbounded).
         high: exclusive upper bound (``+inf``: unbounded).
         value: category value for a categorical rule (``x == value``, with ``kind="cat"``); ``None`` for an interval.
-        kind: ``"float"``, ``"int"`` (the rule prints the integers its interval admits; in stored units, i.e. with
-            the default ``scale``/``offset``, a fractional bound is rounded up to the integer it admits first,
-            ``x >= 40.2`` -> ``x >= 41``) or ``"cat"``.
+        kind: ``"float"``, ``"int"`` (the rule prints the integers it admits; in stored units a fractional bound is
+            rounded up, ``x >= 40.2`` -> ``x >= 41``) or ``"cat"``.
         scale, offset: print bounds in original units, ``raw = x * scale + offset`` (finite, ``scale != 0``).
 
     A bad argument raises a ``ValueError`` naming it.

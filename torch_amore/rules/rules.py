@@ -47,9 +47,8 @@ class RuleSet:
         fitness: (target - non-target samples satisfying the rules) / target samples.
         ratios: probability ratio of each rule at the step it was added (eq. ratio_approx).
         target_name: name of the subgroup in the printed form.
-        optimum: the highest fitness any rule set of the search's grid reaches at the same ``max_length`` and
-            ``min_support`` (:mod:`torch_amore.strategies.exact`), when it was computed; ``None`` otherwise. Cuts off
-            the grid (the beam strategy's fine grids and polish) may exceed it.
+        optimum: the highest fitness on the search's grid at the same ``max_length`` and ``min_support``, when it
+            was computed; ``None`` otherwise (cuts off the grid may exceed it).
         held_out: its numbers on rows the search did not see (:class:`torch_amore.rules.held_out.HeldOut`), with
             ``extract_rules(..., holdout=...)`` or ``holdout_rows=``; ``None`` otherwise.
         p_value: the search-aware p-value of ``extract_rules(..., permutations=P)``: the share of P searches on
