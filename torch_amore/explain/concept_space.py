@@ -204,8 +204,7 @@ def concept_params(basis: ConceptBasis) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# gradients through the basis: pixel maps and feature selection
+# --- gradients through the basis: pixel maps and feature selection ---------------------------------------------------
 
 
 def differentiable_encode(basis: ConceptBasis, activations: torch.Tensor) -> torch.Tensor:

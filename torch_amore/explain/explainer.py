@@ -100,7 +100,6 @@ class RegionalRuleExplainer:
         concepts = "" if self.concepts is None else f", concepts={self.concepts!r}"
         return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer}{concepts})"
 
-    # ---------------------------------------------------------------------------------------------------------------
     def explain(
         self,
         inputs: Any,
@@ -276,8 +275,7 @@ class RegionalRuleExplainer:
 
         return RuleAttribution.from_explainer(self).attribute(inputs, rules, **kwargs)
 
-    # --------------------------------------------------------------------------------------------------------------
-    # the steps of one explanation
+    # --- the steps of one explanation -----------------------------------------------------------------------------
 
     def explain_batches(
         self, source: BatchSource, request: ExplainRequest, *, stream: bool | str = False, empty: str = "raise"

@@ -103,7 +103,6 @@ class RegionalExplanation(Sequence[RuleSet]):
     verification: Any = field(default=None, repr=False, compare=False)
     concepts: Any = field(default=None, repr=False, compare=False)
 
-    # ---------------------------------------------------------------------------------------------------------------
     @property
     def best(self) -> RuleSet | None:
         """The rule set with the highest fitness (``None`` when there is none)."""
@@ -132,7 +131,6 @@ class RegionalExplanation(Sequence[RuleSet]):
             f"best_fitness={best}{facts}{local})"
         )
 
-    # ---------------------------------------------------------------------------------------------------------------
     @property
     def base_rate(self) -> float | None:
         """The subgroup's share of the samples (``None`` when unknown)."""
@@ -189,7 +187,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         rule_sets = [rs.with_units(scale, offset) for rs in self.rule_sets]
         return replace(self, rule_sets=rule_sets)
 
-    # ---------------------------------------------------------------------------------------------------------------
     def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
         """Near-duplicates (covered rows with a Jaccard index >= ``max_jaccard``) collapsed into the fitter one and,
         by default, no negative fitness (:func:`torch_amore.report.distinct_rule_sets`)."""
@@ -211,7 +208,6 @@ class RegionalExplanation(Sequence[RuleSet]):
     def _repr_html_(self) -> str:
         return explanation_table_html(self)
 
-    # ---------------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of everything but the data (each rule set with its :meth:`stats`)."""
         from torch_amore._version import __version__
@@ -329,7 +325,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
-    # ---------------------------------------------------------------------------------------------------------------
     def evaluate(
         self,
         inputs: Any,

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
 from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.metrics import RuleMetrics
@@ -229,12 +231,9 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
         return []
     from torch_amore.report.plot import plot_rule
 
-    out = []
-    for i in shown_idx[:n_rules]:
-        rs = explanation.rule_sets[i]
-        fig = plot_rule(rs, explanation.features_matrix, explanation.subgroup)
-        out.append((f"Rule set #{i + 1}: each condition's feature in the subgroup and in the rest", fig))
-    return out
+    X, subgroup = explanation.features_matrix, explanation.subgroup
+    caption = "Rule set #{}: each condition's feature in the subgroup and in the rest"
+    return [(caption.format(i + 1), plot_rule(explanation.rule_sets[i], X, subgroup)) for i in shown_idx[:n_rules]]
 
 
 def _figure_list(figures: Any) -> list[tuple[str, Any]]:
@@ -244,12 +243,7 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
         return [(str(k), v) for k, v in figures.items()]
     if hasattr(figures, "savefig"):
         return [("", figures)]
-    out = []
-    for item in figures:
-        if isinstance(item, tuple) and len(item) == 2:
-            out.append((str(item[0]), item[1]))
-        else:
-            out.append(("", item))
+    out = [(str(item[0]), item[1]) if isinstance(item, tuple) and len(item) == 2 else ("", item) for item in figures]
     for caption, fig in out:
         if not hasattr(fig, "savefig"):
             raise TypeError(f"Expected matplotlib figures in `figures`, but got {type(fig).__name__} ({caption!r}).")
@@ -259,13 +253,7 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
 def _options_table(explanation: Any) -> str:
     from torch_amore._version import __version__
 
-    rows = [("torch_amore version", __version__), ("python", platform.python_version())]
-    try:
-        import torch
-
-        rows.append(("torch", torch.__version__))
-    except ImportError:  # pragma: no cover
-        pass
+    rows = [("torch_amore version", __version__), ("python", platform.python_version()), ("torch", torch.__version__)]
     rows += [(str(k), str(v)) for k, v in sorted(explanation.params.items())]
     if explanation.threshold is not None:
         rows.append(("threshold used", f"{explanation.threshold:.6g}"))
