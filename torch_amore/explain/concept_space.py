@@ -40,9 +40,8 @@ FIT_ROWS = 10_000
 def resolve_basis(
     concepts: Any, n_concepts: int | None, names: Sequence[str] | None, *, layer: Any, feature_names: Any = None
 ) -> ConceptBasis | None:
-    """The basis of the explainer's (or the callback's) ``concepts=`` (``None``: rules on units), with the argument
-    checks that need no data: concepts need a ``layer`` (they are directions of its activations); ``n_concepts`` and
-    ``concept_names`` need ``concepts``; their names are ``concept_names``, not ``feature_names``.
+    """The basis of the explainer's (or the callback's) ``concepts=`` (``None``: rules on units), with the checks of
+    ``layer``, ``n_concepts`` and ``concept_names`` that need no data.
 
     Example:
         >>> import torch
@@ -228,10 +227,9 @@ def _differentiable_decode(basis: ConceptBasis, concepts: torch.Tensor) -> torch
 
 
 class ConceptModel(nn.Module):
-    """The model with its layer routed through the concepts: the layer's activations ``a`` become
-    ``decode(c) + (a - decode(encode(a)))`` with ``c = concepts(encode(a))``, ``concepts`` an identity module. The
-    outputs are the model's; Captum's layer methods on :attr:`concepts` attribute to (or interpolate) the K concept
-    activations (of the layer's first input with ``layer_input``).
+    """The model with its layer's activations ``a`` routed through ``decode(c) + (a - decode(encode(a)))``, ``c =
+    concepts(encode(a))`` (an identity module): the outputs are the model's, and Captum's layer methods on
+    :attr:`concepts` attribute to the K concept activations (of the layer's first input with ``layer_input``).
 
     Example:
         >>> import torch

@@ -212,12 +212,9 @@ class RegionalRuleExplainer:
         return explanation
 
     def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
-        """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``, found in memory
-        (``explain(inputs, target, local=x, **kwargs)``).
-
-        ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension, or one
-        torch_geometric graph), or, with a separate ``features`` matrix or without a layer, its row of features.
-        When ``x`` is an outlier of the subgroup the result is empty and its ``message`` (also warned) says why.
+        """Local rules (``explain(inputs, target, local=x, **kwargs)``): rule sets whose every interval contains the
+        sample ``x``: an int (a row of ``inputs``), one model input or graph, or (on a ``features`` matrix or the
+        inputs) its row of features. For an outlier of the subgroup the result is empty and its ``message`` says why.
 
         Example:
             >>> import torch

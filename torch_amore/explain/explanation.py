@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import torch
 
+from torch_amore._version import __version__
+from torch_amore.data import arguments as A
+from torch_amore.data import validation as V
 from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
     DERIVED_COLUMNS,
@@ -23,9 +26,12 @@ from torch_amore.explain.loading import (
     _load_value,
     _verification,
 )
+from torch_amore.explain.units import scaler_units
+from torch_amore.model.input_shape import check_new_data, check_width
 from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
 from torch_amore.rules import serialization as S
 from torch_amore.rules.caveats import at_base_rate, confidence_interval
+from torch_amore.rules.evidence_columns import evidence_record
 from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
 
@@ -176,8 +182,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         if scaler is not None:
             if scale is not None or offset is not None:
                 raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
-            from torch_amore.explain.units import scaler_units
-
             scale, offset = scaler_units(scaler, len(self.feature_names))
         for values, name in ((scale, "scale"), (offset, "offset")):
             if values is not None and len(values) != len(self.feature_names):
@@ -210,8 +214,6 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of everything but the data (each rule set with its :meth:`stats`)."""
-        from torch_amore._version import __version__
-
         selection = getattr(self.selection, "to_dict", None)
         return {
             "format": _FORMAT,
@@ -298,8 +300,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         :attr:`rule_sets`."""
         import pandas as pd
 
-        from torch_amore.rules.evidence_columns import evidence_record
-
         rows = self.shown(include_negative, distinct=distinct)
         records = [
             {
@@ -351,10 +351,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
         """
-        from torch_amore.data import arguments as A
-        from torch_amore.data import validation as V
-        from torch_amore.model.input_shape import check_new_data, check_width
-
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.evaluate")
         opts = self.data_options
         if target is None:
@@ -428,7 +424,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
-        from torch_amore.data import arguments as A
         from torch_amore.verify.engine import VerifyArgs, verify
 
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.verify")

@@ -101,10 +101,9 @@ def plot_rule(
 ) -> Any:
     """A tabular rule set by eye: per condition, the feature in the subgroup and in the rest, the interval shaded.
 
-    Each panel shows one condition's feature in raw units (the rules' ``scale``/``offset``) as the share of the
-    subgroup's rows (orange outline) and of the other rows (blue) per bin; a feature with at most ``max_bars`` distinct
-    values (or a categorical rule) is drawn as bars per value. The values the condition admits are shaded green.
-    The title gives support, confidence and fitness of the whole rule set, measured on ``X`` and ``subgroup``.
+    Each panel shows one condition's feature in raw units as the share of the subgroup's rows (orange outline) and
+    of the other rows (blue) per bin or value, the values it admits shaded green; the title gives the rule set's
+    support, confidence and fitness on ``X`` and ``subgroup``.
 
     Args:
         rules: a :class:`~torch_amore.RuleSet`, or a :class:`~torch_amore.RegionalExplanation` (its best rule set,
@@ -179,9 +178,8 @@ def plot_rule_means(
 ) -> Any:
     """Mean image of the samples that satisfy each rule of a rule set (and all of them together).
 
-    All panels share one intensity scale (the range of the mean images shown, with a colorbar), so a grey level means
-    the same in every panel. Each panel's title gives the rule, the number of samples ``n`` and, when the subgroup is
-    known, the confidence (share of those samples in the subgroup).
+    All panels share one intensity scale (with a colorbar); each title gives the rule, the number of samples ``n`` and,
+    when the subgroup is known, the confidence.
 
     Args:
         images: (N, H, W), (N, C, H, W) or (N, H, W, C) images aligned with the rows of ``X``.

@@ -101,9 +101,8 @@ def useless_reason(rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count
 
 def base_rate_reason(rule_sets: Sequence[RuleSet], n: int, size: int, level: float = LEVEL) -> str:
     """When the best rule set is at the base rate (:func:`at_base_rate`, with positive fitness): says so, naming every
-    rule set of positive fitness that is ('' when the best is not; the others are flagged in the tables). On its rows
-    the subgroup is then not measurably more frequent than anywhere (as for a rule covering nearly all rows of a large
-    subgroup, whose fitness is high).
+    rule set of positive fitness that is ('' when the best is not): on their rows the subgroup is not measurably more
+    frequent than anywhere.
 
     Example:
         >>> found = [RuleSet((), support=92, confidence=0.924, fitness=0.9)]  # 85 of 92 rows, base rate 0.92

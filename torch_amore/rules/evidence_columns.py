@@ -97,9 +97,8 @@ def aligned_evidence(rule_sets: Sequence[Any]) -> tuple[str, list[str]]:
 
 
 def evidence_record(rule_set: Any, rule_sets: Sequence[Any]) -> dict[str, Any]:
-    """The DataFrame fields of ``rule_set``'s evidence, for the kinds some of ``rule_sets`` carry: ``held_out_support``,
-    ``held_out_confidence``, ``held_out_confidence_low``/``_high``, ``held_out_p_value`` (Holm-adjusted),
-    ``p_value`` (search-aware) and ``stability`` (NaN where not computed for it).
+    """The DataFrame fields of ``rule_set``'s evidence (``held_out_*``, ``p_value``, ``stability``; NaN where not
+    computed for it), for the kinds some of ``rule_sets`` carry.
 
     Example:
         >>> from torch_amore.rules.rules import RuleSet

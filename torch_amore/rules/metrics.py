@@ -46,16 +46,6 @@ def check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, 
     return mask, target
 
 
-def support_update(mask: torch.Tensor) -> torch.Tensor:
-    """Samples under the rule."""
-    return mask.sum()
-
-
-def confidence_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(samples under the rule, target samples under the rule)."""
-    return mask.sum(), (mask & target).sum()
-
-
 def fitness_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(samples under the rule, target samples under the rule, target samples)."""
     return mask.sum(), (mask & target).sum(), target.sum()
@@ -107,9 +97,8 @@ def fitness_value(hits: Any, support: Any) -> Any:
 
 
 def fitness_bound(hits: Any) -> Any:
-    """The optimistic estimate of :func:`fitness_value` (ints or integer tensors alike): a rule set with ``hits``
-    target samples has ``2 * hits - support <= hits`` (its support holds its hits), and so has every rule set that
-    adds conditions to it (they only drop samples). In fitness units the bound is :func:`recall`.
+    """The optimistic estimate of :func:`fitness_value`: ``2 * hits - support <= hits`` for a rule set with ``hits``
+    target samples and for every rule set that adds conditions to it (:func:`recall` in fitness units).
 
     Example:
         >>> fitness_bound(3) >= max(fitness_value(3, support) for support in range(3, 10))
@@ -184,7 +173,7 @@ def support(mask: torch.Tensor) -> torch.Tensor:
         >>> support(torch.tensor([True, False, True]))
         tensor(2)
     """
-    return support_update(as_bool(mask, "mask"))
+    return as_bool(mask, "mask").sum()
 
 
 def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -195,7 +184,8 @@ def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> confidence(torch.tensor([True, True, False, True]), torch.tensor([True, False, False, True]))
         tensor(0.6667, dtype=torch.float64)
     """
-    return confidence_compute(*confidence_update(*check_pair(mask, target)))
+    mask, target = check_pair(mask, target)
+    return confidence_compute(mask.sum(), (mask & target).sum())
 
 
 def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -188,10 +188,9 @@ class Rule:
         return self.format()
 
     def format(self, precision: int | None = None) -> str:
-        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``: each bound as the shortest
-        decimal that maps back to it exactly (:func:`torch_amore.rules.cuts.format_bound`; ``precision`` is accepted
-        for compatibility and changes nothing, as a fixed precision could print different bounds alike). An ``"int"``
-        rule prints the integers it admits; a negative ``scale`` flips the interval in raw units (``4 < x <= 7``).
+        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``, each bound the shortest
+        decimal that maps back to it exactly (``precision`` changes nothing). An ``"int"`` rule prints the integers
+        it admits; a negative ``scale`` flips the interval in raw units (``4 < x <= 7``).
         """
         del precision  # no number of decimals keeps every bound distinct: see the docstring
         name = self.name

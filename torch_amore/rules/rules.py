@@ -10,6 +10,7 @@ prints selects what it selects. ``to_dict``/``to_json`` write plain JSON with a 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -133,10 +134,7 @@ class RuleSet:
             n = X.shape[0]
             device = X.device if isinstance(X, torch.Tensor) else "cpu"
             return torch.ones(n, dtype=torch.bool, device=device)
-        out = self.rules[0].mask(X)
-        for rule in self.rules[1:]:
-            out &= rule.mask(X)
-        return out
+        return functools.reduce(torch.Tensor.logical_and_, (rule.mask(X) for rule in self.rules))
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split); ``target`` is a mask
@@ -199,10 +197,8 @@ class RuleSet:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, n_features: int | None = None) -> RuleSet:
-        """The rule set written by :meth:`to_dict`, every field checked (see :meth:`Rule.from_dict`; support an
-        integer >= 0, confidence in [0, 1], fitness a finite number <= 1, ratios non-negative numbers): a
-        ``ValueError`` names the bad field's path (``rules[0].feature``). Files without ``format_version`` (written
-        before it existed) load too.
+        """The rule set written by :meth:`to_dict` (files without ``format_version`` too), every field checked: a
+        ``ValueError`` names the bad field's path (``rules[0].feature``).
 
         Example:
             >>> RuleSet.from_dict({"rules": [{"feature": 0, "name": "x", "low": 0.5}], "support": -5,
