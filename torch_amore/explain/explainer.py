@@ -18,6 +18,7 @@ from torch_amore._utils.one_warning import OneWarning
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.attribution import RuleAttribution
 from torch_amore.explain.concept_space import check_concepts, concept_params, encode_concepts, fit_once, resolve_basis
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import ExplainRequest, _data_options, local_vector, resolve_names, target_param
@@ -268,8 +269,6 @@ class RegionalRuleExplainer:
         ``(n_rules, N, *inputs.shape[1:])``: ``rules`` is a rule set, rules or unit indices on this explainer's layer;
         keyword arguments go to :meth:`torch_amore.RuleAttribution.attribute`.
         """
-        from torch_amore.explain.attribution import RuleAttribution
-
         return RuleAttribution.from_explainer(self).attribute(inputs, rules, **kwargs)
 
     # --- the steps of one explanation -----------------------------------------------------------------------------

@@ -29,11 +29,13 @@ from torch_amore.explain.loading import (
 from torch_amore.explain.units import scaler_units
 from torch_amore.model.input_shape import check_new_data, check_width
 from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
+from torch_amore.report.html import write_html
 from torch_amore.rules import serialization as S
 from torch_amore.rules.caveats import at_base_rate, confidence_interval
 from torch_amore.rules.evidence_columns import evidence_record
 from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.engine import VerifyArgs, verify
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -289,8 +291,6 @@ class RegionalExplanation(Sequence[RuleSet]):
     def to_html(self, path: str | Path, **kwargs: Any) -> Path:
         """Write a self-contained HTML report (rule table, figures, options, version); see
         :func:`torch_amore.report.html.write_html` for the options (``figures``, ``held_out``, ``title``, ...)."""
-        from torch_amore.report.html import write_html
-
         return write_html(self, path, **kwargs)
 
     def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
@@ -424,8 +424,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
-        from torch_amore.verify.engine import VerifyArgs, verify
-
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.verify")
         args = VerifyArgs(
             rule_sets=rule_sets,

@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.rules import serialization as S
 from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.verification import Verification
 
 #: The columns :meth:`RegionalExplanation.stats` derives from a rule set's counts (its DataFrame's, too).
 DERIVED_COLUMNS = (
@@ -61,11 +63,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def _verification(data: Any) -> Any:
-    if data is None:
-        return None
-    from torch_amore.verify.verification import Verification
-
-    return Verification.from_dict(data)
+    return None if data is None else Verification.from_dict(data)
 
 
 def _basis_dict(basis: Any) -> dict[str, Any] | None:
@@ -79,8 +77,6 @@ def _basis_dict(basis: Any) -> dict[str, Any] | None:
 def _load_basis(data: Any, modules: Any = None) -> Any:
     if data is None:
         return None
-    from torch_amore.concepts.basis import ConceptBasis
-
     data = S.expect_mapping(data, "concepts")
     try:
         return ConceptBasis.from_dict(data, modules=modules)

@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
+from torch_amore._version import __version__
 from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.report.plot import plot_rule
 from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.rules.rules import RuleSet
@@ -229,8 +231,6 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
         import matplotlib  # noqa: F401
     except ImportError:  # pragma: no cover - depends on the environment: the report without figures
         return []
-    from torch_amore.report.plot import plot_rule
-
     X, subgroup = explanation.features_matrix, explanation.subgroup
     caption = "Rule set #{}: each condition's feature in the subgroup and in the rest"
     return [(caption.format(i + 1), plot_rule(explanation.rule_sets[i], X, subgroup)) for i in shown_idx[:n_rules]]
@@ -251,8 +251,6 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
 
 
 def _options_table(explanation: Any) -> str:
-    from torch_amore._version import __version__
-
     rows = [("torch_amore version", __version__), ("python", platform.python_version()), ("torch", torch.__version__)]
     rows += [(str(k), str(v)) for k, v in sorted(explanation.params.items())]
     if explanation.threshold is not None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.data.validation import align_rows, to_labels
 from torch_amore.rules.evidence import evidence_text
 from torch_amore.rules.held_out import HeldOut
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
@@ -139,8 +140,6 @@ class RuleSet:
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split); ``target`` is a mask
         of booleans (or numbers: nonzero is in the subgroup), one per row of ``X``."""
-        from torch_amore.data.validation import align_rows, to_labels
-
         if not isinstance(target, torch.Tensor):  # a pandas Series by the index of a DataFrame X
             target = align_rows(target, X, "target")
         target = to_labels(target, X.shape[0], "target", what="booleans", per="row of X")

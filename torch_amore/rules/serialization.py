@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from torch_amore._version import __version__
+
 T = TypeVar("T")
 
 #: The version of the serialized format written by ``to_dict`` (older files, without a version, still load).
@@ -169,6 +171,4 @@ def expect_format_version(data: Mapping[str, Any], path: str = "") -> int:
 
 def version_fields() -> dict[str, Any]:
     """The ``format_version`` and ``torch_amore_version`` entries every top-level ``to_dict`` writes."""
-    from torch_amore._version import __version__
-
     return {"format_version": FORMAT_VERSION, "torch_amore_version": __version__}
