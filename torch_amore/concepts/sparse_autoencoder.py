@@ -14,13 +14,7 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
-from torch_amore.concepts.saving import (
-    ModuleFactories,
-    dtype_from_name,
-    dtype_name,
-    finite_or_none,
-    tensor_from_list,
-)
+from torch_amore.concepts.saving import ModuleFactories, dtype_from_name, dtype_name, finite_or_none, tensor_from_list
 from torch_amore.data.arguments import check_int
 
 __all__ = ["SparseAutoencoderBasis"]

@@ -78,18 +78,13 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         input_key, label_key: where the model input and the labels are in a batch.
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
-            set to the loggers that take figures (``add_figure`` or ``log_image``), when matplotlib is installed.
+            set to the loggers that take figures, when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
-        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`) before the files are
-            written; a dict passes options to it. Under DDP each rank verifies its own rows and rank 0's numbers are
-            written.
-        concepts: rules over concepts of ``layer`` instead of its units, as in
-            :class:`~torch_amore.RegionalRuleExplainer`; a fitted basis (``"pca"``, ...) is fitted anew on each
-            extraction and kept on ``explanation.concepts``.
-        n_concepts: K of a fitted basis (only with a method name).
-        concept_names: the K concept names (default: the basis's).
-        stream: as in :meth:`RegionalRuleExplainer.explain`: ``"auto"`` (default) streams when the (N, D) features
-            would exceed half the available memory; ``True``/``False`` force streaming or the in-memory path.
+        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`; a dict passes options
+            to it) before the files are written (under DDP, rank 0's rows).
+        concepts, n_concepts, concept_names: rules over concepts of ``layer``, as in
+            :class:`~torch_amore.RegionalRuleExplainer`; a fitted basis is fitted anew on each extraction.
+        stream: as in :meth:`RegionalRuleExplainer.explain` (default ``"auto"``).
         **search_options: any field of :class:`~torch_amore.SearchOptions` (documented there); a fractional
             ``min_support`` is taken of all the explained rows (all ranks).
 

@@ -49,10 +49,6 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
             (of all training samples when they select every one).
         n_features_in_, feature_names_in_: as for every scikit-learn estimator (the rules print the names).
 
-    ``predict`` is ``classes_[1]`` where any rule set of the decision set selects a sample; ``predict_proba`` gives
-    ``classes_[1]`` the training confidence of the first of them that does, else :attr:`outside_rate_`, and
-    ``decision_function`` that probability minus one half (``fit`` warns where they can disagree with ``predict``).
-
     Example:
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
@@ -232,7 +228,8 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """(n_samples, 2) probabilities of ``classes_``: ``classes_[1]`` gets the training confidence of the first
-        rule set of the decision set that selects the row, else :attr:`outside_rate_`."""
+        rule set of the decision set that selects the row, else :attr:`outside_rate_` (``fit`` warns where this can
+        disagree with :meth:`predict`)."""
         _, proba = self._first_firing(X)
         return np.column_stack([1.0 - proba, proba])
 

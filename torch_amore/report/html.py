@@ -162,11 +162,7 @@ def _evidence_note(explanation: Any) -> str:
     )
 
 
-def _rule_table(
-    rows: Sequence[tuple[int, RuleSet, str]],
-    held: Mapping[int, RuleMetrics] | None,
-    table_id: str,
-) -> str:
+def _rule_table(rows: Sequence[tuple[int, RuleSet, str]], held: Mapping[int, RuleMetrics] | None, table_id: str) -> str:
     """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1`` (no note column without notes)."""
     head = "<th>length</th><th>support</th><th>confidence</th><th>fitness</th>"
     if held is not None:

@@ -184,11 +184,7 @@ def _attribution_maps(images: Any, attributions: Any, scale: str) -> tuple[np.nd
 
 
 def _column_titles(
-    titles: Sequence[str] | None,
-    row_labels: Sequence[str] | None,
-    rule_list: list[Rule] | None,
-    n_rules: int,
-    n: int,
+    titles: Sequence[str] | None, row_labels: Sequence[str] | None, rule_list: list[Rule] | None, n_rules: int, n: int
 ) -> list[str] | None:
     """One title per rule column (the given ones or the rules' text, with the sign's note), the counts checked."""
     if titles is not None and len(titles) != n_rules:
