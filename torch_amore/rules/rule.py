@@ -12,16 +12,8 @@ import numpy as np
 import torch
 
 from torch_amore._utils.typing import FEATURE_TYPES, ArrayLike
+from torch_amore.rules import serialization as S
 from torch_amore.rules.cuts import admitted_integers, format_bound
-from torch_amore.rules.serialization import (
-    FieldError,
-    expect_choice,
-    expect_float,
-    expect_int,
-    expect_keys,
-    expect_mapping,
-    expect_str,
-)
 
 
 def _n_columns(X: Any) -> int:
@@ -131,32 +123,32 @@ class Rule:
 
     def __post_init__(self) -> None:
         put = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731 - the dataclass is frozen
-        put("feature", expect_int(self.feature, "feature", low=0))
-        expect_str(self.name, "name")
-        expect_choice(self.kind, "kind", FEATURE_TYPES)
-        put("scale", expect_float(self.scale, "scale"))
-        put("offset", expect_float(self.offset, "offset"))
+        put("feature", S.expect_int(self.feature, "feature", low=0))
+        S.expect_str(self.name, "name")
+        S.expect_choice(self.kind, "kind", FEATURE_TYPES)
+        put("scale", S.expect_float(self.scale, "scale"))
+        put("offset", S.expect_float(self.offset, "offset"))
         if self.scale == 0:
-            raise FieldError("scale", "expected a finite non-zero number, but got 0.")
-        low = expect_float(self.low, "low", high=math.inf, finite=False)
-        high = expect_float(self.high, "high", finite=False)
+            raise S.FieldError("scale", "expected a finite non-zero number, but got 0.")
+        low = S.expect_float(self.low, "low", high=math.inf, finite=False)
+        high = S.expect_float(self.high, "high", finite=False)
         if low == math.inf:
-            raise FieldError("low", "expected a finite number or -inf (open below), but got inf.")
+            raise S.FieldError("low", "expected a finite number or -inf (open below), but got inf.")
         if high == -math.inf:
-            raise FieldError("high", "expected a finite number or inf (open above), but got -inf.")
+            raise S.FieldError("high", "expected a finite number or inf (open above), but got -inf.")
         if self.value is not None:
-            put("value", expect_float(self.value, "value"))
+            put("value", S.expect_float(self.value, "value"))
             if self.kind != "cat":
-                raise FieldError("kind", f"expected 'cat' for a rule with a category `value`, but got {self.kind!r}.")
+                raise S.FieldError("kind", f"expected 'cat' for a rule with a category `value`, but got {self.kind!r}.")
             if (low, high) != (-math.inf, math.inf):
-                raise FieldError("low", f"expected no bounds on a categorical rule, but got low={low}, high={high}.")
+                raise S.FieldError("low", f"expected no bounds on a categorical rule, but got low={low}, high={high}.")
         elif self.kind == "cat":
-            raise FieldError("value", "expected the category value of a rule with kind 'cat', but got None.")
+            raise S.FieldError("value", "expected the category value of a rule with kind 'cat', but got None.")
         if self.kind == "int" and _identity(self.scale, self.offset):  # x >= 40.2 <=> x >= 41 on integers
             low = float(math.ceil(low)) if math.isfinite(low) else low
             high = float(math.ceil(high)) if math.isfinite(high) else high
         if self.value is None and not low < high:
-            raise FieldError("high", f"expected low < high for an interval rule, but got low={low}, high={high}.")
+            raise S.FieldError("high", f"expected low < high for an interval rule, but got low={low}, high={high}.")
         put("low", low)
         put("high", high)
 
@@ -268,17 +260,17 @@ class Rule:
             ...
             torch_amore.rules.serialization.FieldError: Invalid `feature`: expected an integer >= 0, but got -1.
         """
-        data = expect_mapping(data)
-        expect_keys(data, ("feature", "name"), ("kind", "low", "high", "value", "scale", "offset"))
-        feature = expect_int(data["feature"], "feature", low=0, high=n_features)
-        kind = expect_choice(data.get("kind", "float"), "kind", FEATURE_TYPES)
-        low = -math.inf if data.get("low") is None else expect_float(data["low"], "low")
-        high = math.inf if data.get("high") is None else expect_float(data["high"], "high")
-        scale = expect_float(data.get("scale", 1.0), "scale")
-        offset = expect_float(data.get("offset", 0.0), "offset")
+        data = S.expect_mapping(data)
+        S.expect_keys(data, ("feature", "name"), ("kind", "low", "high", "value", "scale", "offset"))
+        feature = S.expect_int(data["feature"], "feature", low=0, high=n_features)
+        kind = S.expect_choice(data.get("kind", "float"), "kind", FEATURE_TYPES)
+        low = -math.inf if data.get("low") is None else S.expect_float(data["low"], "low")
+        high = math.inf if data.get("high") is None else S.expect_float(data["high"], "high")
+        scale = S.expect_float(data.get("scale", 1.0), "scale")
+        offset = S.expect_float(data.get("offset", 0.0), "offset")
         if kind == "int" and _identity(scale, offset):
             for key, bound in (("low", low), ("high", high)):
                 if math.isfinite(bound) and not bound.is_integer():
-                    raise FieldError(key, f"expected an integer bound for a rule of kind 'int', but got {bound}.")
-        value = None if data.get("value") is None else expect_float(data["value"], "value")
-        return cls(feature, expect_str(data["name"], "name"), low, high, value, kind, scale, offset)
+                    raise S.FieldError(key, f"expected an integer bound for a rule of kind 'int', but got {bound}.")
+        value = None if data.get("value") is None else S.expect_float(data["value"], "value")
+        return cls(feature, S.expect_str(data["name"], "name"), low, high, value, kind, scale, offset)

@@ -20,22 +20,11 @@ import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data.validation import align_rows, to_labels
+from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence import evidence_text
 from torch_amore.rules.held_out import HeldOut
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules.rule import Rule
-from torch_amore.rules.serialization import (
-    at_path,
-    expect_float,
-    expect_format_version,
-    expect_int,
-    expect_keys,
-    expect_mapping,
-    expect_str,
-    load_items,
-    parse_json,
-    version_fields,
-)
 
 
 @dataclass(frozen=True)
@@ -177,7 +166,7 @@ class RuleSet:
         """JSON-safe dict with a ``format_version`` and the ``torch_amore_version`` that wrote it;
         :meth:`from_dict` gives back an equal rule set (ratios and target name included)."""
         out = {
-            **version_fields(),
+            **S.version_fields(),
             "rules": [r.to_dict() for r in self.rules],
             "support": int(self.support),
             "confidence": float(self.confidence),
@@ -206,30 +195,30 @@ class RuleSet:
             ...
             torch_amore.rules.serialization.FieldError: Invalid `support`: expected an integer >= 0, but got -5.
         """
-        data = expect_mapping(data)
+        data = S.expect_mapping(data)
         extra = {f.name: f for f in _extra_fields()}
         optional = ("ratios", "target_name", "format_version", "torch_amore_version", *extra)
-        expect_keys(data, ("rules", "support", "confidence", "fitness"), optional)
-        expect_format_version(data)
+        S.expect_keys(data, ("rules", "support", "confidence", "fitness"), optional)
+        S.expect_format_version(data)
         if "torch_amore_version" in data:
-            expect_str(data["torch_amore_version"], "torch_amore_version")
-        rules = load_items(data["rules"], lambda r: Rule.from_dict(r, n_features=n_features), "rules")
-        ratios = load_items(data.get("ratios", []), lambda r: expect_float(r, "", low=0.0, finite=False), "ratios")
+            S.expect_str(data["torch_amore_version"], "torch_amore_version")
+        rules = S.load_items(data["rules"], lambda r: Rule.from_dict(r, n_features=n_features), "rules")
+        ratios = S.load_items(data.get("ratios", []), lambda r: S.expect_float(r, "", low=0.0, finite=False), "ratios")
         kwargs = {name: _extra_value(data[name], name) for name in extra if name in data}
         return cls(
             rules=tuple(rules),
-            support=expect_int(data["support"], "support", low=0),
-            confidence=expect_float(data["confidence"], "confidence", low=0.0, high=1.0),
-            fitness=expect_float(data["fitness"], "fitness", high=1.0),
+            support=S.expect_int(data["support"], "support", low=0),
+            confidence=S.expect_float(data["confidence"], "confidence", low=0.0, high=1.0),
+            fitness=S.expect_float(data["fitness"], "fitness", high=1.0),
             ratios=tuple(ratios),
-            target_name=expect_str(data.get("target_name", "target"), "target_name"),
+            target_name=S.expect_str(data.get("target_name", "target"), "target_name"),
             **kwargs,
         )
 
     @classmethod
     def from_json(cls, text: str, *, n_features: int | None = None) -> RuleSet:
         """The rule set in a JSON string written by :meth:`to_json` (checked as by :meth:`from_dict`)."""
-        return cls.from_dict(parse_json(text), n_features=n_features)
+        return cls.from_dict(S.parse_json(text), n_features=n_features)
 
 
 _CORE_FIELDS = ("rules", "support", "confidence", "fitness", "ratios", "target_name")
@@ -243,11 +232,11 @@ def _extra_fields() -> list[Any]:
 def _extra_value(value: Any, path: str) -> Any:
     """An optional field's value: ``None``, a finite number, a string or the held-out numbers' dict."""
     if path == "held_out" and value is not None:
-        with at_path(path):
+        with S.at_path(path):
             return HeldOut.from_dict(value)
     if value is None or isinstance(value, str):
         return value
-    return expect_float(value, path)
+    return S.expect_float(value, path)
 
 
 def load_rule_sets(items: Any, *, n_features: int | None = None, path: str = "rule_sets") -> list[RuleSet]:
@@ -265,4 +254,4 @@ def load_rule_sets(items: Any, *, n_features: int | None = None, path: str = "ru
         ...
         torch_amore.rules.serialization.FieldError: Invalid `rule_sets[1].rules[0].feature`: expected an integer...
     """
-    return load_items(items, lambda d: RuleSet.from_dict(d, n_features=n_features), path)
+    return S.load_items(items, lambda d: RuleSet.from_dict(d, n_features=n_features), path)
