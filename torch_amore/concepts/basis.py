@@ -1,18 +1,9 @@
 """A concept basis of a layer: K concept activations ``c = encode(a)`` of its flattened activations ``a`` (N, D).
 
-Rules over concepts are rules on ``c`` instead of on the D units. A basis also says how to change ``a`` so that its
-concepts take other values (:meth:`ConceptBasis.intervene`), which is how ``verify`` patches a concept: the part of
-``a`` the basis does not reconstruct is kept, ``a' = decode(c') + (a - decode(encode(a)))``.
-
-Two bases are given by the user as they are:
-
-* :class:`Directions`: a (D, K) matrix ``W`` and an optional center, ``c = (a - center) @ W``; its decoder is the
-  pseudo-inverse, so an intervention moves ``a`` along the directions (exactly along them when ``W`` has orthonormal
-  columns);
-* :class:`EncoderDecoder`: any callables or ``nn.Module`` s, e.g. a sparse autoencoder's ``encode`` and ``decode``.
-
-Bases fitted on the explained activations (PCA, NMF, ICA, a sparse autoencoder) subclass :class:`ConceptBasis` and
-implement :meth:`ConceptBasis.fit`.
+Rules over concepts are rules on ``c`` instead of on the D units. :meth:`ConceptBasis.intervene` changes ``a`` so that
+its concepts take other values, keeping what the basis does not reconstruct. The bases given as they are:
+:class:`Directions` (a (D, K) matrix and an optional center) and :class:`EncoderDecoder` (any callables or modules);
+bases fitted on the explained activations subclass :class:`LearnedBasis`.
 """
 
 from __future__ import annotations
@@ -78,8 +69,7 @@ class ConceptBasis:
         for kind in kinds:
             ConceptBasis._registry[kind] = cls
 
-    #: The argument the concept names came from, as error messages name it (``"concept_names"`` when the explainer
-    #: passed them on, see :func:`~torch_amore.concepts.resolve_concepts`).
+    #: The argument the concept names came from, as error messages name it.
     names_argument: str = "names"
 
     def __init__(self, names: Sequence[str] | None = None) -> None:
@@ -145,9 +135,8 @@ class ConceptBasis:
             )
 
     def check_sample(self, activations: torch.Tensor) -> None:
-        """Check the layer's flattened activations of the first sample (1, D) before the full pass over the data; a
-        ValueError when the basis refuses them (e.g. NMF, before fitting, refuses negative values). The base class
-        accepts any: the width is :meth:`check_width`'s."""
+        """A ValueError when the basis refuses the first sample's flattened activations (1, D), before the full pass
+        (e.g. NMF refuses negative values); the base class accepts any."""
 
     def check_names(self) -> None:
         """A ValueError when the given names are not one per concept (naming :attr:`names_argument`)."""
@@ -167,8 +156,7 @@ class ConceptBasis:
 
     # -- saving ----------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The basis as JSON-safe numbers and strings (``kind``, ``names`` and the kind's fields); a ValueError when
-        it cannot be saved (an encoder given as a plain function). :meth:`from_dict` gives it back."""
+        """The basis as JSON-safe numbers and strings, for :meth:`from_dict`; a ValueError when it cannot be saved."""
         raise ValueError(f"A {type(self).__name__} cannot be saved: it defines no `to_dict()`.")
 
     @classmethod
@@ -177,9 +165,9 @@ class ConceptBasis:
 
         Args:
             data: the dict from :meth:`to_dict` (e.g. read back from JSON).
-            modules: for an encoder/decoder basis whose ``nn.Module`` cannot be built without arguments: its class's
-                import path (``"package.module.Class"``), or its index in the saved ``"modules"``, -> an instance,
-                or a callable that builds one; the saved ``state_dict`` is loaded into it.
+            modules: for an ``nn.Module`` that cannot be built without arguments: its class's import path, or its
+                index in the saved ``"modules"``, -> an instance or a callable that builds one (the saved
+                ``state_dict`` is loaded into it).
 
         Example:
             >>> import json, torch
@@ -271,8 +259,7 @@ class Directions(ConceptBasis):
         return activations.reshape(activations.shape[0], -1) + shift
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "directions", "names", "dtype", "W", "center"}`` with ``W`` (D, K) and ``center`` (D,) as
-        nested lists of numbers (``center`` ``None`` when not given)."""
+        """``{"kind": "directions", "names", "dtype", "W", "center"}``, tensors as nested lists of numbers."""
         center = None if self.center is None else self.center.cpu().tolist()
         return {
             "kind": self.kind,
@@ -295,10 +282,8 @@ class Directions(ConceptBasis):
 
 
 class LearnedBasis(ConceptBasis):
-    """A basis of ``_k`` concepts learned from the explained activations by :meth:`fit` (PCA, NMF, ICA, a sparse
-    autoencoder): fitted once its (K, D) weights exist (:meth:`learned`), named ``{kind}_{k}`` by default.
-
-    Subclasses set ``self._k`` and implement :meth:`learned`, :meth:`fit`, :meth:`encode` and :meth:`decode`.
+    """A basis of ``_k`` concepts learned by :meth:`fit` (PCA, NMF, ICA, a sparse autoencoder): fitted once its
+    (K, D) weights exist (:meth:`learned`), named ``{kind}_{k}`` by default.
     """
 
     _k: int
@@ -419,10 +404,8 @@ class EncoderDecoder(ConceptBasis):
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "encoder", "names", "n_concepts", "n_units", "modules", "encode", "decode"}``: each distinct
-        ``nn.Module`` once in ``modules`` as its class's import path and ``state_dict`` (numbers only), and
-        ``encode``/``decode`` as ``{"module": index, "method": name}`` (``method`` ``None`` for the module's own call).
-
-        A plain function or lambda cannot be saved: a ValueError says so.
+        ``nn.Module`` once in ``modules`` (import path and ``state_dict``), ``encode``/``decode`` as
+        ``{"module": index, "method": name}``. A plain function or lambda cannot be saved.
 
         Example:
             >>> import torch

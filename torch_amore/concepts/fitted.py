@@ -1,12 +1,6 @@
-"""Concept bases fitted on the explained activations by scikit-learn: PCA, NMF and ICA.
-
-scikit-learn fits once, in float64 on the CPU; the fitted numbers are then kept as tensors, so that :meth:`encode`
-and :meth:`decode` run in torch on the activations' device and in their dtype:
-
-* PCA and ICA: ``c = (a - mean) @ components.T``; PCA decodes ``c @ components + mean``, ICA ``c @ mixing.T + mean``
-  (scikit-learn's ``transform`` and ``inverse_transform``);
-* NMF: ``c`` is the non-negative least-squares fit of ``a`` by the components (scikit-learn's ``transform``, solved
-  here by coordinate descent), decoded ``c @ components``.
+"""Concept bases fitted on the explained activations by scikit-learn (PCA, NMF, ICA), in float64 on the CPU; the
+fitted numbers are kept as tensors, so that ``encode`` (``transform``) and ``decode`` (``inverse_transform``) run in
+torch on the activations' device.
 """
 
 from __future__ import annotations
@@ -38,12 +32,10 @@ class FittedBasis(LearnedBasis):
         seed: the ``random_state`` of the decomposition (default 0): a fit repeats exactly.
         names: the K concept names (default ``pca_0``, ``pca_1``, ... after the method).
         options: more keyword arguments of the scikit-learn class (``PCA``, ``NMF``, ``FastICA``), e.g.
-            ``{"max_iter": 2000}``; ``n_components`` and ``random_state`` are set from ``n_concepts`` and ``seed``,
-            and options that change the transform (PCA's ``whiten``, NMF's ``alpha_W``) are refused.
+            ``{"max_iter": 2000}``, except those set from the other arguments or changing the transform.
 
-    After :meth:`fit`, ``components`` (K, D), ``mean`` (D,) (zero for NMF) and, for ICA, ``mixing`` (D, K) are
-    float64 tensors, and ``fvu`` and ``mse`` the reconstruction error on the fitted activations
-    (:func:`~torch_amore.concepts.basis.reconstruction_error`).
+    After :meth:`fit`: the float64 tensors ``components`` (K, D), ``mean`` (D,) and, for ICA, ``mixing`` (D, K), and
+    the reconstruction error ``fvu`` and ``mse`` on the fitted activations.
 
     Example:
         >>> import torch
@@ -113,13 +105,9 @@ class FittedBasis(LearnedBasis):
     def fit(self, activations: torch.Tensor, *, progress: bool = False) -> FittedBasis:
         """Fit the decomposition on ``activations`` (N, D) (float64, on the CPU) and keep its numbers as tensors.
 
-        Args:
-            activations: the layer's activations, (N, D) or (N, ...) (flattened per row).
-            progress: ignored (scikit-learn fits in one call); accepted as by every basis.
-
         Raises:
             ValueError: when ``n_concepts`` exceeds D (or N for PCA and ICA), the activations hold NaN or infinity,
-                or (NMF) negative values.
+                or (NMF) negative values. ``progress`` is ignored.
         """
         a = activations.detach().reshape(activations.shape[0], -1)
         n, d = a.shape
@@ -144,9 +132,8 @@ class FittedBasis(LearnedBasis):
         return self
 
     def check_sample(self, activations: torch.Tensor) -> None:
-        """Before fitting, refuse the first sample's activations (1, D) as :meth:`fit` would refuse the rows they
-        belong to: NaN or infinity, or (NMF) a negative value; so that the refusal comes before the full pass over the
-        data. A fitted basis encodes any activations.
+        """Before fitting, refuse the first sample's activations (1, D) as :meth:`fit` would: NaN or infinity, or (NMF)
+        a negative value.
 
         Example:
             >>> import torch
@@ -214,8 +201,7 @@ class FittedBasis(LearnedBasis):
 
     # -- saving ----------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": method, "names", "n_concepts", "seed", "options", "components", "mean", "mixing", "fvu",
-        "mse"}`` with the fitted tensors as nested lists of float64 numbers (``None`` before fitting).
+        """The basis's settings, fitted tensors (nested lists; ``None`` before fitting) and reconstruction error.
 
         Example:
             >>> import json, torch
@@ -264,9 +250,8 @@ class FittedBasis(LearnedBasis):
 
 
 def _nonnegative_least_squares(a: torch.Tensor, components: torch.Tensor, *, max_sweeps: int = 500) -> torch.Tensor:
-    """argmin over ``c >= 0`` of ``||a - c @ components||^2`` for each row of ``a``: cyclic coordinate descent from
-    the clipped least-squares solution, until a sweep moves no coordinate by more than 10 machine epsilons of the
-    largest one (or ``max_sweeps``)."""
+    """argmin over ``c >= 0`` of ``||a - c @ components||^2`` for each row of ``a``, by cyclic coordinate descent from
+    the clipped least-squares solution."""
     if a.shape[0] == 0:
         return a.new_zeros(0, components.shape[0])
     gram = components @ components.T  # (K, K)

@@ -53,14 +53,11 @@ def resolve_concepts(
         n_concepts: K, for a method name.
         seed: the seed of a fitted basis (default 0).
         names: the K concept names (not with a :class:`ConceptBasis` or a saved dict: they hold their own).
-        argument: the name of the caller's argument that held ``names``, as error messages name it (the explainer
-            passes ``"concept_names"``); the basis keeps it (:attr:`ConceptBasis.names_argument`) for the check of
-            the names' count on its first sample.
+        argument: the name of the caller's argument that held ``names``, as error messages name it.
 
     Raises:
-        TypeError: ``concepts`` is none of the above (the message lists them).
-        ValueError: an unknown method name (with the closest one), a method without ``n_concepts``, bad directions,
-            names with a basis that holds its own or not one per concept.
+        TypeError: ``concepts`` is none of the above.
+        ValueError: an unknown method, a method without ``n_concepts``, bad directions or names.
 
     Example:
         >>> import torch
@@ -108,8 +105,7 @@ def _no_names(names: Sequence[str] | None, what: str, argument: str) -> None:
 
 
 def _named(basis: ConceptBasis, names: Sequence[str] | None, argument: str) -> ConceptBasis:
-    """``basis`` with the concept names of ``argument``, checked one per concept where K is known already (an
-    encoder's K is known after its probe on one sample, which checks them then)."""
+    """``basis`` with the concept names of ``argument``, checked one per concept where K is known already."""
     if isinstance(names, str):
         raise TypeError(f"Expected `{argument}` to be a sequence of strings, but got a single string.")
     basis.names_argument = argument

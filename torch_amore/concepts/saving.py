@@ -151,14 +151,10 @@ def module_to_json(module: torch.nn.Module, role: str) -> dict[str, Any]:
 
 
 def module_from_json(
-    data: Any,
-    where: str,
-    modules: ModuleFactories | None = None,
-    index: int | None = None,
+    data: Any, where: str, modules: ModuleFactories | None = None, index: int | None = None
 ) -> torch.nn.Module:
-    """The module :func:`module_to_json` wrote: its class imported by the dotted path (nothing else is imported or
-    evaluated), built with no arguments, or taken from ``modules[index]`` or ``modules[path]`` (an instance, or a
-    callable that builds one) when its constructor needs arguments, and given the saved ``state_dict``.
+    """The module :func:`module_to_json` wrote: its class imported by the dotted path and built with no arguments (or
+    taken from ``modules[index]`` or ``modules[path]``), given the saved ``state_dict``.
 
     Example:
         >>> linear = torch.nn.Linear(2, 1)

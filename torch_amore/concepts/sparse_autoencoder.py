@@ -1,16 +1,7 @@
-"""A small top-k sparse autoencoder trained on the explained activations: its K features are the concepts.
-
-The recipe is the usual one for dictionary learning on a layer (top-k SAEs as in Gao et al. 2024, "Scaling and
-evaluating sparse autoencoders"): the activations are centred by their mean and scaled to unit mean squared norm per
-unit; the encoder ``Linear(D, K)`` + ReLU keeps the ``top_k`` largest features of each row; the decoder ``Linear(K,
-D)`` has unit-norm feature directions (renormalised after every step, initialised as the encoder's transpose); Adam
-minimises the mean squared reconstruction error; features that fired on no row for ``dead_after`` steps are restarted
-on the rows reconstructed worst. Training runs on the activations' device, seeded by a ``torch.Generator`` (it
-repeats exactly on the CPU).
-
-After :meth:`~SparseAutoencoderBasis.fit`, everything is folded back into the units of the activations, so that
-``c = topk(relu((a - center) @ W_enc + b_enc))`` and ``decode(c) = c @ W_dec + b_dec``: a concept activation is the
-length of ``a`` along the feature's unit direction ``W_dec[k]``.
+"""A small top-k sparse autoencoder trained on the explained activations (as in Gao et al. 2024, "Scaling and
+evaluating sparse autoencoders"): its K features are the concepts. After fitting, the weights are folded back into
+the activations' units: ``c = topk(relu((a - center) @ W_enc + b_enc))``, ``decode(c) = c @ W_dec + b_dec``, so a
+concept activation is the length of ``a`` along the unit direction ``W_dec[k]``.
 """
 
 from __future__ import annotations
@@ -23,13 +14,7 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
-from torch_amore.concepts.saving import (
-    ModuleFactories,
-    dtype_from_name,
-    dtype_name,
-    finite_or_none,
-    tensor_from_list,
-)
+from torch_amore.concepts.saving import ModuleFactories, dtype_from_name, dtype_name, finite_or_none, tensor_from_list
 from torch_amore.data.arguments import check_int
 
 __all__ = ["SparseAutoencoderBasis"]
@@ -51,10 +36,8 @@ class SparseAutoencoderBasis(LearnedBasis):
         seed: the seed of the initialisation and of the batches (default 0).
         names: the K concept names (default ``sae_0``, ``sae_1``, ...).
 
-    After :meth:`fit`: the float32 tensors ``center`` (D,), ``W_enc`` (D, K), ``b_enc`` (K,), ``W_dec`` (K, D) with
-    unit rows, ``b_dec`` (D,) (float64 when the activations are), and the reconstruction error on the fitted rows:
-    ``fvu`` (fraction of variance unexplained), ``mse``, ``dead_fraction`` (features active on no row), all in
-    :attr:`reconstruction_error`.
+    After :meth:`fit`: the tensors ``center``, ``W_enc`` (D, K), ``b_enc``, ``W_dec`` (K, D) with unit rows and
+    ``b_dec``, and :attr:`reconstruction_error` on the fitted rows (``dead_fraction``: features active on no row).
 
     Example:
         >>> import torch
@@ -116,7 +99,8 @@ class SparseAutoencoderBasis(LearnedBasis):
 
     # -- training --------------------------------------------------------------------------------------------------
     def fit(self, activations: torch.Tensor, *, progress: bool = False) -> SparseAutoencoderBasis:
-        """Train the autoencoder on ``activations`` (N, D), on their device, and keep its weights.
+        """Train the autoencoder on ``activations`` (N, D), centred and scaled to unit mean squared norm per unit, on
+        their device (seeded: it repeats exactly on the CPU), and keep its weights.
 
         Args:
             activations: the layer's activations, (N, D) or (N, ...) (flattened per row).
@@ -175,8 +159,7 @@ class SparseAutoencoderBasis(LearnedBasis):
 
     # -- saving ----------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "sae", "names", "n_concepts", the settings, "dtype", the weights as nested lists (``None``
-        before fitting), "fvu", "mse", "dead_fraction"}``.
+        """The basis's settings, weights (nested lists; ``None`` before fitting) and reconstruction error.
 
         Example:
             >>> import json, torch
@@ -224,8 +207,8 @@ def _keep_top(values: torch.Tensor, k: int) -> torch.Tensor:
 def _train(
     x: torch.Tensor, settings: SparseAutoencoderBasis, progress: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Train on the centred, scaled rows ``x`` (N, D); returns ``W_enc`` (D, K), ``b_enc``, ``W_dec`` (K, D) with unit
-    rows and ``b_dec``, detached, in ``x``'s dtype and on its device."""
+    """Train on the centred, scaled rows ``x`` (N, D): Adam on the squared error, the decoder's rows renormalised
+    after every step, dead features restarted; returns ``W_enc`` (D, K), ``b_enc``, ``W_dec`` (K, D), ``b_dec``."""
     n, d = x.shape
     k, top_k, device = settings.n_concepts, settings.top_k, x.device
     g = torch.Generator().manual_seed(settings.seed)  # on the CPU: the same draws on every device

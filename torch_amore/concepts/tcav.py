@@ -1,11 +1,6 @@
 """Concept directions from Captum's TCAV: the concept activation vectors (CAVs) of one layer as a :class:`Directions`
-basis, one direction per concept, named after its ``Concept``.
-
-Captum's :class:`captum.concept.TCAV` trains, for each experimental set ``[concept, counter_1, ...]`` (a concept and
-its random or counter examples) and each layer, a linear classifier on the layer's flattened activations; its
-``weights`` hold one row per class (concept id). The CAV of the set's first concept is its row: the normal of the
-boundary, pointing from the counter examples towards the concept. The layer's activations are flattened in the same
-order by TCAV and by the explainer, so the CAV reads the explained layer unit by unit.
+basis. The CAV of an experimental set is its first concept's row of the set's linear classifier: the normal of the
+boundary, pointing from the counter examples towards the concept.
 """
 
 from __future__ import annotations
@@ -32,16 +27,13 @@ def from_tcav(
     """A :class:`Directions` basis of one layer from the CAVs of a Captum ``TCAV``, one concept per experimental set.
 
     Args:
-        tcav: a ``captum.concept.TCAV`` for the explained model; CAVs of sets it has not computed (or saved under its
-            ``save_path``) are computed here by its ``compute_cavs``.
+        tcav: a ``captum.concept.TCAV`` for the explained model; CAVs it lacks are computed by its ``compute_cavs``.
         experimental_sets: lists of ``Concept`` s as given to ``TCAV.compute_cavs``, the concept first, then its
-            counter (random) concepts: one direction each, towards the first concept. Default: every set whose CAVs
-            ``tcav`` holds for ``layer``, in the order computed.
+            counter concepts: one direction each (default: every set whose CAVs ``tcav`` holds for ``layer``).
         layer: the layer's name among ``tcav.layers`` (default: its only layer).
         names: the concept names (default: each set's first ``Concept.name``; ``name-vs-counter`` when a concept
             comes in several sets).
-        normalize: scale each CAV to unit length (default), so that a concept activation is the length of the
-            activations along it; ``False`` keeps the classifier's weights as they are.
+        normalize: scale each CAV to unit length (default); ``False`` keeps the classifier's weights.
 
     Returns:
         The (D, K) directions, K the number of sets, named after the concepts.

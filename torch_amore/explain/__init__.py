@@ -5,8 +5,4 @@ from torch_amore.explain.attribution import RuleAttribution
 from torch_amore.explain.explainer import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
 
-__all__ = [
-    "RegionalExplanation",
-    "RegionalRuleExplainer",
-    "RuleAttribution",
-]
+__all__ = ["RegionalExplanation", "RegionalRuleExplainer", "RuleAttribution"]

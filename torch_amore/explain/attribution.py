@@ -1,10 +1,5 @@
-"""Input (pixel) attribution maps for rules on latent units.
-
-A rule on a hidden layer, such as ``z_44 >= 6.223``, speaks about one latent unit. To show users what that unit looks
-at, each rule's unit is attributed to the input pixels with Captum's ``NeuronIntegratedGradients`` (integrated
-gradients of the unit's activation along the straight path from a baseline to the input), in batches so that memory
-stays bounded. :func:`torch_amore.report.plot.plot_rule_attributions` draws the maps over the images (the paper's MRI
-figure).
+"""Input (pixel) attribution maps for rules on latent units: each rule's unit attributed to the input with Captum's
+``NeuronIntegratedGradients``, in batches (drawn by :func:`torch_amore.report.plot.plot_rule_attributions`).
 """
 
 from __future__ import annotations
@@ -76,8 +71,7 @@ class RuleAttribution:
         multiply_by_inputs: Captum's option; ``True`` gives integrated gradients ``(x - baseline) * avg. gradient``
             (attributions sum to the unit's change), ``False`` the average gradient alone.
         concepts: a fitted :class:`~torch_amore.concepts.ConceptBasis` of the layer: the rules' features are then
-            concepts, and each rule's concept activation ``encode(a)[:, k]`` is attributed (gradients through
-            ``encode``).
+            concepts, and each rule's concept activation ``encode(a)[:, k]`` is attributed.
 
     Example:
         >>> import torch

@@ -1,16 +1,7 @@
-"""Rules over concepts: the explainer's concept basis resolved once, checked on one sample before the full pass,
-fitted once on the explained activations, and the one place where a layer's (N, D) activations become the (N, K)
-concept activations ``c = encode(a)`` (in memory, per streamed batch, in the Lightning callback, on new data).
-
-Private helper of :class:`torch_amore.RegionalRuleExplainer` and the Lightning callback. Where a fitted basis
-(``"pca"``, ``"sae"``, ...) is fitted:
-
-* in memory: on the collected (N, D) activations of the explained data;
-* streamed: on the first :data:`FIT_ROWS` rows of the explained data, collected in one extra (partial) pass before the
-  streamed passes;
-* under DDP: rank 0 fits it on its rows and broadcasts it, so every rank encodes with the same basis.
-
-A basis is fitted once: the explainer keeps it (``explainer.concepts``) and later calls reuse it.
+"""Rules over concepts: the explainer's concept basis resolved, checked on one sample before the full pass, fitted
+once (in memory on the explained activations, streamed on the first :data:`FIT_ROWS` rows; under DDP by rank 0,
+broadcast to every rank), and the one place where a layer's (N, D) activations become the (N, K) concept activations
+``c = encode(a)``.
 """
 
 from __future__ import annotations
@@ -49,9 +40,8 @@ FIT_ROWS = 10_000
 def resolve_basis(
     concepts: Any, n_concepts: int | None, names: Sequence[str] | None, *, layer: Any, feature_names: Any = None
 ) -> ConceptBasis | None:
-    """The basis of the explainer's (or the callback's) ``concepts=`` (``None``: rules on units), with the argument
-    checks that need no data: concepts need a ``layer`` (they are directions of its activations); ``n_concepts`` and
-    ``concept_names`` need ``concepts``; their names are ``concept_names``, not ``feature_names``.
+    """The basis of the explainer's (or the callback's) ``concepts=`` (``None``: rules on units), with the checks of
+    ``layer``, ``n_concepts`` and ``concept_names`` that need no data.
 
     Example:
         >>> import torch
@@ -120,9 +110,8 @@ def encode_concepts(basis: ConceptBasis, activations: torch.Tensor) -> torch.Ten
 
 
 def check_on_sample(basis: ConceptBasis, sample: torch.Tensor) -> None:
-    """Check ``basis`` on the layer's activations of one sample (1, ...) before the full pass: the width it reads,
-    the shape of its encoding (a given basis), ``n_concepts`` against the width (a fitted one); an encoder without a
-    known K is probed here (:meth:`EncoderDecoder.fit`)."""
+    """Check ``basis`` on the layer's activations of one sample (1, ...) before the full pass (an encoder without a
+    known K is probed here)."""
     a = sample.reshape(sample.shape[0], -1)
     basis.check_width(a.shape[1])
     basis.check_sample(a)
@@ -139,9 +128,7 @@ def check_on_sample(basis: ConceptBasis, sample: torch.Tensor) -> None:
 
 
 def check_concepts(explainer: Any, source: Any, request: Any) -> None:
-    """Before the full pass of ``explainer.explain_batches``: concepts are of the layer (no separate ``features``
-    matrix in ``request``), and the explainer's basis fits the layer's activations of the first sample of ``source``
-    (:func:`check_on_sample`)."""
+    """Before the full pass: no separate ``features`` matrix, and the basis fits the first sample's activations."""
     from torch_amore.explain.stream_explain import ModelBatches  # it encodes each streamed batch with this module
 
     if request.matrix is not None:
@@ -165,8 +152,7 @@ def fit_on_batches(
     basis: ConceptBasis, batches: Iterable[torch.Tensor], *, progress: bool = False, rows: int | None = None
 ) -> ConceptBasis:
     """A streamed explanation's basis: fitted (:func:`fit_once`) on the first ``rows`` (default :data:`FIT_ROWS`)
-    rows of the layer's activations, read from ``batches`` (an iterator of (B, D) activations, closed after those
-    rows)."""
+    of the (B, D) activation ``batches`` (closed after those rows)."""
     if basis.fitted:
         return basis
     rows = FIT_ROWS if rows is None else rows
@@ -185,17 +171,16 @@ def fit_on_batches(
 
 
 def fresh_basis(basis: ConceptBasis) -> ConceptBasis:
-    """An unfitted copy of a basis that is fitted on data (``"pca"``, ...), for a caller that fits it anew on each
-    extraction (the Lightning callback: the weights change between extractions); any other basis itself."""
+    """An unfitted copy of a basis fitted on data (``"pca"``, ...), for a caller that fits it anew on each extraction;
+    any other basis itself."""
     if basis.fitted or isinstance(basis, EncoderDecoder):
         return basis
     return copy.deepcopy(basis)
 
 
 def concept_params(basis: ConceptBasis) -> dict[str, Any]:
-    """What an explanation's parameters say of its basis (printed, saved in the JSON): its kind, K, the width it reads
-    and, where the basis has one (a fitted basis), its reconstruction error on the activations it was fitted on
-    (``{"fvu": ..., "mse": ...}``, :func:`torch_amore.concepts.reconstruction_error`).
+    """What an explanation's parameters say of its basis: its kind, K, the width it reads and, for a fitted basis, its
+    reconstruction error (:func:`torch_amore.concepts.reconstruction_error`).
 
     Example:
         >>> import torch
@@ -218,13 +203,11 @@ def concept_params(basis: ConceptBasis) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# gradients through the basis: pixel maps and feature selection
+# --- gradients through the basis: pixel maps and feature selection ---------------------------------------------------
 
 
 def differentiable_encode(basis: ConceptBasis, activations: torch.Tensor) -> torch.Tensor:
-    """``encode`` with gradients (an :class:`EncoderDecoder` runs its encoder under ``torch.no_grad`` in ``encode``:
-    here the encoder itself is called); a ValueError when the basis gives none."""
+    """``encode`` with gradients (an :class:`EncoderDecoder`'s encoder itself); a ValueError when there are none."""
     a = activations.reshape(activations.shape[0], -1)
     c = basis.encode(a)
     if a.requires_grad and not c.requires_grad:
@@ -244,16 +227,9 @@ def _differentiable_decode(basis: ConceptBasis, concepts: torch.Tensor) -> torch
 
 
 class ConceptModel(nn.Module):
-    """The model with its layer routed through the concepts: the layer's activations ``a`` become
-    ``decode(c) + (a - decode(encode(a)))`` with ``c = concepts(encode(a))``, ``concepts`` an identity module. The
-    outputs are the model's; Captum's layer methods on :attr:`concepts` attribute to (or interpolate) the K concept
-    activations.
-
-    Args:
-        model: the explained model.
-        layer: its explained submodule.
-        basis: a fitted concept basis of that layer.
-        layer_input: the concepts are of the layer's (first) input.
+    """The model with its layer's activations ``a`` routed through ``decode(c) + (a - decode(encode(a)))``, ``c =
+    concepts(encode(a))`` (an identity module): the outputs are the model's, and Captum's layer methods on
+    :attr:`concepts` attribute to the K concept activations (of the layer's first input with ``layer_input``).
 
     Example:
         >>> import torch
@@ -298,8 +274,7 @@ class ConceptModel(nn.Module):
 
 
 def concept_selector(basis: ConceptBasis, k: int) -> Callable[[Any], torch.Tensor]:
-    """A Captum neuron selector: concept ``k``'s activation of the layer's activations (for
-    ``NeuronIntegratedGradients``)."""
+    """A Captum neuron selector: concept ``k``'s activation of the layer's activations."""
 
     def select(activation: Any) -> torch.Tensor:
         if isinstance(activation, (tuple, list)):

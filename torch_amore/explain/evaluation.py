@@ -1,6 +1,4 @@
-"""An explanation's rule sets measured on new data through the explainer's model: the same model or layer path, the
-same subgroup definition and threshold, and the features the rules were built on (inputs, a layer's units or a
-separate matrix)."""
+"""An explanation's rule sets measured on new data through the explainer's model, subgroup and threshold."""
 
 from __future__ import annotations
 
@@ -33,10 +31,8 @@ def evaluate_with_model(
     label_key: BatchKey,
     model_args: tuple[Any, dict | None],
 ) -> list:
-    """Metrics of ``explanation``'s rule sets on new data, run through ``explainer`` (the
-    :class:`~torch_amore.RegionalRuleExplainer` that made it) on the same model/layer path and with the same threshold:
-    what :meth:`RegionalExplanation.evaluate <torch_amore.RegionalExplanation.evaluate>` does when it has the model.
-    ``model_args``: the new data's ``(additional_forward_args, forward_kwargs)``."""
+    """:meth:`RegionalExplanation.evaluate <torch_amore.RegionalExplanation.evaluate>` with the ``explainer`` that
+    made it; ``model_args``: the new data's ``(additional_forward_args, forward_kwargs)``."""
     frame = features if V.is_frame(features) else inputs
     which = "features" if frame is features else "inputs"
     target = V.align_rows(target, frame, "target", which)
@@ -57,10 +53,8 @@ def evaluate_with_model(
 def evaluate_on(
     explainer: Any, explanation: RegionalExplanation, on: BatchSource, target: Any, *, labels: Any, features: Any
 ) -> list:
-    """Metrics of ``explanation``'s rule sets on the batches of ``on`` (the explained model's source of the new data:
-    the explainer's inputs or the Lightning callback's loader), through ``explainer``'s layer when the rules are on it,
-    for the subgroup ``target`` with the explanation's threshold; ``features``: the new data's matrix of rules built
-    on separate features."""
+    """Metrics of ``explanation``'s rule sets on the batches of ``on`` for the subgroup ``target`` (with the
+    explanation's threshold); ``features``: the new data's matrix when the rules are on separate features."""
     source = explanation.params.get("source")
     matrix = None
     if source == "features":

@@ -1,20 +1,6 @@
-"""RegionalRuleExplainer: regional rules for what a trained ``nn.Module`` predicts, on its inputs or any layer.
-
-The explainer runs the model over the data (batched, on the model's device, under ``torch.no_grad`` and in eval mode),
-defines the target subgroup from its outputs (a class, a probability threshold, a value range, a callable or a given
-mask), and extracts AMORE rules on one of three feature spaces:
-
-* the model's inputs, flattened (``layer=None``, tabular models);
-* the activations of a layer, flattened to (N, D), captured with a forward hook (latent rules, as in the paper's
-  MNIST and MRI tasks; ``layer_input=True`` takes the input of that layer instead of its output);
-* a separate (N, F) matrix of interpretable features aligned with the inputs (``features=``, as the paper's RDKit
-  descriptors for a graph network).
-
-With ``concepts=`` the rules are over the K concept activations ``c = encode(a)`` of the layer's flattened
-activations ``a`` (directions, an encoder/decoder or a basis fitted on the explained activations; see
-``docs/concept_rules.md`` and :mod:`torch_amore.explain.concept_space`).
-
-Hooks are always removed and every submodule's train/eval mode restored, also when an error is raised.
+"""RegionalRuleExplainer: regional rules for what a trained ``nn.Module`` predicts, on its inputs, the activations
+of a layer (or concepts of them, ``concepts=``), or a separate matrix of interpretable features. Hooks are always
+removed and every submodule's train/eval mode restored, also when an error is raised.
 """
 
 from __future__ import annotations
@@ -32,6 +18,7 @@ from torch_amore._utils.one_warning import OneWarning
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.explain.attribution import RuleAttribution
 from torch_amore.explain.concept_space import check_concepts, concept_params, encode_concepts, fit_once, resolve_basis
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.explain.request import ExplainRequest, _data_options, local_vector, resolve_names, target_param
@@ -58,16 +45,13 @@ class RegionalRuleExplainer:
             are the features of the rules; ``None`` uses the model inputs, flattened.
         feature_names: names of the D features (default ``z_{i}`` for a layer, ``feature_{i}`` for inputs).
         layer_input: use the layer's (first) input instead of its output, e.g. the input of the last linear layer.
-        concepts: rules over concepts of the layer instead of its units: a
-            :class:`~torch_amore.concepts.ConceptBasis` (e.g. :class:`~torch_amore.concepts.Directions`,
-            :class:`~torch_amore.concepts.EncoderDecoder`), a (D, K) matrix of directions, a ``(W, center)`` pair,
-            or the name of a basis fitted on the explained activations (``"pca"``, ...; fitted once, on the first
-            explained data, and kept on :attr:`concepts`). Needs ``layer``. ``features=`` indices,
-            ``select_features`` and local rules then index and select concepts.
+        concepts: rules over concepts of the layer instead of its units (needs ``layer``): a
+            :class:`~torch_amore.concepts.ConceptBasis`, a (D, K) matrix of directions, a ``(W, center)`` pair, or
+            the name of a basis fitted once on the first explained activations (``"pca"``, ...; kept on
+            :attr:`concepts`). ``features=`` indices, ``select_features`` and local rules then refer to concepts.
         n_concepts: K of a fitted basis (only with a method name).
-        concept_names: the K concept names (default: the basis's, ``concept_{k}``).
-            Any other keyword is a ``TypeError`` that names the closest one (``feature_name``: did you mean
-            ``feature_names``?).
+        concept_names: the K concept names (default: the basis's, ``concept_{k}``). Any other keyword is a
+            ``TypeError`` naming the closest one.
 
     Example:
         >>> import torch
@@ -117,7 +101,6 @@ class RegionalRuleExplainer:
         concepts = "" if self.concepts is None else f", concepts={self.concepts!r}"
         return f"{type(self).__name__}(model={type(self.model).__name__}, layer={layer}{concepts})"
 
-    # ---------------------------------------------------------------------------------------------------------------
     def explain(
         self,
         inputs: Any,
@@ -145,9 +128,8 @@ class RegionalRuleExplainer:
 
         Args:
             inputs: a tensor or numpy array (N, ...), a tuple of them (several positional model inputs), a pandas
-                DataFrame (its columns name the features), a ``Dataset``, a ``DataLoader`` (in dataset order when
-                rows must align with ``labels``, ``features``, a mask ``target`` or per-sample model arguments), or a
-                list or ``Batch`` of torch_geometric graphs.
+                DataFrame, a ``Dataset``, a ``DataLoader`` (in dataset order when rows must align with other
+                arguments), or a list or ``Batch`` of torch_geometric graphs.
             target: the subgroup:
 
                 * a class index ``c``: ``argmax(output) == c`` for several outputs; for a single (binary) output,
@@ -161,43 +143,37 @@ class RegionalRuleExplainer:
                 several); ``"roc"`` picks the threshold maximizing TPR - FPR against ``labels`` (as in the paper).
             outputs: what the model returns, for thresholds: ``"logits"`` (sigmoid / softmax), ``"probs"``, or
                 ``"auto"`` (default): probabilities when all outputs lie in [0, 1] (summing to 1 for several).
-            features: either a separate (N, F) matrix (tensor, array or DataFrame) of interpretable features aligned
-                with ``inputs`` (rules are then built on it), or a sequence of feature indices / a
-                ``FeatureSelection`` restricting the search to those features.
+            features: a separate (N, F) matrix of interpretable features aligned with ``inputs`` (the rules are built
+                on it), or feature indices / a ``FeatureSelection`` restricting the search to those features.
             feature_names: names of the features (overrides the explainer's).
-            select_features: run :func:`torch_amore.select_features` (with the labels as classes for a class
-                target, else the subgroup vs. the rest) on the inputs or the layer first and search the selected
-                features only; a dict passes options to it (e.g. ``{"min_frequency": 0.2}``).
+            select_features: search only the features :func:`torch_amore.select_features` selects on the inputs or
+                the layer (a dict passes options to it, e.g. ``{"min_frequency": 0.2}``).
             scaler: a fitted scikit-learn scaler (``StandardScaler``, ``MinMaxScaler``, ...) of the features the rules
                 are built on: rules print in its original units (instead of ``feature_scale``/``feature_offset``).
             options: a :class:`torch_amore.SearchOptions` (or a dict of its fields); keyword arguments override it.
             batch_size: samples per forward pass for tensor, Dataset and graph-list inputs.
-            input_key: which element of each batch is the model input: an index or key, a sequence of them
-                (several positional inputs) or a callable ``batch -> input``. Default: a tensor batch itself, the
-                first element of a tuple batch, any other object (e.g. a graph batch) as a whole.
-            label_key: which element of each batch holds the labels (index, key, attribute name or callable).
-                Default: the second element of tuple batches.
+            input_key: which element of each batch is the model input: an index or key, a sequence of them or a
+                callable ``batch -> input`` (default: a tensor batch itself, else the first element of a tuple batch,
+                else the whole batch).
+            label_key: where each batch holds the labels (default: the second element of tuple batches).
             target_name: name of the subgroup in the printed rules (default e.g. ``"predicted 7"``).
             additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
                 array with one row per sample is split along with the batches, anything else is passed whole.
             forward_kwargs: extra keyword arguments for every ``model(...)`` call, split per sample the same way.
             stream: ``True`` runs the model batch by batch on every pass over ``inputs`` and finds the rules on the
-                grid codes of the activations (:mod:`torch_amore.search.stream`: no (N, D) matrix is kept, and
-                ``features_matrix`` is ``None``); ``False`` collects the activations first; ``"auto"`` (default)
-                streams when the estimated matrix (N times the width, measured by running the model on the first
-                sample) would exceed half the available memory (RAM, or the CUDA device's;
-                :mod:`torch_amore.explain.stream_explain`) and says so once. Streaming takes a class index, a
-                callable or a range ``target``, not a mask, ``features``, ``select_features``, ``"roc"`` or
-                ``local``.
+                grid codes of the activations (no (N, D) matrix is kept; ``features_matrix`` is ``None``); ``False``
+                collects the activations first; ``"auto"`` (default) streams, and says so once, when the (N, D)
+                matrix would exceed half the available memory (RAM, or the CUDA device's). Streaming takes a class
+                index, a callable or a range ``target``, not a mask, ``features``, ``select_features``, ``"roc"``
+                or ``local``.
             local: a sample for local rules (:meth:`explain_local`): only rule sets whose every interval contains it
                 are returned. ``None`` (default): global rules.
             **search_options: any field of :class:`torch_amore.SearchOptions` (documented there); an unknown name
                 is a ``TypeError``.
 
         Returns:
-            A :class:`RegionalExplanation` with the rule sets (best fitness first) and what they were extracted on.
-            A ``UserWarning`` (also in its ``message``) says when ``min_support`` exceeds the subgroup or no rule set
-            reaches positive fitness.
+            A :class:`RegionalExplanation` with the rule sets (best fitness first); a ``UserWarning``, also in its
+            ``message``, gives the reasons to read them with care.
         """
         request = ExplainRequest.make(
             target=target,
@@ -237,14 +213,9 @@ class RegionalRuleExplainer:
         return explanation
 
     def explain_local(self, x: Any, inputs: Any, target: TargetType, **kwargs: Any) -> RegionalExplanation:
-        """Local rules: rule sets for the subgroup whose every interval contains the sample ``x``.
-
-        ``x`` is an int (a row of ``inputs``), one model input (with or without its batch dimension, or one
-        torch_geometric graph; it is run through the model and layer), or — with a separate ``features`` matrix or
-        without a layer — its row of features. The other arguments and keywords are those of :meth:`explain`
-        (``explain_local(x, inputs, target, **kwargs)`` is ``explain(inputs, target, local=x, **kwargs)``); local
-        rules are found in memory. When ``x`` is an outlier of the subgroup no interval containing it raises the
-        subgroup's share, and the result is empty with an explanatory ``message`` (a ``UserWarning`` is issued).
+        """Local rules (``explain(inputs, target, local=x, **kwargs)``): rule sets whose every interval contains the
+        sample ``x``: an int (a row of ``inputs``), one model input or graph, or (on a ``features`` matrix or the
+        inputs) its row of features. For an outlier of the subgroup the result is empty and its ``message`` says why.
 
         Example:
             >>> import torch
@@ -274,9 +245,8 @@ class RegionalRuleExplainer:
         additional_forward_args: Any = None,
         forward_kwargs: dict[str, Any] | None = None,
     ) -> torch.Tensor:
-        """The (N, D) matrix rules of this explainer apply to: the layer's flattened activations (or the flattened
-        inputs without a layer; the (N, K) concept activations with ``concepts=``) for new data, e.g. to compute
-        ``rule_set.mask(...)`` on a test split."""
+        """The (N, D) matrix the rules of this explainer apply to (the layer's flattened activations, their concepts,
+        or the flattened inputs), e.g. for ``rule_set.mask(...)`` on a test split."""
         V.check_model_device(self.model)
         source = ModelInputs.make(
             self.model,
@@ -295,30 +265,20 @@ class RegionalRuleExplainer:
         return encode_concepts(self.concepts, fwd.activations)
 
     def attribute(self, inputs: torch.Tensor, rules: Any, **kwargs: Any) -> torch.Tensor:
-        """Pixel (input) attribution maps of the latent unit of each rule, shape ``(n_rules, N, *inputs.shape[1:])``.
-
-        ``rules`` is a rule set (e.g. ``explanation.best``), rules or unit indices on this explainer's layer; keyword
-        arguments go to :meth:`torch_amore.RuleAttribution.attribute` (``baselines``, ``n_steps``, ``batch_size``,
-        ``internal_batch_size``). Uses Captum's ``NeuronIntegratedGradients``. With ``concepts=``, each rule's concept
-        activation ``encode(a)[:, k]`` is attributed (integrated gradients through ``encode``; the basis must be
-        fitted, i.e. explained once, when it is fitted on the data).
+        """Pixel (input) attribution maps of the latent unit (or concept) of each rule, shape
+        ``(n_rules, N, *inputs.shape[1:])``: ``rules`` is a rule set, rules or unit indices on this explainer's layer;
+        keyword arguments go to :meth:`torch_amore.RuleAttribution.attribute`.
         """
-        from torch_amore.explain.attribution import RuleAttribution
-
         return RuleAttribution.from_explainer(self).attribute(inputs, rules, **kwargs)
 
-    # --------------------------------------------------------------------------------------------------------------
-    # the steps of one explanation
+    # --- the steps of one explanation -----------------------------------------------------------------------------
 
     def explain_batches(
         self, source: BatchSource, request: ExplainRequest, *, stream: bool | str = False, empty: str = "raise"
     ) -> RegionalExplanation:
         """The explanation of ``request`` on the model's batches from ``source``, in memory or streamed: the one
-        pipeline of :meth:`explain` and the Lightning callback (which supplies Lightning's batch transfer).
-
-        ``request`` is checked on the source's rows first
-        (:meth:`~torch_amore.explain.request.ExplainRequest.on_rows`); ``empty="keep"`` returns an explanation without
-        rule sets (and says why in its ``message``) where the subgroup holds no row or every row, instead of raising.
+        pipeline of :meth:`explain` and the Lightning callback. ``empty="keep"`` returns an explanation without rule
+        sets (its ``message`` says why) where the subgroup holds no row or every row, instead of raising.
 
         Example:
             >>> from torch_amore.model.source import ModelInputs
@@ -365,7 +325,6 @@ class RegionalRuleExplainer:
                 counted=request.counted,
             )
             columns = list(plan.columns)
-            # kept on the explanation; the search's caveats already warned it (with holdout, on the rows searched)
             message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
         else:
             rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
@@ -414,9 +373,7 @@ class RegionalRuleExplainer:
         }
 
     def _run(self, source: BatchSource, request: ExplainRequest) -> tuple[Forward, torch.Tensor | None]:
-        """The forward pass of an explanation (the layer unless rules are on a features matrix, the flattened inputs
-        when rules are on them and, where tensors, for feature selection) and the labels: the request's, else the
-        batches'."""
+        """The forward pass of an explanation and its labels (the request's, else the batches')."""
         on_inputs = request.matrix is None and self.layer is None
         layer = self.layer if request.matrix is None else None
         fwd = source.collect(
@@ -455,8 +412,7 @@ class RegionalRuleExplainer:
     def _select(
         self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]
     ) -> Any:
-        """Run :func:`torch_amore.select_features` on the collected inputs (classes: the labels for a class target,
-        else the subgroup)."""
+        """:func:`torch_amore.select_features` on the collected inputs."""
         if fwd.flat_inputs is None or fwd.input_shape is None:
             raise TypeError(
                 "Expected tensor model inputs for `select_features=True` (integrated gradients interpolate the "

@@ -1,5 +1,4 @@
-"""RegionalExplanation: the result of :class:`torch_amore.RegionalRuleExplainer` — rules plus what they were
-extracted on, convertible to text, HTML, JSON and a DataFrame, and measurable on new data."""
+"""RegionalExplanation: the rules of :class:`torch_amore.RegionalRuleExplainer` and what they were extracted on."""
 
 from __future__ import annotations
 
@@ -12,6 +11,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import torch
 
+from torch_amore._version import __version__
+from torch_amore.data import arguments as A
+from torch_amore.data import validation as V
 from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
 from torch_amore.explain.loading import (
     DERIVED_COLUMNS,
@@ -24,26 +26,28 @@ from torch_amore.explain.loading import (
     _load_value,
     _verification,
 )
+from torch_amore.explain.units import scaler_units
+from torch_amore.model.input_shape import check_new_data, check_width
 from torch_amore.report.distinct import MAX_JACCARD, distinct_rule_sets
+from torch_amore.report.html import write_html
 from torch_amore.rules import serialization as S
 from torch_amore.rules.caveats import at_base_rate, confidence_interval
+from torch_amore.rules.evidence_columns import evidence_record
 from torch_amore.rules.metrics import RuleMetrics, hits_of_rates, lift, recall
 from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.engine import VerifyArgs, verify
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 _FORMAT = "torch_amore.RegionalExplanation"
-#: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (2: per rule set lift, recall, base
-#: rate; the library version; the options and the feature selection; 3: the optional verification by intervention).
-#: Version 1 and 2 files are read too.
+#: Version of the JSON layout written by :meth:`RegionalExplanation.to_dict` (versions 1 and 2 are read too).
 FORMAT_VERSION = 3
 
 
 class RunArgs(TypedDict, total=False):
-    """How :meth:`RegionalExplanation.evaluate` and :meth:`RegionalExplanation.verify` run the model over new data, each
-    as in :meth:`torch_amore.RegionalRuleExplainer.explain` (``progress`` ``False`` by default, the others ``None``:
-    those of ``explain``)."""
+    """How ``evaluate`` and ``verify`` run the model over new data, as in ``explain`` (by default ``progress=False``,
+    the others ``explain``'s)."""
 
     batch_size: int | None
     progress: bool
@@ -107,7 +111,6 @@ class RegionalExplanation(Sequence[RuleSet]):
     verification: Any = field(default=None, repr=False, compare=False)
     concepts: Any = field(default=None, repr=False, compare=False)
 
-    # ---------------------------------------------------------------------------------------------------------------
     @property
     def best(self) -> RuleSet | None:
         """The rule set with the highest fitness (``None`` when there is none)."""
@@ -136,7 +139,6 @@ class RegionalExplanation(Sequence[RuleSet]):
             f"best_fitness={best}{facts}{local})"
         )
 
-    # ---------------------------------------------------------------------------------------------------------------
     @property
     def base_rate(self) -> float | None:
         """The subgroup's share of the samples (``None`` when unknown)."""
@@ -144,11 +146,9 @@ class RegionalExplanation(Sequence[RuleSet]):
         return size / n if n and size is not None else None
 
     def stats(self, rule_set: RuleSet) -> dict[str, Any]:
-        """A rule set's support, confidence and fitness with its lift (confidence / base rate), recall (share of the
-        subgroup it covers), the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence
-        and whether that interval contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`; NaN where
-        the sizes are unknown). With ``holdout``, the recall is of the subgroup rows the search saw, as the support
-        and confidence are (:func:`~torch_amore.explain.explanation_text.searched_subgroup`)."""
+        """A rule set's support, confidence and fitness with its lift, recall (of the subgroup rows the search saw),
+        the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence and whether that
+        interval contains the base rate (NaN where the sizes are unknown)."""
         size, base = searched_subgroup(self.params.get("subgroup_size"), self.params.get("holdout")), self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)
@@ -167,8 +167,7 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     def shown(self, include_negative: bool = False, *, distinct: bool = True) -> list[tuple[int, RuleSet]]:
         """(1-based position, rule set) of the rule sets the default tables show: near-duplicates collapsed
-        (:meth:`distinct`; ``distinct=False`` keeps them) and only positive fitness (a rule set with fitness <= 0
-        holds no more subgroup samples than others; ``include_negative`` keeps them)."""
+        (:meth:`distinct`; unless ``distinct=False``) and only positive fitness (unless ``include_negative``)."""
         kept = {id(rs) for rs in self.distinct(min_fitness=None)} if distinct else None
         return [
             (i, rs)
@@ -179,16 +178,12 @@ class RegionalExplanation(Sequence[RuleSet]):
     def with_units(
         self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None, *, scaler: Any = None
     ) -> RegionalExplanation:
-        """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature (indexed like
-        :attr:`feature_names`), or the inverse of a fitted scikit-learn ``scaler`` (``StandardScaler``,
-        ``MinMaxScaler``, ...). Bounds, masks and metrics are unchanged, so a bound cut short in model units may
-        print long in original units: give the units to ``explain`` (``scaler=``, ``feature_scale=``) for cuts
-        that are short where they are read."""
+        """A copy whose rules print in original units: ``raw = x * scale + offset`` per feature, or the inverse of a
+        fitted scikit-learn ``scaler``. Bounds, masks and metrics are unchanged (give the units to ``explain`` for
+        cuts that read short in them)."""
         if scaler is not None:
             if scale is not None or offset is not None:
                 raise ValueError("Expected either `scaler` or `scale`/`offset`, not both.")
-            from torch_amore.explain.units import scaler_units
-
             scale, offset = scaler_units(scaler, len(self.feature_names))
         for values, name in ((scale, "scale"), (offset, "offset")):
             if values is not None and len(values) != len(self.feature_names):
@@ -198,21 +193,17 @@ class RegionalExplanation(Sequence[RuleSet]):
         rule_sets = [rs.with_units(scale, offset) for rs in self.rule_sets]
         return replace(self, rule_sets=rule_sets)
 
-    # ---------------------------------------------------------------------------------------------------------------
     def distinct(self, *, max_jaccard: float = MAX_JACCARD, min_fitness: float | None = 0.0) -> list[RuleSet]:
-        """Near-duplicates collapsed into the fitter one (covered rows with a Jaccard index >= ``max_jaccard``) and,
-        by default, no negative fitness; see :mod:`torch_amore.report.distinct`. :attr:`rule_sets` keeps the full
-        list."""
+        """Near-duplicates (covered rows with a Jaccard index >= ``max_jaccard``) collapsed into the fitter one and,
+        by default, no negative fitness (:func:`torch_amore.report.distinct_rule_sets`)."""
         X = self.features_matrix
         return distinct_rule_sets(self.rule_sets, X, max_jaccard=max_jaccard, min_fitness=min_fitness)
 
     def format(
         self, max_rows: int | None = 10, precision: int = 3, *, include_negative: bool = False, distinct: bool = True
     ) -> str:
-        """A readable table of the first ``max_rows`` rule sets (``None``: all) of :meth:`shown`: distinct rule sets
-        with positive fitness by default; ``#`` is the position in :attr:`rule_sets` (``#i+1`` for ``rule_sets[i]``,
-        so rule sets left out leave gaps), a legend line says what the columns mean and ``*`` flags a confidence
-        interval that contains the base rate (:mod:`torch_amore.explain.explanation_text`)."""
+        """A readable table of the first ``max_rows`` rule sets (``None``: all) of :meth:`shown`; ``#`` is the
+        position in :attr:`rule_sets`, and ``*`` flags a confidence interval that contains the base rate."""
         if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
             raise ValueError(f"Expected `max_rows` to be an int >= 0 or None, but got {max_rows!r}.")
         return format_explanation(self, max_rows, precision, include_negative=include_negative, distinct=distinct)
@@ -223,12 +214,8 @@ class RegionalExplanation(Sequence[RuleSet]):
     def _repr_html_(self) -> str:
         return explanation_table_html(self)
 
-    # ---------------------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (rules with their lift, recall and base rate, threshold, features, names, parameters, the
-        feature selection, the format and library versions; not the data)."""
-        from torch_amore._version import __version__
-
+        """JSON-safe dict of everything but the data (each rule set with its :meth:`stats`)."""
         selection = getattr(self.selection, "to_dict", None)
         return {
             "format": _FORMAT,
@@ -250,10 +237,9 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     @classmethod
     def from_dict(cls, data: Any, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
-        """The explanation written by :meth:`to_dict` (format versions 1 to 3), every field checked: a missing or
-        malformed one raises :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path
-        (``rule_sets[2].rules[0].feature``). ``modules``: for a saved concept basis whose ``nn.Module`` cannot be built
-        without arguments, as in :meth:`torch_amore.concepts.ConceptBasis.from_dict`.
+        """The explanation written by :meth:`to_dict`, every field checked: a bad one raises
+        :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path. ``explainer``: for
+        :meth:`evaluate`; ``modules``: as in :meth:`torch_amore.concepts.ConceptBasis.from_dict`.
 
         Example:
             >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
@@ -298,30 +284,21 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     @classmethod
     def from_json(cls, path: str | Path, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
-        """Read an explanation written by :meth:`to_json`; pass the ``explainer`` to :meth:`evaluate` through it, and
-        ``modules`` to rebuild a saved concept basis's modules (see :meth:`from_dict`). Text that is not JSON, or is
-        nested too deeply to read, raises :class:`~torch_amore.rules.serialization.FieldError`, as does a malformed
-        field (see :meth:`from_dict`)."""
+        """Read an explanation written by :meth:`to_json` (``explainer`` and ``modules`` as in :meth:`from_dict`);
+        text that is not JSON raises :class:`~torch_amore.rules.serialization.FieldError`, as a malformed field does."""
         return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer, modules=modules)
 
     def to_html(self, path: str | Path, **kwargs: Any) -> Path:
         """Write a self-contained HTML report (rule table, figures, options, version); see
         :func:`torch_amore.report.html.write_html` for the options (``figures``, ``held_out``, ``title``, ...)."""
-        from torch_amore.report.html import write_html
-
         return write_html(self, path, **kwargs)
 
     def to_dataframe(self, *, include_negative: bool = False, distinct: bool = True) -> Any:
-        """A pandas DataFrame with one row per rule set of :meth:`shown` (distinct, positive fitness by default): the
-        rule text, its length, features, support, confidence, fitness, the grid's optimum (:attr:`RuleSet.optimum`;
-        NaN when not computed), lift, recall, base rate, the flag ``positive_fitness``, the 95 % interval of the
-        confidence and the flag ``at_base_rate`` (that interval contains the base rate), then the evidence computed
-        (:func:`~torch_amore.rules.evidence_columns.evidence_record`: ``held_out_confidence`` with its interval and
-        ``held_out_p_value``, ``p_value``, ``stability``); the index ``#`` is the position in :attr:`rule_sets`
-        (``#i+1`` for ``rule_sets[i]``), as in every display."""
+        """A pandas DataFrame with one row per rule set of :meth:`shown`: the rule text, its length, features, the
+        columns of :meth:`stats`, the grid's ``optimum`` (NaN when not computed) and the evidence computed
+        (:func:`~torch_amore.rules.evidence_columns.evidence_record`); the index ``#`` is the position in
+        :attr:`rule_sets`."""
         import pandas as pd
-
-        from torch_amore.rules.evidence_columns import evidence_record
 
         rows = self.shown(include_negative, distinct=distinct)
         records = [
@@ -348,7 +325,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         ]
         return pd.DataFrame(records, columns=columns, index=pd.Index([i for i, _ in rows], name="#"))
 
-    # ---------------------------------------------------------------------------------------------------------------
     def evaluate(
         self,
         inputs: Any,
@@ -359,10 +335,8 @@ class RegionalExplanation(Sequence[RuleSet]):
         label_key: Any = None,
         **run: Unpack[RunArgs],
     ) -> list[RuleMetrics]:
-        """Support, confidence and fitness of every rule set on new data (e.g. a test split).
-
-        The new data go through the same path as in ``explain``: the model (and layer) of the explainer, the same
-        target definition and the same probability threshold (not re-fitted). Without an explainer (e.g. after
+        """Support, confidence and fitness of every rule set on new data (e.g. a test split), through the model,
+        layer, target definition and threshold (not re-fitted) of ``explain``. Without an explainer (e.g. after
         :meth:`from_json`), ``inputs`` is the (N, D) feature matrix and ``target`` a boolean mask.
 
         Args:
@@ -377,10 +351,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             One :class:`~torch_amore.RuleMetrics` per rule set, in the order of :attr:`rule_sets`.
         """
-        from torch_amore.data import arguments as A
-        from torch_amore.data import validation as V
-        from torch_amore.model.input_shape import check_new_data, check_width
-
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.evaluate")
         opts = self.data_options
         if target is None:
@@ -436,8 +406,7 @@ class RegionalExplanation(Sequence[RuleSet]):
         **run: Unpack[RunArgs],
     ) -> Any:
         """Check by intervention whether the model uses the rule sets' units: sufficiency and necessity of each rule
-        set and of a random-unit control, with intervals (see :mod:`torch_amore.verify.verification`). The result is
-        kept on :attr:`verification` (shown by ``print``, the HTML report and the JSON) and returned.
+        set and of a random-unit control, with intervals. The result is kept on :attr:`verification` and returned.
 
         Args:
             inputs: the samples, as accepted by ``explain`` (the explained data or new data).
@@ -445,8 +414,7 @@ class RegionalExplanation(Sequence[RuleSet]):
                 explanation.
             method: how the units are replaced: ``"resample"`` (from a donor sample satisfying / violating the rule
                 set), ``"clamp"`` (nearest observed value inside / outside each interval) or ``"mean"`` (donors' mean).
-            n_controls: control draws, each replacing in every sample as many random units of the same layer (its
-                own draw) the same way (0: no control).
+            n_controls: control draws, each replacing as many random units of the layer the same way (0: none).
             level: confidence level of the intervals.
             seed: seed of the donors and the control draws.
             target: the target on the model outputs (default: that of ``explain``).
@@ -456,9 +424,6 @@ class RegionalExplanation(Sequence[RuleSet]):
         Returns:
             A :class:`~torch_amore.verify.verification.Verification` (``to_frame()`` gives a DataFrame).
         """
-        from torch_amore.data import arguments as A
-        from torch_amore.verify.engine import VerifyArgs, verify
-
         run = A.keyword_args(run, RunArgs, "RegionalExplanation.verify")
         args = VerifyArgs(
             rule_sets=rule_sets,

@@ -1,12 +1,6 @@
 """The printout of a :class:`~torch_amore.RegionalExplanation`: its heading line, its text table (``print``,
-``format``) and the small HTML table of notebooks (``_repr_html_``).
-
-Every display numbers a rule set by its position in :attr:`RegionalExplanation.rule_sets` (``#i+1`` for
-``rule_sets[i]``): rule sets left out (near-duplicates, fitness <= 0) leave gaps in the numbers, never a
-renumbering. A legend line says what the columns mean; a ``*`` after the lift flags a rule set whose confidence
-interval (95 %, Wilson) contains the base rate (:func:`torch_amore.rules.caveats.at_base_rate`). When the rule sets
-carry evidence (``holdout``, ``permutations``, ``stability``), the verdict line follows the header and the table
-gets the evidence columns computed, with a legend line each (:mod:`torch_amore.rules.evidence_columns`).
+``format``) and the HTML table of notebooks (``_repr_html_``). Rule sets are numbered ``#i+1`` for ``rule_sets[i]``
+(those left out leave gaps), and a ``*`` after the lift flags a confidence interval containing the base rate.
 """
 
 from __future__ import annotations
@@ -23,9 +17,7 @@ AT_BASE_RATE = "*"
 
 
 def searched_subgroup(size: int | None, holdout: float | None) -> int | None:
-    """The subgroup rows the search saw: all ``size`` of them, or with a ``holdout`` fraction those its stratified
-    split leaves (it holds out ``round(holdout * size)`` of them: :func:`torch_amore.search.evidence_split
-    .holdout_mask`).
+    """The subgroup rows the search saw: all ``size`` of them, less ``round(holdout * size)`` with a ``holdout``.
 
     Example:
         >>> searched_subgroup(131, 0.3), searched_subgroup(131, None)
@@ -55,8 +47,7 @@ def header(explanation: Any) -> str:
 
 
 def concepts_text(facts: dict[str, Any]) -> str:
-    """The basis as the header names it: kind, K and, where there is one, the reconstruction error (the fraction of
-    variance unexplained, FVU, of a fitted basis).
+    """The basis as the header names it: kind, K and the reconstruction error (FVU) where there is one.
 
     Example:
         >>> concepts_text({"kind": "sae", "n_concepts": 64, "reconstruction_error": {"fvu": 0.0123, "mse": 0.4}})
@@ -151,8 +142,7 @@ def format_explanation(
 
 
 def explanation_table_html(explanation: Any) -> str:
-    """The notebook display (:meth:`RegionalExplanation._repr_html_`): the header and the first 20 rows of
-    :meth:`RegionalExplanation.shown`, numbered as everywhere."""
+    """The notebook display: the header and the first 20 rows of :meth:`RegionalExplanation.shown`."""
     shown = explanation.shown()[:20]
     columns = evidence_columns([rs for _, rs in shown])
     rows = "".join(

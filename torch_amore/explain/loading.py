@@ -1,6 +1,4 @@
-"""Reading and writing the JSON fields of a :class:`~torch_amore.explain.explanation.RegionalExplanation`: each field
-checked as it is read (old files still load), values made JSON-safe as they are written.
-"""
+"""Reading and writing the JSON fields of a :class:`~torch_amore.explain.explanation.RegionalExplanation`."""
 
 from __future__ import annotations
 
@@ -9,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from torch_amore.concepts.basis import ConceptBasis
 from torch_amore.rules import serialization as S
 from torch_amore.rules.rules import RuleSet
+from torch_amore.verify.verification import Verification
 
 #: The columns :meth:`RegionalExplanation.stats` derives from a rule set's counts (its DataFrame's, too).
 DERIVED_COLUMNS = (
@@ -27,8 +27,7 @@ _DERIVED = ("position", *DERIVED_COLUMNS)
 
 
 def _load_rule_set(data: Any) -> RuleSet:
-    """One entry of a serialized ``rule_sets`` list (the derived columns of :meth:`RegionalExplanation.stats`
-    dropped)."""
+    """One entry of a serialized ``rule_sets`` list, its derived columns dropped."""
     data = S.expect_mapping(data)
     return RuleSet.from_dict({k: v for k, v in data.items() if k not in _DERIVED})
 
@@ -64,16 +63,11 @@ def _json_safe(value: Any) -> Any:
 
 
 def _verification(data: Any) -> Any:
-    if data is None:
-        return None
-    from torch_amore.verify.verification import Verification
-
-    return Verification.from_dict(data)
+    return None if data is None else Verification.from_dict(data)
 
 
 def _basis_dict(basis: Any) -> dict[str, Any] | None:
-    """The saved form of a concept basis (``basis.to_dict()``), ``None`` for a basis that cannot be saved (the
-    explanation's ``params["concepts"]`` still describe it)."""
+    """``basis.to_dict()`` made JSON-safe, ``None`` for a basis that cannot be saved."""
     try:
         return _json_safe(basis.to_dict())
     except (TypeError, ValueError, NotImplementedError, AttributeError):
@@ -83,8 +77,6 @@ def _basis_dict(basis: Any) -> dict[str, Any] | None:
 def _load_basis(data: Any, modules: Any = None) -> Any:
     if data is None:
         return None
-    from torch_amore.concepts.basis import ConceptBasis
-
     data = S.expect_mapping(data, "concepts")
     try:
         return ConceptBasis.from_dict(data, modules=modules)

@@ -1,7 +1,4 @@
-"""The validated arguments of one :meth:`RegionalRuleExplainer.explain` call, checked before the model runs.
-
-Private helper of :class:`torch_amore.RegionalRuleExplainer`.
-"""
+"""The validated arguments of one :meth:`RegionalRuleExplainer.explain` call, checked before the model runs."""
 
 from __future__ import annotations
 
@@ -70,8 +67,8 @@ class ExplainRequest:
         forward_kwargs: Any = None,
         local: Any = None,
     ) -> ExplainRequest:
-        """The request of the arguments of :meth:`RegionalRuleExplainer.explain`, each checked (``search_options``:
-        its keywords that name search options); those that need the data are checked by :meth:`on_rows`.
+        """The request of the arguments of :meth:`RegionalRuleExplainer.explain`, each checked (those that need the
+        data by :meth:`on_rows`).
 
         Example:
             >>> request = ExplainRequest.make(target=1, search_options={"max_length": 2})
@@ -120,9 +117,8 @@ class ExplainRequest:
         )
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
-        """The request with a pandas mask ``target`` and ``labels`` in the row order of a DataFrame ``inputs``
-        (:func:`torch_amore.data.validation.align_rows`: by index labels, or a ``ValueError``), unless :meth:`make`
-        aligned them with a DataFrame ``features``."""
+        """The request with a pandas mask ``target`` and ``labels`` in the row order of a DataFrame ``inputs`` (unless
+        :meth:`make` aligned them with a DataFrame ``features``)."""
         if self.matrix_names is not None or not V.is_frame(inputs):
             return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
@@ -130,10 +126,8 @@ class ExplainRequest:
         return replace(self, target=target, labels=labels)
 
     def on_rows(self, source: BatchSource) -> ExplainRequest:
-        """The request checked on the source's rows (``source.n``; ``None``: unknown before the model runs) before
-        the model runs: the ``min_support`` count (:attr:`counted`, over all ranks of a DDP run; the search plan takes
-        it, :class:`torch_amore.search.plan.SearchPlan`), the rows of ``features`` and ``labels`` (as a tensor),
-        ``threshold="roc"``'s labels and the loader's order."""
+        """The request checked on the source's ``source.n`` rows before the model runs: the ``min_support`` count
+        (:attr:`counted`), the rows of ``features`` and ``labels``, ``threshold="roc"``'s labels, the loader's order."""
         n, inputs = source.n, source.inputs
         counted = None
         if n is not None:  # a bad count fails before the model runs (over all ranks of a DDP run)
@@ -153,9 +147,8 @@ class ExplainRequest:
         return replace(self, labels=labels, counted=counted)
 
     def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:
-        """The request on one rank's rows of a dataset: ``rows`` are this rank's indices of the whole dataset (all
-        ranks hold ``D.global_count(len(rows))`` rows, as many as a mask ``target`` or a ``features`` matrix must
-        have), of which the first ``n`` are explained; ``rows=None``: the data are not sharded.
+        """The request on one rank's ``rows`` (its indices of the whole dataset), of which the first ``n`` are
+        explained; ``rows=None``: the data are not sharded.
 
         Example:
             >>> request = ExplainRequest.make(target=torch.tensor([True, False, True, False]))
@@ -187,8 +180,7 @@ def _is_mask(target: Any) -> bool:
 
 
 def _rows_of(values: Any, rows: list[int], n: int, name: str) -> Any:
-    """The first ``n`` of ``rows`` of a per-sample ``values`` (tensor, array, Series or list), which must have a row
-    per row of the whole dataset (all ranks)."""
+    """The first ``n`` of ``rows`` of per-sample ``values`` with a row per row of the whole dataset (all ranks)."""
     size = values.shape[0] if hasattr(values, "shape") else len(values)
     if D.global_count(len(rows)) != size:
         raise ValueError(
@@ -249,8 +241,8 @@ def resolve_names(
 
 
 def target_param(target: Any, desc: str) -> Any:
-    """JSON-safe form of a checked target (:func:`check_target`) for an explanation's parameters: a class index,
-    ``[low, high]`` (``None``: open), or the subgroup's description.
+    """JSON-safe form of a target for an explanation's parameters: a class index, ``[low, high]`` (``None``: open), or
+    the subgroup's description.
 
     Example:
         >>> target_param(3, "predicted 3"), target_param((0.5, None), "in [0.5, inf)"), target_param(abs, "abs")
@@ -279,9 +271,8 @@ def _one_sample(x: Any, input_shape: tuple[int, ...] | None) -> Any:
 
 
 def local_vector(explainer: Any, request: ExplainRequest, X: torch.Tensor, fwd: Forward, source: str) -> torch.Tensor:
-    """The feature vector (D,) of the sample of local rules (``request.local``) in the feature space ``X`` of kind
-    ``source``: a row of ``X`` for an index, the sample itself on inputs or a features matrix, else the sample run
-    through ``explainer``'s model and layer (and concept basis)."""
+    """The feature vector (D,) of the sample of local rules in the feature space ``X`` of kind ``source``: a row of
+    ``X``, the sample itself, or the sample run through ``explainer``'s model and layer."""
     x = request.local
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
         if not -X.shape[0] <= int(x) < X.shape[0]:

@@ -1,14 +1,7 @@
-"""Streamed explanations: the features and the subgroup computed batch by batch, in the same forward pass, and the
-rules found on their codes (:mod:`torch_amore.search.stream`).
-
-Private helper of :meth:`torch_amore.RegionalRuleExplainer.explain_batches` (``stream=``): :func:`explain_streamed`.
-Each pass over the data runs the model on every batch of a batch source (the explainer's inputs or the Lightning
-callback's loader); the activations (or the flattened inputs, without a layer) and the subgroup of each batch become
-one ``(X_batch, target_batch)`` (:class:`ModelBatches`), so no (N, D) matrix is ever made. With concepts, each batch's
-activations are encoded (:func:`torch_amore.explain.concept_space.encode_concepts`) before they are binned; a fitted
-basis is fitted first on the first rows (:func:`torch_amore.explain.concept_space.fit_on_batches`).
-``stream="auto"`` streams when the estimated float matrix would exceed :data:`STREAM_MEMORY_SHARE` of the available
-memory (RAM, or the CUDA device's), and says so once (:func:`should_stream`).
+"""Streamed explanations (:func:`explain_streamed`): the features and the subgroup of each batch computed in one
+forward pass (:class:`ModelBatches`) and the rules found on their codes (:mod:`torch_amore.search.stream`), so no
+(N, D) matrix is ever made. ``stream="auto"`` streams when that matrix would exceed :data:`STREAM_MEMORY_SHARE` of the
+available memory (:func:`should_stream`).
 """
 
 from __future__ import annotations
@@ -78,11 +71,9 @@ def unsupported(request: Any) -> str:
 
 
 def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
-    """Whether an explanation of ``request`` on the batches of ``source`` streams: ``stream`` itself (``True``
-    refused for what :func:`unsupported` names), or for ``"auto"`` whether the ``source.n`` rows, of the width of the
-    features on a first batch, exceed :data:`STREAM_MEMORY_SHARE` of the model device's available memory (on any rank
-    of a DDP run: every rank then streams; said once); never for what :func:`unsupported` names or when ``source.n``
-    is unknown before the model runs."""
+    """Whether an explanation of ``request`` on ``source`` streams: ``stream`` itself, or for ``"auto"`` whether the
+    ``source.n`` rows, of the width of the features on a first batch, exceed :data:`STREAM_MEMORY_SHARE` of the
+    available memory on any rank (said once); never for what :func:`unsupported` names or an unknown ``source.n``."""
     why = unsupported(request)
     if stream is True and why:
         raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
@@ -110,11 +101,8 @@ def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any)
 
 
 class ModelBatches:
-    """A source of ``(X_batch, subgroup_batch)``: each call runs the explainer's model over the batches of ``source``
-    (:class:`~torch_amore.model.source.BatchSource`: the explainer's inputs or the Lightning callback's loader).
-
-    ``outputs="auto"`` is decided on the first batch of the first pass and kept; :attr:`desc` and :attr:`threshold`
-    describe the subgroup (as :func:`torch_amore.model.subgroups.subgroup_mask` gives them).
+    """A source of ``(X_batch, subgroup_batch)``: each call runs the explainer's model over the batches of ``source``.
+    ``outputs="auto"`` is decided on the first batch and kept; :attr:`desc` and :attr:`threshold` describe the subgroup.
     """
 
     def __init__(self, explainer: Any, source: Any, request: Any) -> None:
@@ -132,19 +120,16 @@ class ModelBatches:
 
     def first_activations(self) -> torch.Tensor:
         """The layer's (1, D) flattened activations of the first sample (before any concept encoding)."""
-        self.raw = True
-        try:
-            for X, _ in self._run(first_only=True):
+        with closing(self.activations(first_only=True)) as batches:
+            for X in batches:
                 return X[:1]
-        finally:
-            self.raw = False
         raise ValueError(self.source.empty)
 
-    def activations(self) -> Iterator[torch.Tensor]:
+    def activations(self, first_only: bool = False) -> Iterator[torch.Tensor]:
         """The layer's flattened activations, batch by batch (to fit a concept basis on the first rows)."""
         self.raw = True
         try:
-            for X, _ in self._run():
+            for X, _ in self._run(first_only):
                 yield X
         finally:
             self.raw = False
@@ -195,9 +180,8 @@ class ModelBatches:
 
 
 def explain_streamed(explainer: Any, source: Any, request: Any) -> RegionalExplanation:
-    """:meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>` on streamed
-    batches: the rules found on their codes in passes over ``source`` (:class:`ModelBatches`,
-    :mod:`torch_amore.search.stream`)."""
+    """``RegionalRuleExplainer.explain_batches`` on streamed batches: the rules found on their codes in passes over
+    ``source``."""
     from torch_amore.search.stream import prepare_stream, search_stream  # loaded when a call streams
 
     batches = ModelBatches(explainer, source, request)

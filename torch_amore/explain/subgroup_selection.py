@@ -29,11 +29,9 @@ def select_for_subgroup(
     names: Sequence[str],
     basis: ConceptBasis | None = None,
 ) -> FeatureSelection:
-    """:func:`select_features` on the explained ``inputs``: the classes are the labels for a class-index ``target``
-    (when there are labels), else the subgroup ``mask`` against the rest; ``options`` (a dict) override the
-    defaults: the target class of a model with several outputs, ``layer``, ``layer_input`` and the feature names.
-    With a concept ``basis`` the features are the layer's K concepts: the gradients are taken through the basis
-    (:class:`~torch_amore.explain.concept_space.ConceptModel`).
+    """:func:`select_features` on the explained ``inputs``, the classes the labels of a class-index ``target`` (else
+    the subgroup ``mask``); ``options`` (a dict) override the defaults. With a concept ``basis`` the gradients are
+    taken through it (:class:`~torch_amore.explain.concept_space.ConceptModel`).
 
     Example:
         >>> model = nn.Sequential(nn.Linear(3, 2))

@@ -1,7 +1,4 @@
-"""Original units of scaled features: the affine map ``raw = x * scale + offset`` of a fitted scikit-learn scaler.
-
-Private helpers of :class:`torch_amore.RegionalRuleExplainer` and :class:`torch_amore.RegionalExplanation`.
-"""
+"""Original units of scaled features: the affine map ``raw = x * scale + offset`` of a fitted scikit-learn scaler."""
 
 from __future__ import annotations
 
@@ -14,9 +11,8 @@ from torch_amore.search.options import SearchOptions
 
 def scaler_units(scaler: Any, n_features: int) -> tuple[list[float], list[float]]:
     """``(scale, offset)`` per feature such that ``raw = x * scale + offset`` inverts a fitted per-feature affine
-    scaler (``StandardScaler``, ``MinMaxScaler``, ``RobustScaler``, ``MaxAbsScaler`` or a pipeline of them).
-
-    The map is read off ``scaler.inverse_transform`` at 0, 1 and 2 (the third point checks that it is affine).
+    scaler (``StandardScaler``, ``MinMaxScaler``, ``RobustScaler``, ``MaxAbsScaler`` or a pipeline of them), read
+    off ``scaler.inverse_transform`` at 0, 1 and 2 (the third point checks that it is affine).
 
     Example:
         >>> from sklearn.preprocessing import StandardScaler

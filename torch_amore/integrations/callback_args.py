@@ -1,6 +1,4 @@
-"""Helpers of the Lightning callback's arguments: the description of a target (for file names and the state key),
-the refusal of two callbacks with one name, a dataloader of a split.
-"""
+"""Helpers of the Lightning callback's arguments: a target's description, the refusal of two callbacks with one name."""
 
 from __future__ import annotations
 
@@ -35,10 +33,8 @@ def _same_names(extractor: Any) -> str:
 
 
 def _refuse_a_seen_key(extractor: Any, key: str, caller: Any) -> None:
-    """Two extractors with one ``state_key`` would write the same files and checkpoint state. Lightning refuses them
-    when the Trainer is created, in a message that names no option of this class: when Lightning's check of the
-    callback list (``_validate_callbacks_list``, the caller) asks for a key it has already seen, say what to pass
-    instead. Any other caller gets the key."""
+    """Refuse a ``state_key`` that Lightning's check of the callback list (the ``caller``) has seen already, with a
+    message that names the options to pass (Lightning's names none)."""
     if caller.f_code.co_name != "_validate_callbacks_list":
         return
     seen = caller.f_locals.get("seen_callbacks")

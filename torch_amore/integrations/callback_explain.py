@@ -1,7 +1,4 @@
-"""How the Lightning callback explains a LightningModule: this rank's rows of the data, moved by Lightning's batch
-path, and the explainer's pipeline on them, in memory or streamed, for the request ``explain`` would make
-(:class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor`).
-"""
+"""How the Lightning callback explains a LightningModule: the explainer's pipeline on this rank's rows of the data."""
 
 from __future__ import annotations
 
@@ -27,9 +24,7 @@ _LIMITS = {"train": "limit_train_batches", "val": "limit_val_batches", "test": "
 
 
 class CallbackExplain:
-    """The explaining steps of :class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor` (which sets
-    ``data``, ``target``, ``threshold``, ``features``, ``feature_names``, ``select_features``, ``options``,
-    ``batch_size``, ``filename`` and ``_basis``, the concept basis of the current extraction or ``None``)."""
+    """The explaining steps of :class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor`."""
 
     def _loader(self, trainer: Trainer, pl_module: LightningModule, split: str) -> tuple[Any, list[int] | None, Any]:
         """This rank's rows of the data in dataset order (no shuffling, no DistributedSampler padding), the rows'
@@ -59,10 +54,8 @@ class CallbackExplain:
         return shard, rows, limited_batches(len(shard), limit)
 
     def _explain(self, trainer: Trainer, pl_module: LightningModule, split: str) -> tuple[RegionalExplanation, Any]:
-        """The explainer's pipeline (:meth:`RegionalRuleExplainer.explain_batches`) on this rank's rows of the data,
-        moved by Lightning's batch path (:class:`~torch_amore.integrations.lightning_batches.LightningBatches`), for
-        the request ``explain`` would make of this callback's arguments, and the loader of those rows. A subgroup that
-        holds no row or every row gives an explanation without rule sets, which says so."""
+        """The explanation of this rank's rows of the data (none of its rule sets when the subgroup holds no row or
+        every row) and the loader of those rows."""
         loader, rows, max_batches = self._loader(trainer, pl_module, split)
         n = None if rows is None else min(len(rows), max_batches * (loader.batch_size or self.batch_size))
         source = LightningBatches(

@@ -1,6 +1,4 @@
-"""What the Lightning callback writes and logs: the explanation's files (JSON, text, HTML), its metrics through
-Lightning or the loggers (with ``holdout``: the best rule set's ``held_out_confidence`` and ``held_out_p_value``;
-with ``permutations``: its search-aware ``p_value``), the rule table and the best rule set's figure."""
+"""What the Lightning callback writes and logs: the explanation's files, its metrics, the rule table and figure."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ _HELD_OUT = ("held_out_confidence", "held_out_p_value")
 
 
 class CallbackOutputs:
-    """The output methods of :class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor` (which sets
-    ``dirpath``, ``filename``, ``html``, ``log_prefix``, ``log_figures`` and ``last_path``)."""
+    """The output methods of :class:`~torch_amore.integrations.callbacks.RegionalRuleExtractor`."""
 
     def _write(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
         dirpath = self.dirpath if self.dirpath is not None else Path(trainer.log_dir or trainer.default_root_dir)
@@ -84,8 +81,7 @@ class CallbackOutputs:
             self._log_figures(trainer, explanation)
 
     def _log_figures(self, trainer: Trainer, explanation: RegionalExplanation) -> None:
-        """The rule table and the best rule set's :func:`~torch_amore.report.plot.plot_rule` figure, to every logger
-        that takes figures (``add_figure``, else ``log_image``); nothing without matplotlib."""
+        """The rule table and the best rule set's figure to every logger that takes figures (if matplotlib is there)."""
         figures = {"table": _rule_table_figure(explanation)}
         if figures["table"] is None:
             return

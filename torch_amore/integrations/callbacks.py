@@ -1,26 +1,10 @@
 """RegionalRuleExtractor: a Lightning callback that extracts regional rules from the model being trained.
 
-The callback runs :meth:`RegionalRuleExplainer.explain_batches <torch_amore.RegionalRuleExplainer.explain_batches>`,
-the pipeline of ``explain``, on the request ``explain`` would make of its arguments; the LightningModule runs over the
-explained data exactly as Lightning's validation loop runs it (the precision plugin, the batch hooks, the strategy's
-device transfer: :mod:`torch_amore.integrations.lightning_batches`).
-
-When (see ``docs/lightning.md``):
-
-* at the end of training: in the last epoch's ``on_validation_epoch_end`` (or ``on_train_epoch_end`` when that epoch
-  does not validate), before ``ModelCheckpoint`` writes that epoch's checkpoints, so ``last.ckpt`` holds it; when
-  training stops otherwise (early stopping, ``max_time``) in ``on_train_end``;
-* every ``every_n_val_epochs`` validation epochs (counting validation epochs, not training epochs);
-* with ``data="test"``, at the end of every ``trainer.test`` epoch.
-
-Each extraction keeps the result on ``.explanation`` (saved in checkpoints), writes ``{filename}.json`` (reload with
-:meth:`RegionalExplanation.from_json`) and a readable ``{filename}.txt``, and logs the best rule set's support,
-confidence and fitness as ``{filename}/support`` etc. (through ``pl_module.log`` inside the loops, so that
-``ModelCheckpoint(monitor=...)`` sees them) plus the rule table as text and, with matplotlib, as a figure (TensorBoard).
-
-Under DDP every rank explains a disjoint shard of the data (rows ``rank, rank + world_size, ...`` of the dataset, no
-padding) and the rule search reduces its statistics across ranks (:mod:`torch_amore._utils.distributed`), so the rules
-equal those of one process on the whole data; rank 0 writes the files.
+It runs the explainer's pipeline on the explained data, moved as Lightning's validation loop moves it, at the end of
+training, every ``every_n_val_epochs`` validation epochs, or on ``trainer.test`` (``docs/lightning.md``). Each
+extraction keeps the result on ``.explanation``, writes ``{filename}.json`` and ``{filename}.txt``, and logs the best
+rule set's metrics. Under DDP every rank explains a disjoint shard and the search reduces its statistics across ranks,
+so the rules equal those of one process on the whole data; rank 0 writes the files.
 """
 
 from __future__ import annotations
@@ -76,19 +60,14 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
     ``trainer.test``.
 
     Args:
-        target: the subgroup to explain, as in :meth:`RegionalRuleExplainer.explain`: a class index, a callable on
-            the outputs, a ``(low, high)`` range of a regression output, or a boolean mask over ``data``'s rows.
-        layer: a submodule of the LightningModule (or its dotted name, e.g. ``"encoder.fc1"``) whose activations
-            (flattened) are the rule features; ``None`` uses the model inputs, flattened, after the batch hooks.
+        target: the subgroup to explain, as in :meth:`RegionalRuleExplainer.explain` (a mask is over ``data``'s rows).
+        layer: a submodule of the LightningModule (or its dotted name) whose flattened activations are the rule
+            features; ``None`` uses the model inputs, flattened, after the batch hooks.
         data: ``"val"`` (the first validation DataLoader), ``"train"``, ``"test"`` (explained on ``trainer.test``),
             or a DataLoader to explain.
         options: a :class:`~torch_amore.SearchOptions`; keyword arguments named like its fields override it.
-        features: a feature subset (indices or a ``FeatureSelection``), or a separate (N, F) feature matrix aligned
-            with the rows of ``data``'s dataset.
-        select_features: run the integrated-gradient feature selection first (single process only); a dict passes
-            options to :func:`torch_amore.select_features`.
-        feature_names: names of the features.
-        threshold: probability threshold for a class target (``"roc"`` needs a single process).
+        features, select_features, feature_names, threshold: as in :meth:`RegionalRuleExplainer.explain`
+            (``select_features`` and ``threshold="roc"`` in a single process only).
         every_n_val_epochs: also extract after every n-th validation epoch of ``trainer.fit``.
         at_train_end: extract when training ends (default ``True``).
         dirpath: where to write the files (default: ``trainer.log_dir``).
@@ -96,28 +75,16 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             ``"rules_val_inputs_target1"``).
         log_prefix: prefix of the logged metric names (default ``f"{filename}/"``).
         batch_size: batch size when ``data``'s DataLoader has none.
-        input_key, label_key: where the model input and the labels are in a batch
-            (:func:`torch_amore.model.batches.split_batch`).
+        input_key, label_key: where the model input and the labels are in a batch.
         forward_kwargs: extra keyword arguments for every forward call.
         log_figures: also log the rule table and a :func:`~torch_amore.report.plot.plot_rule` figure of the best rule
-            set to the loggers that take figures (TensorBoard's ``add_figure``; loggers with ``log_image``, e.g.
-            Weights & Biases), when matplotlib is installed.
+            set to the loggers that take figures, when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
-        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`, on the module and the
-            explained data, before the files are written, so they show it); a dict passes options to it
-            (``rule_sets``, ``method``, ``n_controls``, ``level``, ``seed``, ``batch_size``). Under DDP each rank
-            verifies its own rows and rank 0's numbers are written.
-        concepts: rules over concepts of ``layer`` instead of its units, as in
-            :class:`~torch_amore.RegionalRuleExplainer` (a basis, a (D, K) matrix of directions, ``(W, center)`` or a
-            fitted method such as ``"pca"``); a fitted basis is fitted anew on each extraction's activations (in
-            memory on all of them, streamed on the first rows; under DDP by rank 0, broadcast to every rank) and kept
-            on ``explanation.concepts``.
-        n_concepts: K of a fitted basis (only with a method name).
-        concept_names: the K concept names (default: the basis's).
-        stream: ``"auto"`` (default) finds the rules on the streamed batches' grid codes
-            (:mod:`torch_amore.search.stream`) when the (N, D) features would exceed half the available memory (and says
-            so once); ``True``/``False`` force streaming or the in-memory path. Streaming keeps no features matrix
-            and takes no mask target, separate features, ``select_features`` or ``"roc"``.
+        verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`; a dict passes options
+            to it) before the files are written (under DDP, rank 0's rows).
+        concepts, n_concepts, concept_names: rules over concepts of ``layer``, as in
+            :class:`~torch_amore.RegionalRuleExplainer`; a fitted basis is fitted anew on each extraction.
+        stream: as in :meth:`RegionalRuleExplainer.explain` (default ``"auto"``).
         **search_options: any field of :class:`~torch_amore.SearchOptions` (documented there); a fractional
             ``min_support`` is taken of all the explained rows (all ranks).
 
@@ -252,9 +219,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
 
     # --- checks before any training step ------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Before the strategy sets the module up (every stage): the extractors' names are distinct, and a module on
-        the 'meta' device is refused where the strategy would only move it (only FSDP-like strategies materialise
-        one)."""
+        """Before the strategy sets the module up: distinct names, and no 'meta' module a strategy would only move."""
         self._check_distinct(trainer)
         if type(trainer.strategy) in (SingleDeviceStrategy, DDPStrategy):
             V.check_model_device(pl_module, type(pl_module).__name__)
@@ -348,8 +313,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
 
     @staticmethod
     def _training_ends(trainer: Trainer) -> bool:
-        """Whether the current batch is the last of ``trainer.fit`` (``max_steps`` or the last batch of the last
-        epoch); other stops (early stopping, ``max_time``) are only known in ``on_train_end``."""
+        """Whether the current batch is the last of ``trainer.fit`` (other stops are only known in ``on_train_end``)."""
         if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
             return True
         last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
@@ -358,10 +322,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
 
     # --- the work ---------------------------------------------------------------------------------------------------
     def extract(self, trainer: Trainer, pl_module: LightningModule, *, in_loop: bool = False) -> RegionalExplanation:
-        """Explain ``pl_module`` now (every rank must call this), write the files and log the metrics.
-
-        ``in_loop``: called from a hook where ``pl_module.log`` is allowed (the ``*_epoch_end`` hooks).
-        """
+        """Explain ``pl_module`` now (every rank must call this), write the files and log the metrics (``in_loop``:
+        from a hook where ``pl_module.log`` is allowed)."""
         if D.is_sharded():
             self._check_distributed()
         V.check_model_device(pl_module, type(pl_module).__name__)
@@ -396,10 +358,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
     def evaluate(
         self, pl_module: LightningModule, data: Any, *, target: Any = None, features: Any = None
     ) -> list[RuleMetrics]:
-        """Support, confidence and fitness of every rule set of :attr:`explanation` on new ``data``.
-
-        The data go through the module's batch hooks (on its device, inputs cast to its parameter dtype), the same
-        layer and the same subgroup definition (the class-probability threshold is not re-fitted), as in training.
+        """Support, confidence and fitness of every rule set of :attr:`explanation` on new ``data``, through the
+        module's batch hooks, the same layer and the same subgroup definition (the threshold is not re-fitted).
 
         Args:
             pl_module: the trained LightningModule (e.g. restored from the same checkpoint as this callback).

@@ -1,14 +1,7 @@
-"""Running a LightningModule over a DataLoader the way Lightning's evaluation loop runs ``validation_step``.
-
-Every batch goes through the same path as in ``trainer.validate``: the precision plugin's ``convert_input``, the
-``on_before_batch_transfer`` hook (of the datamodule when it overrides it, else of the module), the strategy's
-``batch_to_device`` (the ``transfer_batch_to_device`` and ``on_after_batch_transfer`` hooks), and the forward pass runs
-inside the precision plugin's ``forward_context`` (autocast for mixed precision, the default dtype for ``"64-true"``
-and ``"bf16-true"``), under ``torch.no_grad`` with the module in eval mode (every submodule's mode is restored
-afterwards, also on error). A forward hook on ``layer`` collects that layer's activations.
-
-Without a trainer (a module restored from a checkpoint) the module's own batch hooks run, on the module's device, and
-floating-point inputs are cast to the module's parameter dtype, as a ``"*-true"`` precision plugin would.
+"""Running a LightningModule over a DataLoader the way Lightning's evaluation loop runs ``validation_step``: the
+precision plugin's ``convert_input``, the batch hooks, the strategy's ``batch_to_device`` and the plugin's
+``forward_context``, under ``torch.no_grad`` in eval mode. Without a trainer (a module restored from a checkpoint) the
+module's own batch hooks run, and floating-point inputs are cast to its parameter dtype.
 """
 
 from __future__ import annotations
@@ -66,11 +59,8 @@ def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
 
 
 class LightningBatches(BatchSource):
-    """The batches of (the first ``max_batches`` batches of) ``loader``, moved by the trainer's batch path
-    (:func:`transfer_batch`) and run in its precision context, for the explainer's forward loop.
-
-    Outputs, activations and inputs in bf16 or fp16 come as float32 (exactly). ``n``: the rows of the loader, when
-    known; ``trainer=None`` (a module restored from a checkpoint): the module's own batch hooks.
+    """The first ``max_batches`` batches of ``loader``, moved by the trainer's batch path (:func:`transfer_batch`)
+    and run in its precision context; bf16 and fp16 values come as float32. ``n``: the loader's rows, when known.
 
     Example:
         >>> import pytorch_lightning as pl

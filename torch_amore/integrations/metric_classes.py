@@ -1,13 +1,7 @@
 """Support, confidence and fitness of a fixed rule set as torchmetrics metrics, for streaming (validation) data.
 
-Each metric is built from a :class:`~torch_amore.RuleSet`; ``update(x, target)`` evaluates the rule set on a batch
-of features ``x`` (N, F) and accumulates three counts — samples under the rule set, target samples under it, target
-samples — in states with ``dist_reduce_fx="sum"``, so they sum over batches and over DDP processes. ``compute()``
-turns the counts into the criterion with the functional core's helpers (:mod:`torch_amore.rules.metrics`), the single
-source of the maths. The three metrics hold the same states, so a :class:`RuleSetMetrics` collection updates them
-once per batch (torchmetrics compute groups).
-
-Use them like any torchmetrics metric in a LightningModule::
+``update(x, target)`` counts the rule set on a batch in states summed over batches and DDP processes, and
+``compute()`` turns the counts into the criterion (:mod:`torch_amore.rules.metrics`). In a LightningModule::
 
     self.rule_fitness = RuleFitness(rule_set)
     ...
@@ -30,13 +24,7 @@ from torch_amore.rules.rules import RuleSet
 
 
 class _RuleCounts(Metric):
-    """Counts of a rule set on streaming data: ``covered`` (samples under the rule set), ``hits`` (target samples
-    under it) and ``n_target`` (target samples); each metric below computes its criterion from them.
-
-    Args:
-        rule_set: the rule set to measure.
-        kwargs: torchmetrics ``Metric`` options (e.g. ``sync_on_compute``).
-    """
+    """Counts of a rule set on streaming data: ``covered``, ``hits`` (target samples covered) and ``n_target``."""
 
     is_differentiable = False
     higher_is_better = True

@@ -1,10 +1,5 @@
-"""RegionalRuleClassifier: AMORE's rule search as a scikit-learn estimator, and :func:`fitness_scorer` for searches.
-
-The estimator takes every :class:`~torch_amore.SearchOptions` field as a constructor parameter, so ``get_params``,
-``set_params``, ``clone``, ``Pipeline`` and ``GridSearchCV`` work as with any scikit-learn estimator; ``fit`` checks
-them (through :class:`~torch_amore.SearchOptions`) and runs :func:`torch_amore.extract_rules` on ``X`` with the
-subgroup ``y == classes_[1]`` (or ``y == target_class``). The ``n_rule_sets`` best rule sets form the decision set:
-``predict`` is the subgroup's outcome where any of them selects a sample. See ``docs/sklearn.md``.
+"""RegionalRuleClassifier: AMORE's rule search as a scikit-learn estimator, and :func:`fitness_scorer` for searches
+(``docs/sklearn.md``).
 """
 
 from __future__ import annotations
@@ -34,11 +29,8 @@ RULE_COLUMNS = ("rule", "support", "confidence", "fitness", "lift", "recall")
 class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
     """AMORE's regional IF-THEN rules as a scikit-learn classifier: the best rule sets for one outcome of ``y``.
 
-    Parameters are those of :class:`~torch_amore.SearchOptions` (``max_length``, ``min_support``, ``n_grids``,
-    ``bin_strategy``, ``top_k``, ``strategy``, ``min_confidence``, ``beam_width``, ``feature_types``,
-    ``feature_scale``, ``feature_offset``, ``progress``, ``exact_budget``, ``optimum_budget``, ``min_gain``,
-    ``holdout``, ``permutations``, ``stability``, ``seed``, ``level``; same defaults and meanings), checked in
-    :meth:`fit` as scikit-learn asks, plus:
+    Parameters are the fields of :class:`~torch_amore.SearchOptions` (same defaults and meanings, checked in
+    :meth:`fit` as scikit-learn asks), plus:
 
     Args:
         target_class: the label of ``y`` whose subgroup the rules describe, against all other labels (any number of
@@ -49,21 +41,13 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
     Attributes:
         classes_: the two outcomes: ``y``'s two labels, or ``[0, 1]`` (1: ``y == target_class``) with
             ``target_class``.
-        rule_sets_: the :class:`~torch_amore.RuleSet` list that :func:`torch_amore.extract_rules` returns on the
-            training data, best fitness first; the first ``n_rule_sets`` form the decision set.
-        rules_: a DataFrame with one row per rule set of ``rule_sets_`` (columns ``rule``, ``support``,
-            ``confidence``, ``fitness``, ``lift``, ``recall``, measured on the training data).
+        rule_sets_: the rule sets of :func:`torch_amore.extract_rules` on the training data, best first; the first
+            ``n_rule_sets`` form the decision set.
+        rules_: a DataFrame with one row per rule set of ``rule_sets_``: ``rule``, ``support``, ``confidence``,
+            ``fitness``, ``lift``, ``recall`` on the training data.
         outside_rate_: the subgroup's share of the training samples that no rule set of the decision set selects
-            (the subgroup's share of all training samples when they select every one).
-        n_features_in_, feature_names_in_: as for every scikit-learn estimator (names when ``X`` is a DataFrame;
-            the rules print them, else ``feature_{i}``).
-
-    ``predict`` is ``classes_[1]`` where any rule set of the decision set selects a sample; ``predict_proba`` gives
-    ``classes_[1]`` the training confidence of the first of them that does, else :attr:`outside_rate_`;
-    ``decision_function`` is that probability minus one half (the two agree with ``predict`` wherever the decision
-    set's rule sets are more than half in the subgroup, i.e. have a positive fitness, and the rate outside them is at
-    most one half; ``fit`` warns otherwise). ``score`` is the accuracy; :func:`fitness_scorer` scores the fitness of
-    what ``predict`` selects, for ``GridSearchCV(scoring=fitness_scorer)``.
+            (of all training samples when they select every one).
+        n_features_in_, feature_names_in_: as for every scikit-learn estimator (the rules print the names).
 
     Example:
         >>> import numpy as np
@@ -130,8 +114,7 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         self.n_rule_sets = n_rule_sets
 
     def search_options(self) -> SearchOptions:
-        """The estimator's search parameters as a validated :class:`~torch_amore.SearchOptions` (what :meth:`fit`
-        passes to :func:`torch_amore.extract_rules`; a bad value is a ``TypeError``/``ValueError`` naming it).
+        """The estimator's search parameters as a validated :class:`~torch_amore.SearchOptions`.
 
         Example:
             >>> RegionalRuleClassifier(max_length=3).search_options().max_length
@@ -147,8 +130,7 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
     def expected_failed_checks(self) -> dict[str, str]:
-        """The ``check_estimator`` checks this estimator is expected to fail, each with its reason, for
-        ``check_estimator(est, expected_failed_checks=est.expected_failed_checks())``.
+        """The ``check_estimator`` checks this estimator is expected to fail, each with its reason.
 
         Example:
             >>> sorted(RegionalRuleClassifier().expected_failed_checks())
@@ -160,8 +142,7 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         """Find the rule sets of the subgroup ``y == classes_[1]`` (or ``y == target_class``) on ``X``.
 
         Args:
-            X: (n_samples, n_features) numbers (an array or a DataFrame, whose column names the rules print); NaN
-                is a missing value, which satisfies no rule.
+            X: (n_samples, n_features) numbers (an array or a DataFrame); NaN satisfies no rule.
             y: (n_samples,) labels: two classes, or any number with ``target_class`` set.
 
         Returns:
@@ -247,7 +228,8 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """(n_samples, 2) probabilities of ``classes_``: ``classes_[1]`` gets the training confidence of the first
-        rule set of the decision set that selects the row, else :attr:`outside_rate_`."""
+        rule set of the decision set that selects the row, else :attr:`outside_rate_` (``fit`` warns where this can
+        disagree with :meth:`predict`)."""
         _, proba = self._first_firing(X)
         return np.column_stack([1.0 - proba, proba])
 

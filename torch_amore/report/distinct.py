@@ -1,29 +1,10 @@
 """Distinct rule lists: near-duplicate rule sets collapsed into the fittest one.
 
-A search returns many rule sets that describe (almost) the same rows: ``52.44 <= bmi < 87`` next to
-``52.2 <= bmi < 88.76``, or ``MolWt >= 136`` next to ``MolWt >= 133``. A table of them says one thing several times.
-
-Similarity
-----------
-Two rule sets are **near-duplicates** when the rows they cover have a Jaccard index of at least ``max_jaccard``
-(default 0.9)::
-
-    J(A, B) = |rows(A) & rows(B)| / |rows(A) | rows(B)|      (two empty rule sets: J = 1)
-
-on the data the rules were extracted from. Rule sets are visited best first (fitness, then confidence, support and text:
-the order of :func:`torch_amore.search.extractor.sort_rule_sets`); a rule set is kept unless it is a near-duplicate of
-one already kept, so of each group the fitter survives. The result depends only on the rule sets and the data, never
-on their input order (deterministic).
-
-Without the data (e.g. an explanation read back with ``from_json``) masks cannot be computed; then two rule sets count
-as near-duplicates when they use the same features, every pair of conditions on a feature overlaps, has the same
-category (categorical rules) and the same open sides (``x >= a`` vs ``x >= b``). This coarser proxy is used only then.
-
-``min_fitness`` additionally leaves out rule sets below a fitness (``0.0`` drops the negative-fitness ones: rules that
-cover more rows outside the subgroup than in it).
-
-Displays number a kept rule set by its place in the full list (``rule_sets[i]`` is ``#i+1``), so the rule sets left
-out leave gaps in the shown numbers, never a renumbering.
+Two rule sets are near-duplicates when the rows they cover on the searched data have a Jaccard index
+``|rows(A) & rows(B)| / |rows(A) | rows(B)|`` of at least ``max_jaccard`` (two empty rule sets: 1). Visited best
+first, a rule set is kept unless it is a near-duplicate of one kept already, so the result does not depend on the
+input order. Without the data (an explanation read back with ``from_json``), rule sets on the same features whose
+conditions pairwise overlap with the same category or open sides count as near-duplicates.
 """
 
 from __future__ import annotations
@@ -129,7 +110,7 @@ def distinct_rule_sets(
 
     Args:
         rule_sets: the rule sets, e.g. ``explanation.rule_sets``.
-        X: the (N, D) data the rules were extracted on (``None``: compare features and bounds, see the module).
+        X: the (N, D) data the rules were extracted on (``None``: compare features and bounds).
         max_jaccard: two rule sets whose covered rows have a Jaccard index >= this are near-duplicates.
         min_fitness: leave out rule sets with a lower fitness (``0.0``: no negative fitness); ``None`` keeps all.
         max_rules: at most this many rule sets (the best distinct ones).

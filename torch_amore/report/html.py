@@ -1,11 +1,6 @@
-"""A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation`, to hand to a colleague.
-
-One file, nothing fetched from the network: the rule table (distinct rule sets, sortable by clicking a column; every
-number also in a ``data-value`` attribute at full precision), held-out metrics when given, the evidence
-(held-out confidence with its interval and p-value, search-aware p-value, stability of every rule set) with the
-verdict and a note on how to read it when the search computed it, the full list of rule sets
-with near-duplicates and negative fitness marked, figures inlined as PNG data URIs, the extraction options and the
-library version. :meth:`RegionalExplanation.to_html` writes it.
+"""A self-contained HTML report of a :class:`~torch_amore.RegionalExplanation` (:func:`write_html`), nothing fetched
+from the network: the sortable rule table, held-out metrics when given, the evidence and verification when computed,
+the full list of rule sets, figures inlined as PNG data URIs, the options and the library version.
 """
 
 from __future__ import annotations
@@ -18,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from torch_amore._version import __version__
 from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.report.plot import plot_rule
 from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.rules.rules import RuleSet
@@ -132,9 +131,7 @@ def _evidence_cell(column: EvidenceColumn, rs: RuleSet) -> str:
 
 def _evidence_table(explanation: Any, notes: Sequence[str]) -> str:
     """The section "How far to trust these rule sets": the verdict, how to read the evidence and a sortable table of
-    every rule set (``#`` as everywhere; near-duplicates and negative fitness marked as in the full list) with the
-    evidence columns computed ('' when the search computed none). A table of its own, so that the rule table keeps
-    fitting the window."""
+    every rule set with the evidence columns computed ('' when the search computed none)."""
     rule_sets = explanation.rule_sets
     columns = evidence_columns(rule_sets)
     if not columns:
@@ -165,13 +162,8 @@ def _evidence_note(explanation: Any) -> str:
     )
 
 
-def _rule_table(
-    rows: Sequence[tuple[int, RuleSet, str]],
-    held: Mapping[int, RuleMetrics] | None,
-    table_id: str,
-) -> str:
-    """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1``. The note column is left out
-    when every note is empty."""
+def _rule_table(rows: Sequence[tuple[int, RuleSet, str]], held: Mapping[int, RuleMetrics] | None, table_id: str) -> str:
+    """rows: (index in explanation.rule_sets, rule set, note), shown as ``#index+1`` (no note column without notes)."""
     head = "<th>length</th><th>support</th><th>confidence</th><th>fitness</th>"
     if held is not None:
         head += "<th>held-out support</th><th>held-out confidence</th><th>held-out fitness</th>"
@@ -235,14 +227,9 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
         import matplotlib  # noqa: F401
     except ImportError:  # pragma: no cover - depends on the environment: the report without figures
         return []
-    from torch_amore.report.plot import plot_rule
-
-    out = []
-    for i in shown_idx[:n_rules]:
-        rs = explanation.rule_sets[i]
-        fig = plot_rule(rs, explanation.features_matrix, explanation.subgroup)
-        out.append((f"Rule set #{i + 1}: each condition's feature in the subgroup and in the rest", fig))
-    return out
+    X, subgroup = explanation.features_matrix, explanation.subgroup
+    caption = "Rule set #{}: each condition's feature in the subgroup and in the rest"
+    return [(caption.format(i + 1), plot_rule(explanation.rule_sets[i], X, subgroup)) for i in shown_idx[:n_rules]]
 
 
 def _figure_list(figures: Any) -> list[tuple[str, Any]]:
@@ -252,12 +239,7 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
         return [(str(k), v) for k, v in figures.items()]
     if hasattr(figures, "savefig"):
         return [("", figures)]
-    out = []
-    for item in figures:
-        if isinstance(item, tuple) and len(item) == 2:
-            out.append((str(item[0]), item[1]))
-        else:
-            out.append(("", item))
+    out = [(str(item[0]), item[1]) if isinstance(item, tuple) and len(item) == 2 else ("", item) for item in figures]
     for caption, fig in out:
         if not hasattr(fig, "savefig"):
             raise TypeError(f"Expected matplotlib figures in `figures`, but got {type(fig).__name__} ({caption!r}).")
@@ -265,15 +247,7 @@ def _figure_list(figures: Any) -> list[tuple[str, Any]]:
 
 
 def _options_table(explanation: Any) -> str:
-    from torch_amore._version import __version__
-
-    rows = [("torch_amore version", __version__), ("python", platform.python_version())]
-    try:
-        import torch
-
-        rows.append(("torch", torch.__version__))
-    except ImportError:  # pragma: no cover
-        pass
+    rows = [("torch_amore version", __version__), ("python", platform.python_version()), ("torch", torch.__version__)]
     rows += [(str(k), str(v)) for k, v in sorted(explanation.params.items())]
     if explanation.threshold is not None:
         rows.append(("threshold used", f"{explanation.threshold:.6g}"))

@@ -97,11 +97,9 @@ def plot_rule_attributions(
 ) -> Any:
     """Each rule's pixel attribution map over each image: rows are images, columns the image then one map per rule.
 
-    Maps are drawn opaque with a faint contour of the image on top, so every colour is the colorbar's colour (no
-    blending). With ``rules``, signs mean "towards satisfying the rule": a map is flipped for an upper-bound
-    condition (``z < b``), where pixels that *lower* the unit help (red = lowers the unit); for ``z >= a`` and
-    two-sided intervals red raises the unit. Each column's title says which. With ``features`` each panel's title
-    shows the unit's value (raw units) and whether it satisfies the condition.
+    Maps are drawn opaque under a faint contour of the image. With ``rules``, signs mean "towards satisfying the
+    rule": a map is flipped for an upper-bound condition (``z < b``), so red lowers the unit there and raises it
+    elsewhere, as each column's title says.
 
     Args:
         images: (N, H, W), (N, C, H, W) or (N, H, W, C) images.
@@ -186,11 +184,7 @@ def _attribution_maps(images: Any, attributions: Any, scale: str) -> tuple[np.nd
 
 
 def _column_titles(
-    titles: Sequence[str] | None,
-    row_labels: Sequence[str] | None,
-    rule_list: list[Rule] | None,
-    n_rules: int,
-    n: int,
+    titles: Sequence[str] | None, row_labels: Sequence[str] | None, rule_list: list[Rule] | None, n_rules: int, n: int
 ) -> list[str] | None:
     """One title per rule column (the given ones or the rules' text, with the sign's note), the counts checked."""
     if titles is not None and len(titles) != n_rules:

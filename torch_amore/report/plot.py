@@ -1,14 +1,5 @@
-"""Figures for rules (matplotlib is imported only when a function is called).
-
-* :func:`plot_rule` — a tabular rule set: for each condition, the feature's distribution in the subgroup and in the
-  rest (histogram, or bars for few values) in the rule's raw units, the condition's interval shaded;
-* :func:`plot_rule_means` — the mean image of the samples satisfying each rule (the paper's MNIST figure), one
-  intensity scale for all panels;
-* :func:`plot_rule_attributions` — each rule's pixel attribution map over a few images (the paper's MRI figure), one
-  symmetric colour scale for all panels, signed "towards satisfying the rule".
-
-Each returns a ``matplotlib.figure.Figure`` (laid out with ``constrained_layout``: nothing is clipped when saved) and
-never divides by zero: an empty rule shows an empty panel, an all-zero map a flat one.
+"""Figures for rules (:func:`plot_rule`, :func:`plot_rule_means`, :func:`plot_rule_attributions`), each a
+``matplotlib.figure.Figure`` laid out with ``constrained_layout``; matplotlib is imported only when one is drawn.
 """
 
 from __future__ import annotations
@@ -110,10 +101,9 @@ def plot_rule(
 ) -> Any:
     """A tabular rule set by eye: per condition, the feature in the subgroup and in the rest, the interval shaded.
 
-    Each panel shows one condition's feature in raw units (the rules' ``scale``/``offset``) as the share of the
-    subgroup's rows (orange outline) and of the other rows (blue) per bin; a feature with at most ``max_bars`` distinct
-    values (or a categorical rule) is drawn as bars per value. The values the condition admits are shaded green.
-    The title gives support, confidence and fitness of the whole rule set, measured on ``X`` and ``subgroup``.
+    Each panel shows one condition's feature in raw units as the share of the subgroup's rows (orange outline) and
+    of the other rows (blue) per bin or value, the values it admits shaded green; the title gives the rule set's
+    support, confidence and fitness on ``X`` and ``subgroup``.
 
     Args:
         rules: a :class:`~torch_amore.RuleSet`, or a :class:`~torch_amore.RegionalExplanation` (its best rule set,
@@ -188,9 +178,8 @@ def plot_rule_means(
 ) -> Any:
     """Mean image of the samples that satisfy each rule of a rule set (and all of them together).
 
-    All panels share one intensity scale (the range of the mean images shown, with a colorbar), so a grey level means
-    the same in every panel. Each panel's title gives the rule, the number of samples ``n`` and, when the subgroup is
-    known, the confidence (share of those samples in the subgroup).
+    All panels share one intensity scale (with a colorbar); each title gives the rule, the number of samples ``n`` and,
+    when the subgroup is known, the confidence.
 
     Args:
         images: (N, H, W), (N, C, H, W) or (N, H, W, C) images aligned with the rows of ``X``.

@@ -1,22 +1,8 @@
 """Caveats of a search's result: the reasons to read its rule sets with care, in words, from their counts alone.
 
-:func:`caveats` lists them for ``extract_rules`` and ``explain``, which issue them as one ``UserWarning`` per call
-(:class:`torch_amore._utils.one_warning.OneWarning`):
-
-* **useless rule sets**: ``min_support`` above the subgroup, or no rule set of positive fitness (a rule set with
-  fitness <= 0 holds no more subgroup rows than rows outside it); for local rules, none found (the sample is an
-  outlier of the subgroup);
-* **at the base rate**: the best rule set has positive fitness and a confidence whose 95 % Wilson interval
-  (:func:`confidence_interval`) contains the base rate (the subgroup's share of all rows): on its rows the
-  subgroup is not measurably more frequent than anywhere, so the rule set describes the data more than the subgroup
-  (a rule covering nearly all rows of a large subgroup has a high fitness this way). Every rule set at the base rate
-  is flagged in the tables (:func:`at_base_rate`); the warning comes when the best one is;
-* **a leaking feature**: a rule set of one condition whose rows match the subgroup with a Jaccard index
-  ``hits / (support + subgroup - hits)`` of at least :data:`LEAK_JACCARD`: one feature alone reproduces the
-  subgroup, which is what a feature that encodes the target (a label column left among the features) does. Rules on
-  a model's decision are meant to reproduce it: ``explain`` and the Lightning callback leave this caveat out.
-
-Rule sets are named by their position in the list, ``#i+1`` for ``rule_sets[i]``, as in every display.
+:func:`caveats` lists them (useless rule sets, a best rule set at the base rate, a leaking feature) for
+``extract_rules`` and ``explain``, which issue them as one ``UserWarning`` per call. Rule sets are named ``#i+1`` for
+``rule_sets[i]``, as in every display.
 """
 
 from __future__ import annotations
@@ -115,7 +101,8 @@ def useless_reason(rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count
 
 def base_rate_reason(rule_sets: Sequence[RuleSet], n: int, size: int, level: float = LEVEL) -> str:
     """When the best rule set is at the base rate (:func:`at_base_rate`, with positive fitness): says so, naming every
-    rule set of positive fitness that is ('' when the best is not; the others are flagged in the tables).
+    rule set of positive fitness that is ('' when the best is not): on their rows the subgroup is not measurably more
+    frequent than anywhere.
 
     Example:
         >>> found = [RuleSet((), support=92, confidence=0.924, fitness=0.9)]  # 85 of 92 rows, base rate 0.92
@@ -141,8 +128,9 @@ def base_rate_reason(rule_sets: Sequence[RuleSet], n: int, size: int, level: flo
 
 
 def leak_reason(rule_sets: Sequence[RuleSet], size: int, min_jaccard: float = LEAK_JACCARD) -> str:
-    """The features that alone reproduce the subgroup: one-condition rule sets whose rows match it with a Jaccard
-    index >= ``min_jaccard`` (the first such rule set of each feature; '' when there is none).
+    """The features that alone reproduce the subgroup, as a feature that encodes the target does: one-condition rule
+    sets whose rows match it with a Jaccard index >= ``min_jaccard`` (the first of each feature; '' when none). Rules
+    on a model's decision are meant to reproduce it: ``explain`` and the Lightning callback leave this caveat out.
 
     Example:
         >>> from torch_amore.rules.rule import Rule
@@ -169,8 +157,8 @@ def leak_reason(rule_sets: Sequence[RuleSet], size: int, min_jaccard: float = LE
 def caveats(
     rule_sets: Sequence[RuleSet], n: int, size: int, *, min_count: int, local: bool = False
 ) -> list[tuple[str, str]]:
-    """Every reason to read the rule sets with care, as (kind, sentence) pairs ([] when there is none): kinds
-    ``"useless"``, ``"base_rate"`` and ``"leak"``; see the module.
+    """Every reason to read the rule sets with care, as (kind, sentence) pairs ([] when there is none): ``"useless"``
+    (:func:`useless_reason`), ``"base_rate"`` (:func:`base_rate_reason`) and ``"leak"`` (:func:`leak_reason`).
 
     Args:
         rule_sets: a search's rule sets, best first (named ``#i+1`` for ``rule_sets[i]``).

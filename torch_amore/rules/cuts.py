@@ -1,19 +1,6 @@
-"""Readable, faithful numbers for rule bounds: where to cut between observed values, and how to print a cut.
-
-Every strategy stores a bound as a float64 in the units of the data it searched (``x``); users read it in their own
-units, ``raw = x * scale + offset``. Two rules keep what users read equal to what was computed:
-
-* **Where to cut** (:func:`short_cut`). Any bound strictly above the largest observed value below a cut and at most
-  the smallest observed value from it on selects the same samples. Among them the search stores the one that reads
-  shortest in the printed units (``x < 0.5`` rather than ``x < 0.5017943978``).
-* **How to print** (:func:`format_bound`). A stored bound ``c`` prints as the shortest decimal ``d`` whose float64
-  maps back to it, ``(float(d) - offset) / scale == c`` in float64: different stored bounds never print alike, and
-  the text, applied to data in the printed units, selects what ``c`` selects on the stored data. When no float64 in
-  the printed units maps back to ``c`` (a bound set by hand, or a huge offset that swamps the data), the exact value
-  ``c * scale + offset`` prints with as many digits as it takes to tell it from its neighbours (and never as a text
-  that another bound would print).
-
-Both work in exact rational arithmetic (integer ratios), so no finite input overflows.
+"""Readable, faithful numbers for rule bounds: where to cut between observed values (:func:`short_cut`) and how to
+print a cut (:func:`format_bound`), in the users' units ``raw = x * scale + offset`` of a bound ``x`` stored in the
+searched data's units. Both work in exact rational arithmetic (integer ratios), so no finite input overflows.
 """
 
 from __future__ import annotations
@@ -50,9 +37,8 @@ def _prev(x: float) -> float:
 
 
 def _first(pred: Callable[[float], bool], guess: float = math.nan) -> float:
-    """The smallest float64 ``p`` (``-inf`` ... ``+inf``) with ``pred(p)``, for ``pred`` false then true; ``nan`` when
-    ``pred(+inf)`` is false. A finite ``guess`` near the answer is widened by doubling steps into a bracket (a few
-    calls when it is close); then bisection on the floats' order: at most about 128 calls in all."""
+    """The smallest float64 ``p`` with ``pred(p)``, for ``pred`` false then true (``nan`` when ``pred(+inf)`` is
+    false): a bracket widened from a finite ``guess`` by doubling steps, then bisection on the floats' order."""
     if pred(-math.inf):
         return -math.inf
     if not pred(math.inf):
@@ -102,9 +88,8 @@ def _round_half_even(num: int, den: int) -> int:
 
 
 def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) -> tuple[int, int]:
-    """The decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``: then its last digit is
-    not 0) strictly inside ``(lo, hi)``, the one nearest the middle among those; returned as ``(m, k)``. ``lo`` and
-    ``hi`` are exact rationals as ``(numerator, denominator)`` pairs with positive denominators."""
+    """``(m, k)``: the decimal ``m * 10**k`` with the fewest significant digits (at least ``min_digits``) strictly
+    inside the rationals ``(lo, hi)`` (``(numerator, denominator)`` pairs), the one nearest the middle."""
     (ln, ld), (hn, hd) = lo, hi
     if ln < 0 < hn and min_digits <= 1:
         return 0, 0
@@ -121,8 +106,8 @@ def _shortest_in(lo: tuple[int, int], hi: tuple[int, int], min_digits: int = 1) 
 
 
 def _at_step(lo: tuple[int, int], hi: tuple[int, int], k: int, min_digits: int = 1) -> tuple[int, int] | None:
-    """The multiple ``m * 10**k`` strictly inside ``(lo, hi)`` (positive rationals) nearest their middle (ties: ``m``
-    even; with ``min_digits > 1``, ``m`` not a multiple of 10), as ``(m, k)``; ``None`` when there is none."""
+    """``(m, k)``: the multiple ``m * 10**k`` strictly inside the positive rationals ``(lo, hi)`` nearest their middle
+    (``None`` when there is none)."""
     (ln, ld), (hn, hd) = lo, hi
     up, down = (10**k, 1) if k >= 0 else (1, 10**-k)  # in integers: lo = ln / ld, hi = hn / hd, step = up / down
     top = -((-hn * down) // (hd * up)) - 1  # the largest multiple of step below hi
@@ -136,12 +121,8 @@ def _at_step(lo: tuple[int, int], hi: tuple[int, int], k: int, min_digits: int =
 
 
 def _shortest_of(c: float) -> tuple[int, int]:
-    """``_shortest_in(*_neighbourhood(c, c))``: the shortest decimal that rounds to the float64 ``c`` (not at a
-    rounding midpoint), nearest ``c``'s neighbourhood's middle, as ``(m, k)``.
-
-    Python's ``repr`` gives the shortest decimal in the closed neighbourhood; when its step holds a decimal strictly
-    inside and the next coarser step none, the exact search would stop at that step too, so one step of it is
-    computed instead of every step from the first digit on."""
+    """``_shortest_in(*_neighbourhood(c, c))`` as ``(m, k)``, started at the step of ``repr(c)`` (the shortest decimal
+    of the closed neighbourhood) when that step holds a decimal strictly inside and the next coarser step none."""
     x = abs(float(c))  # a Python float: numpy's scalars have a repr of their own ('np.float64(0.5)')
     lo, hi = _neighbourhood(x, x)
     if 0.0 < x < sys.float_info.max:  # the largest float's neighbourhood ends past it: the whole search
@@ -236,12 +217,10 @@ def _primary(c: float, scale: float, offset: float) -> str | None:
 
 
 def format_bound(c: float, scale: float = 1.0, offset: float = 0.0) -> str:
-    """The stored bound ``c`` as text in printed units (``raw = x * scale + offset``), shortest first.
-
-    The text is the shortest decimal ``d`` with ``(float(d) - offset) / scale == c`` in float64, so two different
-    stored bounds never print alike. When no float64 maps back to ``c`` (possible only for bounds that no search
-    produced, or units that swamp the data's precision) it is the exact ``c * scale + offset`` with as many digits as
-    it takes to tell it from the neighbouring float64s of ``c``.
+    """The stored bound ``c`` as text in printed units (``raw = x * scale + offset``): the shortest decimal ``d`` with
+    ``(float(d) - offset) / scale == c`` in float64, so two different stored bounds never print alike. When no float64
+    maps back to ``c`` (bounds that no search produced, or units that swamp the data's precision), the exact
+    ``c * scale + offset`` with as many digits as it takes to tell it from the neighbouring float64s of ``c``.
 
     Example:
         >>> format_bound(0.5), format_bound(0.1 + 0.2), format_bound(1e300 * 10)
@@ -302,10 +281,8 @@ def admitted_integers(low: float, high: float, scale: float = 1.0, offset: float
 def short_cut(a: float, b: float, scale: float = 1.0, offset: float = 0.0) -> float:
     """A cut ``c`` with ``a < c <= b`` that reads short: as few significant digits as possible in the printed units
     ``c * scale + offset`` (as printed by :func:`format_bound`; in the stored units when the printed ones give no
-    cut inside; ``b`` when nothing is shorter). Among cuts of the same length, the one nearest the middle.
-
-    A bound anywhere between the largest value below a cut and the smallest value above it selects the same
-    samples; the shortest one reads best (``x < 0.5`` rather than ``x < 0.5017943978``).
+    cut inside; ``b`` when nothing is shorter). Among cuts of the same length, the one nearest the middle: any bound
+    in ``(a, b]`` selects the same samples, and the shortest reads best (``x < 0.5``, not ``x < 0.5017943978``).
 
     Example:
         >>> short_cut(0.4998, 0.5018), short_cut(-2.31, -2.2999), short_cut(1.0, 1.0000001), short_cut(3.0, 4.0)

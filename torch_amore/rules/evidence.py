@@ -1,12 +1,7 @@
-"""How far to trust the rule sets of one call, in words: the evidence each carries as text (:func:`evidence_text`),
-one verdict line for a list of them (:func:`verdict`), and the warning when none of them stands out from what the
-search finds in noise (:func:`noise_message`, :func:`warn_noise`).
-
-The numbers come from :func:`torch_amore.extract_rules` with ``permutations``, ``holdout`` or ``stability``
-(``RuleSet.p_value``, ``RuleSet.held_out``, ``RuleSet.stability``); a rule set without them gives no text.
-``RuleSet.p_value`` asks "does this rule set beat the best the same search finds on shuffled targets?", a family-wise
-p-value over everything the search compared; ``RuleSet.held_out.p_value`` asks "does this fixed rule set select more
-target rows than the base rate on rows the search did not see?", Holm-adjusted over the rule sets returned.
+"""How far to trust the rule sets of one call, in words: each one's evidence (:func:`evidence_text`), one verdict
+line for a list (:func:`verdict`), and the warning when none stands out from what the search finds in noise
+(:func:`noise_message`, :func:`warn_noise`). The numbers are those of ``extract_rules`` with ``permutations``,
+``holdout`` or ``stability`` (``RuleSet.p_value``, ``RuleSet.held_out``, ``RuleSet.stability``; see docs/trust.md).
 """
 
 from __future__ import annotations
@@ -104,8 +99,7 @@ def noise_message(rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations
 def warn_noise(
     rule_sets: Sequence[Any], *, alpha: float = 0.05, permutations: int | None = None, stacklevel: int = 2
 ) -> str | None:
-    """Emit :func:`noise_message` as one ``UserWarning`` when there is one (the one place this warning is made, so
-    that a caller can route it elsewhere); returns the message.
+    """Emit :func:`noise_message` as one ``UserWarning`` when there is one; returns the message.
 
     Example:
         >>> from torch_amore.rules.rules import RuleSet

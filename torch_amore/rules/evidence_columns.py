@@ -31,10 +31,17 @@ class EvidenceColumn:
     value: Callable[[Any], float]
 
 
+def _column(header: str, value: Callable[[Any], Any], text: Callable[[Any], str]) -> EvidenceColumn:
+    """The column of ``value(rs)`` (``None``: not computed), shown as ``text(rs)`` where computed."""
+    return EvidenceColumn(
+        header,
+        lambda rs: "-" if value(rs) is None else text(rs),
+        lambda rs: _NAN if value(rs) is None else value(rs),
+    )
+
+
 def _interval_text(rs: Any) -> str:
     h = rs.held_out
-    if h is None:
-        return "-"
     return f"{h.confidence:.3f} [{h.confidence_interval[0]:.3f}, {h.confidence_interval[1]:.3f}]"
 
 
@@ -54,33 +61,21 @@ def evidence_columns(rule_sets: Sequence[Any]) -> list[EvidenceColumn]:
     columns = []
     if any(rs.held_out is not None for rs in rule_sets):
         columns += [
-            EvidenceColumn(
+            _column(
                 f"held-out confidence [{100 * _level(rule_sets):g}% CI]",
+                lambda rs: None if rs.held_out is None else rs.held_out.confidence,
                 _interval_text,
-                lambda rs: _NAN if rs.held_out is None else rs.held_out.confidence,
             ),
-            EvidenceColumn(
+            _column(
                 "p(held-out)",
-                lambda rs: "-" if rs.held_out is None else format_p_value(rs.held_out.p_value),
-                lambda rs: _NAN if rs.held_out is None else rs.held_out.p_value,
+                lambda rs: None if rs.held_out is None else rs.held_out.p_value,
+                lambda rs: format_p_value(rs.held_out.p_value),
             ),
         ]
     if any(rs.p_value is not None for rs in rule_sets):
-        columns.append(
-            EvidenceColumn(
-                "p(perm)",
-                lambda rs: "-" if rs.p_value is None else format_p_value(rs.p_value),
-                lambda rs: _NAN if rs.p_value is None else rs.p_value,
-            )
-        )
+        columns.append(_column("p(perm)", lambda rs: rs.p_value, lambda rs: format_p_value(rs.p_value)))
     if any(rs.stability is not None for rs in rule_sets):
-        columns.append(
-            EvidenceColumn(
-                "stability",
-                lambda rs: "-" if rs.stability is None else f"{rs.stability:.2f}",
-                lambda rs: _NAN if rs.stability is None else rs.stability,
-            )
-        )
+        columns.append(_column("stability", lambda rs: rs.stability, lambda rs: f"{rs.stability:.2f}"))
     return columns
 
 
@@ -102,9 +97,8 @@ def aligned_evidence(rule_sets: Sequence[Any]) -> tuple[str, list[str]]:
 
 
 def evidence_record(rule_set: Any, rule_sets: Sequence[Any]) -> dict[str, Any]:
-    """The DataFrame fields of ``rule_set``'s evidence, for the kinds some of ``rule_sets`` carry: ``held_out_support``,
-    ``held_out_confidence``, ``held_out_confidence_low``/``_high``, ``held_out_p_value`` (Holm-adjusted),
-    ``p_value`` (search-aware) and ``stability`` (NaN where not computed for it).
+    """The DataFrame fields of ``rule_set``'s evidence (``held_out_*``, ``p_value``, ``stability``; NaN where not
+    computed for it), for the kinds some of ``rule_sets`` carry.
 
     Example:
         >>> from torch_amore.rules.rules import RuleSet

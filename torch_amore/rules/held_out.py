@@ -1,15 +1,9 @@
 """A rule set's numbers on rows the search did not see (:class:`HeldOut`), with an exact interval and a p-value.
 
-The search chooses every rule set on the rows it sees, so its support, confidence and fitness there are optimistic:
-on noise they reach several times the base rate. Measured on held-out rows, a rule set is a fixed hypothesis and the
-textbook tests apply:
-
-* ``confidence_interval``: the Clopper-Pearson (exact binomial) interval of the held-out confidence at ``level``; it
-  covers the true confidence at least ``level`` of the time whatever the support (conservative for small counts).
-* ``raw_p_value``: the one-sided exact binomial test of ``hits`` of ``support`` against the held-out base rate, the
-  chance of at least that many target rows under the rule set if it selected rows at random.
-* ``p_value``: ``raw_p_value`` Holm-adjusted over the rule sets of one call (:func:`holm`), so that "some rule set
-  holds at 0.05" is a claim with a family-wise error of at most 0.05 over the rule sets shown.
+On the rows it saw, the search's choice makes a rule set's numbers optimistic; on held-out rows it is a fixed
+hypothesis: ``confidence_interval`` is the Clopper-Pearson interval of its confidence, ``raw_p_value`` the one-sided
+exact binomial test of its hits against the held-out base rate, and ``p_value`` that p-value Holm-adjusted over the
+rule sets of one call (:func:`holm`).
 
 Example:
     >>> import torch

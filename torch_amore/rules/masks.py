@@ -1,9 +1,5 @@
-"""Masks of many rules and rule sets at once, and rule sets that select the same rows.
-
-:func:`rule_masks` computes :meth:`torch_amore.rules.rule.Rule.mask` of many rules in a few batched operations (one
-index tensor, one comparison per bound); :func:`rule_set_masks` combines them per rule set; :func:`drop_same_mask`
-keeps the shortest of rule sets on the same (or nested) features that select exactly the same samples, comparing all
-candidate pairs in one batched operation and one host sync.
+"""Masks of many rules and rule sets at once (:func:`rule_masks`, :func:`rule_set_masks`), and
+:func:`drop_same_mask`, which keeps the shortest of rule sets that select the same rows.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ __all__ = ["all_along", "all_of", "count_true", "drop_same_mask", "rule_masks", 
 
 
 def all_along(masks: torch.Tensor, dim: int) -> torch.Tensor:
-    """``masks.all(dim)`` of a bool tensor, by elementwise ands over a short ``dim`` (the rules of rule sets) and by
-    the minimum of its bytes over a long one: torch's bool reductions on CPU are 30 to 70 times slower (1,000,000
-    samples: ``(8, 3, N).all(1)`` 89 ms, three ands 1.4 ms).
+    """``masks.all(dim)`` of a bool tensor, by elementwise ands over a short ``dim`` and by the minimum of its bytes
+    over a long one (torch's bool reductions on CPU are 30 to 70 times slower).
 
     Example:
         >>> m = torch.tensor([[[True, False], [True, True]]])
@@ -52,8 +47,8 @@ def all_of(masks: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def count_true(masks: torch.Tensor) -> torch.Tensor:
-    """Per row of (R, N) bool ``masks``, its number of True as int64: its bytes summed into int32 where that cannot
-    overflow (twice as fast on CPU as summing the bools).
+    """Per row of (R, N) bool ``masks``, its number of True as int64 (its bytes summed into int32 where that cannot
+    overflow).
 
     Example:
         >>> count_true(torch.tensor([[True, False, True], [False, False, False]])).tolist()
@@ -65,8 +60,7 @@ def count_true(masks: torch.Tensor) -> torch.Tensor:
 
 
 def rule_masks(rules: Sequence[Rule], X: torch.Tensor) -> torch.Tensor:
-    """(len(rules), N) :meth:`torch_amore.rules.rule.Rule.mask` of each rule, in a few batched operations on a floating
-    ``X`` (rule by rule otherwise).
+    """(len(rules), N) :meth:`Rule.mask <torch_amore.rules.rule.Rule.mask>` of each rule, batched on a floating ``X``.
 
     Example:
         >>> X = torch.tensor([[0.5, 1.0], [2.0, 0.0], [float("nan"), 1.0]])
@@ -120,10 +114,9 @@ MaskComparison = Callable[[list[RuleSet], torch.Tensor, torch.Tensor], list[bool
 def drop_same_mask(
     rule_sets: list[RuleSet], X: torch.Tensor | None, *, compare: MaskComparison | None = None
 ) -> list[RuleSet]:
-    """The rule sets in order, less those that select exactly the same samples (on every shard of a DDP run) as
-    another one with the same support and confidence on the same features, or on a subset or superset of them: of
-    such a group the shortest is kept (ties: the earliest), at its own place. One host sync at most. ``compare``
-    replaces the comparison of the masks on ``X`` (e.g. batch by batch over data larger than memory).
+    """The rule sets in order, less those that select exactly the same samples (on every DDP shard) as another one
+    with the same support and confidence on the same features or a subset or superset of them: of such a group the
+    shortest is kept (ties: the earliest). ``compare`` replaces the comparison of the masks on ``X``.
 
     Example:
         >>> X = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0], [3.0, 5.0]])

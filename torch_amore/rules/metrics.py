@@ -1,21 +1,8 @@
-"""The paper's three rule-quality criteria (support, confidence, fitness) and the measures derived from the same counts
-(lift, recall, the searches' integer fitness and its optimistic bound).
-
-Functional forms take a boolean rule ``mask`` (samples satisfying a rule set) and the boolean ``target`` subgroup, and
-return 0-dim tensors on the inputs' device. The count forms take the counts themselves (Python numbers or integer
-tensors, as each says). This module is the single source of the maths: ``RuleSet.evaluate``, the searches, the
-baselines, the explanations and the torchmetrics wrappers (:mod:`torch_amore.integrations.metric_classes`) call it.
-
-Definitions (``hits`` = ``sum(mask & target)``, ``T`` = number of target samples, ``N`` = number of samples):
-
-* support    = ``sum(mask)``
-* confidence = ``hits / support`` (0 when the mask is empty)
-* fitness    = ``(hits - sum(mask & ~target)) / T`` = ``(2 * hits - support) / T``
-* recall     = ``hits / T``, also the optimistic bound on fitness: no rule set below these hits (adding conditions only
-  drops samples) has a fitness above it
-* lift       = ``confidence / (T / N)`` (confidence over the base rate)
-
-and the Wilson score interval of a share (:func:`wilson_interval`), of a confidence as of a verification's shares.
+"""The one source of the paper's rule-quality criteria and the measures derived from the same counts, with
+``hits = sum(mask & target)``, ``T`` target and ``N`` samples: support ``sum(mask)``, confidence ``hits / support``,
+fitness ``(2 * hits - support) / T``, recall ``hits / T`` (also fitness's optimistic bound) and lift
+``confidence / (T / N)``. Functional forms take boolean ``mask`` and ``target`` tensors and return 0-dim tensors; the
+count forms take the counts.
 """
 
 from __future__ import annotations
@@ -57,16 +44,6 @@ def check_pair(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, 
             f"Expected `mask` and `target` of the same length, but got {mask.shape[0]} and {target.shape[0]}."
         )
     return mask, target
-
-
-def support_update(mask: torch.Tensor) -> torch.Tensor:
-    """Samples under the rule."""
-    return mask.sum()
-
-
-def confidence_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(samples under the rule, target samples under the rule)."""
-    return mask.sum(), (mask & target).sum()
 
 
 def fitness_update(mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -120,9 +97,8 @@ def fitness_value(hits: Any, support: Any) -> Any:
 
 
 def fitness_bound(hits: Any) -> Any:
-    """The optimistic estimate of :func:`fitness_value` (ints or integer tensors alike): a rule set with ``hits``
-    target samples has ``2 * hits - support <= hits`` (its support holds its hits), and so has every rule set that
-    adds conditions to it (they only drop samples). In fitness units the bound is :func:`recall`.
+    """The optimistic estimate of :func:`fitness_value`: ``2 * hits - support <= hits`` for a rule set with ``hits``
+    target samples and for every rule set that adds conditions to it (:func:`recall` in fitness units).
 
     Example:
         >>> fitness_bound(3) >= max(fitness_value(3, support) for support in range(3, 10))
@@ -197,7 +173,7 @@ def support(mask: torch.Tensor) -> torch.Tensor:
         >>> support(torch.tensor([True, False, True]))
         tensor(2)
     """
-    return support_update(as_bool(mask, "mask"))
+    return as_bool(mask, "mask").sum()
 
 
 def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -208,7 +184,8 @@ def confidence(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         >>> confidence(torch.tensor([True, True, False, True]), torch.tensor([True, False, False, True]))
         tensor(0.6667, dtype=torch.float64)
     """
-    return confidence_compute(*confidence_update(*check_pair(mask, target)))
+    mask, target = check_pair(mask, target)
+    return confidence_compute(mask.sum(), (mask & target).sum())
 
 
 def fitness(mask: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -1,18 +1,11 @@
 """Every condition earns its place: conditions that add less than ``min_gain`` fitness are dropped.
 
-A rule set printed as ``age >= -1.35 AND HbA1c_level >= 1.1`` tells a reader that age matters; when the age condition
-removes 4 rows of 1,167 for a fitness gain of 0.00004 it does not. Like scikit-learn's ``min_impurity_decrease`` for
-a split, :func:`prune_rule_sets` asks of every condition of a rule set that removing it lowers the rule set's fitness
-by at least ``min_gain``, measured on the data searched (the shorter rule set's support, confidence and fitness are
-recomputed from the rules' masks). A condition that does not earn its place is dropped, the least useful first (the
-smallest gain; ties: the later condition), and the shorter rule set is examined again, until every condition earns
-its place or one condition is left. A condition without which the rule set's confidence falls below
-``min_confidence`` earns its place whatever its gain.
-
-The counts of all the shorter rule sets of one round are computed together (chunks of rule-set masks, one host sync
-each) and summed over the shards of a DDP run, so a sharded run prunes as one process does. They come from each
-rule's mask packed 64 rows to a word, made in one pass over the rows: :func:`prune_rule_sets_batches` reads the rows
-batch by batch (a streamed extraction's source), in about a bit per rule and row.
+Like scikit-learn's ``min_impurity_decrease``, :func:`prune_rule_sets` asks of every condition that removing it lowers
+the rule set's fitness on the searched data by at least ``min_gain``. A condition that does not is dropped, the least
+useful first (the smallest gain; ties: the later condition), and the shorter rule set is examined again, until every
+condition earns its place or one is left. A condition without which the confidence falls below ``min_confidence``
+earns its place whatever its gain. The counts come from the rules' masks packed 64 rows to a word, summed over the
+shards of a DDP run, so a sharded run prunes as one process does.
 """
 
 from __future__ import annotations
@@ -36,8 +29,7 @@ _MASK_BYTES = 1 << 26
 
 
 def _bit_counts(words: torch.Tensor) -> torch.Tensor:
-    """(..., C) int64: the set bits of each row of (..., C, W) int64 ``words``, by bit tricks on their bytes
-    (unsigned: no overflow; exact, and several times faster than a table lookup per byte).
+    """(..., C) int64: the set bits of each row of (..., C, W) int64 ``words``, by bit tricks on their bytes.
 
     Example:
         >>> _bit_counts(torch.tensor([[-1, 5], [0, 1 << 40]])).tolist()
@@ -52,10 +44,7 @@ def _bit_counts(words: torch.Tensor) -> torch.Tensor:
 
 def _packed(masks: torch.Tensor) -> torch.Tensor:
     """(R, N) bool masks as (R, ceil(N / 64)) int64 words of 64 rows each (rows past N: 0), the same rows at the
-    same bits in every mask (all the counts need: the set bits of words anded together).
-
-    The mask's bytes (0 or 1) read as int64 hold 8 rows each, one at the lowest bit of each byte; 8 such words
-    shifted by 0..7 bits hold their 64 rows at distinct bits, so their sum is the packed word (no carry).
+    same bits in every mask: 8 int64 views of the bytes, shifted by 0..7 bits, summed without carry.
 
     Example:
         >>> m = torch.zeros(1, 70, dtype=torch.bool)
@@ -79,9 +68,7 @@ def _shifts(device: torch.device) -> torch.Tensor:
 
 def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
     """(len(rules), N) :meth:`Rule.mask` of each rule: on a float32 or float64 ``X`` each feature's column taken once
-    and compared in X's dtype with bounds rounded up to it (exactly the comparisons in float64: see
-    :func:`_bounds_in`; NaN satisfies no rule), intervals by their bounds and categories by their value, each only
-    where it applies; rule by rule otherwise."""
+    and compared in X's dtype with the bounds of :func:`_bounds_in`; rule by rule otherwise."""
     if X.dtype not in (torch.float32, torch.float64) or X.device.type == "mps":
         return torch.stack([r.mask(X) for r in rules])
     ints = [i for i, r in enumerate(rules) if r.value is None]
@@ -112,10 +99,8 @@ def _rule_table(rules: list[Rule], X: torch.Tensor) -> torch.Tensor:
 
 
 def _bounds_in(bounds: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """float64 ``bounds`` (low, high, category value) as ``dtype`` with the same comparisons for every value ``x``
-    of ``dtype``: ``x >= t`` holds exactly when ``x >= u``, ``u`` the smallest number of ``dtype`` at least ``t`` (a
-    bound rounded up), and ``x == t`` when ``x == t`` in ``dtype`` where ``t`` is exact there (NaN elsewhere: no
-    value equals it).
+    """float64 ``bounds`` (low, high, category value) as ``dtype`` with the same comparisons for every ``x`` of
+    ``dtype``: bounds rounded up, a category value exact in ``dtype`` or NaN (no value equals it).
 
     Example:
         >>> t = torch.tensor([[0.1, 0.1, 0.5]], dtype=torch.float64)
@@ -136,11 +121,9 @@ Batches = Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]
 
 
 class _Counter:
-    """Counts of conjunctions of ``rules`` (index tuples) on the rows of ``batches`` (read once, on the first call):
-    each rule masked once per chunk of rows (at most ``step`` rows: each batch cut, small batches' masks joined) and
-    packed 64 rows to a word, the conjunctions anded word by word and their bits counted by a byte table; summed over
-    DDP shards (one host sync per call). ``device``: where the counts are made when no batch tells (default: that of
-    the first batch, else the CPU)."""
+    """(hits, support) of conjunctions of ``rules`` (index tuples) on the rows of ``batches``, read once into packed
+    masks per chunk of at most ``step`` rows; summed over DDP shards (one host sync per call). ``device``: where
+    the counts are made when no batch tells (default: the first batch's, else the CPU)."""
 
     def __init__(self, rules: list[Rule], batches: Batches, device: torch.device | None = None) -> None:
         self.rules, self.batches, self.device = rules, batches, device
@@ -228,10 +211,9 @@ def prune_rule_sets(
     min_gain: float,
     min_confidence: float | None = None,
 ) -> list[RuleSet]:
-    """``rule_sets`` in order, each without the conditions that do not earn ``min_gain`` fitness (see the module
-    docstring); a rule set that loses a condition is measured again on ``(X, target)`` (``n_target``: the subgroup's
-    size over all shards) and keeps its ``target_name`` and ``optimum`` (its per-step ``ratios`` no longer apply and
-    are dropped). ``min_gain <= 0`` returns them as they are.
+    """``rule_sets`` in order, each without the conditions that do not earn ``min_gain`` fitness (see the module); a
+    shortened rule set is measured again on ``(X, target)`` (``n_target``: the subgroup's size over all shards), keeps
+    its ``target_name`` and ``optimum`` and drops its ``ratios``. ``min_gain <= 0`` returns them as they are.
 
     Example:
         >>> import torch
@@ -254,11 +236,8 @@ def prune_rule_sets_batches(
     min_confidence: float | None = None,
     device: torch.device | str | None = None,
 ) -> list[RuleSet]:
-    """:func:`prune_rule_sets` on rows that come in batches: the same rule sets as on the concatenated batches.
-
-    The batches are read once (only when some rule set has two conditions or more), and the rows are never held as
-    a matrix: per row, one bit per distinct rule of the rule sets of two conditions or more (and two for every row
-    and the target), plus the temporaries of one batch (bounded per chunk of rows whatever the batch size).
+    """:func:`prune_rule_sets` on rows that come in batches: the same rule sets as on the concatenated batches. The
+    batches are read once, and per row only one bit per distinct rule is kept.
 
     Args:
         rule_sets: the rule sets, in order.
@@ -272,8 +251,8 @@ def prune_rule_sets_batches(
             default: the first batch's device, else the CPU.
 
     Returns:
-        The rule sets in order, each without the conditions that do not earn ``min_gain`` (a shortened rule set
-        measured again; see :func:`prune_rule_sets`).
+        The rule sets in order, each without the conditions that do not earn ``min_gain`` (see
+        :func:`prune_rule_sets`).
 
     Example:
         >>> import torch

@@ -1,6 +1,4 @@
-"""One condition on one feature, :class:`Rule`: an interval (or a category), its sample mask, its readable text and
-its JSON form.
-"""
+"""One condition on one feature, :class:`Rule`: an interval or a category, its mask, its text and its JSON form."""
 
 from __future__ import annotations
 
@@ -14,16 +12,8 @@ import numpy as np
 import torch
 
 from torch_amore._utils.typing import FEATURE_TYPES, ArrayLike
+from torch_amore.rules import serialization as S
 from torch_amore.rules.cuts import admitted_integers, format_bound
-from torch_amore.rules.serialization import (
-    FieldError,
-    expect_choice,
-    expect_float,
-    expect_int,
-    expect_keys,
-    expect_mapping,
-    expect_str,
-)
 
 
 def _n_columns(X: Any) -> int:
@@ -97,9 +87,8 @@ class Rule:
         low: inclusive lower bound (``-inf``: unbounded).
         high: exclusive upper bound (``+inf``: unbounded).
         value: category value for a categorical rule (``x == value``, with ``kind="cat"``); ``None`` for an interval.
-        kind: ``"float"``, ``"int"`` (the rule prints the integers its interval admits; in stored units, i.e. with
-            the default ``scale``/``offset``, a fractional bound is rounded up to the integer it admits first,
-            ``x >= 40.2`` -> ``x >= 41``) or ``"cat"``.
+        kind: ``"float"``, ``"int"`` (the rule prints the integers it admits; in stored units a fractional bound is
+            rounded up, ``x >= 40.2`` -> ``x >= 41``) or ``"cat"``.
         scale, offset: print bounds in original units, ``raw = x * scale + offset`` (finite, ``scale != 0``).
 
     A bad argument raises a ``ValueError`` naming it.
@@ -134,32 +123,32 @@ class Rule:
 
     def __post_init__(self) -> None:
         put = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731 - the dataclass is frozen
-        put("feature", expect_int(self.feature, "feature", low=0))
-        expect_str(self.name, "name")
-        expect_choice(self.kind, "kind", FEATURE_TYPES)
-        put("scale", expect_float(self.scale, "scale"))
-        put("offset", expect_float(self.offset, "offset"))
+        put("feature", S.expect_int(self.feature, "feature", low=0))
+        S.expect_str(self.name, "name")
+        S.expect_choice(self.kind, "kind", FEATURE_TYPES)
+        put("scale", S.expect_float(self.scale, "scale"))
+        put("offset", S.expect_float(self.offset, "offset"))
         if self.scale == 0:
-            raise FieldError("scale", "expected a finite non-zero number, but got 0.")
-        low = expect_float(self.low, "low", high=math.inf, finite=False)
-        high = expect_float(self.high, "high", finite=False)
+            raise S.FieldError("scale", "expected a finite non-zero number, but got 0.")
+        low = S.expect_float(self.low, "low", high=math.inf, finite=False)
+        high = S.expect_float(self.high, "high", finite=False)
         if low == math.inf:
-            raise FieldError("low", "expected a finite number or -inf (open below), but got inf.")
+            raise S.FieldError("low", "expected a finite number or -inf (open below), but got inf.")
         if high == -math.inf:
-            raise FieldError("high", "expected a finite number or inf (open above), but got -inf.")
+            raise S.FieldError("high", "expected a finite number or inf (open above), but got -inf.")
         if self.value is not None:
-            put("value", expect_float(self.value, "value"))
+            put("value", S.expect_float(self.value, "value"))
             if self.kind != "cat":
-                raise FieldError("kind", f"expected 'cat' for a rule with a category `value`, but got {self.kind!r}.")
+                raise S.FieldError("kind", f"expected 'cat' for a rule with a category `value`, but got {self.kind!r}.")
             if (low, high) != (-math.inf, math.inf):
-                raise FieldError("low", f"expected no bounds on a categorical rule, but got low={low}, high={high}.")
+                raise S.FieldError("low", f"expected no bounds on a categorical rule, but got low={low}, high={high}.")
         elif self.kind == "cat":
-            raise FieldError("value", "expected the category value of a rule with kind 'cat', but got None.")
+            raise S.FieldError("value", "expected the category value of a rule with kind 'cat', but got None.")
         if self.kind == "int" and _identity(self.scale, self.offset):  # x >= 40.2 <=> x >= 41 on integers
             low = float(math.ceil(low)) if math.isfinite(low) else low
             high = float(math.ceil(high)) if math.isfinite(high) else high
         if self.value is None and not low < high:
-            raise FieldError("high", f"expected low < high for an interval rule, but got low={low}, high={high}.")
+            raise S.FieldError("high", f"expected low < high for an interval rule, but got low={low}, high={high}.")
         put("low", low)
         put("high", high)
 
@@ -191,14 +180,9 @@ class Rule:
         return self.format()
 
     def format(self, precision: int | None = None) -> str:
-        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``.
-
-        Each bound prints as the shortest decimal that maps back to the stored bound exactly
-        (:func:`torch_amore.rules.cuts.format_bound`), never with a fixed number of decimals: a fixed precision would
-        print different bounds alike (``37.776 <= lat < 37.776``). The search stores bounds that read short already
-        (:func:`torch_amore.rules.cuts.short_cut`). ``precision`` is accepted for compatibility and has no effect on the
-        bounds. An ``"int"`` rule prints the integers it admits; a negative ``scale`` flips the interval in raw units
-        (``4 < x <= 7``).
+        """The rule as text in original units, e.g. ``1.15 <= NumAliphaticRings < 10.4``, each bound the shortest
+        decimal that maps back to it exactly (``precision`` changes nothing). An ``"int"`` rule prints the integers
+        it admits; a negative ``scale`` flips the interval in raw units (``4 < x <= 7``).
         """
         del precision  # no number of decimals keeps every bound distinct: see the docstring
         name = self.name
@@ -265,11 +249,8 @@ class Rule:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, n_features: int | None = None) -> Rule:
-        """The rule written by :meth:`to_dict`, every field checked: a ``ValueError`` names the bad one.
-
-        ``feature`` must be an integer >= 0 (and < ``n_features`` when given); bounds finite numbers (``None`` for an
-        open side) with ``low < high``; ``kind`` one of ``"float"``, ``"int"``, ``"cat"``; an ``"int"`` rule's
-        bounds integers when in stored units; a category ``value`` finite.
+        """The rule written by :meth:`to_dict`, every field checked (``feature`` an integer >= 0 and < ``n_features``
+        when given; bounds finite or ``None``, ``low < high``): a ``ValueError`` names the bad one.
 
         Example:
             >>> Rule.from_dict({"feature": 0, "name": "x", "low": 0.5})
@@ -279,17 +260,17 @@ class Rule:
             ...
             torch_amore.rules.serialization.FieldError: Invalid `feature`: expected an integer >= 0, but got -1.
         """
-        data = expect_mapping(data)
-        expect_keys(data, ("feature", "name"), ("kind", "low", "high", "value", "scale", "offset"))
-        feature = expect_int(data["feature"], "feature", low=0, high=n_features)
-        kind = expect_choice(data.get("kind", "float"), "kind", FEATURE_TYPES)
-        low = -math.inf if data.get("low") is None else expect_float(data["low"], "low")
-        high = math.inf if data.get("high") is None else expect_float(data["high"], "high")
-        scale = expect_float(data.get("scale", 1.0), "scale")
-        offset = expect_float(data.get("offset", 0.0), "offset")
+        data = S.expect_mapping(data)
+        S.expect_keys(data, ("feature", "name"), ("kind", "low", "high", "value", "scale", "offset"))
+        feature = S.expect_int(data["feature"], "feature", low=0, high=n_features)
+        kind = S.expect_choice(data.get("kind", "float"), "kind", FEATURE_TYPES)
+        low = -math.inf if data.get("low") is None else S.expect_float(data["low"], "low")
+        high = math.inf if data.get("high") is None else S.expect_float(data["high"], "high")
+        scale = S.expect_float(data.get("scale", 1.0), "scale")
+        offset = S.expect_float(data.get("offset", 0.0), "offset")
         if kind == "int" and _identity(scale, offset):
             for key, bound in (("low", low), ("high", high)):
                 if math.isfinite(bound) and not bound.is_integer():
-                    raise FieldError(key, f"expected an integer bound for a rule of kind 'int', but got {bound}.")
-        value = None if data.get("value") is None else expect_float(data["value"], "value")
-        return cls(feature, expect_str(data["name"], "name"), low, high, value, kind, scale, offset)
+                    raise S.FieldError(key, f"expected an integer bound for a rule of kind 'int', but got {bound}.")
+        value = None if data.get("value") is None else S.expect_float(data["value"], "value")
+        return cls(feature, S.expect_str(data["name"], "name"), low, high, value, kind, scale, offset)

@@ -1,27 +1,16 @@
 """Rule sets (:class:`RuleSet`) of rules (:class:`~torch_amore.rules.rule.Rule`): the objects users hold.
 
-Interval convention
--------------------
-A numeric :class:`Rule` selects ``low <= x < high`` (lower bound inclusive, upper bound exclusive); ``low = -inf`` or
-``high = +inf`` leaves that side open, and such a rule prints one-sided (``age >= 40``). A categorical rule selects
-``x == value``. NaN (a missing value) satisfies no rule. Integer columns are compared exactly (no rounding through
-float64, so values beyond 2**53 keep their meaning).
-
-Bounds are stored in the units of the data the rules were extracted from. When those features were scaled, give each
-rule an affine ``scale``/``offset`` (``raw = x * scale + offset``) and it prints in the original units. A bound prints
-as the shortest decimal that maps back to it exactly (:func:`torch_amore.rules.cuts.format_bound`), so what a rule
-prints selects, on data in the printed units, what the rule selects: two different bounds never print alike.
-
-Serialization
--------------
-:meth:`RuleSet.to_dict` / :meth:`RuleSet.to_json` write plain JSON with a ``format_version`` and the library's
-version; :meth:`RuleSet.from_dict` / :meth:`RuleSet.from_json` (and :meth:`Rule.from_dict`, :func:`load_rule_sets`)
-check every field and raise one ``ValueError`` (:class:`torch_amore.rules.serialization.FieldError`) naming the bad
-field's path. Files written before versions existed load unchanged.
+A numeric rule selects ``low <= x < high`` (``-inf``/``+inf`` leave a side open, and the rule prints one-sided,
+``age >= 40``); a categorical rule selects ``x == value``. NaN satisfies no rule, and integer columns are compared
+exactly. Bounds are stored in the units of the searched data and print in the units ``raw = x * scale + offset`` as
+the shortest decimal that maps back to them exactly (:func:`torch_amore.rules.cuts.format_bound`), so what a rule
+prints selects what it selects. ``to_dict``/``to_json`` write plain JSON with a ``format_version``;
+``from_dict``/``from_json`` check every field and name a bad one's path.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -30,22 +19,12 @@ from typing import Any
 import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
+from torch_amore.data.validation import align_rows, to_labels
+from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence import evidence_text
 from torch_amore.rules.held_out import HeldOut
 from torch_amore.rules.metrics import RuleMetrics, rule_metrics
 from torch_amore.rules.rule import Rule
-from torch_amore.rules.serialization import (
-    at_path,
-    expect_float,
-    expect_format_version,
-    expect_int,
-    expect_keys,
-    expect_mapping,
-    expect_str,
-    load_items,
-    parse_json,
-    version_fields,
-)
 
 
 @dataclass(frozen=True)
@@ -59,9 +38,8 @@ class RuleSet:
         fitness: (target - non-target samples satisfying the rules) / target samples.
         ratios: probability ratio of each rule at the step it was added (eq. ratio_approx).
         target_name: name of the subgroup in the printed form.
-        optimum: the highest fitness any rule set of the search's grid reaches at the same ``max_length`` and
-            ``min_support`` (:mod:`torch_amore.strategies.exact`), when it was computed; ``None`` otherwise. Cuts off
-            the grid (the beam strategy's fine grids and polish) may exceed it.
+        optimum: the highest fitness on the search's grid at the same ``max_length`` and ``min_support``, when it
+            was computed; ``None`` otherwise (cuts off the grid may exceed it).
         held_out: its numbers on rows the search did not see (:class:`torch_amore.rules.held_out.HeldOut`), with
             ``extract_rules(..., holdout=...)`` or ``holdout_rows=``; ``None`` otherwise.
         p_value: the search-aware p-value of ``extract_rules(..., permutations=P)``: the share of P searches on
@@ -117,10 +95,8 @@ class RuleSet:
         return len(self.rules)
 
     def optimum_text(self, precision: int = 3) -> str | None:
-        """What this rule set's fitness means beside :attr:`optimum`, the best fitness a rule set on the search's
-        coarse grid reaches (found by an exhaustive search, as ``strategy='exact'`` does); ``None`` when the optimum
-        was not computed. Above it means that the search's polished cuts, between observed values, found more than
-        the grid can express.
+        """What this rule set's fitness means beside :attr:`optimum`, the best fitness on the search's coarse grid
+        (``None`` when not computed); above it, the search's polished cuts found more than the grid can express.
 
         Example:
             >>> RuleSet((), 10, 0.9, 0.78, optimum=0.76).optimum_text()
@@ -148,16 +124,11 @@ class RuleSet:
             n = X.shape[0]
             device = X.device if isinstance(X, torch.Tensor) else "cpu"
             return torch.ones(n, dtype=torch.bool, device=device)
-        out = self.rules[0].mask(X)
-        for rule in self.rules[1:]:
-            out &= rule.mask(X)
-        return out
+        return functools.reduce(torch.Tensor.logical_and_, (rule.mask(X) for rule in self.rules))
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split); ``target`` is a mask
         of booleans (or numbers: nonzero is in the subgroup), one per row of ``X``."""
-        from torch_amore.data.validation import align_rows, to_labels
-
         if not isinstance(target, torch.Tensor):  # a pandas Series by the index of a DataFrame X
             target = align_rows(target, X, "target")
         target = to_labels(target, X.shape[0], "target", what="booleans", per="row of X")
@@ -178,11 +149,8 @@ class RuleSet:
         return replace(self, rules=rules)
 
     def format(self, precision: int | None = None) -> str:
-        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``.
-
-        Bounds print as the shortest decimals that name them exactly (:meth:`Rule.format`); ``precision`` is
-        accepted for compatibility and changes nothing (a fixed precision could print different bounds alike).
-        """
+        """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``, bounds as :meth:`Rule.format`
+        prints them (``precision`` changes nothing)."""
         del precision
         cond = " AND ".join(r.format() for r in self.rules) if self.rules else "TRUE"
         evidence = evidence_text(self)  # held-out numbers, p-value, stability: when computed
@@ -198,7 +166,7 @@ class RuleSet:
         """JSON-safe dict with a ``format_version`` and the ``torch_amore_version`` that wrote it;
         :meth:`from_dict` gives back an equal rule set (ratios and target name included)."""
         out = {
-            **version_fields(),
+            **S.version_fields(),
             "rules": [r.to_dict() for r in self.rules],
             "support": int(self.support),
             "confidence": float(self.confidence),
@@ -217,10 +185,8 @@ class RuleSet:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, n_features: int | None = None) -> RuleSet:
-        """The rule set written by :meth:`to_dict`, every field checked (see :meth:`Rule.from_dict`; support an
-        integer >= 0, confidence in [0, 1], fitness a finite number <= 1, ratios non-negative numbers): a
-        ``ValueError`` names the bad field's path (``rules[0].feature``). Files without ``format_version`` (written
-        before it existed) load too.
+        """The rule set written by :meth:`to_dict` (files without ``format_version`` too), every field checked: a
+        ``ValueError`` names the bad field's path (``rules[0].feature``).
 
         Example:
             >>> RuleSet.from_dict({"rules": [{"feature": 0, "name": "x", "low": 0.5}], "support": -5,
@@ -229,30 +195,30 @@ class RuleSet:
             ...
             torch_amore.rules.serialization.FieldError: Invalid `support`: expected an integer >= 0, but got -5.
         """
-        data = expect_mapping(data)
+        data = S.expect_mapping(data)
         extra = {f.name: f for f in _extra_fields()}
         optional = ("ratios", "target_name", "format_version", "torch_amore_version", *extra)
-        expect_keys(data, ("rules", "support", "confidence", "fitness"), optional)
-        expect_format_version(data)
+        S.expect_keys(data, ("rules", "support", "confidence", "fitness"), optional)
+        S.expect_format_version(data)
         if "torch_amore_version" in data:
-            expect_str(data["torch_amore_version"], "torch_amore_version")
-        rules = load_items(data["rules"], lambda r: Rule.from_dict(r, n_features=n_features), "rules")
-        ratios = load_items(data.get("ratios", []), lambda r: expect_float(r, "", low=0.0, finite=False), "ratios")
+            S.expect_str(data["torch_amore_version"], "torch_amore_version")
+        rules = S.load_items(data["rules"], lambda r: Rule.from_dict(r, n_features=n_features), "rules")
+        ratios = S.load_items(data.get("ratios", []), lambda r: S.expect_float(r, "", low=0.0, finite=False), "ratios")
         kwargs = {name: _extra_value(data[name], name) for name in extra if name in data}
         return cls(
             rules=tuple(rules),
-            support=expect_int(data["support"], "support", low=0),
-            confidence=expect_float(data["confidence"], "confidence", low=0.0, high=1.0),
-            fitness=expect_float(data["fitness"], "fitness", high=1.0),
+            support=S.expect_int(data["support"], "support", low=0),
+            confidence=S.expect_float(data["confidence"], "confidence", low=0.0, high=1.0),
+            fitness=S.expect_float(data["fitness"], "fitness", high=1.0),
             ratios=tuple(ratios),
-            target_name=expect_str(data.get("target_name", "target"), "target_name"),
+            target_name=S.expect_str(data.get("target_name", "target"), "target_name"),
             **kwargs,
         )
 
     @classmethod
     def from_json(cls, text: str, *, n_features: int | None = None) -> RuleSet:
         """The rule set in a JSON string written by :meth:`to_json` (checked as by :meth:`from_dict`)."""
-        return cls.from_dict(parse_json(text), n_features=n_features)
+        return cls.from_dict(S.parse_json(text), n_features=n_features)
 
 
 _CORE_FIELDS = ("rules", "support", "confidence", "fitness", "ratios", "target_name")
@@ -266,11 +232,11 @@ def _extra_fields() -> list[Any]:
 def _extra_value(value: Any, path: str) -> Any:
     """An optional field's value: ``None``, a finite number, a string or the held-out numbers' dict."""
     if path == "held_out" and value is not None:
-        with at_path(path):
+        with S.at_path(path):
             return HeldOut.from_dict(value)
     if value is None or isinstance(value, str):
         return value
-    return expect_float(value, path)
+    return S.expect_float(value, path)
 
 
 def load_rule_sets(items: Any, *, n_features: int | None = None, path: str = "rule_sets") -> list[RuleSet]:
@@ -288,4 +254,4 @@ def load_rule_sets(items: Any, *, n_features: int | None = None, path: str = "ru
         ...
         torch_amore.rules.serialization.FieldError: Invalid `rule_sets[1].rules[0].feature`: expected an integer...
     """
-    return load_items(items, lambda d: RuleSet.from_dict(d, n_features=n_features), path)
+    return S.load_items(items, lambda d: RuleSet.from_dict(d, n_features=n_features), path)

@@ -1,9 +1,6 @@
-"""Checked reading of serialized objects: every field is validated, and an error names the field's path.
-
-``from_dict`` methods read JSON written by a ``to_dict`` -- or edited by hand, or corrupted. Each field goes through
-a checker here; a bad one raises :class:`FieldError`, a ``ValueError`` whose message names the field's full path
-(``rule_sets[2].rules[0].feature``), what was expected and what was found. Containers prefix the paths of what they
-hold with :func:`at_path` (or read a list with :func:`load_items`). Nothing is ever ``eval``-ed or unpickled.
+"""Checked reading of serialized objects: each field goes through a checker, and a bad one raises
+:class:`FieldError`, a ``ValueError`` naming the field's full path, what was expected and what was found. Nothing is
+ever ``eval``-ed or unpickled.
 
 Example:
     >>> try:
@@ -22,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from torch_amore._version import __version__
+
 T = TypeVar("T")
 
 #: The version of the serialized format written by ``to_dict`` (older files, without a version, still load).
@@ -37,10 +36,8 @@ class FieldError(ValueError):
 
 
 def parse_json(text: str | bytes) -> Any:
-    """The value of a JSON document; malformed or too deeply nested text raises :class:`FieldError`.
-
-    Python's JSON reader recurses once per level of nesting, so a document nested deeper than the recursion limit
-    (e.g. 100,000 opening brackets) would escape as a ``RecursionError``.
+    """The value of a JSON document; malformed or too deeply nested text raises :class:`FieldError` (not a
+    ``RecursionError``).
 
     Example:
         >>> parse_json('{"a": [1, 2]}')
@@ -174,6 +171,4 @@ def expect_format_version(data: Mapping[str, Any], path: str = "") -> int:
 
 def version_fields() -> dict[str, Any]:
     """The ``format_version`` and ``torch_amore_version`` entries every top-level ``to_dict`` writes."""
-    from torch_amore._version import __version__
-
     return {"format_version": FORMAT_VERSION, "torch_amore_version": __version__}
