@@ -159,8 +159,7 @@ class HostColumnStats:
         return [i and lo == 0 and hi == 1 for i, lo, hi in zip(self.is_int, self.lo, self.hi)]
 
     def kinds(self) -> list[str]:
-        """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued ones, else
-        ``float``."""
+        """``cat`` for columns of exactly {0, 1}, ``int`` for other integer-valued ones, else ``float``."""
         return ["cat" if b else ("int" if i else "float") for b, i in zip(self.binary(), self.is_int)]
 
 
