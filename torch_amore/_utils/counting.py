@@ -1,9 +1,8 @@
 """Counts per integer value without a host sync on any device.
 
 ``torch.bincount`` on CUDA reads its input's minimum and maximum on the host (two syncs per call), although the
-search always knows how many bins it counts. :func:`bincount` keeps ``torch.bincount`` on the CPU (its fastest
-route there) and elsewhere adds ones (or the weights) into a zero tensor of the known size with ``index_add_``,
-which stays on the device. Integer counts are exact either way.
+search knows the number of bins: off the CPU, :func:`bincount` adds into zeros of the known size with ``index_add_``.
+Integer counts are exact either way.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ __all__ = ["bincount", "index_counts"]
 
 
 def bincount(index: torch.Tensor, size: int, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Counts (or summed ``weights``) per value of the 1-D integer tensor ``index``, whose values lie in
-    ``[0, size)``: a tensor of length ``size`` (int64, or the weights' dtype), the same as
-    ``torch.bincount(index, weights, minlength=size)``.
+    """``torch.bincount(index, weights, minlength=size)`` for values of ``index`` in ``[0, size)``, without a sync.
 
     Example:
         >>> bincount(torch.tensor([0, 2, 2, 3]), 5)
@@ -28,8 +25,7 @@ def bincount(index: torch.Tensor, size: int, weights: torch.Tensor | None = None
 
 
 def index_counts(index: torch.Tensor, size: int, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`bincount` by ``index_add_`` into zeros: the route for devices other than the CPU, which never reads
-    the data on the host.
+    """:func:`bincount` by ``index_add_`` into zeros, never reading the data on the host.
 
     Example:
         >>> index_counts(torch.tensor([1, 1, 0]), 3, torch.tensor([0.5, 1.0, 2.0]))

@@ -1,27 +1,10 @@
 """Reductions across processes, so that a rule search over sharded data equals the search over the whole data.
 
 When ``torch.distributed`` is initialised with more than one process (as under Lightning's DDP), every rank holds a
-shard of the rows and calls :func:`torch_amore.extract_rules` (or the explainer) collectively with the same
-arguments. The search never gathers the data: it reduces the statistics it needs at every step.
-
-============================  ======================================================================  ============
-statistic                     reduction                                                               exactness
-============================  ======================================================================  ============
-rows, target rows, per-grid   ``all_reduce`` sum of int64 counts (:func:`all_reduce_sum`)             exact
-counts of every tree node
-per-column min / max          ``all_reduce`` min / max, both in one (:func:`all_reduce_min_max`)      exact
-(uniform grids, k-means)
-k-means sums per centre       int64 fixed-point limbs summed                                          exact
-                              (:func:`torch_amore.grids.exact_edges.to_fixed_point`)
-quantile edges                distributed binary search for each order statistic on order-preserving  exact
-                              int64 keys (:func:`torch_amore.grids.exact_edges.sharded_quantile_edges`)
-categories                    union of every rank's unique values (:func:`all_gather_unique`,         exact
-                              :func:`all_gather_unique_columns`)
-int-valuedness, 0/1 columns   logical and / or across ranks (:func:`all_ranks`, :func:`any_rank`)      exact
-============================  ======================================================================  ============
-
-Every helper is a no-op when ``torch.distributed`` is not initialised, when the world has one process, or inside
-:func:`local_only` (use it to search the full data on each rank of a running process group independently).
+shard of the rows and calls the search collectively with the same arguments. The data is never gathered: counts are
+int64 sums, min / max are reduced, k-means sums use fixed-point limbs, quantile edges a distributed binary search
+(:mod:`torch_amore.grids.exact_edges`), categories the union of every rank's values; all exact. Every helper is a
+no-op when not sharded or inside :func:`local_only`.
 
 Example:
     >>> import torch
@@ -55,8 +38,7 @@ def _dist() -> Any:
 
 @contextlib.contextmanager
 def local_only() -> Iterator[None]:
-    """Treat each rank's data as the whole data set in this block (no reductions), e.g. to explain a full
-    validation set on every rank of a running DDP job.
+    """Treat each rank's data as the whole data set in this block, e.g. to explain a full validation set per rank.
 
     Example:
         >>> with local_only():
@@ -72,8 +54,7 @@ def local_only() -> Iterator[None]:
 
 
 def is_sharded() -> bool:
-    """Whether the rows are sharded over several processes: ``torch.distributed`` is initialised with a world size
-    above 1 and :func:`local_only` is not active.
+    """Whether the rows are sharded: a world size above 1, outside :func:`local_only`.
 
     Example:
         >>> is_sharded()
@@ -181,21 +162,8 @@ def all_gather_unique(values: torch.Tensor) -> torch.Tensor:
         >>> all_gather_unique(torch.tensor([2.0, 1.0, 2.0, float("nan")])).tolist()
         [1.0, 2.0]
     """
-    values = values[~torch.isnan(values)]
-    if not is_sharded():
-        return torch.unique(values)
-    dist = _dist()
-    local = torch.unique(values)
-    dev = _comm_device(local)
-    sizes = [torch.zeros((), dtype=torch.int64, device=dev) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, tensor_on(local.numel(), dtype=torch.int64, device=dev))
-    width = max(int(s) for s in sizes)
-    padded = torch.full((width,), float("nan"), dtype=local.dtype, device=dev)
-    padded[: local.numel()] = local.to(dev)
-    parts = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(parts, padded)
-    union = torch.cat(parts)
-    return torch.unique(union[~torch.isnan(union)]).to(values.device)
+    local = torch.unique(values[~torch.isnan(values)])
+    return torch.unique(all_gather_rows(local)[0]) if is_sharded() else local
 
 
 def all_gather_rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -226,9 +194,8 @@ def all_gather_rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
 def unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted distinct non-missing values of every column of ``values`` (N, k) on this process, batched.
 
-    Returns a (k, width) table (``width = min(cap, N)``; NaN-padded) and the (k,) number of distinct values per
-    column, exact even beyond ``cap`` (the table then holds the ``cap`` smallest). One sort of the columns and a
-    search for the start of each run of equal values; no host synchronisation.
+    Returns a (k, min(cap, N)) NaN-padded table (the ``cap`` smallest) and the exact (k,) count of distinct values
+    per column; no host synchronisation.
 
     Example:
         >>> import torch
@@ -255,8 +222,8 @@ def unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.
 def all_gather_unique_columns(values: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`unique_columns` over the rows of every rank: the union of each column's distinct values.
 
-    On several ranks the table is ``cap`` wide and each rank contributes its ``cap`` smallest values: where a rank
-    holds more, the returned count is only a lower bound (above ``cap``). The result is the same on every rank.
+    Each rank contributes its ``cap`` smallest values: where a rank holds more, the count is a lower bound above
+    ``cap``. The result is the same on every rank.
 
     Example:
         >>> import torch

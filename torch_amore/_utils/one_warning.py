@@ -1,11 +1,8 @@
 """One ``UserWarning`` per public call: the reasons a call has to warn, collected while it runs and emitted together.
 
-A call such as ``explain`` runs several stages that may each have something to say (``max_length`` capped, rule
-sets at the base rate, a feature that leaks the target, ...). Inside ``with OneWarning() as warned:`` every reason
-added with :meth:`OneWarning.add`, and every ``UserWarning`` that torch_amore's own modules issue, is kept; when the
-block ends, they leave as ONE ``UserWarning`` (each reason once, in the order they came). Collectors nest: an inner
-one (``extract_rules`` inside ``explain``) hands its reasons to the outer one, which alone warns. Warnings of other
-categories, and those of other packages, pass through unchanged.
+Inside ``with OneWarning() as warned:``, every reason added with :meth:`OneWarning.add` and every ``UserWarning`` of
+torch_amore's own modules is kept, and leaves as ONE ``UserWarning`` when the block ends (each reason once, in order).
+An inner collector hands its reasons to the outer one, which alone warns; other warnings pass through unchanged.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Sorted values along a dimension: numpy's vectorised sort for CPU tensors, ``torch.sort`` elsewhere.
 
-The binning sorts every column once per call (k-means, quantile grids, distinct values). On CPU, ``torch.sort`` of
-values costs 5-10 times numpy's SIMD sort of the same array (8,000 x 128 float64: 50 ms against 6 ms on one thread);
-the sorted values are the same either way (NaN last), so CPU tensors are sorted by numpy, in a copy, and other
-devices (CUDA, MPS) or dtypes numpy lacks (bfloat16) keep ``torch.sort``. An order that sorts the values, ties in
-any order (:func:`argsort_values`), comes from numpy's unstable argsort (3 times torch's; float32 values: numpy's SIMD
-sort of integer keys that pack each value's order above its position, twice as fast again; rows of integers of
-int16's range, e.g. a binary column: numpy's radix sort of them as int16); a *stable* argsort gains nothing from numpy
-and stays with torch.
+On CPU, ``torch.sort`` costs 5-10 times numpy's SIMD sort of the same array (8,000 x 128 float64: 50 ms against
+6 ms) and gives the same values (NaN last), so CPU tensors are sorted by numpy, in a copy; other devices and dtypes
+numpy lacks keep ``torch.sort``. :func:`argsort_values` (ties in any order) uses numpy's unstable argsort, integer
+keys for float32 and a radix sort for rows of small integers; a stable argsort gains nothing from numpy.
 """
 
 from __future__ import annotations
@@ -74,10 +70,8 @@ def argsort_values(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def _small_integer_rows(moved: torch.Tensor) -> np.ndarray | None:
-    """Per row (all but the last axis, flattened) of a CPU float or wide integer tensor: whether every value is an
-    integer of int16's range, whose order numpy finds by a radix sort (a binary column of 70,000 rows: 0.6 ms
-    against 9.5 ms for its float argsort); ``None`` for other dtypes (bool and 8-bit types: already fast) or rows
-    of fewer than 256 values."""
+    """Per flattened row: whether every value is an integer of int16's range, for a radix sort (a binary column of
+    70,000 rows: 0.6 ms against 9.5 ms); ``None`` for narrow dtypes (already fast) or rows under 256 values."""
     if moved.dtype not in (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64):
         return None
     if moved.shape[-1] < 256:
@@ -89,9 +83,8 @@ def _small_integer_rows(moved: torch.Tensor) -> np.ndarray | None:
 
 
 def _argsort_float32(a: np.ndarray) -> np.ndarray:
-    """``argsort`` along the last axis of a C-contiguous float32 array (NaN last; ties by position), by sorting
-    int64 keys that hold an order-preserving integer of each value above its position: numpy sorts integers with
-    SIMD, twice as fast in all as its float argsort."""
+    """``argsort`` along the last axis of a C-contiguous float32 array (NaN last; ties by position), by a SIMD sort
+    of int64 keys holding an order-preserving integer of each value above its position (twice as fast)."""
     key = a.view(np.int32).astype(np.int64)  # the float's bits; negative floats: sign and magnitude
     negative = key < 0
     np.bitwise_and(key, 0x7FFFFFFF, out=key, where=negative)  # in place: no temporary of the keys' size

@@ -1,22 +1,11 @@
 """How the rule search uses CPU threads: one thread for its many small operations, the caller's for large passes.
 
-Between a few passes over the whole data (binning, per-grid counts of all rows), the search issues many small tensor
-operations (per node, per length, per candidate). Split across threads, every small operation waits for all of its
-threads; on a busy machine (a browser, another training run, the other processes of a DDP job) one descheduled thread
-stalls each of them. Measured on 2 cores beside other busy processes (diabetes, 70,000 x 15, ``max_length=3``): 0.58 s
-on one thread and 2.8 s on torch's default two threads.
-
-So, on CPU, :func:`torch_amore.extract_rules` runs the search with ``torch.set_num_threads(1)`` and gives the caller's
-thread count back to passes over at least :data:`PARALLEL_MIN_ELEMENTS` elements (which split into large chunks per
-thread and do gain from threads). The caller's setting is restored when the call returns or raises. Nothing changes
-on other devices.
-
-On small data (at most :data:`BESIDE_MAX_ELEMENTS` values), with a caller's count of 2 or more, the default strategy
-runs the paper's rule tree (and the grid's optimum) on a second thread beside the beam (:func:`beside`): two
-independent streams of small operations, each on one torch thread; the second thread waits on a lock, not spinning.
-Python's lock on the interpreter limits the gain to about a tenth of the call. Large passes are not split across
-Python threads: memory that a second thread allocates stays in its allocator's arena, out of reach of the first
-thread, and at 1,000,000 x 16 that raised the peak memory by a third.
+Split across threads, every small tensor operation waits for all of its threads, and on a busy machine one
+descheduled thread stalls each of them (diabetes, 70,000 x 15, 2 busy cores: 0.58 s on one thread, 2.8 s on two).
+So on CPU the search runs with ``torch.set_num_threads(1)`` (:func:`search_threads`) and gives the caller's count
+back to passes over at least :data:`PARALLEL_MIN_ELEMENTS` elements (:func:`parallel_pass`). On small data,
+independent stages may run on a second Python thread (:func:`beside`); large passes are not split across Python
+threads, since a second thread's allocator arena raised the peak memory by a third at 1,000,000 x 16.
 """
 
 from __future__ import annotations
@@ -98,8 +87,7 @@ _POOL_LOCK = threading.Lock()
 
 
 def _forget_pool() -> None:
-    """In a forked child: the parent's pool thread does not exist there, so a new pool is made on first use (else a
-    task given to it would wait forever)."""
+    """In a forked child the parent's pool thread does not exist: make a new pool on first use."""
     global _POOL_LOCK
     _POOL.clear()
     _POOL_LOCK = threading.Lock()
@@ -116,15 +104,12 @@ def _in_modes(fn: Callable[[], R], inference: bool, grad: bool) -> R:
 
 
 def beside(fn: Callable[[], R], n_elements: int) -> Callable[[], R]:
-    """Start ``fn`` on a second thread, to run beside this one's next work; returns the function that waits for its
-    result (or raises what it raised). On small data, where the search's stages are many small operations that one
-    thread runs one after the other, two independent stages side by side take about the time of the longer one.
+    """Start ``fn`` on a second thread beside this one's next work; returns the function that waits for its result
+    (or raises what it raised).
 
-    Only inside :func:`search_threads` with a caller's thread count of 2 or more, on data of at most
-    :data:`BESIDE_MAX_ELEMENTS` elements (large data splits its passes over the threads instead), and outside a
-    sharded DDP run (whose collectives must come in the same order on every process); else ``fn`` runs at once.
-    ``fn`` must not depend on what this thread does meanwhile. The pool thread runs torch on one thread, and waits
-    on a lock, not spinning, so a busy machine delays it but does not stall this thread.
+    Only inside :func:`search_threads` with a caller's thread count of 2 or more, on at most
+    :data:`BESIDE_MAX_ELEMENTS` elements, and outside a sharded run (whose collectives must come in the same order
+    on every process); else ``fn`` runs at once. ``fn`` must not depend on what this thread does meanwhile.
 
     Example:
         >>> import torch

@@ -1,10 +1,8 @@
 """Tensors made from host values (Python lists and numbers) on a device, without waiting for the device.
 
-``torch.tensor(values, device="cuda")`` copies from pageable host memory, and such a copy blocks the host until the
-device has finished every kernel queued before it: a host sync for every small table of rule bounds, feature
-indices or counts that the search hands to the device. :func:`tensor_on` stages the values in pinned memory and
-copies them asynchronously, in stream order (PyTorch keeps the pinned block alive until the copy is done), so the
-host goes on queueing work. Other devices get ``torch.tensor`` itself.
+``torch.tensor(values, device="cuda")`` copies from pageable memory, which blocks the host until the device has run
+every queued kernel. :func:`tensor_on` stages the values in pinned memory and copies them asynchronously, in stream
+order (PyTorch keeps the pinned block alive until the copy is done). Other devices get ``torch.tensor`` itself.
 """
 
 from __future__ import annotations

@@ -32,10 +32,7 @@ def check_n_grids(value: Any) -> int:
 
 
 def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int, name: str = "X") -> None:
-    """At least one searched column holds a non-missing value (else no rule could select anything).
-
-    ``lo`` is the per-column minimum of the searched ``columns`` over all shards (NaN where a column is all missing).
-    """
+    """At least one searched column holds a non-missing value; ``lo``: their minima (NaN where all missing)."""
     if not all(math.isnan(v) for v in lo):
         return
     if len(columns) == n_features:
@@ -49,12 +46,8 @@ def check_observed(lo: Sequence[float], columns: Sequence[int], n_features: int,
 def check_range(
     lo: Sequence[float], hi: Sequence[float], overflow: Sequence[bool], columns: Sequence[int], name: str = "X"
 ) -> None:
-    """Each searched column's max - min is finite in float64 (the grids are arithmetic on it).
-
-    ``lo`` and ``hi`` are the per-column minima and maxima of the searched ``columns`` (NaN where all missing), and
-    ``overflow`` whether ``hi - lo`` overflows in the binning dtype
-    (:class:`torch_amore.data.column_stats.HostColumnStats`).
-    """
+    """Each searched column's max - min is finite in float64 (the grids are arithmetic on it); ``overflow``: whether
+    ``hi - lo`` overflows in the binning dtype."""
     over = [k for k, v in enumerate(overflow) if v]
     if over:
         k = over[0]
@@ -68,12 +61,8 @@ def check_range(
 def check_units(
     spread: Sequence[float], columns: Sequence[int], scale: Sequence[float], offset: Sequence[float]
 ) -> None:
-    """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable.
-
-    ``spread`` is each searched column's ``|max - min|`` (0 where all missing). An offset more than 2**50 times the
-    column's spread in original units swamps it in float64: every bound would print as (nearly) the offset itself,
-    so the rules could not be read in those units.
-    """
+    """Original units (``raw = x * scale + offset``) in which a searched column's values stay distinguishable: an
+    offset more than 2**50 times the column's spread ``|max - min|`` in those units swamps it in float64."""
     for k, c in enumerate(columns):
         width = spread[k] * abs(scale[c]) or abs(scale[c])
         if abs(offset[c]) > 2.0**50 * width:
@@ -142,10 +131,8 @@ class FeatureArgs(TypedDict, total=False):
 
 
 class ColumnArgs(TypedDict, total=False):
-    """Which columns of ``X`` are searched and how the columns and the subgroup are named in printed rules, as in
-    :func:`torch_amore.extract_rules`: the keyword arguments that :func:`torch_amore.search.extract.prepare` and
-    :func:`torch_amore.search.stream.prepare_stream` take as a group (``target_name`` ``"target"`` by default, the
-    others ``None``)."""
+    """The searched columns and the names in printed rules, as in :func:`torch_amore.extract_rules`: keyword arguments
+    taken as a group (``target_name`` ``"target"`` by default, the others ``None``)."""
 
     features: Sequence[int] | None
     feature_names: Sequence[str] | None
@@ -154,7 +141,7 @@ class ColumnArgs(TypedDict, total=False):
 
 def did_you_mean(name: Any, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the name in ``known`` closest to ``name`` (difflib's ratio of at least 0.6), else
-    ``''``: the hint of every message about a misspelled keyword, option or flag.
+    ``''``.
 
     Example:
         >>> did_you_mean("feature_name", ["feature_names", "layer", "layer_input"])
@@ -183,8 +170,8 @@ def unexpected_keywords(given: Mapping[str, Any], known: Iterable[str], caller: 
 
 
 def keyword_args(given: Mapping[str, Any], group: type, caller: str) -> dict[str, Any]:
-    """The keyword arguments ``given`` to ``caller`` for the ``TypedDict`` ``group``, every key of the group present
-    (``None`` where not given); any other key is a ``TypeError`` worded as Python words an unexpected keyword argument.
+    """The keyword arguments ``given`` to ``caller`` for the ``TypedDict`` ``group``, every key present (``None``
+    where not given); any other key is a ``TypeError``.
 
     Example:
         >>> keyword_args({"features": [0, 2]}, FeatureArgs, "f")["features"]

@@ -1,11 +1,9 @@
 """Per-column facts of X from one fused pass: minimum and maximum of the non-missing values, whether they are all
 integers, whether any is infinite.
 
-The checks of the data (finite values, a finite range, something observed), the inferred feature types and the
-uniform grids all need these facts; :func:`column_stats` computes them for every column at once, in a few large
-chunks of rows, without a host synchronisation, and :meth:`ColumnStats.fetch` brings them to the host in one
-transfer. Over the shards of a DDP run the facts are reduced with :mod:`torch_amore._utils.distributed` (min, max, and),
-so they equal those of the concatenated rows.
+The data checks, the inferred feature types and the uniform grids need them: :func:`column_stats` computes them for
+every column in a few large chunks without a host synchronisation (reduced over the shards of a DDP run), and
+:meth:`ColumnStats.fetch` brings them to the host in one transfer.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ def work_dtype(device: torch.device) -> torch.dtype:
 
 
 def chunk_len(n_rows: int, n_cols: int, elements: int | None = None) -> int:
-    """Rows per chunk of about ``elements`` values (default :data:`CHUNK_ELEMENTS`) of an (``n_rows``, ``n_cols``)
-    matrix (at least one row).
+    """Rows per chunk of about ``elements`` values of an (``n_rows``, ``n_cols``) matrix (at least one row).
 
     Example:
         >>> chunk_len(10**6, 1024)
@@ -63,8 +60,8 @@ def chunk_len(n_rows: int, n_cols: int, elements: int | None = None) -> int:
 
 
 def pass_rows(n_rows: int, n_cols: int, elements: int, max_chunks: int | None = None) -> int:
-    """Rows per chunk of a pass over an (``n_rows``, ``n_cols``) matrix: about ``elements`` values (sized to stay in
-    cache), but at most ``max_chunks`` (default :data:`MAX_PASS_CHUNKS`) chunks.
+    """Rows per chunk of a pass over an (``n_rows``, ``n_cols``) matrix: about ``elements`` values, at most
+    ``max_chunks`` chunks.
 
     Example:
         >>> pass_rows(10_000, 16, 1 << 20), pass_rows(1_000_000, 128, 1 << 20)
@@ -162,8 +159,7 @@ class HostColumnStats:
         return [i and lo == 0 and hi == 1 for i, lo, hi in zip(self.is_int, self.lo, self.hi)]
 
     def kinds(self) -> list[str]:
-        """``cat`` for columns with exactly the values {0, 1}, ``int`` for other integer-valued ones, else
-        ``float``."""
+        """``cat`` for columns of exactly {0, 1}, ``int`` for other integer-valued ones, else ``float``."""
         return ["cat" if b else ("int" if i else "float") for b, i in zip(self.binary(), self.is_int)]
 
 

@@ -1,10 +1,8 @@
 """Freed heap memory handed back to the operating system between the batches of a streamed pass.
 
-glibc's ``malloc`` keeps freed blocks for reuse: blocks of a few MiB (the temporaries of a piece of a batch) go to its
-heap once it has raised its threshold for mapping blocks of their own, and the heap returns only what lies above its
-top. A pass that frees such temporaries and then reads the next batch would hold both. :func:`trim_heap` calls
-``malloc_trim(0)``, which hands every free page of the heap back (about a millisecond); where the C library has no
-``malloc_trim`` (macOS, Windows, musl) it does nothing.
+glibc's ``malloc`` keeps freed blocks of a few MiB in its heap, which returns only what lies above its top, so a pass
+would hold a batch's freed temporaries while reading the next. :func:`trim_heap` calls ``malloc_trim(0)`` (about a
+millisecond); where the C library has none (macOS, Windows, musl) it does nothing.
 """
 
 from __future__ import annotations

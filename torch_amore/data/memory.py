@@ -1,13 +1,8 @@
 """The memory model: what one rule search needs, what the machine or device can give, and the check between them.
 
-:func:`estimate_memory` is the peak of working memory of one :func:`torch_amore.extract_rules` call beyond the data
-the caller already holds: turning the input into a float tensor (a DataFrame, an integer array or a strided numpy
-array is copied; a tensor view, zero-stride included, is not), then the search itself (:func:`search_memory`).
-:func:`available_memory` is what can still be allocated where the search runs: on CPU the smallest of the available
-RAM, the cgroup (container) limit and the process's address-space and data limits (``RLIMIT_AS``, ``RLIMIT_DATA``)
-minus what it already maps (and, for the address space, what threads yet to start reserve); on CUDA the device's
-free memory. :func:`check_memory` compares the two before any heavy work and raises a ``MemoryError`` naming the
-size, the limit and the knobs that shrink the search.
+:func:`check_memory` compares :func:`estimate_memory` (the peak working memory of one search beyond the caller's
+data) with :func:`available_memory` before any heavy work, and raises a ``MemoryError`` naming the size, the limit
+and the knobs that shrink the search.
 """
 
 from __future__ import annotations
@@ -60,9 +55,7 @@ def search_memory(
     bin_strategy: str = "uniform",
 ) -> int:
     """Estimated peak bytes of working memory of the rule search on ``n`` rows and ``n_features`` searched features,
-    beyond X itself: binning, column facts, grid counts, the rule tree, the beam's fine grids, pair seeding, the exact
-    search, the polish with its sorted columns and the readable bounds. ``max_length`` counts up to ``n_features``
-    (a rule set uses each feature once).
+    beyond X itself (``max_length`` counts up to ``n_features``).
 
     Example:
         >>> round(search_memory(10**6, 10, 10) / 2**20)  # MiB
@@ -86,10 +79,9 @@ def search_memory(
 
 
 def conversion_memory(X: Any) -> int:
-    """Bytes that turning ``X`` into the float tensor the search reads allocates: a pandas DataFrame (measured: twice
-    its float64 values where its columns mix dtypes), a numpy array of integers or bools, or a non-contiguous numpy
-    array is copied (float64 for all but float32/float16 arrays); an integer tensor becomes float64; a float tensor,
-    view or zero-stride ``expand`` alike, is used as it is.
+    """Bytes that turning ``X`` into the float tensor the search reads allocates: DataFrames (twice their float64
+    values where columns mix dtypes), integer, bool or non-contiguous arrays and integer tensors are copied; a float
+    tensor, view or ``expand`` alike, is used as it is.
 
     Example:
         >>> conversion_memory(np.zeros((1000, 4), dtype=np.int32))  # a float64 copy
@@ -123,10 +115,8 @@ def estimate_memory(
     bin_strategy: str = "uniform",
     features: Sequence[int] | None = None,
 ) -> int:
-    """Estimated peak bytes of one :func:`torch_amore.extract_rules` call on ``X`` (a tensor, numpy array or
-    DataFrame of shape (N, F)) beyond what the caller holds: the conversion to a tensor (:func:`conversion_memory`,
-    a copy that stays alive during the search) plus the search (:func:`search_memory` on the searched ``features``,
-    default all).
+    """Estimated peak bytes of one :func:`torch_amore.extract_rules` call on ``X`` (N, F) beyond what the caller
+    holds: :func:`conversion_memory` plus :func:`search_memory` on the searched ``features`` (default all).
 
     Example:
         >>> X = torch.zeros(1, 10).expand(10**6, 10)  # a view: nothing to convert
@@ -144,12 +134,9 @@ def estimate_memory(
 def available_memory(device: torch.device | str = "cpu") -> tuple[int | None, str]:
     """Bytes that can still be allocated on ``device``, and which limit gives them (``None`` where unknown).
 
-    CPU: the smallest of the available RAM (``MemAvailable`` in ``/proc/meminfo``; elsewhere ``os.sysconf`` free
-    pages), the cgroup (container) limit minus its usage (v2 ``memory.max`` minus ``memory.current``, v1
-    ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), ``RLIMIT_AS`` (``ulimit -v``) minus the address space
-    the process maps and what the threads the search may still start reserve (a stack and a malloc arena each), and
-    ``RLIMIT_DATA`` minus the data it maps. CUDA: the device's free memory
-    (``torch.cuda.mem_get_info``) plus what torch's caching allocator holds unused. Every other device: unknown.
+    CPU: the smallest of the available RAM, the cgroup (container) limit minus its usage, ``RLIMIT_AS`` minus the
+    address space the process maps and its threads may still reserve, and ``RLIMIT_DATA`` minus the data it maps.
+    CUDA: the device's free memory plus what torch's caching allocator holds unused. Other devices: unknown.
 
     Example:
         >>> free, limit = available_memory("cpu")
@@ -232,10 +219,8 @@ _ARENA_BYTES = 64 << 20
 
 
 def _thread_reserve() -> int:
-    """Address space that the threads a search may still start reserve (a stack and a malloc arena each):
-    ``RLIMIT_AS`` counts it though little of it is ever touched. The search runs on torch's intra-op threads and, with
-    two or more, one more beside them (:func:`torch_amore._utils.threads.beside`); those already running are in the
-    process's size."""
+    """Address space that the threads a search may still start reserve (a stack and a malloc arena each), which
+    ``RLIMIT_AS`` counts though little of it is touched: torch's intra-op threads and, with two or more, one beside."""
     wanted = torch.get_num_threads() + (1 if torch.get_num_threads() >= 2 else 0)
     running = _proc_field("/proc/self/status", "Threads", unit=1) or 1
     stack = 8 << 20
@@ -301,8 +286,8 @@ def check_memory(
     features: Sequence[int] | None = None,
 ) -> None:
     """Raise a ``MemoryError`` naming the size, the limit and the knobs when one search on ``X`` would not fit in the
-    memory of ``device`` (default: ``X``'s device, CPU for numpy and pandas input): :func:`estimate_memory` against
-    :func:`available_memory`. Input that is not (N, F) is left to the argument checks.
+    memory of ``device`` (default: ``X``'s device, CPU for numpy and pandas input). Input that is not (N, F) is left
+    to the argument checks.
 
     Example:
         >>> check_memory(torch.zeros(100, 3), n_grids=10, strategy="beam", max_length=2)  # fits: nothing happens

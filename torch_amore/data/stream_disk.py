@@ -1,14 +1,10 @@
 """Codes on disk: memory-mapped files in a folder the user names, removed afterwards.
 
-When even the codes of streamed extraction (:mod:`torch_amore.search.stream`) do not fit in memory, they are kept in
-files of a fresh folder inside ``codes_dir``, each mapped into memory (:mod:`mmap`, shared, read and written in
-place). Mapped pages that the search has touched would stay in the process's resident set until the mapping goes, so
-a background thread hands them back every :data:`TRIM_SECONDS` (``madvise(MADV_DONTNEED)``): they stay in the
-operating system's page cache, which it writes back and reclaims under pressure, and the next read faults them in
-again. The resident memory is then the search's working memory plus the pages read in the last interval, not the
-codes. A writer hands them back at once with :meth:`DiskCodes.trim` (the codes pass, after each piece it writes). The
-folder is removed when the extraction ends, also on an error; an extractor returned by
-:func:`torch_amore.search.extract.prepare` removes it when it is closed or collected.
+When even the codes of streamed extraction do not fit in memory, they are kept in memory-mapped files of a fresh
+folder inside ``codes_dir``. Touched pages would stay resident until the mapping goes, so a background thread hands
+them back every :data:`TRIM_SECONDS` (``madvise(MADV_DONTNEED)``; a writer at once, :meth:`DiskCodes.trim`): they stay
+in the page cache, and the resident memory is the search's working memory, not the codes. The folder is removed when
+the extraction ends, also on an error, or when its extractor is closed or collected.
 """
 
 from __future__ import annotations

@@ -2,11 +2,8 @@
 
 A source is a :class:`torch.utils.data.DataLoader` (not shuffling), a :class:`torch.utils.data.Dataset` of
 ``(x, target)`` samples (batched by a DataLoader of :data:`DATASET_BATCH` rows), a callable returning a fresh iterator
-of batches, or any other re-iterable object (``iter(source)`` a new iterator each time). Every pass must yield the
-same rows in the same order: :class:`BatchSource` checks each batch (a pair; 2-D floating features of one width,
-dtype and device; a boolean or 0/1 target of one entry per row) and compares each later pass with the first by its
-row count and a fingerprint (:class:`RowFingerprint`: an order-sensitive hash of the bits of the values of up to 16
-columns and of the target, exact in integer arithmetic, so independent of how the rows are cut into batches).
+of batches, or any other re-iterable object. Every pass must yield the same rows in the same order: :class:`BatchSource`
+checks each batch and compares each later pass with the first by its row count and :class:`RowFingerprint`.
 """
 
 from __future__ import annotations
@@ -69,10 +66,8 @@ def is_source(obj: Any) -> bool:
 class RowFingerprint:
     """An order-sensitive hash of rows and their target, accumulated batch by batch.
 
-    Each row's value bits (of at most :data:`FINGERPRINT_COLUMNS` evenly spaced columns: reordered rows move all
-    their columns) are mixed with per-column weights and its target bit, weighted by its global position, and summed
-    modulo 2**64 (integer arithmetic wraps), so the result depends on the rows and their order but not on the batch
-    sizes.
+    Each row's value bits (of at most :data:`FINGERPRINT_COLUMNS` columns) and target bit are mixed, weighted by its
+    global position and summed modulo 2**64 (integer arithmetic wraps), so the result does not depend on batch sizes.
 
     Example:
         >>> import torch
@@ -129,12 +124,10 @@ class BatchSource:
             batches, or a re-iterable object.
         name: the argument's name in error messages.
         trim: hand the heap's free pages back to the operating system after each batch
-            (:func:`torch_amore.data.heap.trim_heap`), so that a pass's freed temporaries are not resident while the
-            source makes the next batch.
+            (:func:`torch_amore.data.heap.trim_heap`).
 
-    The first call of :meth:`batches` learns the width, dtype and device of the features, the number of rows and
-    their fingerprint; every later pass must match them (checked as the batches come, and the fingerprint by
-    :meth:`_check_pass` at its end).
+    The first pass learns the width, dtype and device of the features, the number of rows and their fingerprint;
+    every later pass must match them.
 
     Example:
         >>> import torch
@@ -157,8 +150,7 @@ class BatchSource:
 
     def batches(self, what: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One pass over the source (``what``: its purpose, for messages): checked ``(X_batch, target_batch)``
-        pairs, X floating (n, F) and the target boolean (n,) on X's device. A pass that is not run to its end is
-        not compared (:meth:`_check_pass`)."""
+        pairs, X floating (n, F) and the target boolean (n,) on X's device; an unfinished pass is not compared."""
         it = self._fresh()
         if it is self._last and self._last is not None:
             raise ValueError(

@@ -19,9 +19,6 @@ from torch_amore.data.column_stats import EXACT_INT
 #: Most distinct values of a categorical feature (one grid per category).
 MAX_CATEGORIES = 4096
 
-#: Integers up to this magnitude are exactly representable in float64.
-_EXACT_INT = EXACT_INT
-
 _ONE_HOT = "one-hot encode them first, e.g. `X = pd.get_dummies(X, columns={cols}, dtype=float)`"
 _DATES = (
     "convert them to numbers first, e.g. days since an origin: "
@@ -31,12 +28,10 @@ _DATES = (
 
 
 def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | None]:
-    """Turn a tensor, numpy array or pandas DataFrame into a floating (N, F) tensor.
+    """Turn a tensor, numpy array or pandas DataFrame into a floating (N, F) tensor and a DataFrame's column names.
 
-    Returns the tensor (on its own device, detached, floating dtype kept; integer and bool inputs become float64) and
-    the column names of a DataFrame (``None`` otherwise). Anything that is not real numbers on a device holding data
-    (strings, categories, dates, complex numbers, sparse or meta tensors, integers that float64 would round) is a
-    ``TypeError``/``ValueError`` naming ``name`` and saying what to do.
+    The tensor stays on its device, detached, its floating dtype kept (integers and bools become float64). Anything
+    that is not real numbers on a device holding data is a ``TypeError``/``ValueError`` naming ``name``.
     """
     return to_tensor(X, name)
 
@@ -44,11 +39,8 @@ def to_tensor_2d(X: Any, name: str = "X") -> tuple[torch.Tensor, list[str] | Non
 def to_tensor(
     X: Any, name: str = "X", *, samples: bool = False, keep_integers: bool = False
 ) -> tuple[torch.Tensor, list[str] | None]:
-    """:func:`to_tensor_2d`, with two options for the inputs of a model (:func:`torch_amore.select_features`).
-
-    ``samples``: any shape (N, ...) with at least two dimensions and N >= 1 (e.g. images), instead of (N, F).
-    ``keep_integers``: integer and boolean arrays and tensors keep their dtype (e.g. token ids for an embedding)
-    instead of becoming float64 (a DataFrame still becomes float64).
+    """:func:`to_tensor_2d`, with two options for the inputs of a model: ``samples``, any shape (N, ...) with N >= 1
+    (e.g. images); ``keep_integers``, integer and boolean arrays keep their dtype (not a DataFrame's).
 
     Example:
         >>> import numpy as np
@@ -110,9 +102,8 @@ def check_dense_tensor(X: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def check_not_meta(value: Any, name: str) -> None:
-    """A tensor in ``value`` (itself, or inside tuples, lists and dicts) on the 'meta' device, which holds shapes but
-    no values, is a ``ValueError`` naming ``name`` (torch would fail later, inside an operation, e.g. "Tensor.item()
-    cannot be called on meta tensors")."""
+    """A tensor in ``value`` (itself, or inside tuples, lists and dicts) on the 'meta' device is a ``ValueError``
+    naming ``name`` (torch would fail later, inside an operation)."""
     stack, seen = [(value, 0)], 0
     while stack and seen < 10_000:  # a bounded walk: batches are small containers
         item, depth = stack.pop()
@@ -137,10 +128,8 @@ def is_frame(value: Any) -> bool:
 def align_rows(values: Any, frame: Any, name: str, frame_name: str = "X") -> Any:
     """``values`` (e.g. a target mask or labels) in the row order of ``frame``, when both are pandas objects.
 
-    A pandas Series (or one-column DataFrame) carries an index, as does a DataFrame ``X``. Used by position, a
-    Series whose index differs from ``X``'s would pair each row with another row's value without a word. So: equal
-    indexes pass; the same labels in another order are aligned by label (``values.reindex(frame.index)``); any other
-    index is a ``ValueError`` (``.to_numpy()`` uses a Series by position on purpose). Anything else passes unchanged.
+    Equal indexes pass; the same labels in another order are aligned by label; any other index is a ``ValueError``
+    (used by position, it would silently pair rows with other rows' values). Anything else passes unchanged.
 
     Example:
         >>> import pandas as pd
@@ -176,8 +165,7 @@ def _show_index(index: Any) -> str:
 
 
 def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
-    """A model with a parameter or buffer on the 'meta' device (shapes only, e.g. built under
-    ``torch.device('meta')`` and not yet materialised) is a ``ValueError`` naming the tensor, before any forward."""
+    """A model with a parameter or buffer on the 'meta' device is a ``ValueError`` naming it, before any forward."""
     for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
         for key, tensor in named:
             if tensor.device.type == "meta":
@@ -188,9 +176,8 @@ def check_model_device(model: torch.nn.Module, name: str = "model") -> None:
 
 
 def numpy_to_tensor(X: np.ndarray, name: str, keep_integers: bool = False) -> torch.Tensor:
-    """A numeric numpy array of any shape as a tensor, sharing memory where it can: floating dtypes kept, integers and
-    bools as float64 unless ``keep_integers``; strings, objects, dates and complex numbers are a ``TypeError`` naming
-    ``name``.
+    """A numeric numpy array as a tensor, sharing memory where it can: floating dtypes kept, integers and bools as
+    float64 unless ``keep_integers``; anything else is a ``TypeError`` naming ``name``.
 
     Example:
         >>> numpy_to_tensor(np.arange(3, dtype=np.int32), "inputs", keep_integers=True).dtype
@@ -228,11 +215,11 @@ def check_exact_integers(X: np.ndarray | torch.Tensor, name: str) -> None:
         X = X.cpu().numpy()
     where, values = np.zeros((0, X.ndim), dtype=np.int64), np.zeros(0, dtype=np.int64)
     if isinstance(X, torch.Tensor) and X.dtype == torch.int64:  # only the values beyond 2**53 travel to the CPU
-        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        big = (X > EXACT_INT) | (X < -EXACT_INT)
         if bool(big.any()):
             where, values = torch.nonzero(big).cpu().numpy(), X[big].cpu().numpy()
     elif isinstance(X, np.ndarray) and X.dtype.itemsize == 8 and X.dtype.kind in "iu":  # narrower ones are exact
-        big = (X > _EXACT_INT) | (X < -_EXACT_INT)
+        big = (X > EXACT_INT) | (X < -EXACT_INT)
         where, values = np.argwhere(big), X[big]
     lossy = _rounded_by_float64(values)
     bad = int(lossy.sum())
@@ -310,8 +297,8 @@ def check_not_empty(X: torch.Tensor, name: str = "X") -> None:
 
 
 def converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]:
-    """The one conversion of the data: ``target`` in the row order of a DataFrame ``X`` (by its index), ``X`` as a
-    floating (N, F) tensor with at least one row and column, and a DataFrame's column names."""
+    """``X`` as a floating (N, F) tensor (at least one row and column), ``target`` in its row order, its column
+    names."""
     if not isinstance(target, torch.Tensor):  # a tensor has no index to align (e.g. the explainer's subgroup)
         target = align_rows(target, X, "target")
     X_t, frame_names = to_tensor_2d(X)
@@ -320,9 +307,8 @@ def converted(X: Any, target: Any) -> tuple[torch.Tensor, Any, list[str] | None]
 
 
 def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool) -> None:
-    """NaN is a missing value; +-inf is an error. ``any_inf``: whether any shard holds +-inf, known already (e.g.
-    from :meth:`torch_amore.data.column_stats.ColumnStats.fetch`); ``X`` is only read to describe the error.
-    """
+    """+-inf is an error (NaN is a missing value). ``any_inf``: whether any shard holds +-inf, known already; ``X``
+    is only read to describe the error."""
     if any_inf:  # every shard of a DDP run raises together
         rows, cols = torch.nonzero(torch.isinf(X), as_tuple=True)
         if rows.numel() == 0:
@@ -359,8 +345,7 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
 
 
 def _mask_values(target: Any, name: str) -> Any:
-    """``target`` with its mask-specific checks done: pandas NA refused, an object array of numbers made numeric, and
-    strings refused with a hint at building a mask (the rest is :func:`to_labels`')."""
+    """``target`` after the mask-specific checks (pandas NA, object arrays, strings); the rest is :func:`to_labels`'."""
     if hasattr(target, "to_numpy") and bool(target.isna().to_numpy().any()):  # pandas Series or DataFrame
         raise ValueError(f"Expected `{name}` to be boolean, but it holds missing values (NA).")
     target = _as_array(target, name, "booleans")
@@ -377,8 +362,7 @@ def _mask_values(target: Any, name: str) -> Any:
 
 
 def _as_array(values: Any, name: str, what: str) -> Any:
-    """A pandas Series (or one-column DataFrame), list or tuple of per-sample values as a numpy array; anything else
-    as it is."""
+    """A pandas object, list or tuple of per-sample values as a numpy array; anything else as it is."""
     if hasattr(values, "to_numpy"):
         values = values.to_numpy()
     if isinstance(values, (list, tuple)):
@@ -409,10 +393,8 @@ def to_labels(
     what: str = "numbers or booleans",
     per: str = "sample of `inputs`",
 ) -> torch.Tensor:
-    """Per-sample values (N,) as a tensor, on the device of a given tensor: a pandas Series, list, tuple, numpy array
-    or dense tensor of ``what``; an (N, 1) or (1, N) array is flattened; ``n`` entries, one per ``per`` (any number
-    when ``n`` is None). The one converter of labels and masks: :func:`to_class_labels` adds the class-index checks,
-    :func:`to_target` the subgroup's.
+    """Per-sample values (N,) of ``what`` as a tensor (on a given tensor's device); (N, 1) or (1, N) is flattened;
+    ``n`` entries, one per ``per`` (any number when ``n`` is None).
 
     Example:
         >>> to_labels([True, False], 2).tolist()
@@ -439,8 +421,8 @@ def to_labels(
 
 
 def to_class_labels(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
-    """Class indices ``0..C-1`` (N,) as an int64 CPU tensor: :func:`to_labels` of integers (or booleans, or floats
-    holding whole numbers), one per row of the inputs, every class with a sample.
+    """Class indices ``0..C-1`` (N,) as an int64 CPU tensor (whole floats and booleans accepted), every class with a
+    sample.
 
     Example:
         >>> to_class_labels([0, 1, 1.0, True], 4).tolist()

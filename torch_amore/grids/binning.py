@@ -28,10 +28,8 @@ from torch_amore.grids.edges import codes_from_thresholds, strategy_edges, unifo
 class Binned:
     """The bin code of every value of the searched features, with what is needed to turn grids into rules.
 
-    The codes have two layouts: row-major ``codes`` (N, F'), one row per sample, which every binning has (what the
-    paper tree reads), and column-major ``codes_t`` (F', N), one contiguous row per feature (what the beam reads),
-    which a binning stores when it makes its codes that way (:func:`torch_amore.grids.fine_grid.fine_binning`: then
-    ``codes`` is its transpose, a view). :meth:`column_major` gives the column-major codes of any binning.
+    Every binning has row-major ``codes`` (N, F'); column-major ``codes_t`` (F', N) is stored when the binning makes
+    its codes that way (then ``codes`` is its transpose); :meth:`column_major` gives them for any binning.
 
     Attributes:
         codes: (N, F') uint8/int16 bin codes on X's device; ``nan_code`` marks a missing value.
@@ -71,10 +69,8 @@ class Binned:
         return self.n_bins_max
 
     def column_major(self) -> torch.Tensor:
-        """The codes column-major, (F', N) with one contiguous row per feature: :attr:`codes_t` when the binning
-        stored them, else a transposed copy of :attr:`codes` made on first use and kept in :attr:`codes_t` (as much
-        memory again as the codes). Callers that only want the stored layout read :attr:`codes_t` (``None`` when
-        absent) instead.
+        """The codes column-major (F', N): :attr:`codes_t`, made on first use as a transposed copy of :attr:`codes`
+        when the binning did not store them (as much memory again).
 
         Example:
             >>> X = torch.tensor([[0.0, 1.0], [4.0, 0.0], [2.0, 1.0]])
@@ -131,9 +127,8 @@ def bin_features(
 ) -> Binned:
     """Grids and codes for the searched ``columns`` of ``X`` (categorical columns get one grid per category).
 
-    ``stats``: :func:`torch_amore.data.column_stats.column_stats` of ``X`` when already computed (the uniform grids and
-    the integer flags come from it, and its host copy is fetched once). Host synchronisations: that fetch, and the
-    number of categories of categorical features whose values are not just {0, 1}.
+    ``stats``: :func:`torch_amore.data.column_stats.column_stats` of ``X`` when already computed. Host syncs: its
+    fetch, and the number of categories of categorical features not just {0, 1}.
 
     Example:
         >>> import torch
@@ -149,9 +144,7 @@ def bin_features(
 def encode_features(
     X: torch.Tensor, columns: list[int], kinds: list[str], n_grids: int, bin_strategy: str, stats: ColumnStats
 ) -> Binned:
-    """:func:`bin_features` for arguments already checked (``n_grids`` and ``bin_strategy`` by
-    :class:`~torch_amore.search.options.SearchOptions` at the public entry points) and the facts of every column of
-    ``X`` known (``stats``): the binning itself.
+    """:func:`bin_features` for checked arguments and known column facts ``stats``: the binning itself.
 
     Example:
         >>> import torch
@@ -235,11 +228,7 @@ def _category_table(
     sub: torch.Tensor, cat_idx: list[int], binary: list[bool], dt: torch.dtype
 ) -> tuple[torch.Tensor | None, list[int]]:
     """Sorted distinct non-missing values of the categorical columns ``cat_idx`` of ``sub`` (over all shards) as a
-    (len(cat_idx), width) table padded with NaN, and their number per column.
-
-    Columns known to hold exactly {0, 1} (``binary``) need no pass; the others are sorted in batches of columns,
-    and their counts fetched in one host synchronisation.
-    """
+    NaN-padded table, and their number per column; ``binary`` columns need no pass, the others one host sync."""
     if not cat_idx:
         return None, []
     other = [j for j, b in zip(cat_idx, binary) if not b]

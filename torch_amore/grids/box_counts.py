@@ -1,11 +1,9 @@
 """Per-grid counts of the samples inside boxes (conjunctions of grid intervals), read from the codes chunk by chunk.
 
-The searches keep the rows of their nodes (the rule tree's level, the beam) to count them in one pass. Where those
-row lists would not fit (codes on disk, :mod:`torch_amore.data.stream_disk`: every list holds 8 bytes per row, a level
-several), they count their nodes from the nodes' conditions instead: :func:`box_counts` reads ``row_chunk`` rows of
-codes at a time, tests each row against every box on the codes of the boxes' features, and adds up each chunk's
-per-grid counts (:func:`torch_amore.grids.ratios.node_grid_counts`). The counts are exact integers, the same as one
-pass over stored rows; the memory is that of one chunk's temporaries, whatever the number of rows.
+Where the searches' row lists would not fit (codes on disk: 8 bytes per row and list), they count their nodes from
+the nodes' conditions: :func:`box_counts` reads ``row_chunk`` rows of codes at a time, tests each row against every
+box, and adds up each chunk's per-grid counts. The counts are exact integers, the same as one pass over stored rows,
+in the memory of one chunk whatever the number of rows.
 """
 
 from __future__ import annotations
@@ -76,9 +74,8 @@ def box_counts(
     *,
     column_major: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-grid counts of the samples inside each box, and outside or inside the target, ``row_chunk`` rows at a
-    time (see the module docstring). Under a sharded DDP run the counts are summed over all ranks (one reduction
-    each, whatever the number of chunks), so every rank must call this collectively.
+    """Per-grid counts of the samples inside each box, outside or inside the target, ``row_chunk`` rows at a time;
+    summed over the ranks of a sharded run (every rank calls this collectively).
 
     Args:
         codes: (N, F) grid codes, or (F, N) with ``column_major``; the code ``n_bins_max`` marks a missing value and

@@ -92,9 +92,8 @@ def _comparable(thresholds: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Ten
 def _count_reached(
     chunk: torch.Tensor, thresholds: Sequence[torch.Tensor], acc: torch.Tensor, hit: torch.Tensor
 ) -> None:
-    """``acc`` (float32) = how many of ``thresholds`` (each (F,)) each value of ``chunk`` reaches; ``hit`` is
-    scratch. A comparison written as float32 is about four times faster on CPU than one written as bool, and the
-    sums are exact small integers."""
+    """``acc`` (float32) = how many of ``thresholds`` each value of ``chunk`` reaches; ``hit`` is scratch. float32
+    comparisons are about four times faster on CPU than bool ones, and the sums are exact small integers."""
     torch.ge(chunk, thresholds[0], out=acc)
     for t in thresholds[1:]:
         acc.add_(torch.ge(chunk, t, out=hit))
@@ -150,10 +149,9 @@ def _kmeans_update(
 
 
 def _check_convergence(iteration: int) -> bool:
-    """Whether the Lloyd loop of one process asks the device if every column has converged after ``iteration``
-    (counted from 1): after iterations 2, 4 and 8, then every 16th. Each question is a host synchronisation; an
-    iteration after a column has converged leaves it unchanged (its centres are frozen), so asking less often gives
-    the same centres and only costs the few small iterations run past convergence."""
+    """Whether to ask the device if every column has converged after ``iteration`` (from 1): after 2, 4 and 8, then
+    every 16th. Each question is a host sync; a converged column's centres are frozen, so asking less often gives the
+    same centres."""
     return iteration in (2, 4, 8) or iteration % 16 == 0
 
 
@@ -166,11 +164,8 @@ def _lloyd_on_host(
     tol: np.ndarray,
     max_iter: int,
 ) -> np.ndarray:
-    """The Lloyd iterations of :func:`_kmeans_sorted` for columns in host memory, column by column in numpy: the
-    same float64 arithmetic, so the same centres bit for bit, without a torch dispatch per small operation (a
-    column's iterations do not depend on the other columns'). Arrays as there: ``vals`` (f, N) sorted with missing
-    values as +inf, ``prefix`` (2, f, N+1) fixed-point prefix sums, ``n_valid`` (f, 1), ``centres`` (f, G) sorted,
-    ``scale`` and ``tol`` (f, 1)."""
+    """The Lloyd iterations of :func:`_kmeans_sorted` column by column in numpy: the same float64 arithmetic, so the
+    same centres bit for bit, without a torch dispatch per small operation. Arrays as there."""
     out = np.empty_like(centres)
     limb = float(1 << E.LIMB_BITS)  # the limbs of E.to_fixed_point, valued as E.fixed_point_value does
     for j in range(centres.shape[0]):
@@ -244,10 +239,8 @@ def kmeans_edges(
 
     Centres start at the uniform-grid midpoints; Lloyd iterations update a column until none of its centres moves by
     more than ``tol * (max - min)``; edges are the midpoints of the sorted centres, framed by the column's min and
-    max (``value_range``, (F,) each). Cluster sums are exact integer (fixed-point) sums, so the result does not depend
-    on how the rows are split (one process with sorted columns, or shards of a distributed run). One process asks
-    whether the columns converged every few iterations (:func:`_check_convergence`), or, for a few columns on the CPU,
-    iterates column by column in numpy (:func:`_lloyd_on_host`): the same centres.
+    max (``value_range``). Cluster sums are exact fixed-point sums, so the result does not depend on how the rows are
+    split.
     """
     lo, hi = value_range
     centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
@@ -293,10 +286,9 @@ def lloyd(
     col_tol: torch.Tensor,
     max_iter: int,
 ) -> torch.Tensor:
-    """Lloyd iterations of all columns at once, asking after each whether any column still moves: each iteration
-    sorts the centres (F, G), and ``cluster_means(centres, bounds)`` gives each cluster's new centre from the
-    midpoints ``bounds`` (F, G - 1) between them; a column stops once none of its centres moved by more than its
-    ``col_tol`` (F,). Returns the sorted centres."""
+    """Lloyd iterations of all columns at once, ``cluster_means(centres, bounds)`` giving each cluster's new centre
+    from the midpoints between the sorted centres; a column stops once no centre moves by more than its ``col_tol``.
+    Returns the sorted centres."""
     active = torch.ones(centres.shape[0], dtype=torch.bool, device=centres.device)
     for _ in range(max_iter):
         centres = torch.sort(centres, dim=1).values
@@ -344,9 +336,7 @@ def grid_edges(
 def strategy_edges(
     X: torch.Tensor, n_grids: int, bin_strategy: str, value_range: tuple[torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
-    """The edges of :func:`grid_edges` for arguments checked and facts known already (``n_grids`` an int in [2,
-    :data:`~torch_amore.data.arguments.MAX_GRIDS`], ``bin_strategy`` one of the strategies, ``value_range`` each
-    column's (min, max) in the work dtype)."""
+    """The edges of :func:`grid_edges` for checked arguments and a known ``value_range`` in the work dtype."""
     if bin_strategy == "uniform":
         return uniform_edges(*value_range, n_grids)
     if bin_strategy == "quantile":

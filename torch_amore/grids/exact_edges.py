@@ -2,19 +2,14 @@
 rounds alike on every device, exact fixed-point sums of k-means centres, and exact quantiles over the shards of a
 DDP run.
 
-CUDA divides a tensor by a Python scalar through the scalar's reciprocal (``x * (1 / k)``), which can differ from
-``x / k`` in the last bit: ``3 / 5`` is ``0.6`` but ``3 * (1 / 5)`` is ``0.6000000000000001``, enough to move a value
-that sits exactly on an edge into the next bin. :func:`divide` divides by a zero-dimensional tensor on the tensor's
-own device instead, which every device computes element by element, correctly rounded.
+CUDA divides a tensor by a Python scalar through its reciprocal (``x * (1 / k)``), which can differ from ``x / k`` in
+the last bit (``3 * (1 / 5)`` is ``0.6000000000000001``) and move a value on an edge into the next bin;
+:func:`divide` divides by a zero-dimensional tensor instead, correctly rounded on every device.
 
-Floating-point sums depend on the order of the additions, so k-means centres summed per rank and then across ranks
-could differ from a one-process sum by an ulp and move a grid edge. :func:`torch_amore.grids.edges.kmeans_edges`
-therefore sums integers: each value is rounded to a multiple of ``2**(e - 52)``, where ``2**e`` bounds the column's
-magnitude (the float64 resolution at the column's largest value), split into two int64 limbs of 26 bits
-(:func:`to_fixed_point`), and the limbs are summed. Integer sums do not depend on the order, so every partition of
-the rows (one process, several ranks, CUDA atomics) gives bit-identical centres. Quantile edges of sharded rows come
-from a distributed binary search for each order statistic (:func:`sharded_quantile_edges`): the data never leave
-their rank.
+Floating-point sums depend on the order of the additions, so k-means centres are summed as integers: each value is
+rounded to a multiple of ``2**(e - 52)`` (the float64 resolution at the column's largest magnitude ``2**e``) and split
+into two 26-bit int64 limbs (:func:`to_fixed_point`); integer sums give bit-identical centres for every partition of
+the rows. Quantile edges of sharded rows come from a distributed binary search (:func:`sharded_quantile_edges`).
 """
 
 from __future__ import annotations
@@ -60,10 +55,9 @@ def fixed_point_exponents(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
 def to_fixed_point(values: torch.Tensor, exponents: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """(2, N, F) int64 limbs ``(high, low)`` with ``values ~= (high * 2**26 + low) * 2**(e - 52)`` per column.
 
-    Each value is rounded to the nearest multiple of ``2**(e - 52)`` (the float64 resolution at the column's largest
-    magnitude); ``|high| <= 2**26`` and ``0 <= low < 2**26``, so sums of up to ``2**36`` rows cannot overflow. NaN
-    must be replaced before the call. ``dim``: the dimension of ``values`` the exponents run along (the columns by
-    default; ``dim=0`` for a transposed (F, N) table, whose limbs are then (2, F, N)).
+    Each value is rounded to the nearest multiple of ``2**(e - 52)``; ``|high| <= 2**26`` and ``0 <= low < 2**26``,
+    so sums of up to ``2**36`` rows cannot overflow. NaN must be replaced first. ``dim``: the dimension the exponents
+    run along (``dim=0`` for an (F, N) table).
     """
     dim = dim % values.ndim
     shift = (52 - exponents).to(values.device, values.dtype).reshape((-1,) + (1,) * (values.ndim - 1 - dim))
@@ -127,9 +121,8 @@ def order_statistics(sorted_keys: torch.Tensor, ranks: torch.Tensor, n_valid: to
         ranks: (F, Q) wanted ranks among the column's non-missing values of all ranks.
         n_valid: (F,) non-missing values per column over all ranks.
 
-    A binary search on the 64-bit key space: the answer is the smallest key ``m`` such that at least ``rank + 1``
-    values (summed over ranks) are ``<= m``. Each of the at most 64 steps reduces an (F, Q) count table; the data
-    never leave their rank. Columns without values give an undefined key.
+    A binary search on the 64-bit key space for the smallest key ``m`` with at least ``rank + 1`` values ``<= m``
+    over all ranks: at most 64 reductions of an (F, Q) table. Columns without values give an undefined key.
     """
     n_feat = sorted_keys.shape[0]
     has = sorted_keys.shape[1] > 0
@@ -156,8 +149,7 @@ def sharded_quantile_edges(X: torch.Tensor, n_grids: int) -> torch.Tensor:
     """(F, n_grids + 1) equal-frequency edges of the rows of all ranks, bit-identical to
     :func:`torch_amore.grids.edges.quantile_edges` on the concatenated rows.
 
-    The order statistics that the one-process version reads from a sorted column are found by
-    :func:`order_statistics` and interpolated with the same formula in the same dtype.
+    The order statistics come from :func:`order_statistics`, interpolated with the same formula in the same dtype.
     """
     dt = torch.float32 if X.device.type == "mps" else torch.float64
     n_feat = X.shape[1]

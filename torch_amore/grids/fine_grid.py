@@ -1,18 +1,13 @@
 """Fine equal-width grids for the ``"beam"`` search: codes by arithmetic, thresholds only when asked for.
 
-:func:`fine_binning` cuts each numeric feature of a :class:`~torch_amore.grids.binning.Binned` into ``n_fine``
-equal-width grids by arithmetic on the values (one pass over ``X``, no search; :func:`default_n_fine`: about 32 samples
-a grid,
-256 to 1024): the code of ``x`` is ``floor((x - lo) * scale)`` clamped to ``[0, n_fine - 1]``
-(:func:`uniform_code`), with ``lo`` the column's minimum and ``scale = n_fine / (max - min)``. Categorical features
-keep the categories of the base binning; missing values, numeric or categorical, get ``nan_code``. The codes are
-stored column-major (``codes_t``, one contiguous row per feature, what the beam's counting passes read), ``codes``
+:func:`fine_binning` cuts each numeric feature into ``n_fine`` equal-width grids by arithmetic: the code of ``x`` is
+``floor((x - lo) * scale)`` clamped to ``[0, n_fine - 1]`` (:func:`uniform_code`), ``scale = n_fine / (max - min)``.
+Categorical features keep the base binning's categories. The codes are stored column-major (``codes_t``), ``codes``
 being their transpose (a view).
 
-The lower edge of grid ``g`` is the smallest float64 whose grid index is ``g``, so ``x >= edge`` holds exactly for
-the values in grids ``>= g``. Edges are found by bisection on the floats' order (:meth:`FineBinned.threshold` on the
-device; :func:`host_grid_start` on the host, from the columns' ranges read once when binning, the same operations in
-the same order), and only for the few grids a search asks for.
+The lower edge of grid ``g`` is the smallest float64 whose code is ``g``, so ``x >= edge`` holds exactly for the
+values in grids ``>= g``; it is found by bisection on the floats' order (:meth:`FineBinned.threshold` on the device,
+:func:`host_grid_start` on the host, the same operations in the same order), only for the grids a search asks for.
 """
 
 from __future__ import annotations
@@ -61,9 +56,8 @@ def _key_float(key: torch.Tensor) -> torch.Tensor:
 def _grid_starts(lo: torch.Tensor, hi: torch.Tensor, scale: torch.Tensor, g: torch.Tensor, n_fine: int) -> torch.Tensor:
     """For each entry, the smallest float64 ``x`` with ``uniform_code(x, lo, scale, n_fine) >= g`` (1 <= g < n_fine).
 
-    All arguments are 1-D tensors of the same length (one entry per wanted threshold). Bisection on the floats'
-    order (int64 keys), started from a tight bracket around ``lo + g / scale``; all entries step together, as many
-    steps as the widest bracket needs (one host sync). Entries with ``scale == 0`` (a constant column) get ``+inf``.
+    1-D arguments, one entry per wanted threshold. Bisection on the floats' order from a tight bracket around
+    ``lo + g / scale``, all entries together (one host sync). A constant column (``scale == 0``) gets ``+inf``.
     """
     lo_f, hi_f, sc, g = lo.double(), hi.double(), scale.double(), g.double()
     live = sc > 0
@@ -133,11 +127,8 @@ def host_grid_start(lo: float, hi: float, scale: float, g: int, n_fine: int) -> 
 class FineBinned(Binned):
     """A :class:`Binned` whose numeric grids are ``n_fine`` equal-width cells by arithmetic.
 
-    The thresholds of numeric features are computed only when asked for (:meth:`threshold`), since a search needs
-    a handful of them; ``thresholds`` holds the categorical features' thresholds (``+inf`` for numeric rows).
-    ``is_cat_host`` and ``n_bins_host`` are ``is_cat`` and ``n_bins`` as Python lists (fixed after binning), so that
-    rule construction reads them without a host sync. Both code layouts are stored: ``codes_t`` (F', N), column-major
-    as made, and ``codes``, its transpose (a view).
+    Numeric thresholds are computed only when asked for (:meth:`threshold`); ``thresholds`` holds the categorical
+    ones (``+inf`` for numeric rows). ``is_cat_host`` and ``n_bins_host`` are host lists, read without a sync.
     """
 
     lo: torch.Tensor = None  # (F',) float64 column minima
@@ -161,10 +152,8 @@ class FineBinned(Binned):
     def write_codes(
         self, sub: torch.Tensor, base: Binned, base_codes: torch.Tensor, codes_t: torch.Tensor, work: torch.Tensor
     ) -> None:
-        """Write into ``codes_t`` (F', n) the codes in these grids of more rows ``sub`` (n, F', the searched
-        columns): what :func:`fine_binning` gives them. ``base_codes`` (n, F'): their codes in ``base``, the binning
-        these grids refine (categorical features keep its categories); ``work``: float scratch in the work dtype,
-        (rows, F'), reused across calls (the rows go through it that many at a time)."""
+        """Write into ``codes_t`` (F', n) the codes of more rows ``sub`` (n, F'), as :func:`fine_binning` gives them;
+        ``base_codes``: their codes in the refined binning; ``work``: (rows, F') float scratch reused across calls."""
         grid = (self.lo.to(work.dtype), self.scale.to(work.dtype), self.n_grids, self.nan_code)
         cats = base_codes if any(k == "cat" for k in self.kinds) else None
         _write_codes(sub, cats, base.nan_code, self.is_cat, grid, codes_t, work)
@@ -198,9 +187,8 @@ class FineBinned(Binned):
 
 
 def default_n_fine(n_samples: int) -> int:
-    """Fine grids per feature for ``n_samples`` samples: about 32 samples a grid on average, as a power of two
-    between 256 and 1024 (finer grids cost time and gain nothing once cells hold a handful of samples; the exact
-    polish of the best rule sets cuts between observed values anyway).
+    """Fine grids per feature for ``n_samples`` samples: about 32 samples a grid, a power of two in [256, 1024]
+    (finer grids gain nothing: the polish cuts between observed values anyway).
 
     Example:
         >>> [default_n_fine(n) for n in (1_000, 20_000, 70_000)]
@@ -219,10 +207,9 @@ def _write_codes(
     codes_t: torch.Tensor,
     work: torch.Tensor,
 ) -> None:
-    """Write into ``codes_t`` (F', n) the fine codes of the rows ``sub`` (n, F'), ``work.shape[0]`` rows at a time in
-    the float scratch ``work``; ``grid``: (the columns' lower ends, cells per unit, ``n_fine``, the missing code);
-    ``base_codes`` (n, F'): the rows' base codes, whose categories categorical features keep (``None``: no
-    categorical feature), ``base_nan`` their missing code."""
+    """Write into ``codes_t`` (F', n) the fine codes of the rows ``sub`` (n, F') through the float scratch ``work``;
+    ``grid``: (lower ends, cells per unit, ``n_fine``, missing code); ``base_codes``: the base codes that categorical
+    features keep (``None``: none), ``base_nan`` their missing code."""
     lo0, scale, n_fine, nan_code = grid
     step, dt = work.shape[0], work.dtype
     # the chunks as views made by one operation each (the loop runs many times on big data)
@@ -313,9 +300,8 @@ _FINE_MAX_CHUNKS = 128
 
 
 def _column_min_max(X: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
-    """:func:`torch_amore.grids.edges.nan_min_max` with one host sync, and its result as lists too (with ``extra``, a
-    (F,) tensor of small integers read in the same sync): one ``aminmax`` over all of ``X``, redone with NaN masked
-    (in chunks) only when some column holds a NaN."""
+    """:func:`torch_amore.grids.edges.nan_min_max` with one host sync, also as lists (with ``extra`` read in the same
+    sync); the pass is redone with NaN masked only when some column holds a NaN."""
     dt = work_dtype(X.device)
     if X.shape[0] > 0 and X.is_floating_point():
         lo, hi = torch.aminmax(X, dim=0)

@@ -1,25 +1,19 @@
 """Candidate intervals from per-grid counts (Algorithms 4 and 5 of the paper), vectorized over rows and peaks.
 
-Everything here works on count tables, never on the samples. A table has one row per (node, feature) pair (the rule
-tree stacks all nodes of a level) and one column per grid:
+Everything here works on count tables (one row per (node, feature) pair, one column per grid), never on samples:
 
 1. Grid clean-up (Algorithm 4): an empty grid joins the neighbouring non-empty grid with the higher ratio (the left
-   one on a tie); then consecutive grids with identical ratios merge. The result is a list of *segments* per row.
+   one on a tie); then consecutive grids with identical ratios merge into *segments*.
 2. Peaks: segments with ratio > 1 that are strict local maxima.
-3. Expansion (Algorithm 5), from every (row, peak) at once: while the interval's support is below ``min_support``
-   it takes the neighbouring segment with the higher ratio (the left one on a tie); once the support suffices it
-   takes that neighbour only if its ratio is at least the interval's ratio (so the ratio never drops,
-   Proposition 1). The ratio of a merged interval is the ratio of its summed counts; the data are not rescanned.
-   The order in which the segments would join does not depend on the counts: it is the merge of the segments to
-   the left and to the right of the peak, each side ranked by the running minimum of its ratios from the peak
-   outwards (one sort), so all steps are evaluated at once and the first step at which the expansion stops is
-   picked, with no loop over steps.
+3. Expansion (Algorithm 5), from every (row, peak) at once: below ``min_support`` the interval takes the neighbouring
+   segment with the higher ratio (left on a tie); after, only a neighbour whose ratio is at least the interval's (so
+   the ratio never drops, Proposition 1). The joining order does not depend on the counts (one sort, see
+   :func:`_joining_order`), so all steps are evaluated at once, with no loop over steps.
 4. An interval is kept if its support >= ``min_support``, its ratio > 1 and it does not span the row's whole
    observed range. Categorical features offer each category as a candidate.
 
-All tensors keep fixed shapes, with validity masks (:class:`CandidateTable`), so nothing here waits on the device;
-:meth:`CandidateTable.compact` (one host sync) lists the valid candidates. All ratio comparisons that decide
-equality or "> 1" use exact integer arithmetic on the counts.
+Tensors keep fixed shapes with validity masks (:class:`CandidateTable`), so nothing waits on the device; ratio
+comparisons deciding equality or "> 1" use exact integer arithmetic on the counts.
 """
 
 from __future__ import annotations
@@ -118,8 +112,7 @@ def _ratio_gt_one(
 ) -> tuple[torch.Tensor, ...]:
     """Eq. (ratio_approx) (-1 where ``counts`` is 0) and the exact ``ratio > 1``, from the same integer products.
 
-    The float ratio is the correctly rounded quotient of the exact products, as :func:`probability_ratios` gives it;
-    the node's ``n_target`` is positive wherever a candidate can be (elsewhere the ratio may be infinite).
+    The float ratio is the correctly rounded quotient of the exact products, as in :func:`probability_ratios`.
     """
     a, b = hits * n_samples, counts * n_target
     dtype = torch.float64 if hits.device.type != "mps" else torch.float32
@@ -169,10 +162,8 @@ def find_peaks(segs: Segments) -> torch.Tensor:
 def _joining_order(ratio: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The segments in the order Algorithm 5 would add them from each start: (segment, joins on the left, ratio).
 
-    Algorithm 5 always takes the neighbour with the higher ratio (left on a tie): a greedy merge of the left and
-    right neighbours (nearest first). A greedy merge of two sequences is the stable merge of their running minima,
-    so one stable sort on (running minimum, left before right, nearest first) gives the order. Padding segments
-    (ratio -1) come last.
+    A greedy merge of the left and right neighbours (higher ratio first, left on a tie) is the stable merge of their
+    running minima: one stable sort on (running minimum, left before right, nearest first). Padding comes last.
     """
     m1 = torch.arange(1, ratio.shape[1], device=start.device)
     p = start.unsqueeze(-1)
@@ -223,9 +214,8 @@ def expand_intervals(
 ) -> Expansion:
     """Algorithm 5 from every (row, start segment) at once, ``start`` being (R, P) segment indices.
 
-    With ``local=True`` the expansion stops as soon as the support reaches ``min_support`` (local rules keep the
-    interval around the sample's own grid as tight as the support allows). Per-row counts are per row of ``segs``.
-    Rows are processed in chunks of a bounded number of elements (a host-known count: no sync).
+    With ``local=True`` the expansion stops as soon as the support reaches ``min_support``. Rows are processed in
+    chunks of a bounded number of elements (no sync).
     """
     n_rows, n_start = start.shape
     width = segs.ratio.shape[1]

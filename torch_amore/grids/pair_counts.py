@@ -1,10 +1,9 @@
 """Counts for the exact search: the grid with empty grids merged, and the 2-D counts of every pair of features.
 
-:func:`compress` recodes the samples so that each feature's grids all hold a sample (an empty grid only renames the
-same samples). :class:`PairCounts` gives the cumulative 2-D counts (all samples and target samples) of any block of
-pairs of features: from one one-hot matrix product when the grids are few (<= 8) or on CUDA, else from ``bincount``
-over pair indices built from contiguous slices of the codes (int32, chunked to bound memory). Every count is summed
-across DDP ranks, so a sharded run sees the counts of one process on all the rows.
+:func:`compress` recodes the samples so that each feature's grids all hold a sample. :class:`PairCounts` gives the
+cumulative 2-D counts (all and target samples) of any block of pairs of features: from a one-hot matrix product when
+the grids are few (<= 8) or on CUDA, else from ``bincount`` over int32 pair indices, chunked. Every count is summed
+across DDP ranks.
 """
 
 from __future__ import annotations
@@ -214,12 +213,10 @@ def pair_histograms(
 ) -> torch.Tensor:
     """(F, width, F, width) 2-D counts of the cells of every pair of features, from one-hot matrix products.
 
-    Sample ``i`` lies in cell ``lut[f, codes_t[f, i]]`` of feature ``f``; ``lut`` is non-decreasing along each row,
-    and a cell of ``width`` or more (missing values, or left out) is counted nowhere. Each chunk of rows becomes a
-    one-hot matrix with one column per (feature, cell), built by two comparisons with the cells' first codes; the
-    gram is symmetric, so only its blocks on and above the diagonal are multiplied. ``cols`` picks the samples (all
-    when ``None``). Counts of this process only (no DDP sum); ``exact32``: float32 products, exact while every count
-    is below 2**24 (else float64).
+    Sample ``i`` lies in cell ``lut[f, codes_t[f, i]]`` of feature ``f`` (``lut`` non-decreasing; a cell of ``width``
+    or more is counted nowhere). Each chunk of rows becomes a one-hot matrix; only the blocks on and above the
+    diagonal of the symmetric gram are multiplied. ``cols`` picks the samples (all when ``None``). This process's
+    counts only; ``exact32``: float32 products, exact while every count is below 2**24 (else float64).
 
     Example:
         >>> codes_t = torch.tensor([[0, 1, 1, 2], [1, 1, 0, 0]])  # feature 0: code 2 is missing

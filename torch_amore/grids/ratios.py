@@ -38,8 +38,7 @@ def _index_dtype(n_bins: int) -> torch.dtype:
 def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int) -> torch.Tensor:
     """Count the samples ``rows`` (all when ``None``) in every grid of every feature.
 
-    Under a sharded DDP run (:mod:`torch_amore._utils.distributed`) the counts are summed over all ranks, so every rank
-    must call this collectively.
+    The counts are summed over the ranks of a sharded run (every rank calls this collectively).
 
     Args:
         codes: (N, F) bin codes; the code ``n_bins_max`` marks a missing value and is not counted.
@@ -176,9 +175,8 @@ def group_grid_counts(
     *,
     reduce: bool = True,
 ) -> torch.Tensor:
-    """:func:`node_grid_counts` on column-major codes ``codes_t`` (F, N), one row per feature, with ``groups`` and
-    ``n_groups`` in the place of ``nodes`` and ``n_nodes`` (e.g. the nodes of a beam): the same counts, the codes
-    gathered twice as fast and the counts written in their final layout (``reduce``: as there).
+    """:func:`node_grid_counts` on column-major codes ``codes_t`` (F, N), ``groups`` in the place of ``nodes`` (e.g. a
+    beam's): the same counts, the codes gathered twice as fast.
 
     Example:
         >>> import torch

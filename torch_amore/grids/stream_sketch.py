@@ -1,27 +1,16 @@
 """Quantile and k-means grids of streamed data from a mergeable histogram sketch.
 
-Between each numeric column's exact minimum and maximum (pass 1 of :mod:`torch_amore.search.stream`), one more pass
-fills a histogram of :data:`SKETCH_BINS` equal-width bins per column: per bin the count, the exact fixed-point sum of
-the values (:func:`torch_amore.grids.exact_edges.to_fixed_point`) and the smallest and largest value. Every part is a
-sum, a minimum or a maximum, so the sketch does not depend on how rows are cut into batches or split over the ranks of a
-DDP run (they are reduced once).
+Between each numeric column's exact minimum and maximum, one pass fills :data:`SKETCH_BINS` equal-width bins per
+column: per bin the count, the exact fixed-point sum of the values, the smallest and the largest value. Every part is
+a sum, a minimum or a maximum, so the sketch does not depend on batches or ranks.
 
-Resolution: a bin spans ``(max - min) / SKETCH_BINS`` of its column. The order statistic of rank ``r`` lies in the bin
-whose counts reach ``r``; it is estimated between that bin's smallest and largest value, so a **quantile** edge (the
-linear interpolation of two order statistics, as :func:`torch_amore.grids.edges.quantile_edges`) is within one bin width
-of the in-memory edge, and exact where a bin holds one distinct value (integer or few-valued columns). **k-means**
-(:func:`torch_amore.grids.edges.kmeans_edges`: the same start, tolerance and iteration cap) runs the in-memory Lloyd
-iterations on the bins: the bins between two cluster bounds' bins go whole to their cluster (prefix sums of the exact
-counts and fixed-point sums), a bound's own bin goes whole to one side when its smallest and largest values lie on one
-side. A bin holding values on both sides needs its values: while the iterations meet such bins whose values are not
-known, one more pass reads the values of those bins and of their neighbours (:data:`KMEANS_REACH` bins either side;
-at most :data:`KMEANS_ROUNDS` passes), and the iterations start again. Once none is missing, every iteration adds the
-same exact integer sums as in memory, so the **k-means edges equal the in-memory edges** (bit for bit); typically 4 to
-6 extra passes on continuous columns, none on few-valued ones. The iterations sweep much of a continuous column
-(20 to 45 % of its values were read on Gaussian columns), so the values read are capped by :data:`KMEANS_BUDGET`
-(512 MiB, about 11 million values): beyond it, or when the passes run out, a bin without known values goes whole to
-the cluster of its mean, and the edges are approximate (see docs/streaming.md). The first and last edges are the exact
-minimum and maximum.
+A **quantile** edge is within one bin width of the in-memory edge, and exact where a bin holds one distinct value.
+**k-means** runs the in-memory Lloyd iterations on the bins: a bin goes whole to a cluster unless it holds values on
+both sides of a cluster bound; then one more pass reads the values of such bins and their neighbours
+(:data:`KMEANS_REACH` bins either side, at most :data:`KMEANS_ROUNDS` passes). Once none is missing, every iteration
+adds the same exact integer sums as in memory, so the k-means edges equal the in-memory ones bit for bit (typically
+4 to 6 extra passes on continuous columns). Beyond :data:`KMEANS_BUDGET` values read, or when the passes run out, a
+bin without known values goes whole to the cluster of its mean, and the edges are approximate (docs/streaming.md).
 """
 
 from __future__ import annotations
@@ -141,8 +130,7 @@ class HistogramSketch:
 
     def kmeans(self, n_grids: int, max_iter: int = 300, tol: float = 1e-8) -> tuple[torch.Tensor, torch.Tensor]:
         """The edges of :meth:`kmeans_edges` and the keys (feature * (bins + 1) + bin) of the bins that held a
-        cluster bound without their values known (:meth:`resolve`): none, and the edges are those of the in-memory
-        iterations on the same values."""
+        cluster bound without their values known (none: the edges equal the in-memory ones)."""
         lo, hi = self.lo, self.hi
         centres, col_tol = kmeans_start(lo, hi, n_grids, tol)
         counts, sums = self._table(self.counts), self._table(self.sums)
@@ -174,11 +162,9 @@ class HistogramSketch:
         return centre_edges(lo, centres, hi), keys
 
     def _cluster_sums(self, bounds: torch.Tensor, tables: dict, needed: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Exact fixed-point sums and counts of the values per cluster (F, G), the values ``x`` of cluster ``c``
-        being those with ``c`` bounds ``<= x``. The bins between two bounds' bins go whole to their cluster (prefix
-        sums over the bins); a bound's own bin goes whole to the cluster of its values when it holds values on one
-        side only, else adds its values one by one where they are known (:meth:`resolve`), or goes whole to the
-        cluster of its mean, and is marked in ``needed`` (F * bins,)."""
+        """Exact fixed-point sums and counts of the values per cluster (F, G) (cluster ``c``: ``c`` bounds ``<= x``).
+        A bound's bin with values on both sides adds its known values one by one (:meth:`resolve`), or goes whole to
+        the cluster of its mean and is marked in ``needed`` (F * bins,)."""
         t = tables
         n_feat, g = bounds.shape[0], bounds.shape[1] + 1
         at = ((bounds - self.lo[:, None]) * self.scale[:, None]).floor_().clamp_(0, self.n_bins - 1).long()

@@ -1,15 +1,7 @@
 """The seeded row draws behind the search's evidence: the held-out rows, the permutations of the target and the
-half-samples, each from its own stream of one seed, so that a test (or a reader) can replay them.
-
-Every draw is a function of ``seed``, a stream number and an index, through NumPy's ``SeedSequence``:
-
-* held-out rows: ``numpy.random.default_rng([seed, HOLDOUT_STREAM])``, stratified by the target (:func:`holdout_mask`);
-* permutation ``k``: ``numpy.random.default_rng([seed, PERMUTATION_STREAM, k]).permutation(n)`` of the searched rows
-  (:func:`permutation_order`); the permuted target is ``target[order]``;
-* half-sample ``b``: ``numpy.random.default_rng([seed, HALF_SAMPLE_STREAM, b])``, stratified (:func:`half_sample`).
-
-Rows are taken in their global order (row ``i`` of ``X``), so the same seed gives the same rows wherever the data
-comes from.
+half-samples, each a function of ``seed``, a stream number and an index (NumPy's ``SeedSequence``), so that a test
+(or a reader) can replay them. Rows are taken in their global order, so the same seed gives the same rows wherever
+the data comes from.
 
 Example:
     >>> import torch
@@ -43,8 +35,7 @@ HOLDOUT_STREAM, PERMUTATION_STREAM, HALF_SAMPLE_STREAM = 0, 1, 2
 
 
 def _stratified(target: torch.Tensor, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Row indices, sorted: ``round(fraction * n_c)`` rows drawn without replacement from each class ``c`` of the
-    target (the target rows first, then the others, from the same generator)."""
+    """Sorted row indices: ``round(fraction * n_c)`` rows drawn from each class ``c``, the target rows first."""
     flags = target.detach().to("cpu").numpy().astype(bool)
     chosen = []
     for rows in (np.flatnonzero(flags), np.flatnonzero(~flags)):
@@ -117,8 +108,8 @@ def _index_mask(rows: np.ndarray, n: int) -> np.ndarray:
 
 
 def resolve_holdout_rows(holdout_rows: Any, n: int) -> torch.Tensor:
-    """``holdout_rows`` (a boolean mask of the ``n`` rows, or an array of distinct row indices in ``[0, n)``) as an
-    (n,) boolean CPU mask; a ``TypeError``/``ValueError`` naming it otherwise, also when it holds no row or all rows.
+    """``holdout_rows`` (a boolean mask of the ``n`` rows, or distinct row indices in ``[0, n)``) as an (n,) boolean
+    CPU mask, holding some but not all rows.
 
     Example:
         >>> resolve_holdout_rows([3, 0], 4).tolist()

@@ -1,13 +1,9 @@
 """The public :func:`extract_rules`: validate, bin, run the strategies, turn their results into rule sets.
 
-The paper's rule tree (Algorithms 2 and 3) lives in :mod:`torch_amore.strategies.tree`: starting from all samples, each
-node's samples are counted per grid of every remaining feature, the counts become candidate intervals
-(:func:`torch_amore.grids.intervals.candidate_intervals`), the ``top_k`` candidates with the highest probability
-ratios open child nodes until rule sets reach ``max_length`` rules, all nodes of a level at once. Every node of the tree
-is a candidate rule set. The beam strategy (:mod:`torch_amore.strategies.beam`) adds fitness-optimal intervals, and its
-best rule sets are polished on observed values (:mod:`torch_amore.strategies.polish`). Grid intervals become rules
-with readable bounds that select the same samples (:mod:`torch_amore.search.readable`); rule sets selecting the same
-samples are kept once (:func:`torch_amore.rules.masks.drop_same_mask`). The result is sorted by fitness, best first."""
+The strategies (:mod:`torch_amore.strategies`: the paper's rule tree, the beam, the exact search) search the binned
+features; their grid intervals become rules with readable bounds that select the same samples
+(:mod:`torch_amore.search.readable`), rule sets selecting the same samples are kept once, and the result is sorted by
+fitness, best first."""
 
 from __future__ import annotations
 
@@ -50,13 +46,9 @@ def prepare(
     memory_checked: bool = False,
     **columns: Unpack[A.ColumnArgs],
 ) -> Extractor:
-    """Validate the data arguments and bin the features (the part of :func:`extract_rules` that depends on neither
-    ``min_support`` nor ``max_length``): ``options.n_grids``, ``bin_strategy``, ``feature_types`` and the units.
-
-    ``X`` may also be a source of ``(X_batch, target_batch)`` batches with ``target=None``
-    (:func:`torch_amore.search.stream.prepare_stream`). ``columns``: ``features``, ``feature_names`` and
-    ``target_name``, as in :func:`extract_rules`; ``memory_checked``: the caller checked the memory the search needs
-    (:func:`torch_amore.data.memory.check_memory`)."""
+    """Validate the data arguments and bin the features: the part of :func:`extract_rules` that depends on neither
+    ``min_support`` nor ``max_length``. ``X`` may be a source of batches with ``target=None``; ``columns`` as in
+    :func:`extract_rules`; ``memory_checked``: the caller checked the memory the search needs."""
     options = SearchOptions() if options is None else options
     named = A.column_args(columns, "prepare")
     if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
@@ -78,11 +70,8 @@ def prepare(
 
 
 def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: bool = True) -> Extractor:
-    """The converted ``X`` binned as ``plan`` says, with ``target`` as a mask: what the strategies search.
-
-    The facts that the checks, the inferred feature types and the uniform grids need come from one fused pass over
-    ``X`` and one transfer to the host (:func:`torch_amore.data.column_stats.column_stats`). The memory the search needs
-    is checked first unless ``memory_checked``."""
+    """The converted ``X`` binned as ``plan`` says, with ``target`` as a mask: what the strategies search. The column
+    facts come from one fused pass over ``X`` and one transfer to the host."""
     o, columns = plan.options, list(plan.columns)
     n, n_features = X.shape
     if not memory_checked:  # before the target's checks and the pass over X
@@ -121,11 +110,6 @@ def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[Ru
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
     return rule_sets, min_support, extractor.n_total_target
-
-
-def _is_2d(X: Any) -> bool:
-    """Whether ``X`` has a two-dimensional ``shape`` (anything else is left to :func:`V.to_tensor_2d`'s checks)."""
-    return len(getattr(X, "shape", ())) == 2
 
 
 def extract_rules(
@@ -213,12 +197,9 @@ def extract_planned(
     counted: tuple[int, int | None] | None = None,
 ) -> tuple[list[RuleSet], SearchPlan, int]:
     """:func:`extract_rules` on data in memory with checked ``options``, for the explainer and the callback: the rule
-    sets, the plan and the ``min_support`` count they were searched with. ``counted``: ``(rows, count)``, the count
-    of ``min_support`` resolved before on this many rows (see :meth:`SearchPlan.make`). The reasons to read the
-    result with care (:func:`torch_amore.rules.caveats.caveats`) join the caller's one warning; with ``holdout``,
-    ``permutations`` or ``stability`` the search runs through :func:`torch_amore.search.significance
-    .extract_with_evidence` (the ``min_support`` count is then that of the rows searched, not held out)."""
-    n_features = X.shape[1] if _is_2d(X) else None  # known before the conversion: for the memory check
+    sets, the plan and the ``min_support`` count they were searched with. ``counted``: see :meth:`SearchPlan.make`.
+    The caveats join the caller's one warning."""
+    n_features = X.shape[1] if len(getattr(X, "shape", ())) == 2 else None  # for the memory check; else converted
     columns = None if n_features is None else A.resolve_features(features, n_features)
     M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
     X_t, target, frame_names = V.converted(X, target)  # a pandas Series target by its index when X is a DataFrame
@@ -229,8 +210,7 @@ def extract_planned(
 def search_converted(
     X: torch.Tensor, target: Any, options: SearchOptions, **plan_args: Any
 ) -> tuple[list[RuleSet], SearchPlan, int]:
-    """:func:`extract_planned` on the converted ``X`` (:func:`torch_amore.data.validation.converted`), the plan made
-    of ``plan_args`` (:meth:`SearchPlan.make`) once; every search of the evidence takes that plan."""
+    """:func:`extract_planned` on the converted ``X``, with the plan made of ``plan_args`` once."""
     plan = SearchPlan.make(X.shape[0], X.shape[1], options, **plan_args)
     with OneWarning(stacklevel=4) as warned:
         if not options.wants_evidence:

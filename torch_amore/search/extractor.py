@@ -153,15 +153,11 @@ class Extractor:
         self, options: SearchOptions, *, min_support: int, local_codes: list[int] | None = None
     ) -> list[RuleSet]:
         """Rule sets of ``options.strategy`` (see :func:`extract_rules`), best fitness first; ``min_support`` is the
-        count meant by ``options.min_support`` on the data.
+        count meant by ``options.min_support`` on the data (``min_confidence`` steers the beam; it does not filter).
 
-        ``options.min_confidence`` steers the beam strategy towards confident rule sets too; it does not filter the
-        result. Every strategy that searches is monotone in ``max_length``: its candidates include those of the same
-        search at every shorter length (the beam searches each length alike whatever ``max_length``, the grid's
-        optima of lengths 1 and 2 and the pair seeds are candidates at every longer length, and the best of what
-        each shorter search found is polished too; the exact strategy keeps the pool of each shorter length), so the
-        best fitness never drops when one more condition is allowed. Then every condition must earn
-        ``options.min_gain`` (:func:`torch_amore.rules.pruning.prune_rule_sets`).
+        Every strategy is monotone in ``max_length``: its candidates include those of the same search at every
+        shorter length, so the best fitness never drops when one more condition is allowed. Then every condition must
+        earn ``options.min_gain``.
         """
         o = options  # max_length capped by the plan (:class:`torch_amore.search.plan.SearchPlan`)
         if o.strategy == "exact":
@@ -237,8 +233,8 @@ class Extractor:
         return self.finish(rule_sets + found + polished, o), optimal
 
     def finish(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
-        """Every condition earning ``options.min_gain`` (:meth:`prune`), rule sets sorted (:func:`sort_rule_sets`)
-        and those selecting the same samples kept once, the shortest (:meth:`drop_same_mask`)."""
+        """Every condition earning ``options.min_gain``, rule sets sorted and those selecting the same samples kept
+        once, the shortest."""
         if options.min_gain > 0:
             rule_sets = self.prune(rule_sets, options)
         return self.drop_same_mask(sort_rule_sets(rule_sets))
@@ -261,9 +257,7 @@ class Extractor:
         return drop_same_mask(rule_sets, self.X)
 
     def grid_optimum(self, options: SearchOptions, min_support: int) -> list[RuleSet]:
-        """The best rule set on the search's grid (:mod:`torch_amore.strategies.exact`), its fitness in ``optimum``,
-        when that is affordable (:meth:`optimum_affordable`); else (or when no rule set has ``min_support`` samples)
-        ``[]``."""
+        """The best rule set on the search's grid, its fitness in ``optimum``, when affordable; else ``[]``."""
         o = options
         if not self.optimum_affordable(o):
             return []
@@ -323,19 +317,13 @@ class Extractor:
         boxes = found.boxes + ([b for pool in found.shorter for b in pool] if shorter else [])
         conds = sorted({c for _, _, box in boxes for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
-        out = []
-        for hits, support, box in boxes:
-            out.append(
-                RuleSet(
-                    rules=tuple(rules[c] for c in box),
-                    support=support,
-                    confidence=confidence_of_counts(hits, support),
-                    fitness=fitness_of_counts(hits, support, self.n_total_target),
-                    target_name=self.target_name,
-                    optimum=optimum if found.complete else None,
-                )
-            )
-        return out
+        optimum = optimum if found.complete else None
+        return [self._rule_set([rules[c] for c in box], hits, support, optimum) for hits, support, box in boxes]
+
+    def _rule_set(self, rules: list, hits: int, support: int, optimum: float | None = None) -> RuleSet:
+        """The rule set of ``rules`` from its counts on the searched data."""
+        confidence, fitness = confidence_of_counts(hits, support), fitness_of_counts(hits, support, self.n_total_target)
+        return RuleSet(tuple(rules), support, confidence, fitness, target_name=self.target_name, optimum=optimum)
 
     def fine(self, n_fine: int) -> Binned:
         """The fine equal-width binning of the beam strategy (cached per ``n_fine``)."""
@@ -357,11 +345,8 @@ class Extractor:
         seed: bool = True,
     ) -> list[tuple[int, RuleSet]]:
         """Rule sets of the beam strategy (:mod:`torch_amore.strategies.beam`), unsorted, each with the length at which
-        the beam chose it (:meth:`torch_amore.strategies.beam.BeamSearch.run_by_length`: a search at a shorter
-        ``max_length`` returns those chosen up to its length). ``n_fine`` defaults to
-        :func:`torch_amore.grids.fine_grid.default_n_fine` of the number of samples; ``seed=False`` skips the pair
-        seeding (:mod:`torch_amore.strategies.seeding`, for ``max_length >= 2``), e.g. when the grid's optimum is a
-        candidate already."""
+        the beam chose it. ``n_fine`` defaults to :func:`torch_amore.grids.fine_grid.default_n_fine`; ``seed=False``
+        skips the pair seeding (:mod:`torch_amore.strategies.seeding`)."""
         if n_fine is None:
             n_fine = default_n_fine(D.global_count(self.binned.codes.shape[0]))
         fine = self.fine(n_fine)
@@ -385,17 +370,7 @@ class Extractor:
         states = search.run_by_length(max_length=max_length, min_support=min_support, progress=progress, seeds=seeds)
         conds = sorted({c for _, st in states for c in st.conds})
         made = dict(zip(conds, self.readable.rules(fine, conds)))
-        out = []
-        for length, st in states:
-            rs = RuleSet(
-                rules=tuple(made[c] for c in st.conds),
-                support=st.support,
-                confidence=confidence_of_counts(st.hits, st.support),
-                fitness=fitness_of_counts(st.hits, st.support, self.n_total_target),
-                target_name=self.target_name,
-            )
-            out.append((length, rs))
-        return out
+        return [(length, self._rule_set([made[c] for c in st.conds], st.hits, st.support)) for length, st in states]
 
     def polish(
         self,
@@ -406,12 +381,8 @@ class Extractor:
     ) -> list[RuleSet]:
         """Coordinate ascent on observed values (:mod:`torch_amore.strategies.polish`): re-cut each interval given the
         other rules, or drop it; all ``rule_sets`` at once. ``min_confidence``: one for all, or one per rule set.
-
-        Each numeric rule in turn gets the fitness-optimal interval over the values of the samples satisfying the other
-        rules (:func:`torch_amore.strategies.best_interval.exact_best_interval`), cut between observed values rather
-        than on a grid (one sweep over the rules: the grid search before it has converged already). Fitness never
-        decreases (with ``min_confidence``: a confident rule set stays confident). A sharded (DDP) run gives the
-        single-process result.
+        Fitness never decreases, a confident rule set stays confident, and a sharded run gives the single-process
+        result.
         """
         rule_sets = list(rule_sets)
         if not rule_sets:
@@ -437,9 +408,8 @@ class Extractor:
         *,
         columns: SortedColumns | None = None,
     ) -> list[RuleSet]:
-        """The polish of :meth:`polish_goals` on the observed values ``X`` of the features of ``rule_sets``: all at
-        once in one process (:func:`torch_amore.strategies.polish.polish_many`; ``columns``: ``X``'s argsorted columns
-        when kept), one by one in a sharded (DDP) run (:func:`torch_amore.strategies.polish.polish_one`)."""
+        """The polish of :meth:`polish_goals` on the observed values ``X``: all at once in one process (``columns``:
+        ``X``'s argsorted columns when kept), one by one in a sharded run."""
         if D.is_sharded():
             return [
                 polish_one(
@@ -461,10 +431,8 @@ class Extractor:
 
 @contextmanager
 def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
-    """The scope every search runs in: small operations on one CPU thread
-    (:func:`torch_amore._utils.threads.search_threads`)
-    under :func:`torch.inference_mode` (no autograd bookkeeping: about a tenth less time per call on small data).
-    Tensors made inside are inference tensors; nothing the search returns holds one.
+    """The scope every search runs in: small operations on one CPU thread, under :func:`torch.inference_mode` (about a
+    tenth less time per call on small data). Nothing the search returns holds an inference tensor.
 
     Example:
         >>> import torch
@@ -477,9 +445,8 @@ def search_scope(device: torch.device | str = "cpu") -> Iterator[None]:
 
 
 def capped_max_length(options: SearchOptions, n_searched: int, *, warn: bool = True) -> SearchOptions:
-    """``options`` with ``max_length`` at most ``n_searched``, the number of features searched: a rule set has at most
-    one condition per feature, so a longer ``max_length`` finds nothing more. A larger one is capped, with a
-    ``UserWarning`` (unless ``warn=False``, or it is the default 2 on a single feature).
+    """``options`` with ``max_length`` at most ``n_searched``, the number of features searched (one condition per
+    feature), with a ``UserWarning`` unless ``warn=False`` or it is the default 2 on a single feature.
 
     Example:
         >>> import warnings

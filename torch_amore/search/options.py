@@ -2,8 +2,8 @@
 
 :func:`torch_amore.extract_rules`, :class:`torch_amore.RegionalRuleExplainer`, the Lightning callback,
 :func:`torch_amore.search_hyperparameters` and the command line all take the same :class:`SearchOptions` (or the same
-plain keyword arguments, which are turned into one), so an option accepted by one is accepted by all, and a typo is a
-``TypeError`` that names it and suggests the closest option instead of reaching a model.
+plain keyword arguments), so an option accepted by one is accepted by all, and a typo is a ``TypeError`` naming the
+closest option.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from torch_amore.rules.held_out import check_level
 #: Search strategies understood by :func:`torch_amore.extract_rules`.
 STRATEGIES = ("beam", "paper", "exact")
 
-#: ``min_support=None`` ("auto") means ``ceil(min(AUTO_SHARE_OF_SAMPLES * N, AUTO_SHARE_OF_SUBGROUP * T))`` samples
-#: for N samples and a subgroup of T: 5 % of the data, but never more than half the subgroup, so that a rare subgroup
-#: can still be described by rule sets that hold mostly its samples (as the paper chose s_min by subgroup size).
+#: ``min_support=None`` means ``ceil(min(AUTO_SHARE_OF_SAMPLES * N, AUTO_SHARE_OF_SUBGROUP * T))`` for N samples and a
+#: subgroup of T, so that a rare subgroup can still be described (the paper chose s_min by subgroup size).
 AUTO_SHARE_OF_SAMPLES = 0.05
 AUTO_SHARE_OF_SUBGROUP = 0.5
 
@@ -108,21 +107,18 @@ class SearchOptions:
             given (a standardized 0/1 column stays a 0/1 category).
         feature_scale, feature_offset: print bounds in original units, ``raw = x * scale + offset`` per feature.
         progress: show progress bars.
-        exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread):
-            ``strategy="exact"`` at ``max_length <= 2`` refuses up front when its estimate exceeds it; at
-            ``max_length = 3`` the branch and bound stops there and says so (:mod:`torch_amore.strategies.exact`).
-        optimum_budget: work allowed to compute the optimum that the ``"beam"`` and ``"paper"`` strategies' results
-            carry (:attr:`torch_amore.RuleSet.optimum`): at ``max_length <= 2`` the exact search runs on the same grid
-            when its estimate (:func:`torch_amore.strategies.exact.estimate_cost`, grid-cell updates) is at most this
-            (default 5e7: a tenth to a fifth of a second on one CPU thread, about what the beam takes on such data;
-            narrow tabular data qualifies, a 10,000 x 128 latent layer does not), and the beam strategy also takes its
-            best rule set as a candidate; 0 never. At ``max_length = 1`` the optimum costs one pass over the per-grid
-            counts and is computed whatever this budget (but 0).
-        min_gain: the fitness a condition must add to earn its place, like scikit-learn's
-            ``min_impurity_decrease`` (default 0.001): every returned rule set with a condition whose removal lowers
-            its fitness by less than this (measured on the data searched) loses that condition, the least useful
-            first, until every condition earns it; a condition without which the rule set's confidence falls below
-            ``min_confidence`` earns its place. 0 returns the rule sets as the strategies find them.
+        exact_budget: work allowed to the exact search (grid-cell updates, about 10 ns each on one CPU thread): at
+            ``max_length <= 2`` it refuses up front when its estimate exceeds it; at ``max_length = 3`` the branch and
+            bound stops there and says so (:mod:`torch_amore.strategies.exact`).
+        optimum_budget: work allowed to compute :attr:`torch_amore.RuleSet.optimum` for the ``"beam"`` and
+            ``"paper"`` strategies: at ``max_length <= 2`` the exact search runs on the same grid when its estimate
+            (:func:`torch_amore.strategies.exact.estimate_cost`) is at most this (default 5e7: a tenth to a fifth of
+            a second on one CPU thread), and the beam also takes its best rule set as a candidate; 0 never. At
+            ``max_length = 1`` the optimum is one pass over the per-grid counts, computed whatever this budget (but 0).
+        min_gain: the fitness a condition must add to earn its place, like scikit-learn's ``min_impurity_decrease``
+            (default 0.001): a condition whose removal lowers the fitness (on the data searched) by less is removed,
+            the least useful first, unless the confidence would fall below ``min_confidence``. 0 keeps the rule sets
+            as the strategies find them.
         holdout: a fraction in (0, 1) of the rows held out of the search, stratified by the target and drawn with
             ``seed`` (:mod:`torch_amore.search.evidence_split`); every returned rule set gets its numbers there,
             :attr:`torch_amore.RuleSet.held_out`. ``None`` (default): no rows held out (or those of ``holdout_rows=``).
@@ -205,10 +201,8 @@ class SearchOptions:
 
     @classmethod
     def resolve(cls, options: SearchOptions | Mapping[str, Any] | None = None, /, **overrides: Any) -> SearchOptions:
-        """``options`` (an instance, a mapping of option names or None for the defaults) with ``overrides`` applied.
-
-        Unknown names raise ``TypeError`` naming them and suggesting the closest option.
-        """
+        """``options`` (an instance, a mapping or None for the defaults) with ``overrides`` applied; unknown names are
+        a ``TypeError`` suggesting the closest option."""
         if options is None:
             base: dict[str, Any] = {}
         elif isinstance(options, SearchOptions):
@@ -232,8 +226,8 @@ class SearchOptions:
         return auto_min_support(n_samples, subgroup_size) if given is None else given
 
     def given_support_count(self, n_samples: int) -> int | None:
-        """The count of samples meant by a given :attr:`min_support` on ``n_samples`` rows (a ``ValueError`` when it
-        exceeds them), ``None`` for the default, which depends on the subgroup (:func:`auto_min_support`).
+        """The count meant by a given :attr:`min_support` on ``n_samples`` rows (a ``ValueError`` above them), ``None``
+        for the default, which depends on the subgroup.
 
         Example:
             >>> SearchOptions(min_support=0.1).given_support_count(1000), SearchOptions().given_support_count(1000)
@@ -242,14 +236,13 @@ class SearchOptions:
         return None if self.min_support is None else A.resolve_min_support(self.min_support, n_samples)
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as a JSON-safe dict (tuples as lists); :meth:`from_dict` (or ``SearchOptions(**d)``) gives
-        them back."""
+        """The options as a JSON-safe dict (tuples as lists), read back by :meth:`from_dict`."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchOptions:
-        """The options of a dict written by :meth:`to_dict`, validated; a field it lacks (a file written before the
-        field existed, e.g. ``min_gain``) takes its default, an unknown name is a ``TypeError``.
+        """The options of a dict written by :meth:`to_dict`, validated; a missing field takes its default, an unknown
+        name is a ``TypeError``.
 
         Example:
             >>> SearchOptions.from_dict({"max_length": 3}).min_gain

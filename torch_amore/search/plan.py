@@ -1,8 +1,7 @@
 """The plan of one search: the options and everything derived from them and the converted data, resolved once.
 
 :func:`torch_amore.extract_rules`, :meth:`torch_amore.RegionalRuleExplainer.explain` (in memory and streamed) and the
-Lightning callback each build one :class:`SearchPlan` from the converted data; the binning, the strategies and the
-explanation's parameters read it and recompute none of it (as scikit-learn resolves fractions once in ``fit``).
+Lightning callback each build one :class:`SearchPlan` from the converted data; the binning and the strategies read it.
 """
 
 from __future__ import annotations
@@ -61,10 +60,9 @@ class SearchPlan:
     ) -> SearchPlan:
         """The plan of ``n_rows`` local rows of ``n_features`` features (converted already).
 
-        ``columns``: ``features`` resolved already (e.g. before the conversion, for the memory check);
-        ``counted``: ``(rows, count)``, the count of ``options.min_support`` resolved already on this many local rows
-        (e.g. before the model ran), taken when they are ``n_rows``. A bad value, and an exact search over its
-        budget, fail here, before any binning.
+        ``columns``: ``features`` resolved already; ``counted``: ``(rows, count)``, the ``min_support`` count
+        resolved already on this many local rows, taken when they are ``n_rows``. A bad value, and an exact search
+        over its budget, fail here, before any binning.
 
         Example:
             >>> plan = SearchPlan.make(1000, 3, SearchOptions(max_length=5, min_support=0.1), features=[0, 2])
@@ -87,11 +85,9 @@ class SearchPlan:
         return cls(options, n_all, tuple(columns), tuple(names), min_support, local, target_name)
 
     def on_rows(self, n_rows: int, options: SearchOptions) -> SearchPlan:
-        """The plan on ``n_rows`` of its rows (over all ranks; e.g. a half-sample), with ``options`` changed where
-        they may differ there (e.g. ``min_support``): the count of a given ``min_support`` is taken of those rows."""
+        """The plan on ``n_rows`` of its rows (e.g. a half-sample) with ``options``, ``min_support`` counted there."""
         return replace(self, options=options, n_rows=n_rows, min_support=options.given_support_count(n_rows))
 
     def support_count(self, subgroup_size: int) -> int:
-        """The ``min_support`` count of the search: the given one, else 5 % of the rows but at most half the
-        subgroup (:func:`torch_amore.search.options.auto_min_support`)."""
+        """The ``min_support`` count of the search: the given one, else :func:`auto_min_support`'s."""
         return auto_min_support(self.n_rows, subgroup_size) if self.min_support is None else self.min_support

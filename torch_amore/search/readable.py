@@ -1,12 +1,9 @@
 """Rules from grid intervals, their bounds snapped to readable numbers that select the same samples.
 
-A search ends with intervals of grids, ``(feature, g_low, g_high)`` of a :class:`torch_amore.grids.binning.Binned` (the
-paper's grids or the beam's fine ones). Each finite bound sits on a grid edge; any number strictly above the largest
-observed value below the edge and at most the smallest observed value from it on selects the same samples, and
-:func:`torch_amore.rules.cuts.short_cut` picks the one that reads shortest. The observed neighbours of every edge of a
-search's result come from one batched pass (per-grid minima and maxima by one ``scatter_reduce`` over
-(feature, grid) of the features involved) and cross to the host in one ``.tolist()``, together with the category
-values of categorical rules; the rules are then built on the host.
+A search ends with grid intervals ``(feature, g_low, g_high)`` of a :class:`torch_amore.grids.binning.Binned`. Any
+number strictly above the largest observed value below an edge and at most the smallest observed value from it on
+selects the same samples; :func:`torch_amore.rules.cuts.short_cut` picks the shortest. The observed neighbours of
+every edge come from one batched ``scatter_reduce`` and cross to the host in one ``.tolist()``.
 """
 
 from __future__ import annotations
@@ -88,20 +85,12 @@ class ReadableRules:
         near, values = self._fetch(binned, edges, cells)
         out = []
         for (j, lo, hi), c in zip(conds, cat):
-            if c:
-                col = binned.columns[j]
-                out.append(
-                    Rule(
-                        col,
-                        self.names[col],
-                        value=values[(j, lo)],
-                        kind="cat",
-                        scale=self.scale[col],
-                        offset=self.offset[col],
-                    )
-                )
-            else:
+            if not c:
                 out.append(self._interval(binned, j, lo, hi, near, local))
+                continue
+            col = binned.columns[j]
+            scale, offset = self.scale[col], self.offset[col]
+            out.append(Rule(col, self.names[col], value=values[(j, lo)], kind="cat", scale=scale, offset=offset))
         return out
 
     def _interval(self, binned: Binned, j: int, g_low: int, g_high: int, near: dict, local: bool) -> Rule:
@@ -165,9 +154,7 @@ class ReadableRules:
         return near, dict(zip(cells, host))
 
     def _neighbours(self, binned: Binned, edges: list[tuple[int, int]]) -> torch.Tensor:
-        """(2, E): per edge ``(j, g)``, the largest observed value in grids < g and the smallest in grids >= g, from
-        per-(feature, grid) minima and maxima of the features involved (one scatter each, reduced over the shards of a
-        DDP run)."""
+        """(2, E): per edge ``(j, g)``, the largest observed value in grids < g and the smallest in grids >= g."""
         X = self.X
         dt = binned.thresholds.dtype
         feats = sorted({j for j, _ in edges})
@@ -182,7 +169,7 @@ class ReadableRules:
         vdt = X.dtype if X.is_floating_point() else dt
         lows, highs = _cell_extremes(binned, X, fidx, cidx, width, vdt)
         lows, highs = lows.view(nf, width)[:, :-1].to(dt), highs.view(nf, width)[:, :-1].to(dt)
-        if D.is_sharded():  # reduced over the shards of a DDP run
+        if D.is_sharded():
             lows, highs = D.all_reduce_min(lows.contiguous()), D.all_reduce_max(highs.contiguous())
         above = lows.flip(1).cummin(1).values.flip(1)  # the smallest value in grids >= g
         below = highs.cummax(1).values  # the largest value in grids <= g
@@ -192,9 +179,8 @@ class ReadableRules:
 def _cell_extremes(
     binned: Binned, X: torch.Tensor, fidx: torch.Tensor, cidx: torch.Tensor, width: int, vdt: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(F' x width,) minima and maxima of the values of X's columns ``cidx`` per grid cell of the searched features
-    ``fidx`` (``+inf``/``-inf`` for empty cells), in ``vdt``; features a few at a time (about
-    :data:`_SCATTER_VALUES` values), into reused buffers."""
+    """(F' x width,) minima and maxima (``+inf``/``-inf`` if empty) in ``vdt`` of X's columns ``cidx`` per grid cell of
+    the searched features ``fidx``, about :data:`_SCATTER_VALUES` values at a time, into reused buffers."""
     n, nf = X.shape[0], len(fidx)
     lows = torch.full((nf * width,), math.inf, dtype=vdt, device=X.device)
     highs = torch.full((nf * width,), -math.inf, dtype=vdt, device=X.device)

@@ -1,29 +1,14 @@
 """Rules from a source of batches larger than memory: the search on each value's grid code.
 
 :func:`prepare_stream` reads a re-iterable source of ``(X_batch, target_batch)`` (:mod:`torch_amore.data.stream_source`)
-in passes, each with its progress bar:
+in passes: first the exact column facts, the target's count and declared categories (so uniform grids equal the
+in-memory ones; quantile and k-means grids come from :mod:`torch_amore.grids.stream_sketch`), then each value's grid
+code, column-major, with per (feature, grid) the smallest and largest observed value. A pass holds one batch; with
+codes on disk, freed heap pages and the codes' mapped pages are handed back as it goes, so what stays resident does
+not grow with the rows.
 
-1. **Column facts** (:mod:`torch_amore.data.column_stats`: minimum, maximum, integrality, infinities, in original units
-   too when asked for), the target's count, the distinct values of declared categorical columns and the rows'
-   fingerprint. These facts are exact (minima, maxima and counts do not depend on how rows are cut into batches), so
-   the uniform grids equal the in-memory ones. Quantile and k-means grids come from a histogram sketch
-   (:mod:`torch_amore.grids.stream_sketch`), read in a pass of their own (k-means: and a few passes reading the values
-   of the bins its cluster bounds fall in, after which its edges equal the in-memory ones).
-2. **Codes**: each value's grid code (:func:`torch_amore.grids.edges.codes_from_thresholds`; one byte for up to 254
-   grids), the target bits, and for the beam strategy the fine grids' codes
-   (:func:`torch_amore.grids.fine_grid.fine_binning`; two bytes), column-major. With them, per (feature, grid) the
-   smallest and largest observed value of both binnings (:class:`torch_amore.search.readable.ReadableRules`).
-
-A pass holds one batch (none while the source makes the next) and the temporaries of a piece of it; with codes on
-disk, the heap's free pages (:func:`torch_amore.data.heap.trim_heap`) and the codes' mapped pages are handed back as
-the pass goes, so what stays resident does not grow with the rows.
-
-The strategies then run on the codes, as in memory but with no row lists: the rule tree and the beam count their
-nodes from the nodes' conditions, a chunk of rows at a time (:mod:`torch_amore.grids.box_counts`). The beam's polish
-gathers the columns its rule sets use in one more pass and polishes a few rule sets at a time
-(:data:`POLISH_MASK_BYTES`). Pruning by ``min_gain`` packs each rule's mask, a bit a row, in a pass of its own
-(:func:`torch_amore.rules.pruning.prune_rule_sets_batches`); the same-mask check
-(:func:`torch_amore.rules.masks.drop_same_mask`) compares masks batch by batch in a last pass. The rule lists equal
+The strategies then count their nodes from the codes a chunk of rows at a time (:mod:`torch_amore.grids.box_counts`);
+the polish, pruning by ``min_gain`` and the same-mask check each read the source once more. The rule lists equal
 those of the in-memory search on the concatenated batches.
 """
 
@@ -219,9 +204,8 @@ class _Codes:
         self.disk.trim()  # on disk: the pages just written leave the resident set
 
     def _extend(self, key: str, codes: torch.Tensor, sub: torch.Tensor, index: torch.Tensor) -> None:
-        """Fold the values ``sub`` (n, F') of the searched columns into the extremes per (feature, cell), their cells
-        ``codes`` (n, F') (what :func:`torch_amore.search.readable._cell_extremes` computes over all rows); ``index``:
-        int64 scratch of at least n rows."""
+        """Fold the values ``sub`` (n, F') into the extremes per (feature, cell) ``codes`` (n, F'); ``index``: int64
+        scratch of at least n rows."""
         lows, highs = self.extremes[key]
         idx = torch.add(codes, self.offsets[key], out=index[: codes.shape[0]]).view(-1)
         values = sub.contiguous().view(-1)
@@ -246,10 +230,9 @@ def prepare_stream(
     local_x: Any = None,
     counted: tuple[int, int | None] | None = None,
 ) -> StreamExtractor:
-    """:func:`torch_amore.search.extract.prepare` for a source of batches: the passes of the module, then an extractor
-    searching on the codes (``codes_dir``: in memory-mapped files of a fresh folder there,
-    :mod:`torch_amore.data.stream_disk`, removed by :meth:`StreamExtractor.close`). The first pass gives the plan
-    (:class:`torch_amore.search.plan.SearchPlan`, :attr:`StreamExtractor.plan`), which :func:`search_stream` follows.
+    """:func:`torch_amore.search.extract.prepare` for a source of batches: an extractor searching on the codes
+    (``codes_dir``: in memory-mapped files of a fresh folder there, removed by :meth:`StreamExtractor.close`), whose
+    :attr:`StreamExtractor.plan` comes from the first pass.
 
     Example:
         >>> import torch
@@ -386,9 +369,8 @@ class StreamExtractor(Extractor):
         return out
 
     def polish_goals(self, rule_sets: list[RuleSet], min_support: int, goals: list[float | None]) -> list[RuleSet]:
-        """:meth:`Extractor.polish` on the observed values of the rule sets' features only (one pass gathers them);
-        with codes on disk, each step sorts and scans its rule set's values in bounded memory
-        (:mod:`torch_amore.strategies.polish.scanned_cuts`)."""
+        """:meth:`Extractor.polish` on the values of the rule sets' features, gathered in one pass (with codes on disk,
+        sorted and scanned in bounded memory)."""
         cols = sorted({r.feature for rs in rule_sets for r in rs.rules})
         X = self.gather(cols, f"polish ({len(cols)} columns)")
         where = {c: i for i, c in enumerate(cols)}
@@ -416,8 +398,7 @@ class StreamExtractor(Extractor):
         )
 
     def _pass_of(self, what: str) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
-        """A zero-argument callable: one pass over the source's batches, with its progress bar (every pass of the
-        search: the polish's columns, pruning by ``min_gain``, the same-mask check)."""
+        """A zero-argument callable: one pass over the source's batches, with its progress bar."""
 
         def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             bar = progress_bar(self.progress, desc=what, unit="rows", total=self.source.rows)
