@@ -109,7 +109,7 @@ class AllRows:
         key = (numeric, exact32)
         if key not in self._supports:
             jj, kk = torch.triu_indices(len(numeric), len(numeric), 1, device=grams.device)
-            self._supports[key] = rectangle_counts(grams[jj, :, kk, :])
+            self._supports[key] = rectangle_counts(grams[jj, :, kk, :], exact32=exact32)
         return self._supports[key]
 
     def cells_of(self, cond: tuple[int, int, int]) -> tuple[int, int, int] | None:

@@ -15,6 +15,7 @@ rectangles need not be tight. The default strategy seeds only searches for rule 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import torch
@@ -112,22 +113,31 @@ def _counts(
     return all_rows.counts[numeric_t], target_counts[numeric_t]
 
 
-def rectangle_counts(h: torch.Tensor) -> torch.Tensor:
+@functools.lru_cache(maxsize=8)
+def _in_rectangle(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(G G, nI nI) 0/1: whether each cell of a pair of features lies in each rectangle (``G`` = :data:`SEED_GRIDS`,
+    the ``nI`` ranges of :func:`torch.triu_indices`), cached."""
+    s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
+    cells = torch.arange(SEED_GRIDS, device=device)
+    inside = ((cells >= s[:, None]) & (cells < e[:, None])).to(dtype)  # (nI, G)
+    return torch.einsum("ai,bj->ijab", inside, inside).reshape(SEED_GRIDS**2, -1)
+
+
+def rectangle_counts(h: torch.Tensor, *, exact32: bool = False) -> torch.Tensor:
     """(P, nI, nI) counts of every rectangle of the (P, G, G) 2-D cell counts ``h`` (``G`` = :data:`SEED_GRIDS`): a
     range of cells of each feature, ``nI`` ranges per feature (``s < e`` of :func:`torch.triu_indices`), in ``h``'s
-    dtype.
+    dtype: one matrix product with the cells' membership, in float32 with ``exact32`` (every count below 2**24),
+    else float64 (sums of nonnegative integers, none above the total: exact).
 
     Example:
-        >>> h = torch.zeros(1, SEED_GRIDS, SEED_GRIDS)
+        >>> h = torch.zeros(1, SEED_GRIDS, SEED_GRIDS, dtype=torch.long)
         >>> h[0, 0, 0], h[0, 1, 2] = 3, 4
         >>> rectangle_counts(h).amax().item(), rectangle_counts(h)[0, 0, 0].item()  # all cells; cell (0, 0)
-        (7.0, 3.0)
+        (7, 3)
     """
-    s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=h.device)
-    c = torch.zeros(h.shape[0], SEED_GRIDS + 1, SEED_GRIDS + 1, dtype=h.dtype, device=h.device)
-    c[:, 1:, 1:] = h.cumsum(1).cumsum(2)
-    rows = c.index_select(1, e) - c.index_select(1, s)  # (P, nI, G + 1): each interval of the first feature
-    return rows.index_select(2, e) - rows.index_select(2, s)  # (P, nI, nI)
+    n_int, dt = SEED_GRIDS * (SEED_GRIDS + 1) // 2, torch.float32 if exact32 else torch.float64
+    out = h.reshape(h.shape[0], -1).to(dt) @ _in_rectangle(dt, h.device)
+    return out.view(h.shape[0], n_int, n_int).to(h.dtype)
 
 
 def pair_seeds(
@@ -183,16 +193,17 @@ def pair_seeds(
     every = None if all_rows is None else all_rows.pair_supports(tuple(numeric_ids), full_lut, exact32)
     if every is None:  # the 2-D counts of all and of the target rows in the coarse cells of the kept features
         grams = [pair_histograms(codes_t, lut, SEED_GRIDS, c, exact32=exact32) for c in (None, t_rows)]
-        sup, hits = (rectangle_counts(D.all_reduce_sum(g)[jj, :, kk, :]) for g in grams)  # (P, G, G) of each pair
+        pairs = (D.all_reduce_sum(g)[jj, :, kk, :] for g in grams)  # (P, G, G) of each pair
+        sup, hits = (rectangle_counts(g, exact32=exact32) for g in pairs)
     else:  # all rows' rectangles of every numeric pair, made once (those of the kept pairs); the target's counted
         a, b, m = rows_kept[jj], rows_kept[kk], len(numeric_ids)
         sup = every.index_select(0, a * (2 * m - a - 1) // 2 + b - a - 1)  # triu_indices' order of (a, b)
         gram = D.all_reduce_sum(pair_histograms(codes_t, lut, SEED_GRIDS, t_rows, exact32=exact32))
-        hits = rectangle_counts(gram[jj, :, kk, :])
+        hits = rectangle_counts(gram[jj, :, kk, :], exact32=exact32)
     s, e = torch.triu_indices(SEED_GRIDS + 1, SEED_GRIDS + 1, 1, device=device)
     proper = ~((s == 0) & (e == SEED_GRIDS))  # a cell range short of everything
-    ok = (sup >= min_support) & proper[None, :, None] & proper[None, None, :]
-    value = torch.where(ok, fitness_value(hits, sup), torch.full_like(sup, -(1 << 62))).flatten(1)
+    improper = ~(proper[:, None] & proper[None, :])  # (nI, nI)
+    value = fitness_value(hits, sup).masked_fill_((sup < min_support) | improper, -(1 << 62)).flatten(1)
     best, arg = value.max(1)
     order = torch.argsort(-best, stable=True)[:n_pairs]
     n_int = s.numel()
