@@ -126,8 +126,9 @@ def _in_rectangle(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 def rectangle_counts(h: torch.Tensor, *, exact32: bool = False) -> torch.Tensor:
     """(P, nI, nI) counts of every rectangle of the (P, G, G) 2-D cell counts ``h`` (``G`` = :data:`SEED_GRIDS`): a
     range of cells of each feature, ``nI`` ranges per feature (``s < e`` of :func:`torch.triu_indices`), in ``h``'s
-    dtype: one matrix product with the cells' membership, in float32 with ``exact32`` (every count below 2**24),
-    else float64 (sums of nonnegative integers, none above the total: exact).
+    dtype: one matrix product with the cells' membership, in float32 with ``exact32`` (every count below 2**24) on
+    the CPU, else float64 (sums of nonnegative integers, none above the total: exact; a GPU may multiply float32 in
+    TF32, which rounds counts above 2**11).
 
     Example:
         >>> h = torch.zeros(1, SEED_GRIDS, SEED_GRIDS, dtype=torch.long)
@@ -135,7 +136,8 @@ def rectangle_counts(h: torch.Tensor, *, exact32: bool = False) -> torch.Tensor:
         >>> rectangle_counts(h).amax().item(), rectangle_counts(h)[0, 0, 0].item()  # all cells; cell (0, 0)
         (7, 3)
     """
-    n_int, dt = SEED_GRIDS * (SEED_GRIDS + 1) // 2, torch.float32 if exact32 else torch.float64
+    n_int = SEED_GRIDS * (SEED_GRIDS + 1) // 2
+    dt = torch.float32 if exact32 and h.device.type == "cpu" else torch.float64
     out = h.reshape(h.shape[0], -1).to(dt) @ _in_rectangle(dt, h.device)
     return out.view(h.shape[0], n_int, n_int).to(h.dtype)
 
