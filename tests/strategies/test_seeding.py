@@ -63,3 +63,19 @@ def test_shared_counts_of_all_rows_give_the_counted_seeds(monkeypatch) -> None:
             given = {"all_rows": shared, "target_counts": shared.target_counts(t)}
             assert pair_seeds(fine, t, 100, 6, **given) == pair_seeds(fine, t, 100, 6)
         assert shared._supports  # made once, read by each
+
+
+def test_rectangle_counts_equal_a_literal_sum_of_cells() -> None:
+    """Every rectangle (a range of cells of each feature) holds the sum of its cells, in float32 and float64 alike,
+    for counts up to 2**23 (float32's products stay exact below 2**24)."""
+    g = seeding.SEED_GRIDS
+    h = torch.randint(0, 1 << 16, (3, g, g), generator=torch.Generator().manual_seed(0))
+    s, e = torch.triu_indices(g + 1, g + 1, 1).tolist()
+    expected = torch.tensor(
+        [[[int(h[p, s[i] : e[i], s[j] : e[j]].sum()) for j in range(len(s))] for i in range(len(s))] for p in range(3)]
+    )
+    assert int(expected.max()) < 1 << 24
+    for exact32 in (False, True):
+        got = seeding.rectangle_counts(h, exact32=exact32)
+        assert got.dtype == h.dtype
+        assert torch.equal(got, expected)
