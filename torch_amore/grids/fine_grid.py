@@ -211,7 +211,7 @@ def _write_codes(
     ``grid``: (lower ends, cells per unit, ``n_fine``, missing code); ``base_codes``: the base codes that categorical
     features keep (``None``: none), ``base_nan`` their missing code."""
     lo0, scale, n_fine, nan_code = grid
-    step, dt = work.shape[0], work.dtype
+    step = work.shape[0]
     # the chunks as views made by one operation each (the loop runs many times on big data)
     parts = zip(
         sub.split(step), codes_t.T.split(step), itertools.repeat(None) if base_codes is None else base_codes.split(step)
@@ -221,9 +221,8 @@ def _write_codes(
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
         # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
         torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
-        if codes is not None:  # the base binning's categories; its missing code becomes NaN, then this grid's
-            cat = codes.to(dt).masked_fill_(codes == base_nan, math.nan)
-            c = torch.where(is_cat, cat, c)
+        if codes is not None:  # the base binning's categories, in place; its missing code becomes NaN, then this grid's
+            torch.where(is_cat, codes, c, out=c).masked_fill_(torch.eq(codes, base_nan).logical_and_(is_cat), math.nan)
         dst.copy_(c.nan_to_num_(nan=nan_code))
 
 
