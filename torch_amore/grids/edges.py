@@ -198,11 +198,11 @@ def _kmeans_sorted(
         vals = sort_values(X[:, f0:f1].t(), dim=1).to(centres.dtype).contiguous()  # (f, N), NaN last
         missing = torch.isnan(vals)
         n_valid = (~missing).sum(1, keepdim=True)
-        limbs = E.to_fixed_point(vals.masked_fill_(missing, 0.0), exps[f0:f1], dim=0)  # (2, f, N)
-        vals.masked_fill_(missing, math.inf)  # a proper sort order for searchsorted
-        prefix = limbs.new_empty(2, f1 - f0, n + 1)  # (2, f, N+1); fresh pages are filled once, by the sums
+        prefix = torch.empty(2, f1 - f0, n + 1, dtype=torch.long, device=X.device)  # (2, f, N+1): limbs, then sums
         prefix[:, :, 0] = 0
-        torch.cumsum(limbs, dim=2, out=prefix[:, :, 1:])
+        sums = E.to_fixed_point(vals.masked_fill_(missing, 0.0), exps[f0:f1], dim=0, out=prefix[:, :, 1:])
+        vals.masked_fill_(missing, math.inf)  # a proper sort order for searchsorted
+        sums.cumsum_(2)  # in place: no second table
         scale = E.fixed_point_scale(exps[f0:f1], centres.dtype)[:, None]
         first, col_tol = torch.zeros_like(n_valid), tol[f0:f1, None]
         c = torch.sort(out[f0:f1], dim=1).values

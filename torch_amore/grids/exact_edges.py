@@ -52,20 +52,25 @@ def fixed_point_exponents(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
     return exps.to(lo.device)
 
 
-def to_fixed_point(values: torch.Tensor, exponents: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def to_fixed_point(
+    values: torch.Tensor, exponents: torch.Tensor, dim: int = -1, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """(2, N, F) int64 limbs ``(high, low)`` with ``values ~= (high * 2**26 + low) * 2**(e - 52)`` per column.
 
     Each value is rounded to the nearest multiple of ``2**(e - 52)``; ``|high| <= 2**26`` and ``0 <= low < 2**26``,
     so sums of up to ``2**36`` rows cannot overflow. NaN must be replaced first. ``dim``: the dimension the exponents
-    run along (``dim=0`` for an (F, N) table).
+    run along (``dim=0`` for an (F, N) table); ``out``: where to write the limbs (fresh when ``None``).
     """
     dim = dim % values.ndim
     shift = (52 - exponents).to(values.device, values.dtype).reshape((-1,) + (1,) * (values.ndim - 1 - dim))
-    scaled = torch.ldexp(values, shift).round_()
-    out = torch.empty((2,) + scaled.shape, dtype=torch.int64, device=scaled.device)
-    out[1].copy_(scaled)  # the integers, converted in place: no int64 temporary (fresh pages at a new size)
-    torch.bitwise_right_shift(out[1], LIMB_BITS, out=out[0])
-    out[1].bitwise_and_((1 << LIMB_BITS) - 1)  # = scaled - (high << bits): two's complement
+    if out is None:
+        out = torch.empty((2,) + values.shape, dtype=torch.int64, device=values.device)
+    high, low = out.unbind(0)
+    # float64 values are scaled in the high limb's memory (its bytes, viewed as float64): no temporary
+    scaled = torch.ldexp(values, shift, out=high.view(values.dtype) if values.dtype == torch.float64 else None)
+    low.copy_(scaled.round_())  # the integers, converted in place: no int64 temporary (fresh pages at a new size)
+    torch.bitwise_right_shift(low, LIMB_BITS, out=high)
+    low.bitwise_and_((1 << LIMB_BITS) - 1)  # = scaled - (high << bits): two's complement
     return out
 
 
