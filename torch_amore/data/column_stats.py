@@ -61,14 +61,16 @@ def chunk_len(n_rows: int, n_cols: int, elements: int | None = None) -> int:
 
 def pass_rows(n_rows: int, n_cols: int, elements: int, max_chunks: int | None = None) -> int:
     """Rows per chunk of a pass over an (``n_rows``, ``n_cols``) matrix: about ``elements`` values, at most
-    ``max_chunks`` chunks.
+    ``max_chunks`` chunks, the rows shared evenly among the chunks (no small last chunk: the scratch of a chunk is
+    no larger than the rows need).
 
     Example:
-        >>> pass_rows(10_000, 16, 1 << 20), pass_rows(1_000_000, 128, 1 << 20)
-        (65536, 83334)
+        >>> pass_rows(10_000, 16, 1 << 20), pass_rows(1_000_000, 128, 1 << 20), pass_rows(70_000, 15, 1 << 20)
+        (10000, 83334, 35000)
     """
     n_chunks = MAX_PASS_CHUNKS if max_chunks is None else max_chunks
-    return max(chunk_len(n_rows, n_cols, elements), -(-n_rows // n_chunks))
+    rows = max(chunk_len(n_rows, n_cols, elements), -(-n_rows // n_chunks))
+    return -(-n_rows // -(-n_rows // rows)) if n_rows else rows
 
 
 def original_units(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
