@@ -221,9 +221,10 @@ def _write_codes(
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
         # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
         torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
-        if codes is not None:  # the base binning's categories, in place; its missing code becomes NaN, then this grid's
-            torch.where(is_cat, codes, c, out=c).masked_fill_(torch.eq(codes, base_nan).logical_and_(is_cat), math.nan)
         dst.copy_(c.nan_to_num_(nan=nan_code))
+        if codes is not None:  # the base binning's categories over them (as int16: a small copy), missing: nan_code
+            missing = torch.eq(codes, base_nan).logical_and_(is_cat)
+            torch.where(is_cat, codes, dst, out=dst).masked_fill_(missing, nan_code)
 
 
 def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinned:
