@@ -36,6 +36,7 @@ class _Refining:
     device: torch.device
     st: torch.Tensor
     cols: list[torch.Tensor]
+    stacked: torch.Tensor  # (L, S, N): ``codes`` stacked
     codes: tuple[torch.Tensor, ...]
     weights: torch.Tensor
     wide: int
@@ -49,6 +50,19 @@ class _Refining:
     tie: torch.Tensor
     score: torch.Tensor
 
+    def keep(self, at: list[int]) -> None:
+        """Only the states ``at`` (rows of the batch) from now on: their rows of every table, each state's codes moved
+        to the bins of its new row."""
+        both = tensor_on([[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device)
+        idx, shift = both[:, 0], both[:, 1:]
+        self.stacked = self.stacked.index_select(1, idx).add_(shift)
+        self.codes = self.stacked.unbind(0)
+        self.sat = [m.index_select(0, idx) for m in self.sat]
+        self.n_bins, self.is_cat = (tuple(t.index_select(0, idx) for t in ts) for ts in (self.n_bins, self.is_cat))
+        self.st, self.score = self.st.index_select(0, idx), self.score.index_select(0, idx)
+        self.n_states, self.offsets = len(at), self.offsets[: len(at)]
+        self.weights = self.weights[: len(at) * self.codes[0].shape[1]]
+
 
 def _refined_states(states: list[State], out_rows: list[list], length: int) -> list[State]:
     """The states of :meth:`BeamSearch._refine` from the rows it read (a state that did not move is returned)."""
@@ -60,21 +74,16 @@ def _refined_states(states: list[State], out_rows: list[list], length: int) -> l
     return out
 
 
-def _masked_counts(
-    idx: torch.Tensor, inside: torch.Tensor, size: int, weights: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Counts of all and of the target samples per bin where ``inside``, from one ``bincount``: ``idx`` (flattened)
-    is ``2 * bin + is_target`` with bins in ``[0, size)``. Exact counts from 0/1 weights written into ``weights`` (a
-    float buffer as long as ``idx``, reused: fresh memory of this size is slow to touch), or, where weighted
-    ``bincount`` is not allowed (CUDA under ``torch.use_deterministic_algorithms``), from indices moved to a spare
-    bin."""
+def _masked_counts(idx: torch.Tensor, inside: torch.Tensor, size: int, weights: torch.Tensor) -> torch.Tensor:
+    """(2 size,) counts of the other samples (at ``2 * bin``) and of the target samples (at ``2 * bin + 1``) per bin
+    where ``inside``, from one ``bincount``: ``idx`` (flattened) is ``2 * bin + is_target`` with bins in ``[0, size)``.
+    Exact counts from 0/1 weights written into ``weights`` (a float buffer as long as ``idx``, reused: fresh memory of
+    this size is slow to touch), or, where weighted ``bincount`` is not allowed (CUDA under
+    ``torch.use_deterministic_algorithms``), from indices moved to a spare bin."""
     if idx.is_cuda and torch.are_deterministic_algorithms_enabled():
         spare = torch.full_like(idx, 2 * size)
-        both = counting.bincount(torch.where(inside, idx, spare), 2 * size + 1)[: 2 * size]
-    else:
-        both = counting.bincount(idx, 2 * size, weights.copy_(inside)).round_().long()
-    both = both.view(size, 2)
-    return both.sum(1), both[:, 1]
+        return counting.bincount(torch.where(inside, idx, spare), 2 * size + 1)[: 2 * size]
+    return counting.bincount(idx, 2 * size, weights.copy_(inside)).round_().long()
 
 
 class Refinement:
@@ -90,9 +99,10 @@ class Refinement:
         (ties: the smallest kappa) where its key beats the state's own (``torch.where``, on the device). A round
         that moves nothing is a fixed point (at most 8 rounds). After the first round only the positions whose other
         intervals moved since they were last cut are cut again: the others would find the interval they hold, which
-        never loses to itself, so the result is that of every position every round. One ``tolist`` reads the result
-        and which positions moved after the first round, then one after each later cut (a later round often cuts
-        one position, finds it in place, and stops early).
+        never loses to itself, so the result is that of every position every round; likewise a state none of whose
+        positions moved in the first round is at its fixed point, and where at most half the states moved, the later
+        rounds leave the others out. One ``tolist`` reads the result and which positions moved after the first round,
+        then one after each later cut (a later round often cuts one position, finds it in place, and stops early).
         """
         if not states or len(states[0].conds) < 2:
             return states  # a single condition is already the best interval of its feature
@@ -108,15 +118,21 @@ class Refinement:
         length = r.length
         # when each position was last cut and last moved (for some state of the batch), counted in steps
         cut, move = [-1] * length, [-1] * length
-        steps, out_rows = 0, []
+        steps, rows, active = 0, [[]] * len(states), list(range(len(states)))  # each state's last row; those moving
         for rnd in range(8):
-            out_rows, any_move, steps = self._refine_round(r, rnd, cut, move, steps, min_support, obj, out_rows)
+            out_rows, any_move, steps = self._refine_round(r, rnd, cut, move, steps, min_support, obj)
+            for i, row in zip(active, out_rows):
+                rows[i] = row
             if not any_move:
                 break
+            moving = [a for a, row in enumerate(out_rows) if any(row[2 * length + 2 :])]
+            if rnd == 0 and 2 * len(moving) <= len(active):  # fewer rows for every later cut, for a few operations
+                r.keep(moving)
+                active = moving
         del r
         if getattr(self, "row_chunk", None) is not None:  # bounded memory: the tables' freed pages go back at once
             trim_heap()
-        return _refined_states(states, out_rows, length)
+        return _refined_states(states, rows, length)
 
     def _refine_round(
         self,
@@ -127,14 +143,13 @@ class Refinement:
         steps: int,
         min_support: int,
         obj: Objective,
-        out_rows: list,
     ) -> tuple[list, bool, int]:
         """Round ``rnd`` of :meth:`_refine`: each position cut unless it holds its best. ``cut`` and ``move`` (the
-        step at which each position was last cut, last moved) are updated in place; returns the rows read last,
-        whether some position moved, and the step count."""
+        step at which each position was last cut, last moved) are updated in place; returns the rows read last
+        (none when no position was cut), whether some position moved, and the step count."""
         length = r.length
         moved = torch.zeros(r.n_states, length, dtype=torch.long, device=r.device)
-        any_move = False
+        any_move, out_rows = False, []
         for k in range(length):
             if rnd and not any(move[m] > cut[k] for m in range(length) if m != k):
                 continue  # its other intervals are where they were when it was last cut: it holds its best
@@ -172,7 +187,8 @@ class Refinement:
         short = getattr(self, "row_chunk", None) is not None and 2 * n_states * wide < (1 << 15)
         idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
-        codes = codes.add_(offsets.to(idt)).mul_(2).add_(self.target.to(idt)).unbind(0)  # in place
+        stacked = codes.add_(offsets.to(idt)).mul_(2).add_(self.target.to(idt))  # in place
+        codes = stacked.unbind(0)
         # lows, then highs: (S, 1) each, in the codes' dtype (a mixed-dtype comparison is several times slower)
         lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(idt) for h in (0, 1))
         bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
@@ -190,6 +206,7 @@ class Refinement:
             device,
             st,
             cols,
+            stacked,
             codes,
             weights,
             wide,
@@ -208,9 +225,9 @@ class Refinement:
         """One step of :meth:`_refine`: every state's condition at position ``k`` re-optimised given the others;
         ``r`` updated in place. Returns which states moved."""
         inside = functools.reduce(torch.logical_and, [r.sat[m] for m in range(r.length) if m != k])
-        tot, tgt = _masked_counts(r.codes[k].reshape(-1), inside.view(-1), r.n_states * r.wide, r.weights)
-        tot = D.all_reduce_sum(tot).view(r.n_states, r.wide)[:, : self.width]
-        tgt = D.all_reduce_sum(tgt).view(r.n_states, r.wide)[:, : self.width]
+        both = _masked_counts(r.codes[k].reshape(-1), inside.view(-1), r.n_states * r.wide, r.weights)
+        both = D.all_reduce_sum(both).view(r.n_states, r.wide, 2)[:, : self.width]
+        tot, tgt = both.sum(2), both[..., 1]
         b = best_intervals_dense(
             tot,
             tgt,
@@ -228,8 +245,9 @@ class Refinement:
         if r.n_k > 1:
             pick = (found * r.n_k + r.tie).argmax(1, keepdim=True)  # (S, 1)
             found, new = found.gather(1, pick), new.gather(1, pick + torch.arange(4, device=r.device) * r.n_k)
-        better = found[:, 0] > r.score
-        r.score = torch.where(better, found[:, 0], r.score)
+        found = found[:, 0]
+        better = found > r.score
+        r.score = torch.where(better, found, r.score)
         new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
         r.st.index_copy_(1, r.cols[k], new)
         lo_hi = (2 * (new[:, :2] + r.offsets)).to(r.codes[k].dtype)
