@@ -40,7 +40,7 @@ class _Refining:
     codes: tuple[torch.Tensor, ...]
     weights: torch.Tensor
     wide: int
-    offsets: torch.Tensor
+    edges: torch.Tensor
     sat: list[torch.Tensor]
     n_bins: tuple[torch.Tensor, ...]
     is_cat: tuple[torch.Tensor, ...]
@@ -60,7 +60,7 @@ class _Refining:
         self.sat = [m.index_select(0, idx) for m in self.sat]
         self.n_bins, self.is_cat = (tuple(t.index_select(0, idx) for t in ts) for ts in (self.n_bins, self.is_cat))
         self.st, self.score = self.st.index_select(0, idx), self.score.index_select(0, idx)
-        self.n_states, self.offsets = len(at), self.offsets[: len(at)]
+        self.n_states, self.edges = len(at), self.edges[: len(at)]
         self.weights = self.weights[: len(at) * self.codes[0].shape[1]]
 
 
@@ -180,18 +180,19 @@ class Refinement:
         wdt = torch.float32 if n < (1 << 24) or device.type == "mps" else torch.float64
         weights = torch.empty(n_states * n, dtype=wdt, device=device)  # reused by every count below
         wide = self.width + 1  # the code ``width`` (missing) lands in a column that is dropped
-        offsets = torch.arange(n_states, device=device)[:, None] * wide  # each state's bins
-        # per position (S, N): 2 x (code shifted to its state's bins) + is_target, the bincount index of both counts
-        # (code >= low <=> index >= 2 low, code <= high <=> index <= 2 high + 1: conditions on doubled bounds)
+        # each state's bins start at ``state x wide``; per position (S, N): 2 x (code shifted to its state's bins) +
+        # is_target, the bincount index of both counts (code >= low <=> index >= 2 low, code <= high <=> index <= 2
+        # high + 1: conditions on doubled bounds, from ``edges`` (S, 2): 2 x the state's first bin, and that + 1)
+        edges = tensor_on([[2 * i * wide, 2 * i * wide + 1] for i in range(n_states)], device=device)
         # int32, or with bounded memory (``row_chunk``) int16 where every index fits (half the bytes per row)
         short = getattr(self, "row_chunk", None) is not None and 2 * n_states * wide < (1 << 15)
         idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
-        stacked = codes.add_(offsets.to(idt)).mul_(2).add_(self.target.to(idt))  # in place
+        stacked = codes.mul_(2).add_(edges[:, :1].to(idt)).add_(self.target.to(idt))  # in place
         codes = stacked.unbind(0)
         # lows, then highs: (S, 1) each, in the codes' dtype (a mixed-dtype comparison is several times slower)
-        lows, highs = ((2 * (st[:, h * length : (h + 1) * length] + offsets) + h).to(idt) for h in (0, 1))
-        bounds = torch.cat([lows, highs], 1).T[..., None].unbind(0)
+        bounds = torch.add(edges.repeat_interleave(length, 1), st[:, : 2 * length], alpha=2).to(idt)
+        bounds = bounds.T[..., None].unbind(0)
         sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         # per position: whether some state's feature there is a category (else the tables skip the categories' path)
@@ -210,7 +211,7 @@ class Refinement:
             codes,
             weights,
             wide,
-            offsets,
+            edges,
             sat,
             n_bins,
             is_cat,
@@ -250,6 +251,6 @@ class Refinement:
         r.score = torch.where(better, found, r.score)
         new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
         r.st.index_copy_(1, r.cols[k], new)
-        lo_hi = (2 * (new[:, :2] + r.offsets)).to(r.codes[k].dtype)
-        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:] + 1)
+        lo_hi = torch.add(r.edges, new[:, :2], alpha=2).to(r.codes[k].dtype)
+        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:])
         return better
