@@ -12,7 +12,6 @@ values in grids ``>= g``; it is found by bisection on the floats' order (:meth:`
 
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 import sys
@@ -155,8 +154,9 @@ class FineBinned(Binned):
         """Write into ``codes_t`` (F', n) the codes of more rows ``sub`` (n, F'), as :func:`fine_binning` gives them;
         ``base_codes``: their codes in the refined binning; ``work``: (rows, F') float scratch reused across calls."""
         grid = (self.lo.to(work.dtype), self.scale.to(work.dtype), self.n_grids, self.nan_code)
-        cats = base_codes if any(k == "cat" for k in self.kinds) else None
-        _write_codes(sub, cats, base.nan_code, self.is_cat, grid, codes_t, work)
+        cats = [j for j, c in enumerate(self.is_cat_host) if c]
+        cat_cols = tensor_on(cats, device=sub.device) if cats else None
+        _write_codes(sub, base_codes if cats else None, base.nan_code, cat_cols, grid, codes_t, work)
 
     def threshold(self, j: torch.Tensor | int, g: torch.Tensor | int) -> torch.Tensor:
         """Lower edge of cell ``g`` of searched feature ``j`` (the smallest float64 whose code is >= ``g``)."""
@@ -202,29 +202,26 @@ def _write_codes(
     sub: torch.Tensor,
     base_codes: torch.Tensor | None,
     base_nan: int,
-    is_cat: torch.Tensor,
+    cat_cols: torch.Tensor | None,
     grid: tuple[torch.Tensor, torch.Tensor, int, int],
     codes_t: torch.Tensor,
     work: torch.Tensor,
 ) -> None:
     """Write into ``codes_t`` (F', n) the fine codes of the rows ``sub`` (n, F') through the float scratch ``work``;
-    ``grid``: (lower ends, cells per unit, ``n_fine``, missing code); ``base_codes``: the base codes that categorical
-    features keep (``None``: none), ``base_nan`` their missing code."""
+    ``grid``: (lower ends, cells per unit, ``n_fine``, missing code); ``base_codes``: the base codes that the
+    categorical features ``cat_cols`` keep (``None``: none), ``base_nan`` their missing code."""
     lo0, scale, n_fine, nan_code = grid
     step = work.shape[0]
     # the chunks as views made by one operation each (the loop runs many times on big data)
-    parts = zip(
-        sub.split(step), codes_t.T.split(step), itertools.repeat(None) if base_codes is None else base_codes.split(step)
-    )
-    for chunk, dst, codes in parts:
+    for chunk, dst in zip(sub.split(step), codes_t.T.split(step)):
         c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
         # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
         torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
         dst.copy_(c.nan_to_num_(nan=nan_code))
-        if codes is not None:  # the base binning's categories over them (as int16: a small copy), missing: nan_code
-            missing = torch.eq(codes, base_nan).logical_and_(is_cat)
-            torch.where(is_cat, codes, dst, out=dst).masked_fill_(missing, nan_code)
+    if base_codes is not None:  # the categorical columns: the base binning's categories, its missing code this grid's
+        cats = base_codes.index_select(1, cat_cols).to(codes_t.dtype)
+        codes_t.index_copy_(0, cat_cols, cats.masked_fill_(cats == base_nan, nan_code).T)
 
 
 def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinned:
@@ -257,8 +254,9 @@ def fine_binning(X: torch.Tensor, base: Binned, n_fine: int = 1024) -> FineBinne
     cat_host = [k == "cat" for k in base.kinds]
     any_cat = any(cat_host)
     work = torch.empty(min(step, sub.shape[0]), sub.shape[1], dtype=dt, device=device)  # reused: stays in cache
+    cat_cols = tensor_on([j for j, c in enumerate(cat_host) if c], device=device) if any_cat else None
     _write_codes(
-        sub, base.codes if any_cat else None, base.nan_code, is_cat, (lo0, scale, n_fine, nan_code), codes_t, work
+        sub, base.codes if any_cat else None, base.nan_code, cat_cols, (lo0, scale, n_fine, nan_code), codes_t, work
     )
     thresholds = torch.full((len(columns), width - 1), math.inf, dtype=dt, device=device)
     categories = torch.full((len(columns), width), math.nan, dtype=dt, device=device)
