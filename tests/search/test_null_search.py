@@ -129,4 +129,4 @@ def test_kept_readable_rules_equal_those_made_afresh():
                 conds.append(cond)
             assert len(conds) > 2
             assert null.readable.rules(binned, conds) == fresh.rules(binned, conds)
-    assert null.readable._near  # the neighbours were kept
+    assert null.readable._edges  # the neighbours were kept

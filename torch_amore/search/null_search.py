@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from torch_amore._utils import distributed as D
-from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.ratios import grid_counts
 from torch_amore.rules.rule import Rule
@@ -40,12 +39,14 @@ KEPT_COLUMN_BYTES = 1 << 28
 class _KeptRules(ReadableRules):
     """:class:`ReadableRules` that keep the rule of each condition they made: the searches of other targets meet
     the same conditions again. A condition's rule depends on its binning and bounds alone, and the binnings live as
-    long as the :class:`NullSearch` that holds them (they key the kept rules)."""
+    long as the :class:`NullSearch` that holds them (they key the kept rules). Every edge of a feature is fetched
+    with its first one on binnings of any size, for the same reason."""
+
+    all_edges_grids = math.inf
 
     def __init__(self, made: ReadableRules) -> None:
         super().__init__(made.X, made.names, made.scale, made.offset)
         self._kept: dict[tuple[int, bool], dict[tuple, Rule]] = {}
-        self._near: dict[int, dict[int, torch.Tensor]] = {}  # binning -> feature -> (2, n_grids - 1) neighbours
 
     def rules(self, binned: Binned, conds: Sequence[Cond], *, local: bool = False) -> list[Rule]:
         """:meth:`ReadableRules.rules`, each condition's rule made once."""
@@ -55,23 +56,6 @@ class _KeptRules(ReadableRules):
         if new:
             kept.update(zip(new, super().rules(binned, new, local=local)))
         return [kept[c] for c in conds]
-
-    def _neighbours(self, binned: Binned, edges: list[tuple[int, int]]) -> torch.Tensor:
-        """:meth:`ReadableRules._neighbours`, each feature's observed neighbours of all its grid edges found once
-        (one pass over its values) and kept: the same values (in a sharded run, found for each call)."""
-        n = min(binned.n_grids, binned.n_bins_max) - 1  # the edges 1..n of each feature
-        if D.is_sharded() or any(not 0 < g <= n for _, g in edges):
-            return super()._neighbours(binned, edges)
-        kept = self._near.setdefault(id(binned), {})
-        feats = sorted({j for j, _ in edges})
-        new = [j for j in feats if j not in kept]
-        if new:
-            every = super()._neighbours(binned, [(j, g) for j in new for g in range(1, n + 1)])
-            kept.update(zip(new, every.view(2, len(new), n).unbind(1)))
-        table = torch.stack([kept[j] for j in feats])  # (F', 2, n)
-        row = {j: r for r, j in enumerate(feats)}
-        at = tensor_on([row[j] for j, _ in edges] + [g - 1 for _, g in edges], device=table.device)
-        return table[at[: len(edges)], :, at[len(edges) :]].T  # (2, E)
 
 
 class _KeptColumns(SortedColumns):

@@ -21,9 +21,6 @@ from torch_amore.rules.rule import Rule
 
 __all__ = ["ReadableRules", "between"]
 
-#: A binning of at most this many grids has every edge of a feature fetched at once, kept for later calls.
-_ALL_EDGES = 64
-
 #: Values whose cells :func:`_cell_extremes` scatters at once: its index and value buffers (12 bytes a value) are
 #: reused from chunk to chunk, since fresh memory of that size is slow to touch.
 _SCATTER_VALUES = 1 << 21
@@ -66,6 +63,10 @@ class ReadableRules:
         ['0.4 <= x < 0.8']
     """
 
+    #: On a binning of at most this many grids, every edge of a feature is fetched with its first one (the same pass
+    #: over its values) and kept for later calls; a search of many targets over the same binnings keeps them all.
+    all_edges_grids: float = 64
+
     def __init__(
         self, X: torch.Tensor | None, names: Sequence[str], scale: Sequence[float], offset: Sequence[float]
     ) -> None:
@@ -80,12 +81,12 @@ class ReadableRules:
         """The rule of each ``(j, g_low, g_high)`` in ``conds`` (searched feature ``j`` of ``binned``), bounds
         snapped to readable numbers selecting the same samples (``local``: that also keep every value of those
         grids inside, e.g. a local sample's). At most one host sync for all of them; on a binning of few grids
-        (:data:`_ALL_EDGES`) every edge of a feature is fetched with its first, and kept for later calls."""
+        (:attr:`all_edges_grids`) every edge of a feature is fetched with its first, and kept for later calls."""
         conds = [tuple(int(v) for v in c) for c in conds]
         cat = [binned.kinds[j] == "cat" for j, _, _ in conds]
         edges = {(j, g) for (j, lo, hi), c in zip(conds, cat) if not c for g in (lo, hi + 1) if 0 < g < binned.n_grids}
         near = {} if D.is_sharded() else self._edges.setdefault(id(binned), (binned, {}))[1]
-        if binned.n_grids <= _ALL_EDGES:  # (the same pass over a feature's values finds them all)
+        if binned.n_grids <= self.all_edges_grids:  # (the same pass over a feature's values finds them all)
             every = range(1, min(binned.n_grids, binned.n_bins_max))
             edges |= {(j, g) for j in {j for j, _ in edges - near.keys()} for g in every}
         cells = sorted({(j, lo) for (j, lo, _), c in zip(conds, cat) if c})
