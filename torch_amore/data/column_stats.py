@@ -156,13 +156,14 @@ class HostColumnStats:
     spread: list[float]
     units: HostColumnStats | None = None
 
+    @property
     def binary(self) -> list[bool]:
         """Whether each column's non-missing values are exactly {0, 1}."""
         return [i and lo == 0 and hi == 1 for i, lo, hi in zip(self.is_int, self.lo, self.hi)]
 
     def kinds(self) -> list[str]:
         """``cat`` for columns of exactly {0, 1}, ``int`` for other integer-valued ones, else ``float``."""
-        return ["cat" if b else ("int" if i else "float") for b, i in zip(self.binary(), self.is_int)]
+        return ["cat" if b else ("int" if i else "float") for b, i in zip(self.binary, self.is_int)]
 
 
 def column_reduce(x: torch.Tensor, op: Callable[..., torch.Tensor]) -> torch.Tensor:

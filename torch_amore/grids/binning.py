@@ -19,7 +19,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.data.arguments import check_bin_strategy, check_n_grids
-from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, column_stats
+from torch_amore.data.column_stats import CHUNK_ELEMENTS, ColumnStats, HostColumnStats, column_stats
 from torch_amore.data.validation import MAX_CATEGORIES
 from torch_amore.grids.edges import codes_from_thresholds, strategy_edges, uniform_edges
 
@@ -138,31 +138,39 @@ def bin_features(
         [[0, 1], [0, 0], [1, 1], [1, 1]]
     """
     n_grids, bin_strategy = check_n_grids(n_grids), check_bin_strategy(bin_strategy)
-    return encode_features(X, columns, kinds, n_grids, bin_strategy, column_stats(X) if stats is None else stats)
+    stats = column_stats(X) if stats is None else stats
+    return encode_features(X, columns, kinds, n_grids, bin_strategy, stats, stats.fetch())
 
 
 def encode_features(
-    X: torch.Tensor, columns: list[int], kinds: list[str], n_grids: int, bin_strategy: str, stats: ColumnStats
+    X: torch.Tensor,
+    columns: list[int],
+    kinds: list[str],
+    n_grids: int,
+    bin_strategy: str,
+    stats: ColumnStats,
+    facts: HostColumnStats,
 ) -> Binned:
-    """:func:`bin_features` for checked arguments and known column facts ``stats``: the binning itself.
+    """:func:`bin_features` for checked arguments and known column facts: ``stats`` on the device, ``facts`` their
+    fetch to the host (:meth:`ColumnStats.fetch`). The binning itself.
 
     Example:
         >>> import torch
         >>> X = torch.tensor([[0.0], [3.0]])
-        >>> encode_features(X, [0], ["float"], 2, "uniform", column_stats(X)).codes.tolist()
+        >>> stats = column_stats(X)
+        >>> encode_features(X, [0], ["float"], 2, "uniform", stats, stats.fetch()).codes.tolist()
         [[0], [1]]
     """
     device, dt = X.device, stats.lo.dtype  # the facts' work dtype
     every = list(columns) == list(range(X.shape[1]))
     sub = X if every else X[:, columns]
     at = list(columns)
-    facts = stats.fetch()
     value_range = (stats.lo, stats.hi) if at == list(range(len(stats.lo))) else (stats.lo[at], stats.hi[at])
     int_valued = [kind == "int" and facts.is_int[c] for kind, c in zip(kinds, at)]
     is_cat = [k == "cat" for k in kinds]
     num_idx = [j for j, c in enumerate(is_cat) if not c]
     cat_idx = [j for j, c in enumerate(is_cat) if c]
-    binary = facts.binary()
+    binary = facts.binary
 
     table, sizes = _category_table(sub, cat_idx, [binary[at[j]] for j in cat_idx], dt)
     if sizes and max(sizes) > MAX_CATEGORIES:

@@ -93,7 +93,9 @@ def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: 
     types = given if given is not None else (facts.units or facts).kinds()
     kinds = [types[c] for c in columns]
     with parallel_pass(X.numel()):
-        binned = encode_features(X, columns, kinds, n_grids=o.n_grids, bin_strategy=o.bin_strategy, stats=stats)
+        binned = encode_features(
+            X, columns, kinds, n_grids=o.n_grids, bin_strategy=o.bin_strategy, stats=stats, facts=facts
+        )
     return Extractor(binned, target_t, list(plan.names), scale, offset, target_name=plan.target_name, X=X)
 
 

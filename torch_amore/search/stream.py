@@ -266,7 +266,7 @@ def prepare_stream(
     host = stats.fetch()
     types = given if given is not None else (host.units or host).kinds()
     kinds = [types[c] for c in columns]
-    binned = encode_features(_stub(facts, src.dtype), columns, kinds, o.n_grids, "uniform", stats)
+    binned = encode_features(_stub(facts, src.dtype), columns, kinds, o.n_grids, "uniform", stats, host)
     if o.bin_strategy != "uniform":
         from torch_amore.grids.stream_sketch import sketch_thresholds
 
