@@ -169,22 +169,24 @@ def extract_rules(
     options = SearchOptions.resolve(options, **search_options)
     named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
     with OneWarning(stacklevel=2):  # every reason to warn (caveats included) in one UserWarning
-        if options.wants_evidence or holdout_rows is not None:  # held-out numbers, p-values, stability
+        evidence = options.wants_evidence or holdout_rows is not None  # held-out numbers, p-values, stability
+        if not evidence and not is_source(X):  # (N, F) data in memory: the common case
+            if codes_dir is not None:
+                raise ValueError(
+                    "Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk."
+                )
+            if target is None:
+                raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+            return extract_planned(X, target, options, **named)[0]
+        if evidence:
             from torch_amore.search.significance import extract_with_evidence
 
             held = {"codes_dir": codes_dir, "holdout_rows": holdout_rows}
             return extract_with_evidence(X, target, options, **held, **named)[0]
-        if is_source(X):  # batches larger than memory (:mod:`torch_amore.search.stream`)
-            _no_target(target)
-            from torch_amore.search.stream import extract_stream
+        _no_target(target)  # batches larger than memory (:mod:`torch_amore.search.stream`)
+        from torch_amore.search.stream import extract_stream
 
-            return extract_stream(X, options, codes_dir=codes_dir, **named)
-        if codes_dir is not None:
-            raise ValueError("Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk.")
-        if target is None:
-            raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
-        rule_sets, _, _ = extract_planned(X, target, options, **named)
-    return rule_sets
+        return extract_stream(X, options, codes_dir=codes_dir, **named)
 
 
 def extract_planned(
