@@ -2,8 +2,8 @@
 
 On CPU, ``torch.sort`` costs 5-10 times numpy's SIMD sort of the same array (8,000 x 128 float64: 50 ms against
 6 ms) and gives the same values (NaN last), so CPU tensors are sorted by numpy, in a copy; other devices and dtypes
-numpy lacks keep ``torch.sort``. :func:`argsort_values` (ties in any order) uses numpy's unstable argsort, integer
-keys for float32 and a radix sort for rows of small integers; a stable argsort gains nothing from numpy.
+numpy lacks keep ``torch.sort``. :func:`argsort_values` (ties in any order) uses numpy's unstable argsort, two radix
+passes over 16-bit halves of integer keys for float32 and one radix pass for rows of small integers.
 """
 
 from __future__ import annotations
@@ -83,15 +83,17 @@ def _small_integer_rows(moved: torch.Tensor) -> np.ndarray | None:
 
 
 def _argsort_float32(a: np.ndarray) -> np.ndarray:
-    """``argsort`` along the last axis of a C-contiguous float32 array (NaN last; ties by position), by a SIMD sort
-    of int64 keys holding an order-preserving integer of each value above its position (twice as fast)."""
-    key = a.view(np.int32).astype(np.int64)  # the float's bits; negative floats: sign and magnitude
-    negative = key < 0
-    np.bitwise_and(key, 0x7FFFFFFF, out=key, where=negative)  # in place: no temporary of the keys' size
-    np.negative(key, out=key, where=negative)  # -magnitude: order-preserving, -0.0 == 0.0
-    key[np.isnan(a)] = 0x7FFFFFFF  # above every other key (+inf is 0x7F800000); shifted, it still fits int64
-    key <<= 32
-    key |= np.arange(a.shape[-1], dtype=np.int64)
-    key.sort(axis=-1)
-    key &= 0xFFFFFFFF
-    return key
+    """``argsort`` along the last axis of a C-contiguous float32 array (NaN last; ties by position, ``-0.0`` equal to
+    ``0.0``), by two passes of numpy's radix sort (stable, on 16-bit halves) of an order-preserving unsigned integer
+    of each value: the lower half first, then the upper one (twice as fast as a comparison sort of the values).
+
+    Example:
+        >>> _argsort_float32(np.array([[2.0, np.nan, -0.0, 0.0, -1.5, 2.0]], dtype=np.float32)).tolist()
+        [[4, 2, 3, 0, 5, 1]]
+    """
+    key = (a + np.float32(0.0)).view(np.uint32)  # -0.0 + 0.0 is 0.0: one key for both zeros
+    key = np.where(key >> 31 != 0, ~key, key | np.uint32(0x80000000))  # in order: negatives inverted
+    key[np.isnan(a)] = 0xFFFFFFFF  # above every other key (+inf is 0xFF800000), whatever the NaN's sign and payload
+    low = np.argsort((key & 0xFFFF).astype(np.uint16), axis=-1, kind="stable")
+    high = np.take_along_axis((key >> 16).astype(np.uint16), low, -1)
+    return np.take_along_axis(low, np.argsort(high, axis=-1, kind="stable"), -1)
