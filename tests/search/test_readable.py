@@ -34,11 +34,13 @@ def _data(n: int = 500) -> torch.Tensor:
 KINDS = ["float", "int", "cat", "float"]
 
 
-@pytest.mark.parametrize("one_at_a_time", [False, True])
+@pytest.mark.parametrize("one_at_a_time", [None, "scattered", "read"])
 @pytest.mark.parametrize("fine", [False, True])
 def test_rules_select_the_rows_of_their_grids(fine, one_at_a_time, monkeypatch):
-    if one_at_a_time:  # the observed neighbours of the cuts gathered one feature at a time
+    if one_at_a_time:  # the observed neighbours of the cuts scattered (and read from X) one feature at a time
         monkeypatch.setattr(readable, "_SCATTER_VALUES", 1)
+    if one_at_a_time == "read":
+        monkeypatch.setattr(readable, "_READ_VALUES", 1)
     X = _data()
     binned = bin_features(X, [0, 1, 2, 3], KINDS, n_grids=6)
     if fine:
@@ -56,6 +58,22 @@ def test_rules_select_the_rows_of_their_grids(fine, one_at_a_time, monkeypatch):
             assert (rule.low == -math.inf) == (lo == 0) and (rule.high == math.inf) == (hi == n - 1)
     assert rules[4].value == float(binned.categories[2, 1])
     assert all(len(format_bound(r.low)) <= 6 for r in rules if r.value is None and r.low > -math.inf)
+
+
+@pytest.mark.parametrize("read_values", [None, 1])
+def test_rules_of_integer_data_select_the_rows_of_their_grids(read_values, monkeypatch):
+    """An integer X (its values converted to the grid's dtype as they are read), its columns read together or one
+    at a time."""
+    if read_values:
+        monkeypatch.setattr(readable, "_SCATTER_VALUES", 1)
+        monkeypatch.setattr(readable, "_READ_VALUES", read_values)
+    X = torch.randint(-5, 40, (400, 3), generator=torch.Generator().manual_seed(1))
+    binned = bin_features(X.double(), [0, 1, 2], ["int"] * 3, n_grids=5)
+    codes = binned.codes.long()
+    conds = [(j, lo, hi) for j in range(3) for lo, hi in ((1, 2), (0, 3), (2, 4))]
+    rules = ReadableRules(X, ["a", "b", "c"], [1.0] * 3, [0.0] * 3).rules(binned, conds)
+    for (j, lo, hi), rule in zip(conds, rules):
+        assert torch.equal(rule.mask(X), (codes[:, j] >= lo) & (codes[:, j] <= hi)), str(rule)
 
 
 def test_rules_cost_one_sync_for_all_conditions():

@@ -315,6 +315,27 @@ def test_polish_many_on_each_rule_sets_own_rows_equals_the_sequential_reference(
     assert _equals_the_sequential_reference(400 + seed, goals) == whole  # the same as with whole sorted columns
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_polish_many_of_a_wide_x_on_its_rules_columns_equals_the_literal_brute_force(seed, monkeypatch):
+    """From ``_COMPACT_ROWS`` samples on, the rule sets are polished on a copy of the columns they use, renumbered to
+    it and back: the rules keep X's feature numbers."""
+    monkeypatch.setattr(sweep, "_COMPACT_ROWS", 0)
+    X, target = _data(500 + seed)
+    noise = torch.rand(len(X), 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    wide = torch.cat([noise[:, :2], X, noise[:, 2:]], 1)  # X's columns at 2..5 of 7
+    starts = _starts(X, target, seed)
+    moved = [replace(rs, rules=tuple(replace(r, feature=r.feature + 2) for r in rs.rules)) for rs in starts]
+    got = polish_many(moved, wide, target, 15, int(target.sum()), goals=[None] * len(moved))
+    changed = 0
+    for rs, start, new in zip(starts, moved, got):
+        want = literal_polish(rs, X, target, 15)
+        assert [r.feature for r in new.rules] == [r.feature + 2 for r in want.rules]
+        assert [(r.low, r.high, r.value) for r in new.rules] == [(r.low, r.high, r.value) for r in want.rules]
+        assert torch.equal(new.mask(wide), want.mask(X))
+        changed += new.rules != start.rules
+    assert changed  # the polish moved some rule: the comparison is not vacuous
+
+
 def test_compact_cuts_with_no_row_is_not_valid():
     X, target = _data(0)
     b = sweep._compact_cuts(torch.zeros(len(X), dtype=torch.bool), SortedColumns(X, target), 1, 1,

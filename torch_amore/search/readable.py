@@ -24,8 +24,9 @@ __all__ = ["ReadableRules", "between"]
 #: Values whose cells :func:`_cell_extremes` scatters at once: its index and value buffers (12 bytes a value) are
 #: reused from chunk to chunk, since fresh memory of that size is slow to touch.
 _SCATTER_VALUES = 1 << 21
-#: Values (and as many codes) :func:`_cell_extremes` reads from X's columns in one pass: 64 MiB of float32.
-_READ_VALUES = 1 << 24
+#: Values (and as many codes) :func:`_cell_extremes` reads from X's columns in one pass (32 MiB of float32) where
+#: that is more columns than it scatters at once.
+_READ_VALUES = 1 << 23
 
 Cond = tuple[int, int, int]  # (searched feature, first grid, last grid)
 
@@ -205,13 +206,18 @@ def _cell_extremes(
     codes_t = binned.codes_t  # the stored column-major codes, if any (no transposed copy made here)
     for g0 in range(0, nf, group):
         f, c = fidx[g0 : g0 + group], cidx[g0 : g0 + group]
-        values = X.gather(1, c.expand(n, len(c)))  # (N, m): one pass over X's rows
+        values = X.gather(1, c.expand(n, len(c))) if group > per else None  # (N, m): one pass over X's rows
         codes = binned.codes.gather(1, f.expand(n, len(f))) if codes_t is None else codes_t.index_select(0, f).t()
         for f0 in range(0, len(f), per):
             m = min(per, len(f) - f0)
             at, v = idx[: m * n].view(n, m), vals[: m * n].view(n, m)
             torch.add(codes[:, f0 : f0 + m], offsets[g0 + f0 : g0 + f0 + m], out=at)
-            v.copy_(values[:, f0 : f0 + m])
+            if values is not None:
+                v.copy_(values[:, f0 : f0 + m])
+            elif X.dtype == vdt:  # straight into the buffer (no fresh temporary)
+                torch.gather(X, 1, c[f0 : f0 + m].expand(n, m), out=v)
+            else:
+                v.copy_(X.gather(1, c[f0 : f0 + m].expand(n, m)))
             lows.scatter_reduce_(0, at.view(-1), v.view(-1), "amin")
             highs.scatter_reduce_(0, at.view(-1), v.view(-1), "amax")
     return lows, highs
