@@ -53,8 +53,10 @@ class _Refining:
     def keep(self, at: list[int]) -> None:
         """Only the states ``at`` (rows of the batch) from now on: their rows of every table, each state's codes moved
         to the bins of its new row."""
-        both = tensor_on([[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device)
-        idx, shift = both[:, 0], both[:, 1:]
+        both = tensor_on(
+            [[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device, dtype=torch.int32
+        )
+        idx, shift = both[:, 0], both[:, 1:]  # int32: the codes' dtype where a batch holds several states (no widening)
         self.stacked = self.stacked.index_select(1, idx).add_(shift)
         self.codes = self.stacked.unbind(0)
         self.sat = [m.index_select(0, idx) for m in self.sat]
