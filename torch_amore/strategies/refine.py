@@ -56,7 +56,9 @@ class _Refining:
         both = tensor_on(
             [[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device, dtype=torch.int32
         )
-        idx, shift = both[:, 0], both[:, 1:]  # int32: the codes' dtype where a batch holds several states (no widening)
+        idx, shift = both[:, 0], both[:, 1:]
+        if shift.dtype != self.stacked.dtype:  # an add in the codes' dtype (a widening add copies the table twice)
+            shift = shift.to(self.stacked.dtype)
         self.stacked = self.stacked.index_select(1, idx).add_(shift)
         self.codes = self.stacked.unbind(0)
         self.sat = [m.index_select(0, idx) for m in self.sat]
@@ -110,11 +112,11 @@ class Refinement:
             return states  # a single condition is already the best interval of its feature
         n_rows = self.codes_t.shape[1]
         per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
-        if len(states) > per_call:  # bounded working memory: states in batches
+        if len(states) > per_call:  # bounded working memory: states in batches, as few as fit and of even sizes
+            n_batches = -(-len(states) // per_call)
+            size = -(-len(states) // n_batches)
             return [
-                s
-                for i in range(0, len(states), per_call)
-                for s in self._refine(states[i : i + per_call], min_support, obj)
+                s for i in range(0, len(states), size) for s in self._refine(states[i : i + size], min_support, obj)
             ]
         r = self._refine_tables(states, obj)
         length = r.length
@@ -186,8 +188,8 @@ class Refinement:
         # is_target, the bincount index of both counts (code >= low <=> index >= 2 low, code <= high <=> index <= 2
         # high + 1: conditions on doubled bounds, from ``edges`` (S, 2): 2 x the state's first bin, and that + 1)
         edges = tensor_on([[2 * i * wide, 2 * i * wide + 1] for i in range(n_states)], device=device)
-        # int32, or with bounded memory (``row_chunk``) int16 where every index fits (half the bytes per row)
-        short = getattr(self, "row_chunk", None) is not None and 2 * n_states * wide < (1 << 15)
+        # int16 where every index fits (half the bytes per row of int32)
+        short = 2 * n_states * wide < (1 << 15)
         idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
         stacked = codes.mul_(2).add_(edges[:, :1].to(idt)).add_(self.target.to(idt))  # in place
