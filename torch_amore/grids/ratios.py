@@ -30,8 +30,21 @@ def _chunk(n: int, bytes_per_element: int, n_values: int) -> int:
     return max(1, budget // (bytes_per_element * max(n, 1)))
 
 
-def _index_dtype(n_bins: int) -> torch.dtype:
-    """int32 bin indices where they fit (half the memory traffic; bincount accepts them)."""
+#: Entries of a chunk beyond which the number of chunks of a pass hardly matters: a pass over many rows takes chunks of
+#: this many entries or more if their bin indices then fit int16.
+_SHORT_CHUNK = 1 << 23
+
+
+def _index_dtype(n_bins: int, device: torch.device) -> torch.dtype:
+    """The narrowest bin index where ``n_bins`` bins fit (less memory traffic; bincount accepts them): int16 on the
+    CPU, int32, else int64.
+
+    Example:
+        >>> [_index_dtype(n, torch.device("cpu")) for n in (1 << 15, 1 + (1 << 15), 1 << 31)]
+        [torch.int16, torch.int32, torch.int64]
+    """
+    if n_bins <= 1 << 15 and device.type == "cpu":  # ``index_add_`` (other devices) takes int32 and int64 only
+        return torch.int16
     return torch.int32 if n_bins < 2**31 else torch.long
 
 
@@ -61,7 +74,7 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
         out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
     else:
         step = min(n_features, _chunk(n, 4, codes.numel()))
-        dtype = _index_dtype(step * width)
+        dtype = _index_dtype(step * width, codes.device)
         offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
         buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
         parts = []
@@ -109,7 +122,10 @@ def _group_pass(
     bins each (missing values included)."""
     block = n_groups * width
     step = min(n_features, _chunk(n, 4 + codes.element_size(), codes.numel()))
-    dtype = _index_dtype(step * block)
+    short = (1 << 15) // block  # features per chunk whose bins fit int16
+    if short < step and short * n >= _SHORT_CHUNK:  # chunks still large: more of them, with half the bytes
+        step = short
+    dtype = _index_dtype(step * block, codes.device)
     base = groups.to(dtype) * width
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
     buffer = torch.empty(n * step, dtype=dtype, device=codes.device)
