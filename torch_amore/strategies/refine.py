@@ -41,7 +41,7 @@ class _Refining:
     weights: torch.Tensor
     wide: int
     edges: torch.Tensor
-    sat: list[torch.Tensor]
+    sat: list[torch.Tensor | None]  # ``None`` at position 0 until its first cut
     n_bins: tuple[torch.Tensor, ...]
     is_cat: tuple[torch.Tensor, ...]
     cat_at: list[bool]
@@ -197,7 +197,8 @@ class Refinement:
         # lows, then highs: (S, 1) each, in the codes' dtype (a mixed-dtype comparison is several times slower)
         bounds = torch.add(edges.repeat_interleave(length, 1), st[:, : 2 * length], alpha=2).to(idt)
         bounds = bounds.T[..., None].unbind(0)
-        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
+        # position 0 is cut first, which makes its mask: a mask made here for it would never be read
+        sat = [None] + [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(1, length)]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         # per position: whether some state's feature there is a category (else the tables skip the categories' path)
         cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
