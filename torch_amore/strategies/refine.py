@@ -257,5 +257,6 @@ class Refinement:
         new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
         r.st.index_copy_(1, r.cols[k], new)
         lo_hi = torch.add(r.edges, new[:, :2], alpha=2).to(r.codes[k].dtype)
-        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:])
+        # into its old mask (read by no later step): fresh memory is slow to touch
+        r.sat[k] = torch.ge(r.codes[k], lo_hi[:, :1], out=r.sat[k]).logical_and_(r.codes[k] <= lo_hi[:, 1:])
         return better
