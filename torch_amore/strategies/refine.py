@@ -198,7 +198,9 @@ class Refinement:
         bounds = torch.add(edges.repeat_interleave(length, 1), st[:, : 2 * length], alpha=2).to(idt)
         bounds = bounds.T[..., None].unbind(0)
         # position 0 is cut first, which makes its mask: a mask made here for it would never be read
-        sat = [None] + [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(1, length)]
+        sat = [None] + [
+            torch.ge(codes[m], bounds[m]).logical_and_(codes[m] <= bounds[length + m]) for m in range(1, length)
+        ]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         # per position: whether some state's feature there is a category (else the tables skip the categories' path)
         cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
