@@ -88,6 +88,47 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
 
 
+#: Codes per chunk of rows of :func:`grid_and_target_counts` (16 MiB of int16 bin indices).
+_ROW_CHUNK = 1 << 23
+
+
+def grid_and_target_counts(
+    codes: torch.Tensor, target: torch.Tensor, n_bins_max: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`grid_counts` of all samples and of the ``target`` samples (an (N,) bool mask), from one pass over the
+    codes in chunks of whole rows (contiguous reads of row-major codes): a sample's bin is its code plus its feature's
+    first bin, plus the width of a feature's grids for a target sample.
+
+    The counts are summed over the ranks of a sharded run (every rank calls this collectively).
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 2]], dtype=torch.uint8)
+        >>> [c.tolist() for c in grid_and_target_counts(codes, torch.tensor([True, False, True]), 2)]
+        [[[1, 2], [0, 2]], [[1, 1], [0, 1]]]
+    """
+    n, n_features = codes.shape
+    width = n_bins_max + 1
+    block = 2 * width  # a feature's bins: its grids outside the target, then inside it
+    dtype = _index_dtype(n_features * block, codes.device)
+    counts = None
+    if n > 0 and n_features > 0:
+        step = max(1, _ROW_CHUNK // n_features)
+        offsets = torch.arange(n_features, device=codes.device, dtype=dtype) * block
+        base = target.to(dtype).mul_(width).unsqueeze(1)
+        buffer = torch.empty(min(step, n), n_features, dtype=dtype, device=codes.device)  # reused
+        with parallel_pass(n * n_features):
+            for rows, in_target in zip(codes.split(step), base.split(step)):  # views made by one operation each
+                idx = buffer[: rows.shape[0]] if rows.shape[0] < buffer.shape[0] else buffer
+                idx.copy_(rows).add_(in_target).add_(offsets)
+                part = counting.bincount(idx.view(-1), n_features * block)
+                counts = part if counts is None else counts.add_(part)
+    if counts is None:  # nothing to count here (other ranks may have rows)
+        counts = torch.zeros(n_features * block, dtype=torch.long, device=codes.device)
+    both = D.all_reduce_sum(counts).view(n_features, 2, width)[:, :, :n_bins_max]
+    return both.sum(1), both[:, 1]
+
+
 @dataclass
 class _GroupPass:
     """The reused buffers of one counting pass over several sample groups, ``step`` features at a time: a sample's bin
