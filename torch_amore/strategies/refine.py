@@ -188,8 +188,9 @@ class Refinement:
         # is_target, the bincount index of both counts (code >= low <=> index >= 2 low, code <= high <=> index <= 2
         # high + 1: conditions on doubled bounds, from ``edges`` (S, 2): 2 x the state's first bin, and that + 1)
         edges = tensor_on([[2 * i * wide, 2 * i * wide + 1] for i in range(n_states)], device=device)
-        # int16 where every index fits (half the bytes per row of int32)
-        short = 2 * n_states * wide < (1 << 15)
+        # int16 on the CPU where every index fits (half the bytes per row of int32; ``index_add_``, which counts on
+        # other devices, takes int32 and int64 only)
+        short = device.type == "cpu" and 2 * n_states * wide < (1 << 15)
         idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
         stacked = codes.mul_(2).add_(edges[:, :1].to(idt)).add_(self.target.to(idt))  # in place
