@@ -30,8 +30,21 @@ def _chunk(n: int, bytes_per_element: int, n_values: int) -> int:
     return max(1, budget // (bytes_per_element * max(n, 1)))
 
 
-def _index_dtype(n_bins: int) -> torch.dtype:
-    """int32 bin indices where they fit (half the memory traffic; bincount accepts them)."""
+#: Entries of a chunk beyond which the number of chunks of a pass hardly matters: a pass over many rows takes chunks of
+#: this many entries or more if their bin indices then fit int16.
+_SHORT_CHUNK = 1 << 23
+
+
+def _index_dtype(n_bins: int, device: torch.device) -> torch.dtype:
+    """The narrowest bin index where ``n_bins`` bins fit (less memory traffic; bincount accepts them): int16 on the
+    CPU, int32, else int64.
+
+    Example:
+        >>> [_index_dtype(n, torch.device("cpu")) for n in (1 << 15, 1 + (1 << 15), 1 << 31)]
+        [torch.int16, torch.int32, torch.int64]
+    """
+    if n_bins <= 1 << 15 and device.type == "cpu":  # ``index_add_`` (other devices) takes int32 and int64 only
+        return torch.int16
     return torch.int32 if n_bins < 2**31 else torch.long
 
 
@@ -61,7 +74,7 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
         out = torch.zeros(n_features, width, dtype=torch.long, device=codes.device)
     else:
         step = min(n_features, _chunk(n, 4, codes.numel()))
-        dtype = _index_dtype(step * width)
+        dtype = _index_dtype(step * width, codes.device)
         offsets = torch.arange(step, device=codes.device, dtype=dtype) * width
         buffer = torch.empty(n * step, dtype=dtype, device=codes.device)  # reused: fresh memory is slow to touch
         parts = []
@@ -73,6 +86,47 @@ def grid_counts(codes: torch.Tensor, rows: torch.Tensor | None, n_bins_max: int)
                 parts.append(counting.bincount(flat, (f1 - f0) * width))
         out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return D.all_reduce_sum(out.view(n_features, width)[:, :n_bins_max])
+
+
+#: Codes per chunk of rows of :func:`grid_and_target_counts` (16 MiB of int16 bin indices).
+_ROW_CHUNK = 1 << 23
+
+
+def grid_and_target_counts(
+    codes: torch.Tensor, target: torch.Tensor, n_bins_max: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`grid_counts` of all samples and of the ``target`` samples (an (N,) bool mask), from one pass over the
+    codes in chunks of whole rows (contiguous reads of row-major codes): a sample's bin is its code plus its feature's
+    first bin, plus the width of a feature's grids for a target sample.
+
+    The counts are summed over the ranks of a sharded run (every rank calls this collectively).
+
+    Example:
+        >>> import torch
+        >>> codes = torch.tensor([[0, 1], [1, 1], [1, 2]], dtype=torch.uint8)
+        >>> [c.tolist() for c in grid_and_target_counts(codes, torch.tensor([True, False, True]), 2)]
+        [[[1, 2], [0, 2]], [[1, 1], [0, 1]]]
+    """
+    n, n_features = codes.shape
+    width = n_bins_max + 1
+    block = 2 * width  # a feature's bins: its grids outside the target, then inside it
+    dtype = _index_dtype(n_features * block, codes.device)
+    counts = None
+    if n > 0 and n_features > 0:
+        step = max(1, _ROW_CHUNK // n_features)
+        offsets = torch.arange(n_features, device=codes.device, dtype=dtype) * block
+        base = target.to(dtype).mul_(width).unsqueeze(1)
+        buffer = torch.empty(min(step, n), n_features, dtype=dtype, device=codes.device)  # reused
+        with parallel_pass(n * n_features):
+            for rows, in_target in zip(codes.split(step), base.split(step)):  # views made by one operation each
+                idx = buffer[: rows.shape[0]] if rows.shape[0] < buffer.shape[0] else buffer
+                idx.copy_(rows).add_(in_target).add_(offsets)
+                part = counting.bincount(idx.view(-1), n_features * block)
+                counts = part if counts is None else counts.add_(part)
+    if counts is None:  # nothing to count here (other ranks may have rows)
+        counts = torch.zeros(n_features * block, dtype=torch.long, device=codes.device)
+    both = D.all_reduce_sum(counts).view(n_features, 2, width)[:, :, :n_bins_max]
+    return both.sum(1), both[:, 1]
 
 
 @dataclass
@@ -109,7 +163,10 @@ def _group_pass(
     bins each (missing values included)."""
     block = n_groups * width
     step = min(n_features, _chunk(n, 4 + codes.element_size(), codes.numel()))
-    dtype = _index_dtype(step * block)
+    short = (1 << 15) // block  # features per chunk whose bins fit int16
+    if short < step and short * n >= _SHORT_CHUNK:  # chunks still large: more of them, with half the bytes
+        step = short
+    dtype = _index_dtype(step * block, codes.device)
     base = groups.to(dtype) * width
     offsets = torch.arange(step, device=codes.device, dtype=dtype) * block
     buffer = torch.empty(n * step, dtype=dtype, device=codes.device)
@@ -168,7 +225,7 @@ def node_grid_counts(
 
 def group_grid_counts(
     codes_t: torch.Tensor,
-    rows: torch.Tensor,
+    rows: torch.Tensor | None,
     groups: torch.Tensor,
     n_groups: int,
     n_bins_max: int,
@@ -176,15 +233,18 @@ def group_grid_counts(
     reduce: bool = True,
 ) -> torch.Tensor:
     """:func:`node_grid_counts` on column-major codes ``codes_t`` (F, N), ``groups`` in the place of ``nodes`` (e.g. a
-    beam's): the same counts, the codes gathered twice as fast.
+    beam's): the same counts, the codes gathered twice as fast. ``rows=None``: every sample once, in order (``groups``
+    then has one entry per sample), read in place: nothing gathered.
 
     Example:
         >>> import torch
         >>> codes_t = torch.tensor([[0, 1, 1], [1, 1, 2]], dtype=torch.int16)
         >>> group_grid_counts(codes_t, torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1]), 2, 2).tolist()
         [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
+        >>> group_grid_counts(codes_t, None, torch.tensor([0, 0, 1]), 2, 2).tolist()
+        [[[1, 1], [0, 2]], [[0, 1], [0, 0]]]
     """
-    n_features, n = codes_t.shape[0], rows.numel()
+    n_features, n = codes_t.shape[0], codes_t.shape[1] if rows is None else rows.numel()
     if n == 0 or n_features == 0:
         return _no_counts(n_groups, n_features, n_bins_max, codes_t.device, reduce)
     width = n_bins_max + 1
@@ -194,8 +254,9 @@ def group_grid_counts(
     with parallel_pass(n * n_features):
         for f0 in range(0, n_features, p.step):
             f1 = min(n_features, f0 + p.step)
-            # gather: 2x faster than index_select
-            got = torch.gather(codes_t[f0:f1], 1, rows.expand(f1 - f0, -1), out=p.codes(f1 - f0))
+            got = codes_t[f0:f1]
+            if rows is not None:  # gather: 2x faster than index_select
+                got = torch.gather(got, 1, rows.expand(f1 - f0, -1), out=p.codes(f1 - f0))
             counts = counting.bincount(p.bins(got), (f1 - f0) * p.block).view(f1 - f0, n_groups, width)
             out[:, f0:f1] = counts[:, :, :n_bins_max].transpose(0, 1)
     return D.all_reduce_sum(out) if reduce else out

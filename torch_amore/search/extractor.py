@@ -19,7 +19,7 @@ from torch_amore._utils.threads import beside, done, parallel_pass, search_threa
 from torch_amore.grids.binning import Binned
 from torch_amore.grids.box_counts import box_counts
 from torch_amore.grids.fine_grid import default_n_fine, fine_binning
-from torch_amore.grids.ratios import grid_counts
+from torch_amore.grids.ratios import grid_and_target_counts
 from torch_amore.rules.masks import drop_same_mask
 from torch_amore.rules.metrics import confidence_of_counts, fitness_of_counts
 from torch_amore.rules.pruning import prune_rule_sets
@@ -115,9 +115,7 @@ class Extractor:
             counts, _ = box_counts(b.codes, self.target, [()], b.n_bins_max, self.row_chunk)
             self._root = (counts[0, 0] + counts[0, 1], counts[0, 1])
         if self._root is None:
-            b = self.binned
-            t_rows = torch.nonzero(self.target, as_tuple=True)[0]
-            self._root = (grid_counts(b.codes, None, b.n_bins_max), grid_counts(b.codes, t_rows, b.n_bins_max))
+            self._root = grid_and_target_counts(self.binned.codes, self.target, self.binned.n_bins_max)
         return self._root
 
     def run(self, *, local_codes: list[int] | None = None, **limits: Any) -> list[RuleSet]:

@@ -66,8 +66,8 @@ class AllRows:
         """(F, W) rows per fine grid of every feature (missing values counted nowhere)."""
         if self._counts is None:
             codes_t = self.fine.codes_t
-            rows = torch.arange(codes_t.shape[1], device=codes_t.device)
-            self._counts = group_grid_counts(codes_t, rows, torch.zeros_like(rows), 1, self.fine.n_bins_max)[0]
+            groups = torch.zeros(codes_t.shape[1], dtype=torch.long, device=codes_t.device)
+            self._counts = group_grid_counts(codes_t, None, groups, 1, self.fine.n_bins_max)[0]  # every row, in place
         return self._counts
 
     def target_counts(self, target: torch.Tensor) -> torch.Tensor:

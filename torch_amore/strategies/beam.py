@@ -242,6 +242,8 @@ class BeamSearch(Refinement):
         if self.row_chunk is not None:
             counts, _ = box_counts(self.codes_t, self.target, nodes, self.width, self.row_chunk, column_major=True)
             return torch.cat([counts[:, 0], counts[:, 1]])
+        if self.narrow is None and nodes == [()]:  # the root: every row once, in order (nothing gathered)
+            return group_grid_counts(self.codes_t, None, self.target, 2, self.width)  # target: group 1
         if self.narrow is None:
             rows, groups = self._node_rows(nodes)
             t = self.target[rows].to(groups.dtype)

@@ -41,7 +41,7 @@ class _Refining:
     weights: torch.Tensor
     wide: int
     edges: torch.Tensor
-    sat: list[torch.Tensor]
+    sat: list[torch.Tensor | None]  # ``None`` at position 0 until its first cut
     n_bins: tuple[torch.Tensor, ...]
     is_cat: tuple[torch.Tensor, ...]
     cat_at: list[bool]
@@ -53,8 +53,12 @@ class _Refining:
     def keep(self, at: list[int]) -> None:
         """Only the states ``at`` (rows of the batch) from now on: their rows of every table, each state's codes moved
         to the bins of its new row."""
-        both = tensor_on([[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device)
+        both = tensor_on(
+            [[a, 2 * self.wide * (i - a)] for i, a in enumerate(at)], device=self.device, dtype=torch.int32
+        )
         idx, shift = both[:, 0], both[:, 1:]
+        if shift.dtype != self.stacked.dtype:  # an add in the codes' dtype (a widening add copies the table twice)
+            shift = shift.to(self.stacked.dtype)
         self.stacked = self.stacked.index_select(1, idx).add_(shift)
         self.codes = self.stacked.unbind(0)
         self.sat = [m.index_select(0, idx) for m in self.sat]
@@ -108,11 +112,11 @@ class Refinement:
             return states  # a single condition is already the best interval of its feature
         n_rows = self.codes_t.shape[1]
         per_call = max(1, self.refine_budget // (len(states[0].conds) * max(1, n_rows)))
-        if len(states) > per_call:  # bounded working memory: states in batches
+        if len(states) > per_call:  # bounded working memory: states in batches, as few as fit and of even sizes
+            n_batches = -(-len(states) // per_call)
+            size = -(-len(states) // n_batches)
             return [
-                s
-                for i in range(0, len(states), per_call)
-                for s in self._refine(states[i : i + per_call], min_support, obj)
+                s for i in range(0, len(states), size) for s in self._refine(states[i : i + size], min_support, obj)
             ]
         r = self._refine_tables(states, obj)
         length = r.length
@@ -184,8 +188,9 @@ class Refinement:
         # is_target, the bincount index of both counts (code >= low <=> index >= 2 low, code <= high <=> index <= 2
         # high + 1: conditions on doubled bounds, from ``edges`` (S, 2): 2 x the state's first bin, and that + 1)
         edges = tensor_on([[2 * i * wide, 2 * i * wide + 1] for i in range(n_states)], device=device)
-        # int32, or with bounded memory (``row_chunk``) int16 where every index fits (half the bytes per row)
-        short = getattr(self, "row_chunk", None) is not None and 2 * n_states * wide < (1 << 15)
+        # int16 on the CPU where every index fits (half the bytes per row of int32; ``index_add_``, which counts on
+        # other devices, takes int32 and int64 only)
+        short = device.type == "cpu" and 2 * n_states * wide < (1 << 15)
         idt = torch.int16 if short and self.codes_t.dtype == torch.int16 else torch.int32
         codes = self.codes_t.index_select(0, feats.T.reshape(-1)).view(length, n_states, n).to(idt)
         stacked = codes.mul_(2).add_(edges[:, :1].to(idt)).add_(self.target.to(idt))  # in place
@@ -193,7 +198,10 @@ class Refinement:
         # lows, then highs: (S, 1) each, in the codes' dtype (a mixed-dtype comparison is several times slower)
         bounds = torch.add(edges.repeat_interleave(length, 1), st[:, : 2 * length], alpha=2).to(idt)
         bounds = bounds.T[..., None].unbind(0)
-        sat = [(codes[m] >= bounds[m]) & (codes[m] <= bounds[length + m]) for m in range(length)]
+        # position 0 is cut first, which makes its mask: a mask made here for it would never be read
+        sat = [None] + [
+            torch.ge(codes[m], bounds[m]).logical_and_(codes[m] <= bounds[length + m]) for m in range(1, length)
+        ]
         n_bins, is_cat = fine.n_bins[feats].T.unbind(0), fine.is_cat[feats].T.unbind(0)
         # per position: whether some state's feature there is a category (else the tables skip the categories' path)
         cat_at = [any(fine.is_cat_host[s.conds[k][0]] for s in states) for k in range(length)]
@@ -252,5 +260,6 @@ class Refinement:
         new = torch.where(better[:, None], new, r.st.index_select(1, r.cols[k]))
         r.st.index_copy_(1, r.cols[k], new)
         lo_hi = torch.add(r.edges, new[:, :2], alpha=2).to(r.codes[k].dtype)
-        r.sat[k] = (r.codes[k] >= lo_hi[:, :1]) & (r.codes[k] <= lo_hi[:, 1:])
+        # into its old mask (read by no later step): fresh memory is slow to touch
+        r.sat[k] = torch.ge(r.codes[k], lo_hi[:, :1], out=r.sat[k]).logical_and_(r.codes[k] <= lo_hi[:, 1:])
         return better
