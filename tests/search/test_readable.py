@@ -34,14 +34,15 @@ def _data(n: int = 500) -> torch.Tensor:
 KINDS = ["float", "int", "cat", "float"]
 
 
-@pytest.mark.parametrize("one_at_a_time", [None, "scattered", "read"])
+@pytest.mark.parametrize("scattered, read", [(None, None), (1, None), (1, 3), (2, 4)])
 @pytest.mark.parametrize("fine", [False, True])
-def test_rules_select_the_rows_of_their_grids(fine, one_at_a_time, monkeypatch):
-    if one_at_a_time:  # the observed neighbours of the cuts scattered (and read from X) one feature at a time
-        monkeypatch.setattr(readable, "_SCATTER_VALUES", 1)
-    if one_at_a_time == "read":
-        monkeypatch.setattr(readable, "_READ_VALUES", 1)
+def test_rules_select_the_rows_of_their_grids(fine, scattered, read, monkeypatch):
     X = _data()
+    if scattered:  # the observed neighbours of the cuts scattered ``scattered`` features at a time
+        monkeypatch.setattr(readable, "_SCATTER_VALUES", scattered * len(X))
+    if read:  # and X's values read ``read`` columns at a time first
+        monkeypatch.setattr(readable, "_READ_ROWS", 1)
+        monkeypatch.setattr(readable, "_READ_VALUES", read * len(X))
     binned = bin_features(X, [0, 1, 2, 3], KINDS, n_grids=6)
     if fine:
         binned = fine_binning(X, binned, 64)
@@ -60,14 +61,15 @@ def test_rules_select_the_rows_of_their_grids(fine, one_at_a_time, monkeypatch):
     assert all(len(format_bound(r.low)) <= 6 for r in rules if r.value is None and r.low > -math.inf)
 
 
-@pytest.mark.parametrize("read_values", [None, 1])
-def test_rules_of_integer_data_select_the_rows_of_their_grids(read_values, monkeypatch):
-    """An integer X (its values converted to the grid's dtype as they are read), its columns read together or one
-    at a time."""
-    if read_values:
-        monkeypatch.setattr(readable, "_SCATTER_VALUES", 1)
-        monkeypatch.setattr(readable, "_READ_VALUES", read_values)
+@pytest.mark.parametrize("read", [False, True])
+def test_rules_of_integer_data_select_the_rows_of_their_grids(read, monkeypatch):
+    """An integer X (its values converted to the grid's dtype as they are read), its columns scattered one at a time,
+    read one at a time or two at a time first."""
     X = torch.randint(-5, 40, (400, 3), generator=torch.Generator().manual_seed(1))
+    monkeypatch.setattr(readable, "_SCATTER_VALUES", len(X))
+    if read:
+        monkeypatch.setattr(readable, "_READ_ROWS", 1)
+        monkeypatch.setattr(readable, "_READ_VALUES", 2 * len(X))
     binned = bin_features(X.double(), [0, 1, 2], ["int"] * 3, n_grids=5)
     codes = binned.codes.long()
     conds = [(j, lo, hi) for j in range(3) for lo, hi in ((1, 2), (0, 3), (2, 4))]

@@ -24,9 +24,10 @@ __all__ = ["ReadableRules", "between"]
 #: Values whose cells :func:`_cell_extremes` scatters at once: its index and value buffers (12 bytes a value) are
 #: reused from chunk to chunk, since fresh memory of that size is slow to touch.
 _SCATTER_VALUES = 1 << 21
-#: Values (and as many codes) :func:`_cell_extremes` reads from X's columns in one pass (32 MiB of float32) where
-#: that is more columns than it scatters at once.
+#: Values :func:`_cell_extremes` reads from X's columns in one pass (32 MiB of float32), from :data:`_READ_ROWS` rows
+#: on where that is more columns than it scatters at once.
 _READ_VALUES = 1 << 23
+_READ_ROWS = 1 << 18
 
 Cond = tuple[int, int, int]  # (searched feature, first grid, last grid)
 
@@ -192,32 +193,42 @@ def _cell_extremes(
     binned: Binned, X: torch.Tensor, fidx: torch.Tensor, cidx: torch.Tensor, width: int, vdt: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(F' x width,) minima and maxima (``+inf``/``-inf`` if empty) in ``vdt`` of X's columns ``cidx`` per grid cell of
-    the searched features ``fidx``: the values and codes of up to :data:`_READ_VALUES` of them read in one pass over
-    the rows (a column of a wide row-major ``X`` alone costs nearly a pass over all of it), then scattered about
-    :data:`_SCATTER_VALUES` values at a time, into reused buffers."""
+    the searched features ``fidx``, about :data:`_SCATTER_VALUES` values at a time, into reused buffers. From
+    :data:`_READ_ROWS` rows on, the values of up to :data:`_READ_VALUES` of them are read in one pass over X's rows
+    first (a column of a wide row-major ``X`` alone costs nearly a pass over all of it)."""
     n, nf = X.shape[0], len(fidx)
     lows = torch.full((nf * width,), math.inf, dtype=vdt, device=X.device)
     highs = torch.full((nf * width,), -math.inf, dtype=vdt, device=X.device)
     per = max(1, _SCATTER_VALUES // max(1, n))
-    group = max(per, _READ_VALUES // max(1, n))
+    group = per * max(1, _READ_VALUES // n // per) if n >= _READ_ROWS and nf > per else per  # whole chunks
     offsets = torch.arange(0, nf * width, width, device=X.device)
     idx = torch.empty(min(per, nf) * n, dtype=torch.long, device=X.device)
     vals = torch.empty(min(per, nf) * n, dtype=vdt, device=X.device)
     codes_t = binned.codes_t  # the stored column-major codes, if any (no transposed copy made here)
-    for g0 in range(0, nf, group):
-        f, c = fidx[g0 : g0 + group], cidx[g0 : g0 + group]
-        values = X.gather(1, c.expand(n, len(c))) if group > per else None  # (N, m): one pass over X's rows
-        codes = binned.codes.gather(1, f.expand(n, len(f))) if codes_t is None else codes_t.index_select(0, f).t()
-        for f0 in range(0, len(f), per):
-            m = min(per, len(f) - f0)
-            at, v = idx[: m * n].view(n, m), vals[: m * n].view(n, m)
-            torch.add(codes[:, f0 : f0 + m], offsets[g0 + f0 : g0 + f0 + m], out=at)
-            if values is not None:
-                v.copy_(values[:, f0 : f0 + m])
-            elif X.dtype == vdt:  # straight into the buffer (no fresh temporary)
-                torch.gather(X, 1, c[f0 : f0 + m].expand(n, m), out=v)
-            else:
-                v.copy_(X.gather(1, c[f0 : f0 + m].expand(n, m)))
-            lows.scatter_reduce_(0, at.view(-1), v.view(-1), "amin")
-            highs.scatter_reduce_(0, at.view(-1), v.view(-1), "amax")
+    read = None
+    for f0 in range(0, nf, per):
+        f, c, m = fidx[f0 : f0 + per], cidx[f0 : f0 + per], min(per, nf - f0)
+        if group > per and f0 % group == 0:  # (N, up to group): the next columns' values (and codes), one pass each
+            read = X.gather(1, cidx[f0 : f0 + group].expand(n, -1))
+            read_codes = None if codes_t is not None else binned.codes.gather(1, fidx[f0 : f0 + group].expand(n, -1))
+        k = f0 % group  # the chunk's first column in ``read``
+        if read is not None:
+            values = read[:, k : k + m]
+        if codes_t is not None:  # (m, N): rows of the transposed codes, columns of X as rows
+            codes, off = codes_t.index_select(0, f), offsets[f0 : f0 + m, None]
+            values = X.t().index_select(0, c) if read is None else values.t()
+        else:  # (N, m): a gather keeps the row-major layout (index_select along dim 1 is several times slower)
+            off = offsets[f0 : f0 + m]
+            codes = binned.codes.gather(1, f.expand(n, m)) if read is None else read_codes[:, k : k + m]
+            # the values gathered straight into the buffer where the dtypes agree (no fresh temporary)
+            if read is None:
+                values = None if X.dtype == vdt else X.gather(1, c.expand(n, m))
+        at, v = idx[: m * n], vals[: m * n]
+        torch.add(codes, off, out=at.view(codes.shape))
+        if values is None:
+            torch.gather(X, 1, c.expand(n, m), out=v.view(n, m))
+        else:
+            v.view(values.shape).copy_(values)
+        lows.scatter_reduce_(0, at, v, "amin")
+        highs.scatter_reduce_(0, at, v, "amax")
     return lows, highs
