@@ -38,19 +38,18 @@ def _pick(rule_sets, bound):
 def test_sweep_bins_and_counts_once_per_strategy_and_grid(monkeypatch):
     X, target = _toy()
     calls = {"bin": 0, "root": 0}
-    real_bin, real_counts = search_mod.encode_features, extractor_mod.grid_counts
+    real_bin, real_counts = search_mod.encode_features, extractor_mod.grid_and_target_counts
 
     def counting_bin(*args, **kwargs):
         calls["bin"] += 1
         return real_bin(*args, **kwargs)
 
-    def counting_counts(codes, rows, *args, **kwargs):
-        if rows is None:  # the all-samples histogram: computed at the root only
-            calls["root"] += 1
-        return real_counts(codes, rows, *args, **kwargs)
+    def counting_counts(*args, **kwargs):  # the all-samples and target histograms: computed at the root only
+        calls["root"] += 1
+        return real_counts(*args, **kwargs)
 
     monkeypatch.setattr(search_mod, "encode_features", counting_bin)
-    monkeypatch.setattr(extractor_mod, "grid_counts", counting_counts)
+    monkeypatch.setattr(extractor_mod, "grid_and_target_counts", counting_counts)
     result = search_hyperparameters(
         X,
         target,

@@ -33,5 +33,7 @@ def index_counts(index: torch.Tensor, size: int, weights: torch.Tensor | None = 
     """
     if weights is None:
         weights = torch.ones((), dtype=torch.long, device=index.device).expand(index.numel())
+    if index.dtype not in (torch.int32, torch.int64):  # ``index_add_`` takes no narrower index (int16 on the CPU)
+        index = index.int()
     out = torch.zeros(size, dtype=weights.dtype, device=index.device)
     return out.index_add_(0, index, weights)
