@@ -148,6 +148,18 @@ class RuleSet:
         )
         return replace(self, rules=rules)
 
+    def renumbered(self, where: Mapping[int, int] | Sequence[int]) -> RuleSet:
+        """A copy whose rules' feature indices are mapped through ``where`` (e.g. into and out of a copy of the
+        columns the rules use); everything else kept.
+
+        Example:
+            >>> from torch_amore.rules.rule import Rule
+            >>> rs = RuleSet((Rule(7, "x7", low=0.5), Rule(2, "x2", high=1.0)), 10, 0.9, 0.4)
+            >>> rs.renumbered({7: 1, 2: 0}).features, rs.renumbered({7: 1, 2: 0}).renumbered([2, 7]) == rs
+            ((1, 0), True)
+        """
+        return replace(self, rules=tuple(replace(r, feature=where[r.feature]) for r in self.rules))
+
     def format(self, precision: int | None = None) -> str:
         """``IF <rules> THEN <target>  (support=..., confidence=..., fitness=...)``, bounds as :meth:`Rule.format`
         prints them (``precision`` changes nothing)."""

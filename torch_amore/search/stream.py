@@ -375,15 +375,14 @@ class StreamExtractor(Extractor):
         X = self.gather(cols, f"polish ({len(cols)} columns)")
         where = {c: i for i, c in enumerate(cols)}
         columns = None if self.row_chunk is None else SortedColumns(X, self.target, row_chunk=self.row_chunk)
-        moved = [_moved(rs, where) for rs in rule_sets]
+        moved = [rs.renumbered(where) for rs in rule_sets]
         # a few rule sets at a time (each rule set's polish is its own): a byte per row for each of their rules
         depth = max(1, max(len(rs.rules) for rs in moved))
         per = max(1, POLISH_MASK_BYTES // max(1, X.shape[0] * depth))
         out = []
         for i in range(0, len(moved), per):
             out += self.polish_on(moved[i : i + per], X, min_support, goals[i : i + per], columns=columns)
-        back = dict(enumerate(cols))
-        return [_moved(rs, back) for rs in out]
+        return [rs.renumbered(cols) for rs in out]
 
     def prune(self, rule_sets: list[RuleSet], options: SearchOptions) -> list[RuleSet]:
         """:func:`torch_amore.rules.pruning.prune_rule_sets_batches` on the source (one pass, when a rule set has two
@@ -423,11 +422,6 @@ class StreamExtractor(Extractor):
             masks = rule_set_masks(chosen, X)
             equal &= all_along(masks[later] == masks[earlier], 1)
         return D.all_ranks(equal).tolist()
-
-
-def _moved(rs: RuleSet, where: dict[int, int]) -> RuleSet:
-    """``rs`` with each rule's feature index mapped through ``where``."""
-    return replace(rs, rules=tuple(replace(r, feature=where[r.feature]) for r in rs.rules))
 
 
 def extract_stream(
