@@ -17,6 +17,7 @@ from torch_amore.search import null_search
 from torch_amore.search.evidence_split import permutation_order
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
+from torch_amore.search.plan import SearchPlan
 from torch_amore.strategies import all_rows
 from torch_amore.strategies.seeding import SEED_FEATURES
 
@@ -130,3 +131,34 @@ def test_kept_readable_rules_equal_those_made_afresh():
             assert len(conds) > 2
             assert null.readable.rules(binned, conds) == fresh.rules(binned, conds)
     assert null.readable._edges  # the neighbours were kept
+
+
+@pytest.mark.parametrize("strategy", ["beam", "paper"])
+def test_the_permutations_take_the_searchs_own_binning(strategy, monkeypatch):
+    # one binning per call: the permutations' searches read the codes, fine grids and counts of all rows of the
+    # search on the real target, and find what searches on codes made afresh find
+    from torch_amore.grids import binning
+    from torch_amore.search import extract
+
+    X, t = mixed(500, 5)
+    kw = {"max_length": 2, "min_support": 25, "strategy": strategy}
+    P = 5
+    fresh = NullSearch(X, t, SearchOptions(**kw))
+    made = []
+    original = binning.encode_features
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(extract, "encode_features", counted)
+    found = extract_rules(X, t, permutations=P, seed=2, **kw)
+    assert len(made) == 1
+    assert found and found[0].p_value is not None
+    plan = SearchPlan.make(X.shape[0], X.shape[1], SearchOptions(**kw))
+    _, _, searched = extract.search_plan(X, t, plan)
+    reused = NullSearch(X, t, plan.options, plan=plan, base=searched)
+    assert len(made) == 2  # the search above, and no binning for the searches that reuse its extractor
+    for k in range(P):
+        tk = t[torch.from_numpy(permutation_order(len(t), 2, k))]
+        assert repr(reused.search(tk)) == repr(fresh.search(tk))

@@ -99,9 +99,10 @@ def bin_plan(X: torch.Tensor, target: Any, plan: SearchPlan, *, memory_checked: 
     return Extractor(binned, target_t, list(plan.names), scale, offset, target_name=plan.target_name, X=X)
 
 
-def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[RuleSet], int, int]:
+def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[RuleSet], int, Extractor]:
     """The rule sets of ``plan`` on the converted ``X`` (best fitness first, ``min_confidence`` applied), the
-    ``min_support`` count they were searched with and the subgroup's rows (on every rank)."""
+    ``min_support`` count they were searched with and the :class:`Extractor` that found them (its binning serves the
+    searches of other targets on these rows, :class:`torch_amore.search.null_search.NullSearch`)."""
     with search_scope(X.device):  # one thread for small operations, no autograd bookkeeping
         extractor = bin_plan(X, target, plan)
         min_support = plan.support_count(extractor.n_total_target)
@@ -111,7 +112,20 @@ def search_plan(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[Ru
     min_confidence = plan.options.min_confidence
     if min_confidence is not None:
         rule_sets = [rs for rs in rule_sets if rs.confidence >= min_confidence]
-    return rule_sets, min_support, extractor.n_total_target
+    return rule_sets, min_support, extractor
+
+
+def search_warned(X: torch.Tensor, target: Any, plan: SearchPlan) -> tuple[list[RuleSet], int, Extractor]:
+    """:func:`search_plan`, its caveats (:func:`torch_amore.rules.caveats.caveats`) added to the caller's one
+    warning."""
+    with OneWarning(stacklevel=5) as warned:
+        rule_sets, min_support, extractor = search_plan(X, target, plan)
+        local = plan.local_x is not None
+        for kind, reason in caveats(
+            rule_sets, plan.n_rows, extractor.n_total_target, min_count=min_support, local=local
+        ):
+            warned.add(reason, kind)
+    return rule_sets, min_support, extractor
 
 
 def extract_rules(
@@ -216,13 +230,10 @@ def search_converted(
 ) -> tuple[list[RuleSet], SearchPlan, int]:
     """:func:`extract_planned` on the converted ``X``, with the plan made of ``plan_args`` once."""
     plan = SearchPlan.make(X.shape[0], X.shape[1], options, **plan_args)
-    with OneWarning(stacklevel=4) as warned:
-        if not options.wants_evidence:
-            rule_sets, min_support, size = search_plan(X, target, plan)
-            local = plan.local_x is not None
-            for kind, reason in caveats(rule_sets, plan.n_rows, size, min_count=min_support, local=local):
-                warned.add(reason, kind)
-            return rule_sets, plan, min_support
+    if not options.wants_evidence:
+        rule_sets, min_support, _ = search_warned(X, target, plan)
+        return rule_sets, plan, min_support
+    with OneWarning(stacklevel=4):
         from torch_amore.search.significance import extract_with_evidence
 
         named = {

@@ -95,6 +95,8 @@ class NullSearch:
         features, feature_names, local_x, target_name: as in :func:`torch_amore.extract_rules`.
         plan: the search's plan (:class:`torch_amore.search.plan.SearchPlan`) of these rows, resolved already (then
             ``options`` and the columns are the plan's).
+        base: the :class:`Extractor` of that plan's search on ``target`` (:func:`torch_amore.search.extract.search_plan`
+            returns it): its codes, fine grids and counts of all rows are taken as they are, not made again.
 
     Example:
         >>> import torch
@@ -122,6 +124,7 @@ class NullSearch:
         local_x: Any = None,
         target_name: str = "target",
         plan: SearchPlan | None = None,
+        base: Extractor | None = None,
     ) -> None:
         named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
         with warnings.catch_warnings():  # the search on the real target gave them
@@ -129,7 +132,7 @@ class NullSearch:
             plan = SearchPlan.make(X.shape[0], X.shape[1], options, **named) if plan is None else plan
         self.options, self.device = plan.options, X.device
         with search_scope(X.device):
-            self.base = bin_plan(X, target, plan)
+            self.base = bin_plan(X, target, plan) if base is None else base
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
             local = plan.local_x
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None

@@ -10,8 +10,9 @@
   permutations of the target over the searched rows (permutation ``k`` is
   :func:`torch_amore.search.evidence_split.permutation_order` of ``seed`` and ``k``); the best fitness of each is the
   null distribution, and a rule set of fitness ``f`` gets ``p_value = (1 + #{null >= f}) / (P + 1)``, the
-  Westfall-Young max-statistic p-value, family-wise over everything the search compared. The grid codes are made once
-  (:class:`torch_amore.search.null_search.NullSearch`).
+  Westfall-Young max-statistic p-value, family-wise over everything the search compared. The permutations' searches
+  take the grid codes, fine grids and counts of all rows of the search on the real target
+  (:class:`torch_amore.search.null_search.NullSearch`): one binning per call.
 * **Stability** (``stability=B``): B seeded, stratified half-samples of the searched rows are searched again (a count
   ``min_support`` scaled to the half); ``stability`` is the share of them in whose first ``len(result)`` rule sets
   one selects nearly the same rows of the data as the rule set (all rows, held-out ones included; Jaccard >=
@@ -48,7 +49,8 @@ from torch_amore.rules.evidence import warn_noise
 from torch_amore.rules.held_out import held_out_metrics
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order, resolve_holdout_rows
-from torch_amore.search.extract import search_converted, search_plan
+from torch_amore.search.extract import search_plan, search_warned
+from torch_amore.search.extractor import Extractor
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.plan import SearchPlan
@@ -160,10 +162,11 @@ def extract_with_evidence(
     columns = A.resolve_features(features, Xs.shape[1])
     M.check_search_memory(Xs, plain, None if features is None else columns)
     named = {"features": features, "columns": columns, "feature_names": names, "local_x": local_x}
-    found, plan, min_count = search_converted(Xs, ts, plain, target_name=target_name, **named)  # the one plan
+    plan = SearchPlan.make(Xs.shape[0], Xs.shape[1], plain, target_name=target_name, **named)  # the one plan
+    found, min_count, searched = search_warned(Xs, ts, plan)
     changes: list[dict[str, Any]] = [{} for _ in found]
     if found and options.permutations:
-        for c, p in zip(changes, permutation_p_values(Xs, ts, found, plan, options)):
+        for c, p in zip(changes, permutation_p_values(Xs, ts, found, plan, options, base=searched)):
             c["p_value"] = p
     if found and options.stability:
         shares = stability_shares(Xs, ts, found, plan, options, masks_on=X_t)
@@ -177,17 +180,20 @@ def extract_with_evidence(
     return out, min_count
 
 
-def null_fitness(X: torch.Tensor, target: torch.Tensor, plan: SearchPlan, options: SearchOptions) -> list[float]:
+def null_fitness(
+    X: torch.Tensor, target: torch.Tensor, plan: SearchPlan, options: SearchOptions, *, base: Extractor | None = None
+) -> list[float]:
     """The best fitness of the search ``plan`` on each of the ``options.permutations`` permutations of ``target``
     seeded by ``options.seed`` (:func:`torch_amore.search.evidence_split.permutation_order`; ``-inf`` where a search
-    returns nothing)."""
+    returns nothing). ``base``: the :class:`Extractor` of ``plan``'s search on ``target``, whose codes and grids the
+    permutations' searches take (else they are made again)."""
     permutations, seed = options.permutations, options.seed
     bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
     rows = _Rows(target)  # in a sharded run, permutations of all ranks' rows: each rank searches its part
     with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
         warnings.simplefilter("ignore")
         quiet = replace(plan.options, progress=False)
-        null = NullSearch(X, target, quiet, plan=replace(plan, options=quiet))
+        null = NullSearch(X, target, quiet, plan=replace(plan, options=quiet), base=base)
         out = []
         for k in range(permutations):
             order = torch.from_numpy(permutation_order(rows.target.shape[0], seed, k)).to(target.device)
@@ -203,10 +209,13 @@ def permutation_p_values(
     found: Sequence[RuleSet],
     plan: SearchPlan,
     options: SearchOptions,
+    *,
+    base: Extractor | None = None,
 ) -> list[float]:
     """The search-aware p-value of each of ``found`` (found by the search ``plan``): ``(1 + #{null >= fitness}) /
-    (permutations + 1)`` over :func:`null_fitness` (``permutations``, ``seed`` and ``progress`` of ``options``)."""
-    null = null_fitness(X, target, plan, options)
+    (permutations + 1)`` over :func:`null_fitness` (``permutations``, ``seed`` and ``progress`` of ``options``;
+    ``base`` as there)."""
+    null = null_fitness(X, target, plan, options, base=base)
     return [(1 + sum(f >= rs.fitness for f in null)) / (options.permutations + 1) for rs in found]
 
 
