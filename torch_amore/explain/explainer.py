@@ -314,7 +314,7 @@ class RegionalRuleExplainer:
             local_x = None if request.local is None else local_vector(self, request, X, fwd, source_kind)
             options = with_units(options, request.scaler, X.shape[1], source_kind)
             features = selection if selection is not None else request.indices
-            rule_sets, plan, min_count = extract_planned(
+            rule_sets, plan, min_count, _ = extract_planned(
                 X,
                 mask,
                 options,

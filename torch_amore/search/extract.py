@@ -213,9 +213,10 @@ def extract_planned(
     local_x: ArrayLike | None = None,
     target_name: str = "target",
     counted: tuple[int, int | None] | None = None,
-) -> tuple[list[RuleSet], SearchPlan, int]:
+) -> tuple[list[RuleSet], SearchPlan, int, Extractor | None]:
     """:func:`extract_rules` on data in memory with checked ``options``, for the explainer and the callback: the rule
-    sets, the plan and the ``min_support`` count they were searched with. ``counted``: see :meth:`SearchPlan.make`.
+    sets, the plan and the ``min_support`` count they were searched with (and the extractor, see
+    :func:`search_converted`). ``counted``: see :meth:`SearchPlan.make`.
     The caveats join the caller's one warning."""
     n_features = X.shape[1] if len(getattr(X, "shape", ())) == 2 else None  # for the memory check; else converted
     columns = None if n_features is None else A.resolve_features(features, n_features)
@@ -227,12 +228,13 @@ def extract_planned(
 
 def search_converted(
     X: torch.Tensor, target: Any, options: SearchOptions, **plan_args: Any
-) -> tuple[list[RuleSet], SearchPlan, int]:
-    """:func:`extract_planned` on the converted ``X``, with the plan made of ``plan_args`` once."""
+) -> tuple[list[RuleSet], SearchPlan, int, Extractor | None]:
+    """:func:`extract_planned` on the converted ``X``, with the plan made of ``plan_args`` once; also the
+    :class:`Extractor` of the search (``None`` with evidence: its searches are several)."""
     plan = SearchPlan.make(X.shape[0], X.shape[1], options, **plan_args)
     if not options.wants_evidence:
-        rule_sets, min_support, _ = search_warned(X, target, plan)
-        return rule_sets, plan, min_support
+        rule_sets, min_support, extractor = search_warned(X, target, plan)
+        return rule_sets, plan, min_support, extractor
     with OneWarning(stacklevel=4):
         from torch_amore.search.significance import extract_with_evidence
 
@@ -242,4 +244,4 @@ def search_converted(
             "target_name": plan.target_name,
         }
         rule_sets, min_support = extract_with_evidence(X, target, options, local_x=plan_args.get("local_x"), **named)
-    return rule_sets, plan, min_support
+    return rule_sets, plan, min_support, None

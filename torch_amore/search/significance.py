@@ -49,7 +49,7 @@ from torch_amore.rules.evidence import warn_noise
 from torch_amore.rules.held_out import held_out_metrics
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order, resolve_holdout_rows
-from torch_amore.search.extract import search_plan, search_warned
+from torch_amore.search.extract import search_converted, search_plan
 from torch_amore.search.extractor import Extractor
 from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
@@ -162,8 +162,7 @@ def extract_with_evidence(
     columns = A.resolve_features(features, Xs.shape[1])
     M.check_search_memory(Xs, plain, None if features is None else columns)
     named = {"features": features, "columns": columns, "feature_names": names, "local_x": local_x}
-    plan = SearchPlan.make(Xs.shape[0], Xs.shape[1], plain, target_name=target_name, **named)  # the one plan
-    found, min_count, searched = search_warned(Xs, ts, plan)
+    found, plan, min_count, searched = search_converted(Xs, ts, plain, target_name=target_name, **named)  # one plan
     changes: list[dict[str, Any]] = [{} for _ in found]
     if found and options.permutations:
         for c, p in zip(changes, permutation_p_values(Xs, ts, found, plan, options, base=searched)):
