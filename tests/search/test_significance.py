@@ -211,3 +211,23 @@ def test_calibration_on_noise_within_a_binomial_tolerance():
     assert evaluated == n_sets
     limit = binom.ppf(0.999, n_sets, 0.2)
     assert perm <= limit and held <= limit, (perm, held, limit)
+
+
+def test_near_masks_match_the_literal_jaccard_loop():
+    # the half-samples' comparison in one batch: every pair's Jaccard index against a literal loop, with masks that
+    # select no row (two of them: index 1) and pairs exactly at the threshold (4 shared of 5 rows: 0.8)
+    from torch_amore.search.significance import STABILITY_JACCARD, _near
+
+    g = torch.Generator().manual_seed(3)
+    masks = torch.rand(9, 50, generator=g) < torch.linspace(0.0, 0.9, 9)[:, None]
+    others = torch.rand(6, 50, generator=g) < torch.linspace(0.0, 0.9, 6)[:, None]
+    masks[1] = others[1] = False
+    masks[2] = others[2] = False
+    masks[2, :5], others[2, :4] = True, True  # 4 / 5
+    masks[3] = others[5]
+    literal = []
+    for m in masks:
+        jac = [int((m & o).sum()) / int((m | o).sum()) if bool((m | o).any()) else 1.0 for o in others]
+        literal.append(any(j >= STABILITY_JACCARD for j in jac))
+    assert _near(masks, others).tolist() == literal
+    assert literal[0] and literal[2] and literal[3] and not all(literal)

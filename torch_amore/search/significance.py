@@ -218,9 +218,16 @@ def permutation_p_values(
     return [(1 + sum(f >= rs.fitness for f in null)) / (options.permutations + 1) for rs in found]
 
 
-def _jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
-    both, union = D.all_reduce_sum(torch.stack([(a & b).sum(), (a | b).sum()])).tolist()  # all ranks' rows
-    return both / union if union else 1.0
+def _near(masks: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """(R,) bool: whether each row mask of ``masks`` (R, N) has a Jaccard index >= :data:`STABILITY_JACCARD` with
+    some row of ``others`` (R', N), over all ranks' rows (two masks of no row: 1). One pass per row of ``masks``,
+    one reduction over the ranks, no host sync."""
+    sizes = others.sum(1)
+    shared = torch.stack([(m & others).sum(1) for m in masks])  # (R, R')
+    union = masks.sum(1)[:, None] + sizes[None, :] - shared
+    both = D.all_reduce_sum(torch.stack([shared, union]))
+    jaccard = torch.where(both[1] > 0, both[0].double() / both[1].clamp(min=1).double(), 1.0)
+    return (jaccard >= STABILITY_JACCARD).any(1)
 
 
 def stability_shares(
@@ -240,8 +247,8 @@ def stability_shares(
     to them (rounded up); a fraction or the default applies as it is."""
     n_halves, seed = options.stability, options.seed
     on = X if masks_on is None else masks_on
-    masks = [rs.mask(on) for rs in found]
-    hits = [0] * len(found)
+    masks = torch.stack([rs.mask(on) for rs in found])
+    hits = torch.zeros(len(found), dtype=torch.long, device=masks.device)
     every = _Rows(target)  # in a sharded run, half-samples of all ranks' rows: each rank searches its part
     n = every.target.shape[0]
     bar = progress_bar(options.progress, total=n_halves, desc="half-samples")
@@ -254,9 +261,8 @@ def stability_shares(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             again = search_plan(X[rows], target[rows], plan.on_rows(len(chosen), half))[0][: len(found)]
-        other = [rs.mask(on) for rs in again]
-        for i, m in enumerate(masks):
-            hits[i] += any(_jaccard(m, o) >= STABILITY_JACCARD for o in other)
+        if again:
+            hits += _near(masks, torch.stack([rs.mask(on) for rs in again]))
         bar.update(1)
     bar.close()
-    return [h / n_halves for h in hits]
+    return [h / n_halves for h in hits.tolist()]
