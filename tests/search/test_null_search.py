@@ -157,8 +157,12 @@ def test_the_permutations_take_the_searchs_own_binning(strategy, monkeypatch):
     assert found and found[0].p_value is not None
     plan = SearchPlan.make(X.shape[0], X.shape[1], SearchOptions(**kw))
     _, _, searched = extract.search_plan(X, t, plan)
+    sorted_by_polish = searched.__dict__.get("_columns")  # the beam's polish sorts columns; the paper's tree has none
+    polished = set() if sorted_by_polish is None else set(sorted_by_polish.sorted_tables())
     reused = NullSearch(X, t, plan.options, plan=plan, base=searched)
     assert len(made) == 2  # the search above, and no binning for the searches that reuse its extractor
+    assert (strategy == "paper" or polished) and set(searched.__dict__.get("_sorted", {})) == polished
+    assert "_columns" not in searched.__dict__
     for k in range(P):
         tk = t[torch.from_numpy(permutation_order(len(t), 2, k))]
         assert repr(reused.search(tk)) == repr(fresh.search(tk))

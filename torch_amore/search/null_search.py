@@ -96,7 +96,8 @@ class NullSearch:
         plan: the search's plan (:class:`torch_amore.search.plan.SearchPlan`) of these rows, resolved already (then
             ``options`` and the columns are the plan's).
         base: the :class:`Extractor` of that plan's search on ``target`` (:func:`torch_amore.search.extract.search_plan`
-            returns it): its codes, fine grids and counts of all rows are taken as they are, not made again.
+            returns it): its codes, fine grids, counts of all rows and the polish's sorted columns are taken as they
+            are, not made again (the sorted columns move to the tables kept for every target).
 
     Example:
         >>> import torch
@@ -133,6 +134,9 @@ class NullSearch:
         self.options, self.device = plan.options, X.device
         with search_scope(X.device):
             self.base = bin_plan(X, target, plan) if base is None else base
+            made = self.base.__dict__.pop("_columns", None)  # the polish's sorted columns of the real target: their
+            if isinstance(made, SortedColumns):  # tables that do not depend on it serve every target (not made again)
+                self.base.__dict__.setdefault("_sorted", {}).update(made.sorted_tables())
             self.all_counts = self.base.root_counts()[0]  # all rows per grid: the same for every target
             local = plan.local_x
             self.local_codes = self.base.binned.encode_sample(local) if local is not None else None

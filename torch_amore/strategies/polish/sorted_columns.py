@@ -71,6 +71,20 @@ class SortedColumns:
         idx = tensor_on([self._slot[c] for c in cols], device=self.X.device)
         return {name: self._tables[name].index_select(0, idx) for name in self._FIELDS}
 
+    def sorted_tables(self) -> dict[int, dict[str, torch.Tensor]]:
+        """The tables of every column sorted so far that do not depend on the target (``order``, ``observed``,
+        ``allowed``, ``column``), per column: views of the cache (for the searches of other targets on these rows).
+
+        Example:
+            >>> X = torch.tensor([[3.0], [1.0], [2.0]])
+            >>> columns = SortedColumns(X, torch.tensor([True, False, False]))
+            >>> _ = columns.get([0])
+            >>> columns.sorted_tables()[0]["order"].tolist()
+            [[1, 2, 0]]
+        """
+        target_free = ("order", "observed", "allowed", "column")
+        return {c: {name: self._tables[name][at : at + 1] for name in target_free} for c, at in self._slot.items()}
+
     def _sort(self, cols: list[int]) -> dict[str, torch.Tensor]:
         """The tables of the columns ``cols``, sorted together."""
         column = tensor_on(cols, device=self.X.device)
