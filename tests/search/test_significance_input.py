@@ -69,6 +69,8 @@ def test_bad_options_name_the_argument(kwargs, error, words):
         (np.array([0.5, 2.0]), TypeError, "booleans or integer row indices"),
         (np.zeros((300, 1), dtype=bool), ValueError, "one-dimensional"),
         (np.arange(300), ValueError, "leave rows to search"),
+        ("0:30", TypeError, "got str '0:30'"),
+        (b"rows", TypeError, "got bytes"),
     ],
 )
 def test_bad_holdout_rows(rows, error, words):

@@ -82,6 +82,11 @@ def half_sample(target: torch.Tensor, seed: int, b: int) -> np.ndarray:
 
 def _as_array(holdout_rows: Any) -> np.ndarray:
     """``holdout_rows`` as a one-dimensional numpy array (a ``TypeError``/``ValueError`` naming it otherwise)."""
+    if isinstance(holdout_rows, (str, bytes)):
+        raise TypeError(
+            "Expected `holdout_rows` to be a boolean mask or an array of row indices, but got "
+            f"{type(holdout_rows).__name__} {holdout_rows[:40]!r}."
+        )
     if hasattr(holdout_rows, "to_numpy"):
         holdout_rows = holdout_rows.to_numpy()
     if isinstance(holdout_rows, torch.Tensor):
