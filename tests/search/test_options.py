@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -81,3 +82,24 @@ def test_search_hyperparameters_takes_the_same_options():
     )
     direct = ta.extract_rules(X, target, options=options)
     assert result.best == direct[0]  # bound 0: the fittest rule set of the one setting
+
+
+ODD_VALUES = {
+    "two numbers (tensor)": torch.tensor([0.3, 0.4]),
+    "two numbers (numpy)": np.array([0.3, 0.2]),
+    "one number (0-d tensor)": torch.tensor(0.3),
+    "a dict": {"a": 1},
+    "an object": object(),
+    "a complex number": 1 + 2j,
+}
+
+
+@pytest.mark.parametrize("value", ODD_VALUES.values(), ids=ODD_VALUES.keys())
+@pytest.mark.parametrize("field", SearchOptions.names())
+def test_every_field_refuses_odd_values_by_name_or_takes_them(field, value):
+    # an odd value for any field is either a valid value or refused by a TypeError/ValueError that names the field
+    # (not numpy's or torch's own message about truth values, iteration or scalar conversion)
+    try:
+        SearchOptions(**{field: value})
+    except (TypeError, ValueError) as err:
+        assert f"`{field}`" in str(err), str(err)

@@ -110,7 +110,7 @@ def check_int(value: Any, name: str, low: int) -> int:
 
 
 def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise ValueError(f"Expected `{name}` to be one of {list(choices)}, but got {value!r}.")
     return value
 

@@ -45,9 +45,13 @@ def check_level(level: Any, name: str = "level", example: str = "0.95") -> float
         >>> check_level(0.9)
         0.9
     """
+    wrong = TypeError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level!r}.")
     if isinstance(level, bool) or not isinstance(level, (int, float)) and not hasattr(level, "__float__"):
-        raise TypeError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level!r}.")
-    value = float(level)
+        raise wrong
+    try:
+        value = float(level)
+    except (TypeError, ValueError, RuntimeError):  # e.g. an array of several numbers
+        raise wrong from None
     if not 0.0 < value < 1.0:
         raise ValueError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level}.")
     return value

@@ -57,7 +57,7 @@ def _float_tuple(values: Any, name: str) -> tuple[float, ...] | None:
 def _types_tuple(values: Any) -> tuple[str, ...] | None:
     if values is None:
         return None
-    if isinstance(values, str) or not hasattr(values, "__iter__"):
+    if isinstance(values, str) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) != 1:
         raise TypeError(f"Expected `feature_types` to be a sequence such as ['float', 'int', 'cat'], got {values!r}.")
     types = tuple(str(t) for t in values)
     bad = sorted({t for t in types if t not in FEATURE_TYPES})
