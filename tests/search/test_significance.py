@@ -231,3 +231,22 @@ def test_near_masks_match_the_literal_jaccard_loop():
         literal.append(any(j >= STABILITY_JACCARD for j in jac))
     assert _near(masks, others).tolist() == literal
     assert literal[0] and literal[2] and literal[3] and not all(literal)
+
+
+def test_a_boolean_series_of_held_out_rows_goes_by_its_index_like_the_target():
+    # a DataFrame X and a Series target pair by index; a boolean Series holdout_rows does too (the same labels in
+    # another order hold out the same rows), while its labels must be X's
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.random((400, 3)), columns=list("abc"), index=np.arange(400)[::-1])
+    t = pd.Series(X["a"].to_numpy() > 0.7, index=X.index)
+    held = pd.Series(X.index < 100, index=X.index)  # the rows labelled 0..99: the last 100 rows of X
+    kw = {"max_length": 1, "min_support": 20}
+    by_order = extract_rules(X, t, holdout_rows=held, **kw)
+    shuffled = extract_rules(X, t, holdout_rows=held.sample(frac=1, random_state=1), **kw)
+    by_position = extract_rules(X, t, holdout_rows=np.arange(300, 400), **kw)
+    assert by_order == shuffled == by_position
+    assert [rs.held_out for rs in by_order] == [rs.held_out for rs in shuffled] == [rs.held_out for rs in by_position]
+    with pytest.raises(ValueError, match="holdout_rows"):
+        extract_rules(X, t, holdout_rows=pd.Series(held.to_numpy(), index=np.arange(1000, 1400)), **kw)

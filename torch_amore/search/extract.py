@@ -159,8 +159,9 @@ def extract_rules(
         target_name: name of the subgroup in printed rules.
         codes_dir: with a source of batches, keep the grid codes in memory-mapped files of a fresh folder inside this
             existing folder (removed afterwards, also on an error) rather than in memory.
-        holdout_rows: rows held out of the search (a boolean (N,) mask or row indices): every returned rule set gets
-            its numbers there, ``held_out`` (see ``holdout`` below and docs/trust.md).
+        holdout_rows: rows held out of the search (a boolean (N,) mask or row positions; a boolean pandas Series
+            by its index when X is a DataFrame, as ``target``): every returned rule set gets its numbers there,
+            ``held_out`` (see ``holdout`` below and docs/trust.md).
         **search_options: any field of :class:`torch_amore.SearchOptions` (``max_length``, ``min_support``,
             ``strategy``, ``holdout``, ``permutations``, ...: its fields are documented there, once); an unknown name is
             a ``TypeError``.

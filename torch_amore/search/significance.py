@@ -153,6 +153,8 @@ def extract_with_evidence(
     _refuse(X, codes_dir)
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
+    if getattr(getattr(holdout_rows, "dtype", None), "kind", None) == "b":  # a boolean pandas Series by its index
+        holdout_rows = V.align_rows(holdout_rows, X, "holdout_rows")  # when X is a DataFrame, as the target
     X_t, target, frame_names = V.converted(X, target)  # the one conversion of the data
     target_t = V.to_target(target, X_t.shape[0], X_t.device)
     names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
