@@ -76,3 +76,63 @@ def test_with_holdout_a_useless_result_is_said_once_in_the_one_warning():
         RegionalRuleExplainer(model).explain(X, 1, holdout=0.3, max_length=1, min_support=0.9)
     texts = [str(w.message) for w in caught if "useless" in str(w.message)]
     assert len(texts) == 1 and texts[0].count("Rule sets may be useless") == 1
+
+
+@pytest.mark.filterwarnings("ignore:None of the:UserWarning")
+def test_explain_holdout_rows_equal_extract_rules_with_them():
+    # explicit held-out rows (a mask, or the same rows as positions) through the explainer: the rule sets and held-out
+    # numbers of extract_rules on the outputs' subgroup with those rows; the recall is of the subgroup rows searched
+    model, X = model_and_data()
+    held = torch.zeros(X.shape[0], dtype=torch.bool)
+    held[::4] = True
+    counted = Counting(model)
+    explanation = RegionalRuleExplainer(counted).explain(X, 1, holdout_rows=held, **OPTS)
+    assert counted.rows == X.shape[0]
+    by_positions = RegionalRuleExplainer(model).explain(X, 1, holdout_rows=np.arange(0, X.shape[0], 4), **OPTS)
+    with torch.no_grad():
+        subgroup = model(X).argmax(1) == 1
+    expected = extract_rules(X, subgroup, holdout_rows=held, **OPTS)
+    assert expected and explanation.rule_sets == expected == by_positions.rule_sets
+    assert [rs.held_out for rs in explanation.rule_sets] == [rs.held_out for rs in expected]
+    assert all(rs.held_out is not None for rs in expected)
+    searched = int((subgroup & ~held).sum())
+    assert explanation.params["held_out_subgroup"] == int((subgroup & held).sum())
+    best = expected[0]
+    hits = round(best.confidence * best.support)
+    assert explanation.stats(best)["recall"] == pytest.approx(hits / searched)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"holdout_rows": np.zeros(7, dtype=bool)}, ValueError, "of length 500"),
+        ({"holdout_rows": [0, 600]}, ValueError, "indices in [0, 500)"),
+        ({"holdout_rows": "0:9"}, TypeError, "got str"),
+        ({"holdout_rows": [1, 2], "holdout": 0.3}, ValueError, "not both"),
+        ({"holdout_rows": [1, 2], "stream": True}, ValueError, "holdout_rows"),
+    ],
+)
+def test_bad_holdout_rows_are_refused_before_the_model_runs(kwargs, error, words):
+    model, X = model_and_data()
+    counted = Counting(model)
+    with pytest.raises(error) as info:
+        RegionalRuleExplainer(counted).explain(X, 1, **kwargs, **OPTS)
+    assert words in str(info.value)
+    assert counted.rows == 0
+
+
+@pytest.mark.filterwarnings("ignore:None of the:UserWarning")
+def test_a_boolean_series_of_held_out_rows_goes_by_the_dataframe_inputs_index():
+    import pandas as pd
+
+    model, X = model_and_data()
+    frame = pd.DataFrame(X.numpy(), index=np.arange(X.shape[0])[::-1])
+    held = pd.Series(frame.index % 4 == 0, index=frame.index)
+    explainer = RegionalRuleExplainer(model)
+    in_order = explainer.explain(frame, 1, holdout_rows=held, **OPTS)
+    shuffled = explainer.explain(frame, 1, holdout_rows=held.sample(frac=1, random_state=0), **OPTS)
+    by_mask = explainer.explain(frame, 1, holdout_rows=held.to_numpy(), **OPTS)
+    assert in_order.rule_sets and in_order.rule_sets == shuffled.rule_sets == by_mask.rule_sets
+    assert [rs.held_out for rs in in_order.rule_sets] == [rs.held_out for rs in shuffled.rule_sets]
+    with pytest.raises(ValueError, match="holdout_rows"):
+        explainer.explain(frame, 1, holdout_rows=pd.Series(held.to_numpy(), index=np.arange(1000, 1500)), **OPTS)

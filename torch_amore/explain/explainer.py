@@ -29,6 +29,7 @@ from torch_amore.model.forward import Forward, ModelArgs, eval_mode, resolve_lay
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import subgroup_mask
 from torch_amore.rules.caveats import useless_reason
+from torch_amore.search.evidence_split import resolve_holdout_rows
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 
@@ -122,6 +123,7 @@ class RegionalRuleExplainer:
         forward_kwargs: dict[str, Any] | None = None,
         stream: bool | str = "auto",
         local: Any = None,
+        holdout_rows: Any = None,
         **search_options: Any,
     ) -> RegionalExplanation:
         """Rules describing the subgroup ``target`` of the model's predictions on ``inputs``.
@@ -168,6 +170,10 @@ class RegionalRuleExplainer:
                 or ``local``.
             local: a sample for local rules (:meth:`explain_local`): only rule sets whose every interval contains it
                 are returned. ``None`` (default): global rules.
+            holdout_rows: rows of ``inputs`` held out of the search (a boolean (N,) mask or row positions; a boolean
+                pandas Series by its index when ``inputs`` or ``features`` is a DataFrame): every rule set gets its
+                numbers there, ``held_out`` (as ``holdout=`` does for a seeded fraction; docs/trust.md). Checked
+                before the model runs; not with ``holdout`` or streaming. Under DDP, each rank's own rows.
             **search_options: any field of :class:`torch_amore.SearchOptions` (documented there); an unknown name
                 is a ``TypeError``.
 
@@ -193,6 +199,7 @@ class RegionalRuleExplainer:
             additional_forward_args=additional_forward_args,
             forward_kwargs=forward_kwargs,
             local=local,
+            holdout_rows=holdout_rows,
         )
         stream = check_stream(stream)
         # every reason to warn, in one UserWarning; not the leak caveat: rules are meant to match the model's decision
@@ -307,11 +314,14 @@ class RegionalRuleExplainer:
             )
         X, names, source_kind = self._feature_space(fwd, request, getattr(source, "column_names", None))
         mask = mask.to(X.device)
-        selection, local_x, options = None, None, request.options
+        selection, local_x, options, facts_held = None, None, request.options, {}
         target_name = request.target_name or desc
         if 0 < size < n:
             selection = self._select(fwd, mask, labels, request, names) if request.select else None
             local_x = None if request.local is None else local_vector(self, request, X, fwd, source_kind)
+            if request.holdout_rows is not None:  # a mask already, unless the rows' count was unknown before the run
+                held = resolve_holdout_rows(request.holdout_rows, n_local).to(mask.device)
+                facts_held = {"held_out_subgroup": int((held & mask).sum())}  # this process's subgroup rows held out
             options = with_units(options, request.scaler, X.shape[1], source_kind)
             features = selection if selection is not None else request.indices
             rule_sets, plan, min_count, _ = extract_planned(
@@ -323,6 +333,7 @@ class RegionalRuleExplainer:
                 local_x=local_x,
                 target_name=target_name,
                 counted=request.counted,
+                holdout_rows=None if request.holdout_rows is None else held,
             )
             columns = list(plan.columns)
             message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
@@ -339,6 +350,7 @@ class RegionalRuleExplainer:
             "subgroup_size": size_local,  # this process's rows (a DDP shard)
             "target": target_param(request.target, desc),
             "input_shape": None if fwd.input_shape is None else list(fwd.input_shape),
+            **facts_held,
         }
         return RegionalExplanation(
             rule_sets=rule_sets,

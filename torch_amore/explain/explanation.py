@@ -149,7 +149,9 @@ class RegionalExplanation(Sequence[RuleSet]):
         """A rule set's support, confidence and fitness with its lift, recall (of the subgroup rows the search saw),
         the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence and whether that
         interval contains the base rate (NaN where the sizes are unknown)."""
-        size, base = searched_subgroup(self.params.get("subgroup_size"), self.params.get("holdout")), self.base_rate
+        p = self.params
+        size = searched_subgroup(p.get("subgroup_size"), p.get("holdout"), p.get("held_out_subgroup"))
+        base = self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)
         return {

@@ -16,14 +16,19 @@ from torch_amore.rules.rules import RuleSet
 AT_BASE_RATE = "*"
 
 
-def searched_subgroup(size: int | None, holdout: float | None) -> int | None:
-    """The subgroup rows the search saw: all ``size`` of them, less ``round(holdout * size)`` with a ``holdout``.
+def searched_subgroup(size: int | None, holdout: float | None, held: int | None = None) -> int | None:
+    """The subgroup rows the search saw: all ``size`` of them, less the ``held`` ones held out by ``holdout_rows``,
+    or less ``round(holdout * size)`` with a ``holdout``.
 
     Example:
-        >>> searched_subgroup(131, 0.3), searched_subgroup(131, None)
-        (92, 131)
+        >>> searched_subgroup(131, 0.3), searched_subgroup(131, None), searched_subgroup(131, None, 40)
+        (92, 131, 91)
     """
-    if size is None or not holdout:
+    if size is None:
+        return size
+    if held is not None:
+        return size - held
+    if not holdout:
         return size
     return size - int(round(holdout * size))
 

@@ -19,6 +19,7 @@ from torch_amore.model.batches import check_row_order, is_graph
 from torch_amore.model.forward import Forward, ModelArgs
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
+from torch_amore.search.evidence_split import resolve_holdout_rows
 from torch_amore.search.options import SearchOptions
 
 
@@ -44,6 +45,7 @@ class ExplainRequest:
     model_args: ModelArgs
     local: Any
     counted: tuple[int, int | None] | None = None  # (rows, min_support count) resolved on the data's rows
+    holdout_rows: Any = None  # rows held out of the search: as given, then (on_rows) an (N,) boolean mask
 
     @classmethod
     def make(
@@ -66,6 +68,7 @@ class ExplainRequest:
         additional_forward_args: Any = None,
         forward_kwargs: Any = None,
         local: Any = None,
+        holdout_rows: Any = None,
     ) -> ExplainRequest:
         """The request of the arguments of :meth:`RegionalRuleExplainer.explain`, each checked (those that need the
         data by :meth:`on_rows`).
@@ -79,9 +82,13 @@ class ExplainRequest:
         V.check_not_meta(target, "target")
         V.check_not_meta(labels, "labels")
         V.check_not_meta(local, "x")
+        V.check_not_meta(holdout_rows, "holdout_rows")
+        if holdout_rows is not None and opts.holdout is not None:
+            raise ValueError("Expected either `holdout` (a fraction) or `holdout_rows` (the rows), not both.")
         if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in aligned_to
             target = V.align_rows(target, features, "target", "features")
             labels = V.align_rows(labels, features, "labels", "features")
+            holdout_rows = _aligned_mask(holdout_rows, features, "features")
         target = _class_index(target)
         check_target(target, threshold)
         if isinstance(feature_names, str):
@@ -114,6 +121,7 @@ class ExplainRequest:
             target_name=target_name,
             model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
             local=local,
+            holdout_rows=holdout_rows,
         )
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
@@ -123,7 +131,8 @@ class ExplainRequest:
             return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
         labels = V.align_rows(self.labels, inputs, "labels", "inputs")
-        return replace(self, target=target, labels=labels)
+        held = _aligned_mask(self.holdout_rows, inputs, "inputs")
+        return replace(self, target=target, labels=labels, holdout_rows=held)
 
     def on_rows(self, source: BatchSource) -> ExplainRequest:
         """The request checked on the source's ``source.n`` rows before the model runs: the ``min_support`` count
@@ -144,7 +153,10 @@ class ExplainRequest:
         aligned = self.aligned_with_rows(n)
         if aligned:
             check_row_order(inputs, aligned)
-        return replace(self, labels=labels, counted=counted)
+        held = self.holdout_rows
+        if held is not None and n is not None:  # checked before the model runs
+            held = resolve_holdout_rows(held, n)
+        return replace(self, labels=labels, counted=counted, holdout_rows=held)
 
     def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:
         """The request on one rank's ``rows`` (its indices of the whole dataset), of which the first ``n`` are
@@ -170,6 +182,8 @@ class ExplainRequest:
             what.append("`labels`")
         if _is_mask(self.target):
             what.append("the mask `target`")
+        if self.holdout_rows is not None:
+            what.append("`holdout_rows`")
         if self.model_args.has_per_sample(n):
             what.append("the per-sample model arguments")
         return " and ".join(what)
@@ -319,3 +333,11 @@ def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict |
             "arguments, which do not fit other samples."
         )
     return opts.get("model_args") or ModelArgs()
+
+
+def _aligned_mask(rows: Any, frame: Any, frame_name: str) -> Any:
+    """A boolean pandas Series ``rows`` in the row order of the DataFrame ``frame`` (by its index, as a mask
+    ``target``); anything else (row positions, arrays, tensors) as it is."""
+    if getattr(getattr(rows, "dtype", None), "kind", None) != "b":
+        return rows
+    return V.align_rows(rows, frame, "holdout_rows", frame_name)

@@ -62,10 +62,10 @@ def unsupported(request: Any) -> str:
         return "a mask `target` (pass a class index, a callable on the outputs or a (low, high) range)"
     if r.labels is not None:
         return "`labels` (they are read from the batches, see `label_key`)"
-    if r.options.wants_evidence:
+    if r.options.wants_evidence or r.holdout_rows is not None:
         return (
-            "`holdout`, `permutations` or `stability` (they need every row's target at once; a streamed search reads "
-            "its rows in passes)"
+            "`holdout`, `holdout_rows`, `permutations` or `stability` (they need every row's target at once; a "
+            "streamed search reads its rows in passes)"
         )
     return ""
 

@@ -214,6 +214,7 @@ def extract_planned(
     local_x: ArrayLike | None = None,
     target_name: str = "target",
     counted: tuple[int, int | None] | None = None,
+    holdout_rows: Any = None,
 ) -> tuple[list[RuleSet], SearchPlan, int, Extractor | None]:
     """:func:`extract_rules` on data in memory with checked ``options``, for the explainer and the callback: the rule
     sets, the plan and the ``min_support`` count they were searched with (and the extractor, see
@@ -224,16 +225,18 @@ def extract_planned(
     M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
     X_t, target, frame_names = V.converted(X, target)  # a pandas Series target by its index when X is a DataFrame
     named = {"features": features, "columns": columns, "feature_names": feature_names, "frame_names": frame_names}
-    return search_converted(X_t, target, options, local_x=local_x, target_name=target_name, counted=counted, **named)
+    held = {"holdout_rows": holdout_rows, "counted": counted}
+    return search_converted(X_t, target, options, local_x=local_x, target_name=target_name, **held, **named)
 
 
 def search_converted(
-    X: torch.Tensor, target: Any, options: SearchOptions, **plan_args: Any
+    X: torch.Tensor, target: Any, options: SearchOptions, *, holdout_rows: Any = None, **plan_args: Any
 ) -> tuple[list[RuleSet], SearchPlan, int, Extractor | None]:
     """:func:`extract_planned` on the converted ``X``, with the plan made of ``plan_args`` once; also the
-    :class:`Extractor` of the search (``None`` with evidence: its searches are several)."""
+    :class:`Extractor` of the search (``None`` with evidence: its searches are several). ``holdout_rows``: see
+    :func:`extract_rules`."""
     plan = SearchPlan.make(X.shape[0], X.shape[1], options, **plan_args)
-    if not options.wants_evidence:
+    if not options.wants_evidence and holdout_rows is None:
         rule_sets, min_support, extractor = search_warned(X, target, plan)
         return rule_sets, plan, min_support, extractor
     with OneWarning(stacklevel=4):
@@ -244,5 +247,8 @@ def search_converted(
             "feature_names": list(plan.names),
             "target_name": plan.target_name,
         }
-        rule_sets, min_support = extract_with_evidence(X, target, options, local_x=plan_args.get("local_x"), **named)
+        local_x = plan_args.get("local_x")
+        rule_sets, min_support = extract_with_evidence(
+            X, target, options, local_x=local_x, holdout_rows=holdout_rows, **named
+        )
     return rule_sets, plan, min_support, None
