@@ -18,6 +18,7 @@ from torch_amore._utils.one_warning import OneWarning
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.data.held_rows import resolve_holdout_rows
 from torch_amore.explain.attribution import RuleAttribution
 from torch_amore.explain.concept_space import check_concepts, concept_params, encode_concepts, fit_once, resolve_basis
 from torch_amore.explain.explanation import RegionalExplanation
@@ -29,7 +30,6 @@ from torch_amore.model.forward import Forward, ModelArgs, eval_mode, resolve_lay
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import subgroup_mask
 from torch_amore.rules.caveats import useless_reason
-from torch_amore.search.evidence_split import resolve_holdout_rows
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
 

@@ -13,13 +13,13 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.data.held_rows import aligned_holdout_rows, resolve_holdout_rows
 from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.explanation import RegionalExplanation
 from torch_amore.model.batches import check_row_order, is_graph
 from torch_amore.model.forward import Forward, ModelArgs
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
-from torch_amore.search.evidence_split import resolve_holdout_rows
 from torch_amore.search.options import SearchOptions
 
 
@@ -88,7 +88,7 @@ class ExplainRequest:
         if V.is_frame(features):  # pandas objects by their index: rows aligned once, here or in aligned_to
             target = V.align_rows(target, features, "target", "features")
             labels = V.align_rows(labels, features, "labels", "features")
-            holdout_rows = _aligned_mask(holdout_rows, features, "features")
+            holdout_rows = aligned_holdout_rows(holdout_rows, features, "features")
         target = _class_index(target)
         check_target(target, threshold)
         if isinstance(feature_names, str):
@@ -131,7 +131,7 @@ class ExplainRequest:
             return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
         labels = V.align_rows(self.labels, inputs, "labels", "inputs")
-        held = _aligned_mask(self.holdout_rows, inputs, "inputs")
+        held = aligned_holdout_rows(self.holdout_rows, inputs, "inputs")
         return replace(self, target=target, labels=labels, holdout_rows=held)
 
     def on_rows(self, source: BatchSource) -> ExplainRequest:
@@ -333,11 +333,3 @@ def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict |
             "arguments, which do not fit other samples."
         )
     return opts.get("model_args") or ModelArgs()
-
-
-def _aligned_mask(rows: Any, frame: Any, frame_name: str) -> Any:
-    """A boolean pandas Series ``rows`` in the row order of the DataFrame ``frame`` (by its index, as a mask
-    ``target``); anything else (row positions, arrays, tensors) as it is."""
-    if getattr(getattr(rows, "dtype", None), "kind", None) != "b":
-        return rows
-    return V.align_rows(rows, frame, "holdout_rows", frame_name)

@@ -44,11 +44,12 @@ from torch_amore._utils.progress import progress_bar
 from torch_amore.data import arguments as A
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
+from torch_amore.data.held_rows import aligned_holdout_rows, resolve_holdout_rows
 from torch_amore.data.stream_source import is_source
 from torch_amore.rules.evidence import warn_noise
 from torch_amore.rules.held_out import held_out_metrics
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order, resolve_holdout_rows
+from torch_amore.search.evidence_split import half_sample, holdout_mask, permutation_order
 from torch_amore.search.extract import search_converted, search_plan
 from torch_amore.search.extractor import Extractor
 from torch_amore.search.null_search import NullSearch
@@ -153,8 +154,7 @@ def extract_with_evidence(
     _refuse(X, codes_dir)
     if target is None:
         raise TypeError("Expected `target`, the (N,) boolean subgroup of the rows of X, but got None.")
-    if getattr(getattr(holdout_rows, "dtype", None), "kind", None) == "b":  # a boolean pandas Series by its index
-        holdout_rows = V.align_rows(holdout_rows, X, "holdout_rows")  # when X is a DataFrame, as the target
+    holdout_rows = aligned_holdout_rows(holdout_rows, X)  # a boolean Series by the index of a DataFrame X
     X_t, target, frame_names = V.converted(X, target)  # the one conversion of the data
     target_t = V.to_target(target, X_t.shape[0], X_t.device)
     names = A.resolve_names(feature_names, frame_names, X_t.shape[1])
