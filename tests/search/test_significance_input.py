@@ -70,6 +70,7 @@ def test_bad_options_name_the_argument(kwargs, error, words):
         (np.zeros((300, 1), dtype=bool), ValueError, "one-dimensional"),
         (np.arange(300), ValueError, "leave rows to search"),
         ("0:30", TypeError, "got str '0:30'"),
+        ((np.arange(300) % 3 == 0).astype(np.int64), ValueError, "pass it as booleans"),
         (b"rows", TypeError, "got bytes"),
     ],
 )

@@ -62,6 +62,11 @@ def _index_mask(rows: np.ndarray, n: int) -> np.ndarray:
     if rows.size and (rows.min() < 0 or rows.max() >= n):
         raise ValueError(f"Expected `holdout_rows` indices in [0, {n}), but got {int(rows.min())}..{int(rows.max())}.")
     if np.unique(rows).size != rows.size:
+        if rows.size == n and rows.min() >= 0 and rows.max() <= 1:
+            raise ValueError(
+                f"Expected `holdout_rows` as a boolean mask or distinct row indices, but got {n} integers 0/1 (a 0/1 "
+                "column?): pass it as booleans, e.g. `holdout_rows=rows.astype(bool)`."
+            )
         raise ValueError("Expected distinct row indices in `holdout_rows`, but some repeat.")
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
