@@ -234,6 +234,12 @@ BAD = {
     "feature_names string": (lambda: (X0, T0, {"feature_names": "abc"}), TypeError, ["`feature_names`"]),
     "feature out of range": (lambda: (X0, T0, {"features": [0, 3]}), ValueError, ["`features`", "[3]"]),
     "no features": (lambda: (X0, T0, {"features": []}), ValueError, ["`features`", "empty"]),
+    "fractional features": (lambda: (X0, T0, {"features": [0.5, 2]}), ValueError, ["`features`", "whole", "0.5"]),
+    "a boolean mask as features": (
+        lambda: (X0, T0, {"features": [True, False, True]}),
+        TypeError,
+        ["`features`", "booleans", "flatnonzero"],
+    ),
     "unknown keyword": (lambda: (X0, T0, {"n_grid": 5}), TypeError, ["'n_grid'", "'n_grids'"]),
     "local_x shape": (lambda: (X0, T0, {"local_x": X0[0, :2]}), ValueError, ["`local_x`", "(3,)"]),
     "local_x strings": (lambda: (X0, T0, {"local_x": np.array(["a", "b", "c"])}), TypeError, ["`local_x`"]),

@@ -107,6 +107,34 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
     assert calls == []
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"feature_names": 5}, TypeError, "`feature_names`"),
+        ({"feature_names": torch.tensor(3)}, TypeError, "`feature_names`"),
+        ({"stream": np.array([1, 2])}, ValueError, "`stream`"),
+        ({"local": {"row": 1}}, TypeError, "`x`"),
+        ({"local": "row 3"}, TypeError, "`x`"),
+        ({"local": 1.5}, TypeError, "`x`"),
+        ({"features": [0.5, 2]}, ValueError, "whole feature indices"),
+        ({"features": [True, False, True, False]}, TypeError, "booleans (a mask?)"),
+    ],
+)
+def test_odd_arguments_are_refused_by_name_before_the_model_runs(task, kwargs, error, words):
+    # not numpy's or torch's own message about truth values or iteration, and no silent reading of a fraction or a
+    # boolean mask as feature indices (``int(0.5)`` is 0, ``int(True)`` is 1)
+    X, model = task
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(error) as info:
+            RegionalRuleExplainer(model).explain(X, 7, **kwargs, **FAST)
+    finally:
+        handle.remove()
+    assert words in str(info.value)
+    assert calls == []
+
+
 def test_evaluate_and_verify_refuse_an_unknown_keyword_before_the_model_runs(task):
     X, model = task
     explanation = RegionalRuleExplainer(model, "1").explain(X, 7, min_support=60, **FAST)

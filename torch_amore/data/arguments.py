@@ -233,6 +233,32 @@ def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | 
     return names
 
 
+def whole_indices(features: Any) -> list[int]:
+    """``features`` (a sequence of feature indices) as ints, before the number of features is known: no booleans (a
+    mask), no fractions; a ``TypeError``/``ValueError`` naming ``features`` otherwise.
+
+    Example:
+        >>> whole_indices([2, 0.0])
+        [2, 0]
+    """
+    if isinstance(features, str) or not hasattr(features, "__iter__"):
+        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.")
+    features = list(features)
+    if any(isinstance(f, (bool, np.bool_)) for f in features):
+        raise TypeError(
+            "Expected `features` to hold feature indices, but got booleans (a mask?): pass the indices of its True "
+            "entries, e.g. `numpy.flatnonzero(mask)`."
+        )
+    try:
+        idx = [int(f) for f in features]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
+    fractions = [f for f, i in zip(features, idx) if f != i]
+    if fractions:
+        raise ValueError(f"Expected `features` to hold whole feature indices, but got {fractions[:5]}.")
+    return idx
+
+
 def resolve_features(features: Any, n_features: int) -> list[int]:
     """Feature indices to search (``None``: all); accepts a ``FeatureSelection``-like object with ``.features``."""
     if features is None:
@@ -243,10 +269,7 @@ def resolve_features(features: Any, n_features: int) -> list[int]:
         features = features.tolist()
     if isinstance(features, np.ndarray):
         features = features.tolist()
-    try:
-        idx = [int(f) for f in features]
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
+    idx = whole_indices(features)
     bad = [f for f in idx if f < 0 or f >= n_features]
     if bad:
         raise ValueError(f"Expected `features` indices in [0, {n_features - 1}], but got {bad[:5]}.")

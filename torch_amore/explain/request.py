@@ -93,6 +93,15 @@ class ExplainRequest:
         check_target(target, threshold)
         if isinstance(feature_names, str):
             raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
+        if feature_names is not None and (
+            not hasattr(feature_names, "__iter__") or getattr(feature_names, "ndim", 1) != 1
+        ):
+            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+        if local is not None and not _is_sample(local):
+            raise TypeError(
+                "Expected the sample of local rules `x` to be a row index, a tensor or array (one model input, or a "
+                f"row of the features), or a graph, but got {type(local).__name__}."
+            )
         if not isinstance(select_features, (bool, dict)):
             raise TypeError(f"Expected `select_features` to be a bool or a dict of options, got {select_features!r}.")
         if target_name is not None and not isinstance(target_name, str):
@@ -238,6 +247,7 @@ def _split_features(features: Any) -> tuple[torch.Tensor | None, list[str] | Non
             features = np.asarray(features, dtype=np.float64)
         matrix, names = V.to_tensor_2d(features, "features")
         return matrix, names, None
+    A.whole_indices(features)  # feature indices: checked before the model runs (their range after it)
     return None, None, features
 
 
@@ -333,3 +343,11 @@ def _evaluation_args(explanation: RegionalExplanation, args: Any, kwargs: dict |
             "arguments, which do not fit other samples."
         )
     return opts.get("model_args") or ModelArgs()
+
+
+def _is_sample(x: Any) -> bool:
+    """Whether ``x`` can be the sample of local rules: a row index, a tensor, an array or a sequence of numbers, or a
+    graph."""
+    if isinstance(x, (int, np.integer)):
+        return not isinstance(x, bool)
+    return isinstance(x, (torch.Tensor, np.ndarray, list, tuple)) or is_graph(x)

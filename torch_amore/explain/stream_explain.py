@@ -35,7 +35,7 @@ _said: set[str] = set()  # what "auto" has said already (once per process)
 
 def check_stream(stream: Any) -> bool | str:
     """``stream`` checked: ``True``, ``False`` or ``"auto"``."""
-    if stream is True or stream is False or stream == "auto":
+    if stream is True or stream is False or (isinstance(stream, str) and stream == "auto"):
         return stream
     raise ValueError(f"Expected `stream` to be True, False or 'auto', but got {stream!r}.")
 
