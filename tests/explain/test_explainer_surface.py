@@ -118,6 +118,7 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
         ({"local": 1.5}, TypeError, "`x`"),
         ({"features": [0.5, 2]}, ValueError, "whole feature indices"),
         ({"features": [True, False, True, False]}, TypeError, "booleans (a mask?)"),
+        ({"features": torch.tensor([True, False, True, False])}, TypeError, "booleans (a mask?)"),
     ],
 )
 def test_odd_arguments_are_refused_by_name_before_the_model_runs(task, kwargs, error, words):

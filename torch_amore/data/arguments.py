@@ -241,6 +241,8 @@ def whole_indices(features: Any) -> list[int]:
         >>> whole_indices([2, 0.0])
         [2, 0]
     """
+    if isinstance(features, (torch.Tensor, np.ndarray)):
+        features = features.tolist()  # Python numbers: a boolean tensor's entries are bools, a float's floats
     if isinstance(features, str) or not hasattr(features, "__iter__"):
         raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.")
     features = list(features)
@@ -265,10 +267,6 @@ def resolve_features(features: Any, n_features: int) -> list[int]:
         return list(range(n_features))
     if hasattr(features, "features") and not isinstance(features, (torch.Tensor, np.ndarray)):
         features = features.features
-    if isinstance(features, torch.Tensor):
-        features = features.tolist()
-    if isinstance(features, np.ndarray):
-        features = features.tolist()
     idx = whole_indices(features)
     bad = [f for f in idx if f < 0 or f >= n_features]
     if bad:

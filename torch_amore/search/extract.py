@@ -225,8 +225,16 @@ def extract_planned(
     M.check_search_memory(X, options, None if features is None else columns)  # before the conversion copies X
     X_t, target, frame_names = V.converted(X, target)  # a pandas Series target by its index when X is a DataFrame
     named = {"features": features, "columns": columns, "feature_names": feature_names, "frame_names": frame_names}
-    held = {"holdout_rows": holdout_rows, "counted": counted}
-    return search_converted(X_t, target, options, local_x=local_x, target_name=target_name, **held, **named)
+    return search_converted(
+        X_t,
+        target,
+        options,
+        local_x=local_x,
+        target_name=target_name,
+        counted=counted,
+        holdout_rows=holdout_rows,
+        **named,
+    )
 
 
 def search_converted(
