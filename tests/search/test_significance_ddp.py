@@ -1,6 +1,8 @@
 """The evidence of extract_rules in a sharded (DDP) run: two gloo ranks holding uneven shards get the held-out numbers,
 search-aware p-values and stability of one process on the concatenated data (the rows numbered globally, shards in
-rank order), and the p-values equal a literal loop of extract_rules on the permuted concatenated targets."""
+rank order), and the p-values equal a literal loop of extract_rules on the permuted concatenated targets. With
+``holdout_rows``, each rank gives its own rows: extract_rules and the explainer then get the numbers of one process
+given the concatenated rows."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from gloo_ranks import spawn_ranks
+from torch import nn
 
-from torch_amore import extract_rules
+from torch_amore import RegionalRuleExplainer, extract_rules
 from torch_amore.search.evidence_split import holdout_mask
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -41,6 +44,26 @@ def summary(found) -> list[tuple]:
     return [(rs.rules, rs.fitness, rs.p_value, rs.stability, rs.held_out) for rs in found]
 
 
+def held_rows(n: int) -> torch.Tensor:
+    """The rows a caller holds out: every fourth, from row 1."""
+    return torch.arange(n) % 4 == 1
+
+
+class Score(nn.Module):
+    """Class 1 where ``x_0 - 0.05 x_2 > 0.45`` (reads neither column 1 nor column 3, which holds NaN)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x[:, 0] - 0.05 * x[:, 2] - 0.45
+        return torch.stack([-s, s], 1)
+
+
+def given_rows(X: torch.Tensor, t: torch.Tensor, held: torch.Tensor) -> dict[str, list[tuple]]:
+    """``holdout_rows`` through extract_rules and the explainer (with permutations: the search's null too)."""
+    kw = {"holdout_rows": held, "permutations": 3, "seed": 3, **OPTS}
+    explanation = RegionalRuleExplainer(Score()).explain(X, 1, **kw)
+    return {"extract_rules": summary(extract_rules(X, t, **kw)), "explain": summary(explanation.rule_sets)}
+
+
 def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -48,7 +71,8 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         X, t = data()
         rows = shards(len(t))[rank]
         found = extract_rules(X[rows], t[rows], **EVIDENCE, **OPTS)
-        torch.save(summary(found), Path(out_dir) / f"rank{rank}.pt")
+        out = {"evidence": summary(found), "given": given_rows(X[rows], t[rows], held_rows(len(t))[rows])}
+        torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -63,8 +87,22 @@ def test_two_ranks_get_the_evidence_of_one_process(ranks):
     X, t = data()
     single = summary(extract_rules(X, t, **EVIDENCE, **OPTS))  # the shards concatenated are the rows in order
     assert single and all(p is not None for _, _, p, _, _ in single)
-    assert ranks[0] == single
-    assert ranks[1] == single
+    assert ranks[0]["evidence"] == single
+    assert ranks[1]["evidence"] == single
+
+
+def test_each_ranks_own_held_out_rows_give_the_numbers_of_one_process(ranks):
+    X, t = data()
+    single = given_rows(X, t, held_rows(len(t)))
+    for found in single.values():  # held-out numbers and p-values computed, not None
+        assert found and all(p is not None and h is not None for _, _, p, _, h in found)
+    with torch.no_grad():
+        subgroup = Score()(X).argmax(1) == 1
+    assert single["explain"] == summary(
+        extract_rules(X, subgroup, holdout_rows=held_rows(len(t)), permutations=3, seed=3, **OPTS)
+    )
+    assert ranks[0]["given"] == single
+    assert ranks[1]["given"] == single
 
 
 def test_the_sharded_p_values_are_a_literal_loop_over_global_rows(ranks):
@@ -77,6 +115,6 @@ def test_the_sharded_p_values_are_a_literal_loop_over_global_rows(ranks):
         order = torch.from_numpy(np.random.default_rng([seed, 1, k]).permutation(len(ts)))
         again = extract_rules(Xs, ts[order], **OPTS)
         null.append(again[0].fitness if again else -math.inf)
-    assert [p for _, _, p, _, _ in ranks[0]] == [
-        (1 + sum(f >= fit for f in null)) / (P + 1) for _, fit, _, _, _ in ranks[0]
+    assert [p for _, _, p, _, _ in ranks[0]["evidence"]] == [
+        (1 + sum(f >= fit for f in null)) / (P + 1) for _, fit, _, _, _ in ranks[0]["evidence"]
     ]
