@@ -1,4 +1,5 @@
-"""`torch-amore rules --holdout --permutations --stability`: the verdict line, the evidence columns and the JSON."""
+"""`torch-amore rules --holdout --holdout-rows --permutations --stability`: the verdict line, the evidence columns
+and the JSON."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from torch_amore import extract_rules
 from torch_amore.cli import main
+from torch_amore.explain.explanation import RegionalExplanation
 
 
 @pytest.fixture
@@ -22,6 +26,16 @@ def table(tmp_path: Path) -> Path:
     label = np.where(inside, rng.random(800) < 0.8, rng.random(800) < 0.1)
     path = tmp_path / "box.csv"
     pd.DataFrame({"a": a, "b": b, "c": c, "label": label.astype(int)}).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def split_table(table: Path, tmp_path: Path) -> Path:
+    """The same rows with a column ``split`` that keeps every fourth row apart as 'test'."""
+    df = pd.read_csv(table)
+    df["split"] = np.where(np.arange(len(df)) % 4 == 1, "test", "train")
+    path = tmp_path / "split.csv"
+    df.to_csv(path, index=False)
     return path
 
 
@@ -45,7 +59,7 @@ def test_a_bad_flag_is_one_line_naming_it(table, capsys):
     assert "--permutations" in capsys.readouterr().err
 
 
-def test_with_holdout_the_json_min_support_count_is_that_of_the_rows_searched(table, tmp_path):
+def test_with_holdout_the_json_min_support_count_is_that_of_the_rows_searched(table, tmp_path, capsys):
     out = tmp_path / "rules.json"
     argv = ["rules", str(table), "--target-column", "label", "--min-support", "0.1", "--holdout", "0.3"]
     assert main([*argv, "--json", str(out)]) == 0
@@ -54,3 +68,52 @@ def test_with_holdout_the_json_min_support_count_is_that_of_the_rows_searched(ta
     searched = len(label) - (round(0.3 * size) + round(0.3 * (len(label) - size)))  # 30 % of each side held out
     params = json.loads(out.read_text())["params"]
     assert params["min_support_count"] == math.ceil(0.1 * searched) < math.ceil(0.1 * len(label))
+    printed = capsys.readouterr().out  # the options line and the legend say the same of the rows searched
+    assert f"min_support=0.1 ({math.ceil(0.1 * searched)} rows)" in printed
+    n_target = size - round(0.3 * size)
+    assert f"(base rate {n_target / searched:.3f})" in printed
+
+
+def test_holdout_rows_hold_out_the_rows_of_a_condition(split_table, tmp_path, capsys):
+    out = tmp_path / "rules.json"
+    argv = ["rules", str(split_table), "--target-column", "label", "--min-support", "0.1", "--holdout-rows",
+            "split == 'test'", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    df = pd.read_csv(split_table)
+    held, label = np.array(df["split"] == "test"), df["label"].to_numpy().astype(bool)
+    X = torch.from_numpy(df[["a", "b", "c"]].to_numpy())  # split is excluded: the condition uses it
+    expected = extract_rules(
+        X, torch.from_numpy(label), min_support=0.1, holdout_rows=torch.from_numpy(held), feature_names=["a", "b", "c"]
+    )
+    got = RegionalExplanation.from_json(out)
+    assert expected and got.rule_sets == expected
+    assert [rs.held_out for rs in got.rule_sets] == [rs.held_out for rs in expected]
+    best = got.rule_sets[0]  # its held-out numbers are those of its mask on the held-out rows
+    mask = best.mask(X).numpy()
+    assert best.held_out.support == int((mask & held).sum()) and best.held_out.support > 0
+    assert math.isclose(best.held_out.confidence, (mask & held & label).sum() / (mask & held).sum())
+    searched = int((~held).sum())
+    assert got.params["min_support_count"] == math.ceil(0.1 * searched)
+    assert got.params["held_out_subgroup"] == int((held & label).sum())
+    assert f"held out: {int(held.sum())} of 800 rows" in stdout
+    assert f"min_support=0.1 ({math.ceil(0.1 * searched)} rows)" in stdout  # of the rows searched
+    assert "level=0.95" in stdout and "held-out confidence [95% CI]" in stdout
+    assert f"(base rate {(label & ~held).sum() / searched:.3f})" in stdout  # the rows the table's numbers are of
+    assert "split" in stdout.splitlines()[0]  # named among the excluded columns
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--holdout-rows", "split == 'test'", "--holdout", "0.3"], "either --holdout"),
+        (["--holdout-rows", "split = 'test'"], "--holdout-rows \"split = 'test'\": cannot parse"),
+        (["--holdout-rows", "spilt == 'test'"], "unknown column 'spilt' (did you mean 'split'?)"),
+        (["--holdout-rows", "a > 2"], "Expected --holdout-rows to hold at least one row"),
+        (["--holdout-rows", "label == 0"], "Expected target rows both among the held-out rows and among the rows"),
+    ],
+)
+def test_bad_holdout_rows_are_one_line_naming_the_flag(split_table, capsys, extra, message):
+    assert main(["rules", str(split_table), "--target-column", "label", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -292,6 +292,13 @@ def _add_evidence_arguments(parser: argparse.ArgumentParser) -> None:
         "set's confidence there, with its interval and a Holm-adjusted p-value (default: none)",
     )
     group.add_argument(
+        "--holdout-rows",
+        metavar="EXPR",
+        help='hold out the rows where EXPR holds, a condition on the columns as for --target (e.g. "split == '
+        "'test'\"): the search sees the others and each rule set gets its numbers on these, as with --holdout; "
+        "the columns it uses are excluded from the features (not with --holdout)",
+    )
+    group.add_argument(
         "--permutations",
         type=_integer,
         metavar="P",

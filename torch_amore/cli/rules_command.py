@@ -30,9 +30,9 @@ class CLIError(Exception):
     """Bad input: reported as one line on stderr with exit code 2."""
 
 
-def subgroup_from_expression(df: pd.DataFrame, expr: str) -> tuple[np.ndarray, list[str]]:
-    """Boolean (N,) mask of a target expression (:mod:`torch_amore.cli.expression`) and the columns it uses, in table
-    order.
+def subgroup_from_expression(df: pd.DataFrame, expr: str, flag: str = "--target") -> tuple[np.ndarray, list[str]]:
+    """Boolean (N,) mask of a condition on the columns (:mod:`torch_amore.cli.expression`) and the columns it uses,
+    in table order; ``flag``: the option that gave it, named in errors.
 
     Example:
         >>> df = pd.DataFrame({"age": [30, 60, 70], "y": [1, 1, 0]})
@@ -48,13 +48,13 @@ def subgroup_from_expression(df: pd.DataFrame, expr: str) -> tuple[np.ndarray, l
         message = str(err)
         if "columns are:" not in message:
             message += f"; columns are: {show_columns(columns)}"
-        raise CLIError(f"--target {expr!r}: {message}") from None
+        raise CLIError(f"{flag} {expr!r}: {message}") from None
     return mask, [c for c in columns if c in parsed.columns]
 
 
 def _flag_names(message: str) -> str:
     """A library message with option names (```min_support```) written as the command line's flags."""
-    for name in SearchOptions.names():
+    for name in (*SearchOptions.names(), "holdout_rows"):
         message = message.replace(f"`{name}`", "--" + name.replace("_", "-"))
     return message
 
@@ -168,12 +168,13 @@ def _describe_rows(options: SearchOptions, n_found: int, limit: int | None) -> s
     return f"{n_found} rule set{'s' if n_found != 1 else ''} found: {what}, best fitness first{kept}"
 
 
-def _describe_options(options: SearchOptions, n: int, n_target: int) -> str:
-    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means; the
-    evidence options only when some evidence is asked for (``seed`` and ``level`` mean nothing without it)."""
+def _describe_options(options: SearchOptions, n: int, n_target: int, *, held: bool = False) -> str:
+    """The search options in one line (per-feature lists left out), with the row count ``min_support`` means on the
+    ``n`` rows searched; the evidence options only when some evidence is asked for (``seed`` and ``level`` mean
+    nothing without it; ``held``: rows are held out by ``--holdout-rows``, whose intervals take ``level``)."""
     left_out = {"feature_types", "feature_scale", "feature_offset", "progress"}
     if not options.wants_evidence:
-        left_out |= {"permutations", "stability", "seed", "level"}
+        left_out |= {"permutations", "stability", "seed"} | (set() if held else {"level"})
     shown = []
     for key, value in options.to_dict().items():
         if key in left_out:
@@ -220,12 +221,20 @@ def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, l
     return target, used, label, name
 
 
-def _search(X: np.ndarray, target: np.ndarray, device: torch.device, options: SearchOptions, names, name):
-    X_t = torch.from_numpy(X)
+def _search(run: _Run) -> list[RuleSet]:
+    X_t, device = torch.from_numpy(run.X), run.device
     if device.type != "cpu":
         X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
+    held = None if run.held is None else torch.from_numpy(run.held).to(device)
     try:
-        return extract_rules(X_t, torch.from_numpy(target), options=options, feature_names=names, target_name=name)
+        return extract_rules(
+            X_t,
+            torch.from_numpy(run.target),
+            options=run.options,
+            feature_names=run.names,
+            target_name=run.target_name,
+            holdout_rows=held,
+        )
     except torch.cuda.OutOfMemoryError:
         raise CLIError(
             f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
@@ -253,6 +262,7 @@ class _Run:
     names: list[str]
     options: SearchOptions
     device: torch.device
+    held: np.ndarray | None = None  # the rows of --holdout-rows
     n_found: int = 0
     found: list[RuleSet] = dataclass_field(default_factory=list)
 
@@ -267,11 +277,13 @@ class _Run:
             return list(self.found)
         return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)
 
-    def _searched(self) -> tuple[int, int]:
-        """The rows the search saw and its target rows among them: with ``--holdout``, those not held out (the split
-        of :func:`torch_amore.search.evidence_split.holdout_mask`, as the search draws it)."""
+    def searched(self) -> tuple[int, int]:
+        """The rows the search saw and its target rows among them: with ``--holdout`` or ``--holdout-rows``, those not
+        held out (the split of :func:`torch_amore.search.evidence_split.holdout_mask`, as the search draws it)."""
         target = torch.from_numpy(self.target)
-        if self.options.holdout is not None:
+        if self.held is not None:
+            target = target[~torch.from_numpy(self.held)]
+        elif self.options.holdout is not None:
             target = target[~holdout_mask(target, self.options.holdout, self.options.seed)]
         return target.shape[0], int(target.sum())
 
@@ -280,7 +292,7 @@ class _Run:
         ``params`` hold every search option (as the explainer's do) and the facts of the run."""
         params = {
             **self.options.to_dict(),
-            "min_support_count": self.options.support_count(*self._searched()),
+            "min_support_count": self.options.support_count(*self.searched()),
             "source": "torch-amore rules",
             "table": str(self.args.table),
             "target": self.target_label,
@@ -290,6 +302,9 @@ class _Run:
             "excluded": self.excluded,
             "device": str(self.device),
         }
+        if self.held is not None:
+            params["holdout_rows"] = self.args.holdout_rows
+            params["held_out_subgroup"] = int((self.held & self.target).sum())
         return RegionalExplanation(
             rule_sets=list(self.found),
             subgroup=torch.from_numpy(self.target),
@@ -313,6 +328,10 @@ def _prepare(args: argparse.Namespace) -> _Run:
     except ValueError as err:
         raise CLIError(str(err)) from None
     target, used, label, target_name = _subgroup(df, args)
+    held = None
+    if args.holdout_rows is not None:
+        held, held_by = subgroup_from_expression(df, args.holdout_rows, "--holdout-rows")
+        used = [*used, *held_by]
     exclude = list(dict.fromkeys(name for group in args.exclude for name in group))
     unknown = [name for name in exclude if name not in df.columns]
     if unknown:
@@ -325,7 +344,7 @@ def _prepare(args: argparse.Namespace) -> _Run:
     except ValueError as err:
         raise CLIError(str(err)) from None
     options = _build_options(args, names, types, _one_hot_owners(df, names))
-    return _Run(args, len(df), target, label, target_name, excluded, X, names, options, device)
+    return _Run(args, len(df), target, label, target_name, excluded, X, names, options, device, held)
 
 
 def _report(run: _Run) -> None:
@@ -336,7 +355,13 @@ def _report(run: _Run) -> None:
         f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
         f"(excluded: {', '.join(run.excluded) or 'none'})"
     )
-    print(_describe_options(run.options, run.n, n_target))
+    if run.held is not None:
+        n_held = int(run.held.sum())
+        print(
+            f"held out: {n_held} of {run.n} rows (--holdout-rows {run.args.holdout_rows!r}); the search saw the others"
+        )
+    searched, searched_target = run.searched()  # the rows of the table's numbers (not the held-out ones)
+    print(_describe_options(run.options, searched, searched_target, held=run.held is not None))
     if not run.found:
         print(
             "no rule set found: no interval has a probability ratio > 1 with enough support; try a smaller "
@@ -352,7 +377,9 @@ def _report(run: _Run) -> None:
         place = {id(rs): i for i, rs in enumerate(run.found, 1)}  # rule_sets[i] is #i+1, as in --json and --html
         positions = [place[id(rs)] for rs in shown]
         print(
-            format_table(shown, flag_negative=run.args.all_rule_sets, positions=positions, base_rate=n_target / run.n)
+            format_table(
+                shown, flag_negative=run.args.all_rule_sets, positions=positions, base_rate=searched_target / searched
+            )
         )
     if run.found and run.found[0].optimum is not None:
         print(f"best: {run.found[0].optimum_text()}")
@@ -366,7 +393,7 @@ def _report(run: _Run) -> None:
 
 def _run_rules(args: argparse.Namespace) -> int:
     run = _prepare(args)
-    found = _search(run.X, run.target, run.device, run.options, run.names, run.target_name)
+    found = _search(run)
     run.n_found = len(found)
     run.found = found if args.limit is None else found[: args.limit]
     explanation = run.explanation()
