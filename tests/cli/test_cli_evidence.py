@@ -111,6 +111,7 @@ def test_holdout_rows_hold_out_the_rows_of_a_condition(split_table, tmp_path, ca
         (["--holdout-rows", "spilt == 'test'"], "unknown column 'spilt' (did you mean 'split'?)"),
         (["--holdout-rows", "a > 2"], "Expected --holdout-rows to hold at least one row"),
         (["--holdout-rows", "label == 0"], "Expected target rows both among the held-out rows and among the rows"),
+        (["--holdout-rows", "split == 'test'", "--features", "a,split"], "used by the target, --holdout-rows or"),
     ],
 )
 def test_bad_holdout_rows_are_one_line_naming_the_flag(split_table, capsys, extra, message):

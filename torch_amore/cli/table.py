@@ -209,7 +209,9 @@ def _select(
     keep: dict[str, set[str] | None] = {}  # its keys: the chosen columns
     for name in features:
         if name in excluded:
-            raise TableError(f"--features names {name!r}, which is excluded (used by the target or --exclude)")
+            raise TableError(
+                f"--features names {name!r}, which is excluded (used by the target, --holdout-rows or --exclude)"
+            )
         if name in candidates:
             keep[name] = None
             continue
