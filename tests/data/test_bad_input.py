@@ -240,6 +240,12 @@ BAD = {
         TypeError,
         ["`features`", "booleans", "flatnonzero"],
     ),
+    "feature names as features": (
+        lambda: (X0, T0, {"features": ["b", "1"]}),
+        TypeError,
+        ["`features`", "names ['b', '1']", "positions"],
+    ),
+    "an infinite feature index": (lambda: (X0, T0, {"features": [float("inf")]}), TypeError, ["`features`", "[inf]"]),
     "unknown keyword": (lambda: (X0, T0, {"n_grid": 5}), TypeError, ["'n_grid'", "'n_grids'"]),
     "local_x shape": (lambda: (X0, T0, {"local_x": X0[0, :2]}), ValueError, ["`local_x`", "(3,)"]),
     "local_x strings": (lambda: (X0, T0, {"local_x": np.array(["a", "b", "c"])}), TypeError, ["`local_x`"]),

@@ -251,9 +251,15 @@ def whole_indices(features: Any) -> list[int]:
             "Expected `features` to hold feature indices, but got booleans (a mask?): pass the indices of its True "
             "entries, e.g. `numpy.flatnonzero(mask)`."
         )
+    names = [f for f in features if isinstance(f, (str, bytes))]
+    if names:
+        raise TypeError(
+            f"Expected `features` to hold feature indices, but got names {names[:5]}: pass their positions, e.g. "
+            "`[list(X.columns).index(name) for name in names]`."
+        )
     try:
         idx = [int(f) for f in features]
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:  # None, NaN, +-inf, ...
         raise TypeError(f"Expected `features` to be a sequence of feature indices, but got {features!r}.") from err
     fractions = [f for f, i in zip(features, idx) if f != i]
     if fractions:
