@@ -246,6 +246,7 @@ BAD = {
         ["`features`", "names ['b', '1']", "positions"],
     ),
     "an infinite feature index": (lambda: (X0, T0, {"features": [float("inf")]}), TypeError, ["`features`", "[inf]"]),
+    "target_name a number": (lambda: (X0, T0, {"target_name": 5}), TypeError, ["`target_name`", "string", "5"]),
     "unknown keyword": (lambda: (X0, T0, {"n_grid": 5}), TypeError, ["'n_grid'", "'n_grids'"]),
     "local_x shape": (lambda: (X0, T0, {"local_x": X0[0, :2]}), ValueError, ["`local_x`", "(3,)"]),
     "local_x strings": (lambda: (X0, T0, {"local_x": np.array(["a", "b", "c"])}), TypeError, ["`local_x`"]),
@@ -276,6 +277,13 @@ def test_bad_input_names_the_argument(case, no_binning):
     for part in parts:
         assert part in message, f"{part!r} not in {message!r}"
     assert "\n" not in message
+
+
+def test_target_name_none_is_the_default_name():
+    X, target = _data()
+    named, default = (ta.extract_rules(X, target, max_length=1, **kw) for kw in ({"target_name": None}, {}))
+    assert named and [str(rs) for rs in named] == [str(rs) for rs in default]
+    assert "THEN target " in str(named[0])
 
 
 @pytest.mark.parametrize(

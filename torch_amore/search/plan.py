@@ -54,7 +54,7 @@ class SearchPlan:
         feature_names: Sequence[str] | None = None,
         frame_names: list[str] | None = None,
         local_x: Any = None,
-        target_name: str = "target",
+        target_name: str | None = "target",
         columns: Sequence[int] | None = None,
         counted: tuple[int, int | None] | None = None,
     ) -> SearchPlan:
@@ -82,6 +82,9 @@ class SearchPlan:
         if local is not None and bool(torch.isinf(local).any()):
             raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
         names = A.resolve_names(feature_names, frame_names, n_features)
+        if target_name is not None and not isinstance(target_name, str):
+            raise TypeError(f"Expected `target_name` to be a string, but got {target_name!r}.")
+        target_name = "target" if target_name is None else target_name  # the default of every entry point
         return cls(options, n_all, tuple(columns), tuple(names), min_support, local, target_name)
 
     def on_rows(self, n_rows: int, options: SearchOptions) -> SearchPlan:
