@@ -237,3 +237,28 @@ def test_fit_warns_where_predict_and_predict_proba_disagree(noisy_boxes):
     outside = ~_row_masks(clf.rule_sets_[:1], X)[0]
     assert outside.any() and majority[outside].mean() > 0.5
     assert not clf.predict(X[outside]).any() and (clf.predict_proba(X[outside])[:, 1] > 0.5).all()
+
+
+def test_held_out_samples_of_fit_are_those_of_extract_rules_and_follow_the_folds(noisy_boxes, monkeypatch):
+    X, y = noisy_boxes
+    held = np.arange(len(y)) % 5 == 2  # e.g. a later period kept apart
+    clf = RegionalRuleClassifier(min_support=100).fit(X, y, holdout_rows=held)
+    expected = extract_rules(X, torch.from_numpy(y), min_support=100, holdout_rows=held, target_name="y == True")
+    assert expected and clf.rule_sets_ == expected
+    assert [rs.held_out for rs in clf.rule_sets_] == [rs.held_out for rs in expected]
+    best = clf.rule_sets_[0]  # its held-out numbers, recounted from its mask on the held-out samples
+    mask = _row_masks([best], X)[0]
+    assert best.held_out.support == int((mask & held).sum()) > 0
+    assert best.held_out.confidence == pytest.approx((mask & held & y).sum() / (mask & held).sum())
+
+    seen = []  # GridSearchCV passes each fold its part of the mask
+    original = RegionalRuleClassifier.fit
+
+    def fit(self, X_fold, y_fold, holdout_rows=None):
+        seen.append((len(y_fold), None if holdout_rows is None else int(np.sum(holdout_rows))))
+        return original(self, X_fold, y_fold, holdout_rows=holdout_rows)
+
+    monkeypatch.setattr(RegionalRuleClassifier, "fit", fit)
+    GridSearchCV(RegionalRuleClassifier(min_support=100), {"max_length": [1]}, cv=3).fit(X, y, holdout_rows=held)
+    folds = [(len(train), int(held[train].sum())) for train, _ in StratifiedKFold(3).split(X, y)]
+    assert seen[:3] == folds and seen[-1] == (len(y), int(held.sum()))  # then the refit on all samples

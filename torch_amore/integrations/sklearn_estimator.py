@@ -138,12 +138,16 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         """
         return {}
 
-    def fit(self, X: Any, y: Any) -> RegionalRuleClassifier:
+    def fit(self, X: Any, y: Any, holdout_rows: Any = None) -> RegionalRuleClassifier:
         """Find the rule sets of the subgroup ``y == classes_[1]`` (or ``y == target_class``) on ``X``.
 
         Args:
             X: (n_samples, n_features) numbers (an array or a DataFrame); NaN satisfies no rule.
             y: (n_samples,) labels: two classes, or any number with ``target_class`` set.
+            holdout_rows: samples held out of the search, a boolean (n_samples,) mask (or their positions), as
+                :func:`torch_amore.extract_rules` takes them: each rule set gets its numbers there, ``held_out``
+                (docs/trust.md); not with ``holdout``. A mask is split with the samples by ``GridSearchCV`` and
+                ``cross_validate``, which pass fit parameters of one entry per sample on to each fold.
 
         Returns:
             The fitted estimator.
@@ -154,7 +158,12 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, target, label = self._outcomes(y)
         names = [str(n) for n in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None
         self.rule_sets_ = extract_rules(
-            X, torch.from_numpy(target), options=options, feature_names=names, target_name=f"y == {label}"
+            X,
+            torch.from_numpy(target),
+            options=options,
+            feature_names=names,
+            target_name=f"y == {label}",
+            holdout_rows=holdout_rows,
         )
         masks = [rs.mask(X).cpu().numpy() for rs in self.rule_sets_]
         self.rules_ = _rule_table(self.rule_sets_, masks, target)
