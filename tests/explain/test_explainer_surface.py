@@ -136,6 +136,32 @@ def test_odd_arguments_are_refused_by_name_before_the_model_runs(task, kwargs, e
     assert calls == []
 
 
+def test_a_loader_dropping_its_last_batch_counts_the_rows_the_model_sees(task):
+    # 1,200 rows in batches of 500 with drop_last: the model sees 1,000; per-row arguments are checked on those
+    # before the model runs, and the explanation is that of the first 1,000 rows
+    X, model = task
+    loader = DataLoader(TensorDataset(X), batch_size=500, drop_last=True)
+    with torch.no_grad():
+        predicted = model(X).argmax(1) == 7
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        for kwargs in ({"target": predicted}, {"target": 7, "holdout_rows": torch.arange(1200) % 4 == 1}):
+            with pytest.raises(
+                ValueError, match=r"1000\D.*the loader dropping its last partial batch \(drop_last=True\)"
+            ):
+                RegionalRuleExplainer(model).explain(loader, **kwargs, **FAST)
+        assert calls == []
+    finally:
+        handle.remove()
+    held = torch.arange(1000) % 4 == 1
+    got = RegionalRuleExplainer(model).explain(loader, predicted[:1000], holdout_rows=held, min_support=40, **FAST)
+    expected = RegionalRuleExplainer(model).explain(X[:1000], 7, holdout_rows=held, min_support=40, **FAST)
+    assert got.params["n_samples"] == 1000 and expected.rule_sets
+    assert got.rule_sets == expected.rule_sets
+    assert [rs.held_out for rs in got.rule_sets] == [rs.held_out for rs in expected.rule_sets]
+
+
 def test_evaluate_and_verify_refuse_an_unknown_keyword_before_the_model_runs(task):
     X, model = task
     explanation = RegionalRuleExplainer(model, "1").explain(X, 7, min_support=60, **FAST)

@@ -73,9 +73,9 @@ def _index_mask(rows: np.ndarray, n: int) -> np.ndarray:
     return mask
 
 
-def resolve_holdout_rows(holdout_rows: Any, n: int) -> torch.Tensor:
+def resolve_holdout_rows(holdout_rows: Any, n: int, rows_of: str = "X") -> torch.Tensor:
     """``holdout_rows`` (a boolean mask of the ``n`` rows, or distinct row indices in ``[0, n)``) as an (n,) boolean
-    CPU mask, holding some but not all rows.
+    CPU mask, holding some but not all rows; ``rows_of``: what the rows are of, in messages.
 
     Example:
         >>> resolve_holdout_rows([3, 0], 4).tolist()
@@ -85,7 +85,7 @@ def resolve_holdout_rows(holdout_rows: Any, n: int) -> torch.Tensor:
     if rows.dtype == bool:
         if rows.shape[0] != n:
             raise ValueError(
-                f"Expected a boolean `holdout_rows` of length {n} (the rows of X), but got {rows.shape[0]}."
+                f"Expected a boolean `holdout_rows` of length {n} (the rows of {rows_of}), but got {rows.shape[0]}."
             )
         mask = rows.copy()
     elif np.issubdtype(rows.dtype, np.integer) or rows.size == 0:
@@ -95,5 +95,5 @@ def resolve_holdout_rows(holdout_rows: Any, n: int) -> torch.Tensor:
     if not mask.any():
         raise ValueError("Expected `holdout_rows` to hold at least one row, but it holds none.")
     if mask.all():
-        raise ValueError("Expected `holdout_rows` to leave rows to search, but it holds all the rows of X.")
+        raise ValueError(f"Expected `holdout_rows` to leave rows to search, but it holds all the rows of {rows_of}.")
     return torch.from_numpy(mask)

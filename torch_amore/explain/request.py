@@ -162,9 +162,14 @@ class ExplainRequest:
         aligned = self.aligned_with_rows(n)
         if aligned:
             check_row_order(inputs, aligned)
+        dropped = ", the loader dropping its last partial batch (drop_last=True)"
+        dropped = dropped if n and getattr(inputs, "drop_last", False) else ""
+        m = len(self.target) if _is_mask(self.target) and getattr(self.target, "ndim", 1) == 1 else n
+        if n is not None and m != n:  # before the model runs; the forward pass checks it again on the rows it saw
+            raise ValueError(f"Expected `target` to have one entry per sample of `inputs` ({n}{dropped}), but got {m}.")
         held = self.holdout_rows
         if held is not None and n is not None:  # checked before the model runs
-            held = resolve_holdout_rows(held, n)
+            held = resolve_holdout_rows(held, n, "`inputs`" + dropped)
         return replace(self, labels=labels, counted=counted, holdout_rows=held)
 
     def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:

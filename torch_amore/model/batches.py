@@ -99,7 +99,8 @@ def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = No
 
 
 def n_rows(inputs: Any) -> int | None:
-    """Number of samples when it is known before running the model; a TypeError for unsupported inputs."""
+    """Number of samples when it is known before running the model (those the model sees: a DataLoader with
+    ``drop_last=True`` leaves out its last partial batch); a TypeError for unsupported inputs."""
     if isinstance(inputs, torch.Tensor):
         return int(inputs.shape[0]) if inputs.ndim else 1
     if isinstance(inputs, tuple) and inputs and all(isinstance(t, torch.Tensor) and t.ndim for t in inputs):
@@ -109,9 +110,11 @@ def n_rows(inputs: Any) -> int | None:
     if not isinstance(inputs, (Dataset, DataLoader)):
         raise TypeError(_INPUT_KINDS + f"{type(inputs).__name__}.")
     try:
-        return len(inputs.dataset) if isinstance(inputs, DataLoader) else len(inputs)
+        n = len(inputs.dataset) if isinstance(inputs, DataLoader) else len(inputs)
     except TypeError:
         return None
+    size = getattr(inputs, "batch_size", None) if getattr(inputs, "drop_last", False) else None
+    return n - n % size if size else n  # drop_last: the last partial batch never reaches the model
 
 
 def iter_batches(inputs: Any, batch_size: int, input_key: BatchKey, label_key: BatchKey) -> tuple[Iterator, int | None]:
