@@ -96,6 +96,8 @@ def test_holdout_rows_hold_out_the_rows_of_a_condition(split_table, tmp_path, ca
     searched = int((~held).sum())
     assert got.params["min_support_count"] == math.ceil(0.1 * searched)
     assert got.params["held_out_subgroup"] == int((held & label).sum())
+    assert got.params["held_out_rows"] == int(held.sum())
+    assert got.base_rate == pytest.approx((label & ~held).sum() / searched)  # the rows the lift compares with
     assert f"held out: {int(held.sum())} of 800 rows" in stdout
     assert f"min_support=0.1 ({math.ceil(0.1 * searched)} rows)" in stdout  # of the rows searched
     assert "level=0.95" in stdout and "held-out confidence [95% CI]" in stdout

@@ -136,3 +136,22 @@ def test_a_boolean_series_of_held_out_rows_goes_by_the_dataframe_inputs_index():
     assert [rs.held_out for rs in in_order.rule_sets] == [rs.held_out for rs in shuffled.rule_sets]
     with pytest.raises(ValueError, match="holdout_rows"):
         explainer.explain(frame, 1, holdout_rows=pd.Series(held.to_numpy(), index=np.arange(1000, 1500)), **OPTS)
+
+
+def test_with_holdout_rows_lift_and_base_rate_are_of_the_rows_searched():
+    model, X = model_and_data()
+    with torch.no_grad():
+        subgroup = model(X).argmax(1) == 1
+    row = torch.arange(len(X))
+    held = (subgroup & (row % 2 == 0)) | (row % 10 == 1)  # half the subgroup, a tenth of the others
+    explanation = RegionalRuleExplainer(model).explain(X, 1, holdout_rows=held, **OPTS)
+    searched = (subgroup & ~held).sum().item() / (~held).sum().item()
+    assert abs(searched - subgroup.double().mean().item()) > 0.02  # the two base rates differ here
+    assert explanation.params["held_out_rows"] == int(held.sum())
+    assert explanation.base_rate == pytest.approx(searched)
+    assert explanation.rule_sets
+    for rs in explanation.rule_sets:  # the confidence is of the rows searched: so is the rate it is compared with
+        mask = rs.mask(X[~held])
+        assert rs.confidence == pytest.approx((mask & subgroup[~held]).sum().item() / mask.sum().item())
+        assert explanation.stats(rs)["lift"] == pytest.approx(rs.confidence / searched)
+    assert f"base rate {searched:.3f}" in str(explanation)

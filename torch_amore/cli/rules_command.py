@@ -304,6 +304,7 @@ class _Run:
         }
         if self.held is not None:
             params["holdout_rows"] = self.args.holdout_rows
+            params["held_out_rows"] = int(self.held.sum())
             params["held_out_subgroup"] = int((self.held & self.target).sum())
         return RegionalExplanation(
             rule_sets=list(self.found),

@@ -321,7 +321,10 @@ class RegionalRuleExplainer:
             local_x = None if request.local is None else local_vector(self, request, X, fwd, source_kind)
             if request.holdout_rows is not None:  # a mask already, unless the rows' count was unknown before the run
                 held = resolve_holdout_rows(request.holdout_rows, n_local).to(mask.device)
-                facts_held = {"held_out_subgroup": int((held & mask).sum())}  # this process's subgroup rows held out
+                facts_held = {  # this process's rows held out, and its subgroup rows among them
+                    "held_out_rows": int(held.sum()),
+                    "held_out_subgroup": int((held & mask).sum()),
+                }
             options = with_units(options, request.scaler, X.shape[1], source_kind)
             features = selection if selection is not None else request.indices
             rule_sets, plan, min_count, _ = extract_planned(

@@ -141,9 +141,24 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     @property
     def base_rate(self) -> float | None:
-        """The subgroup's share of the samples (``None`` when unknown)."""
-        n, size = self.params.get("n_samples"), self.params.get("subgroup_size")
-        return size / n if n and size is not None else None
+        """The subgroup's share of the samples the search saw, which its rule sets' confidence is measured on (all of
+        them, less those held out by ``holdout`` or ``holdout_rows``; ``None`` when unknown).
+
+        Example:
+            >>> held = {"held_out_rows": 50, "held_out_subgroup": 5}  # searched: 15 of the subgroup's 20, 50 rows
+            >>> RegionalExplanation([], None, None, [], [], {"n_samples": 100, "subgroup_size": 20, **held}).base_rate
+            0.3
+        """
+        p = self.params
+        n, size = p.get("n_samples"), p.get("subgroup_size")
+        rows, held = p.get("held_out_rows"), p.get("held_out_subgroup")
+        if not n or size is None:
+            return None
+        if held is not None and rows is None:  # rows held out, but not how many (a file written before)
+            return size / n
+        inside = searched_subgroup(size, p.get("holdout"), held)
+        outside = searched_subgroup(n - size, p.get("holdout"), None if held is None else rows - held)
+        return inside / (inside + outside) if inside + outside else None
 
     def stats(self, rule_set: RuleSet) -> dict[str, Any]:
         """A rule set's support, confidence and fitness with its lift, recall (of the subgroup rows the search saw),
