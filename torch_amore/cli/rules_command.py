@@ -221,33 +221,6 @@ def _subgroup(df: pd.DataFrame, args: argparse.Namespace) -> tuple[np.ndarray, l
     return target, used, label, name
 
 
-def _search(run: _Run) -> list[RuleSet]:
-    X_t, device = torch.from_numpy(run.X), run.device
-    if device.type != "cpu":
-        X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
-    held = None if run.held is None else torch.from_numpy(run.held).to(device)
-    try:
-        return extract_rules(
-            X_t,
-            torch.from_numpy(run.target),
-            options=run.options,
-            feature_names=run.names,
-            target_name=run.target_name,
-            holdout_rows=held,
-        )
-    except torch.cuda.OutOfMemoryError:
-        raise CLIError(
-            f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
-            "--n-grids or --beam-width, or --device cpu"
-        ) from None
-    except MemoryError as err:
-        raise CLIError(
-            _flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller --n-grids"
-        ) from None
-    except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
-        raise CLIError(_flag_names(str(err))) from None
-
-
 @dataclass
 class _Run:
     """What one ``rules`` command computed: the inputs of the search and its result."""
@@ -316,6 +289,34 @@ class _Run:
             features_matrix=torch.from_numpy(self.X),
             message="" if self.found else "no rule set found",
         )
+
+
+def _search(run: _Run) -> list[RuleSet]:
+    """The run's search on its device; the library's errors on user-controlled values as one-line CLI errors."""
+    X_t, device = torch.from_numpy(run.X), run.device
+    if device.type != "cpu":
+        X_t = X_t.to(device, dtype=torch.float32 if device.type == "mps" else torch.float64)
+    held = None if run.held is None else torch.from_numpy(run.held).to(device)
+    try:
+        return extract_rules(
+            X_t,
+            torch.from_numpy(run.target),
+            options=run.options,
+            feature_names=run.names,
+            target_name=run.target_name,
+            holdout_rows=held,
+        )
+    except torch.cuda.OutOfMemoryError:
+        raise CLIError(
+            f"out of memory on {device}: use fewer rows, fewer features (--features/--exclude), a smaller "
+            "--n-grids or --beam-width, or --device cpu"
+        ) from None
+    except MemoryError as err:
+        raise CLIError(
+            _flag_names(str(err)) or "out of memory: use fewer rows, fewer features or a smaller --n-grids"
+        ) from None
+    except (ValueError, TypeError) as err:  # the library's checks of user-controlled values
+        raise CLIError(_flag_names(str(err))) from None
 
 
 def _prepare(args: argparse.Namespace) -> _Run:
