@@ -435,6 +435,12 @@ def test_bad_options_raise_at_construction(kwargs, error):
         RegionalRuleExtractor(target=1, **kwargs)
 
 
+@pytest.mark.parametrize("names", ["abc", 5, torch.tensor([[1, 2]])])
+def test_feature_names_that_are_no_sequence_of_names_are_refused_by_name_at_construction(names):
+    with pytest.raises(TypeError, match="Expected `feature_names` to be a sequence of strings"):
+        RegionalRuleExtractor(target=1, feature_names=names)
+
+
 def test_roc_and_feature_selection_are_refused_under_ddp(monkeypatch):
     monkeypatch.setattr(D, "is_sharded", lambda: True)
     model = BreastCancerModule()

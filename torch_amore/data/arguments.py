@@ -210,15 +210,32 @@ def column_args(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
     return {**args, "target_name": given.get("target_name", "target")}
 
 
+def name_list(feature_names: Any) -> list[str] | None:
+    """``feature_names`` as a list of strings (``None`` stays ``None``); a ``TypeError`` naming it for a single string
+    or for what is not a one-dimensional sequence.
+
+    Example:
+        >>> name_list(("age", 3))
+        ['age', '3']
+    """
+    if feature_names is None:
+        return None
+    if isinstance(feature_names, str):
+        raise TypeError(
+            f"Expected `feature_names` to be a sequence of strings, but got a single string {feature_names!r}."
+        )
+    if not isinstance(feature_names, Iterable) or getattr(feature_names, "ndim", 1) != 1:
+        raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+    return [str(n) for n in feature_names]
+
+
 def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
     """Feature names: ``feature_names``, else a DataFrame's columns, else ``feature_{i}``; all distinct."""
     if feature_names is None:
         names = frame_names if frame_names is not None else [f"feature_{i}" for i in range(n_features)]
         arg = "feature_names" if frame_names is None else "the columns of `X`"
     else:
-        if isinstance(feature_names, str) or not isinstance(feature_names, Iterable):
-            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
-        names = [str(n) for n in feature_names]
+        names = name_list(feature_names)
         if len(names) != n_features:
             raise ValueError(
                 f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}."

@@ -91,12 +91,7 @@ class ExplainRequest:
             holdout_rows = aligned_holdout_rows(holdout_rows, features, "features")
         target = _class_index(target)
         check_target(target, threshold)
-        if isinstance(feature_names, str):
-            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
-        if feature_names is not None and (
-            not hasattr(feature_names, "__iter__") or getattr(feature_names, "ndim", 1) != 1
-        ):
-            raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
+        feature_names = A.name_list(feature_names)
         if local is not None and not _is_sample(local):
             raise TypeError(
                 "Expected the sample of local rules `x` to be a row index, a tensor or array (one model input, or a "
@@ -123,7 +118,7 @@ class ExplainRequest:
             select=select_features,
             scaler=scaler,
             options=opts,
-            feature_names=None if feature_names is None else [str(n) for n in feature_names],
+            feature_names=feature_names,
             batch_size=A.check_int(batch_size, "batch_size", 1),
             input_key=input_key,
             label_key=label_key,

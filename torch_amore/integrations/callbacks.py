@@ -146,14 +146,12 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             raise ValueError(f"Expected `filename` to be a file stem such as 'rules', but got {filename!r}.")
         if forward_kwargs is not None and not isinstance(forward_kwargs, Mapping):
             raise TypeError(f"Expected `forward_kwargs` to be a dict of keyword arguments, but got {forward_kwargs!r}.")
-        if isinstance(feature_names, str):
-            raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
         self.target = target
         self.layer = layer
         self.data = data
         self.features = features
         self.select_features = select_features
-        self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
+        self.feature_names = A.name_list(feature_names)
         self.threshold = threshold
         self.every_n_val_epochs = every_n_val_epochs
         self.at_train_end = bool(at_train_end)
