@@ -399,10 +399,15 @@ def test_bad_input_is_refused_before_any_forward_pass(counted) -> None:
         (dict(target=torch.ones(300, dtype=torch.bool)), ValueError, "fixed mask"),
         (dict(model=nn.Sequential(nn.Linear(3, 2))), ValueError, "inner.act"),
         (dict(rule_sets=[object()]), TypeError, "RuleSet"),
+        (dict(rule_sets=1.5), TypeError, r"`rule_sets` to be a count \(an integer >= 1\), a RuleSet or RuleSets"),
+        (dict(rule_sets=None), TypeError, "`rule_sets` to be a count"),
+        (dict(batch_size=0), ValueError, r"`batch_size` to be an integer >= 1, but got 0"),
     ]
     for kwargs, error, text in cases:
         with pytest.raises(error, match=text):
             explanation.verify(X, **kwargs)
+    with pytest.raises(ValueError, match=r"`batch_size` to be an integer >= 1, but got 0"):
+        explanation.evaluate(X, batch_size=0)  # 0 was read as "the explanation's batch size"
     with pytest.raises(TypeError, match="n_control"):
         explanation.verify(X, n_control=3)
     with pytest.raises(ValueError, match=r"shape \(N, 3\) like the explained samples, but got shape \(300, 4\)"):

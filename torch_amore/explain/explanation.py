@@ -402,7 +402,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             target,
             labels=labels,
             features=features,
-            batch_size=run["batch_size"] or opts.get("batch_size", 256),
+            batch_size=run["batch_size"] if run["batch_size"] is not None else opts.get("batch_size", 256),
             progress=bool(run["progress"]),
             input_key=run["input_key"] if run["input_key"] is not None else opts.get("input_key"),
             label_key=label_key if label_key is not None else opts.get("label_key"),

@@ -5,7 +5,7 @@ moves the first into the rule set and the second out of it; rules over concepts 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +115,7 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
         )
     shape = explanation.params.get("input_shape")
     check_width(inputs, "inputs", n_features=n_units if layer is None else None, input_shape=shape)
-    batch_size = given.batch_size or explanation.data_options.get("batch_size", 256)
+    batch_size = given.batch_size if given.batch_size is not None else explanation.data_options.get("batch_size", 256)
     return _Setup(
         model=model,
         layer=layer,
@@ -201,6 +201,11 @@ def _chosen(explanation: Any, rule_sets: Any) -> list[tuple[int, RuleSet]]:
     if isinstance(rule_sets, (int, np.integer)) and not isinstance(rule_sets, bool):
         k = check_int(rule_sets, "rule_sets", 1)
         chosen = explanation.shown()[:k] or list(enumerate(every, 1))[:k]
+    elif isinstance(rule_sets, (bool, str)) or not isinstance(rule_sets, (RuleSet, Iterable)):
+        raise TypeError(
+            f"Expected `rule_sets` to be a count (an integer >= 1), a RuleSet or RuleSets of the explanation, but got "
+            f"{rule_sets!r}."
+        )
     else:
         given = [rule_sets] if isinstance(rule_sets, RuleSet) else list(rule_sets)
         chosen = [(_position(every, rs), rs) for rs in given]
