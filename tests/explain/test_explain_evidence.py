@@ -154,4 +154,4 @@ def test_with_holdout_rows_lift_and_base_rate_are_of_the_rows_searched():
         mask = rs.mask(X[~held])
         assert rs.confidence == pytest.approx((mask & subgroup[~held]).sum().item() / mask.sum().item())
         assert explanation.stats(rs)["lift"] == pytest.approx(rs.confidence / searched)
-    assert f"base rate {searched:.3f}" in str(explanation)
+    assert f"base rate {searched:.3f} (1: no better than the rows searched)" in str(explanation)

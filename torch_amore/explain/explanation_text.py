@@ -65,8 +65,9 @@ def concepts_text(facts: dict[str, Any]) -> str:
     return text if not isinstance(error, (int, float)) else f"{text}, reconstruction error (FVU) {error:.3g}"
 
 
-def legend(base_rate: float | None, flagged: bool) -> str:
-    """The line that says what the table's columns mean (``flagged``: and a line for the ``*``).
+def legend(base_rate: float | None, flagged: bool, rows: str = "all rows") -> str:
+    """The line that says what the table's columns mean (``flagged``: and a line for the ``*``); ``rows``: the rows
+    the numbers are of ("the rows searched" when some were held out).
 
     Example:
         >>> print(legend(0.25, True))
@@ -74,10 +75,10 @@ def legend(base_rate: float | None, flagged: bool) -> str:
           *: the confidence's 95% interval contains the base rate (not measurably above all rows)
     """
     base = "the base rate" if base_rate is None or math.isnan(base_rate) else f"base rate {base_rate:.3f}"
-    line = f"  lift: confidence / {base} (1: no better than all rows); recall: share of the subgroup covered"
+    line = f"  lift: confidence / {base} (1: no better than {rows}); recall: share of the subgroup covered"
     if flagged:
         line += (
-            f"\n  {AT_BASE_RATE}: the confidence's 95% interval contains the base rate (not measurably above all rows)"
+            f"\n  {AT_BASE_RATE}: the confidence's 95% interval contains the base rate (not measurably above {rows})"
         )
     return line
 
@@ -133,7 +134,8 @@ def format_explanation(
         if max_rows is not None and len(rows) > max_rows:
             lines.append(f"  ... {len(rows) - max_rows} more")
         flagged = any(explanation.stats(rs)["at_base_rate"] for _, rs in rows[:max_rows])
-        lines.append(legend(explanation.base_rate, flagged))
+        held = explanation.params.get("holdout") or explanation.params.get("held_out_subgroup") is not None
+        lines.append(legend(explanation.base_rate, flagged, "the rows searched" if held else "all rows"))
         lines += [f"  {line}" for line in legend_lines([rs for _, rs in rows[:max_rows]], explanation.params)]
     best = explanation.best
     if best is not None and best.optimum is not None:
