@@ -18,10 +18,10 @@ import torch
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.explanation_text import searched_counts
 from torch_amore.report.distinct import distinct_rule_sets
 from torch_amore.rules.evidence_columns import aligned_evidence, verdict_line
 from torch_amore.rules.rules import RuleSet
-from torch_amore.search.evidence_split import holdout_mask
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -250,15 +250,18 @@ class _Run:
             return list(self.found)
         return distinct_rule_sets(self.found, torch.from_numpy(self.X), min_fitness=0.0)
 
+    def rows(self) -> dict[str, Any]:
+        """The counts of the run's rows, as an explanation's ``params`` hold them: all rows, the subgroup's, the
+        ``holdout`` fraction and, with ``--holdout-rows``, the rows held out and the subgroup's among them."""
+        rows = {"n_samples": self.n, "subgroup_size": int(self.target.sum()), "holdout": self.options.holdout}
+        if self.held is not None:
+            rows.update(held_out_rows=int(self.held.sum()), held_out_subgroup=int((self.held & self.target).sum()))
+        return rows
+
     def searched(self) -> tuple[int, int]:
         """The rows the search saw and its target rows among them: with ``--holdout`` or ``--holdout-rows``, those not
-        held out (the split of :func:`torch_amore.search.evidence_split.holdout_mask`, as the search draws it)."""
-        target = torch.from_numpy(self.target)
-        if self.held is not None:
-            target = target[~torch.from_numpy(self.held)]
-        elif self.options.holdout is not None:
-            target = target[~holdout_mask(target, self.options.holdout, self.options.seed)]
-        return target.shape[0], int(target.sum())
+        held out (:func:`torch_amore.explain.explanation_text.searched_counts`)."""
+        return searched_counts(self.rows())
 
     def explanation(self) -> RegionalExplanation:
         """The kept rule sets (negative fitness included) as the library's explanation, for ``--json``; its
@@ -270,15 +273,12 @@ class _Run:
             "table": str(self.args.table),
             "target": self.target_label,
             "target_name": self.target_name,
-            "n_samples": self.n,
-            "subgroup_size": int(self.target.sum()),
+            **self.rows(),
             "excluded": self.excluded,
             "device": str(self.device),
         }
         if self.held is not None:
             params["holdout_rows"] = self.args.holdout_rows
-            params["held_out_rows"] = int(self.held.sum())
-            params["held_out_subgroup"] = int((self.held & self.target).sum())
         return RegionalExplanation(
             rule_sets=list(self.found),
             subgroup=torch.from_numpy(self.target),

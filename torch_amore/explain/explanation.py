@@ -14,7 +14,7 @@ import torch
 from torch_amore._version import __version__
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
-from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_subgroup
+from torch_amore.explain.explanation_text import explanation_table_html, format_explanation, searched_counts
 from torch_amore.explain.loading import (
     DERIVED_COLUMNS,
     _basis_dict,
@@ -149,24 +149,16 @@ class RegionalExplanation(Sequence[RuleSet]):
             >>> RegionalExplanation([], None, None, [], [], {"n_samples": 100, "subgroup_size": 20, **held}).base_rate
             0.3
         """
-        p = self.params
-        n, size = p.get("n_samples"), p.get("subgroup_size")
-        rows, held = p.get("held_out_rows"), p.get("held_out_subgroup")
-        if not n or size is None:
-            return None
-        if held is not None and rows is None:  # rows held out, but not how many (a file written before)
-            return size / n
-        inside = searched_subgroup(size, p.get("holdout"), held)
-        outside = searched_subgroup(n - size, p.get("holdout"), None if held is None else rows - held)
-        return inside / (inside + outside) if inside + outside else None
+        rows, size = searched_counts(self.params)
+        if rows is None:  # how many rows were held out is not known (a file written before): all rows
+            rows, size = self.params.get("n_samples"), self.params.get("subgroup_size")
+        return size / rows if rows and size is not None else None
 
     def stats(self, rule_set: RuleSet) -> dict[str, Any]:
         """A rule set's support, confidence and fitness with its lift, recall (of the subgroup rows the search saw),
         the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence and whether that
         interval contains the base rate (NaN where the sizes are unknown)."""
-        p = self.params
-        size = searched_subgroup(p.get("subgroup_size"), p.get("holdout"), p.get("held_out_subgroup"))
-        base = self.base_rate
+        size, base = searched_counts(self.params)[1], self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)
         return {

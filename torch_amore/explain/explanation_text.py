@@ -16,21 +16,31 @@ from torch_amore.rules.rules import RuleSet
 AT_BASE_RATE = "*"
 
 
-def searched_subgroup(size: int | None, holdout: float | None, held: int | None = None) -> int | None:
-    """The subgroup rows the search saw: all ``size`` of them, less the ``held`` ones held out by ``holdout_rows``,
-    or less ``round(holdout * size)`` with a ``holdout``.
+def holds_out(params: dict[str, Any]) -> bool:
+    """Whether the search of an explanation with these ``params`` held rows out (``holdout`` or ``holdout_rows``)."""
+    return bool(params.get("holdout")) or params.get("held_out_subgroup") is not None
+
+
+def searched_counts(params: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The rows the search saw and the subgroup's rows among them: all ``n_samples`` and ``subgroup_size``, less
+    those held out by ``holdout_rows`` (``held_out_rows``, ``held_out_subgroup``) or, with a ``holdout`` fraction,
+    ``round(holdout * k)`` of each side's ``k`` rows (the split is stratified); ``None`` where unknown (e.g. the rows
+    held out by a file written without ``held_out_rows``).
 
     Example:
-        >>> searched_subgroup(131, 0.3), searched_subgroup(131, None), searched_subgroup(131, None, 40)
-        (92, 131, 91)
+        >>> searched_counts({"n_samples": 100, "subgroup_size": 20, "holdout": 0.3})
+        (70, 14)
+        >>> searched_counts({"n_samples": 100, "subgroup_size": 20, "held_out_rows": 50, "held_out_subgroup": 5})
+        (50, 15)
     """
-    if size is None:
-        return size
+    n, size = params.get("n_samples"), params.get("subgroup_size")
+    rows, held, holdout = params.get("held_out_rows"), params.get("held_out_subgroup"), params.get("holdout")
+    if size is None or not holds_out(params):
+        return n, size
     if held is not None:
-        return size - held
-    if not holdout:
-        return size
-    return size - int(round(holdout * size))
+        return (None if n is None or rows is None else n - rows), size - held
+    size_held = int(round(holdout * size))
+    return (None if n is None else n - size_held - int(round(holdout * (n - size)))), size - size_held
 
 
 def header(explanation: Any) -> str:
@@ -134,8 +144,8 @@ def format_explanation(
         if max_rows is not None and len(rows) > max_rows:
             lines.append(f"  ... {len(rows) - max_rows} more")
         flagged = any(explanation.stats(rs)["at_base_rate"] for _, rs in rows[:max_rows])
-        held = explanation.params.get("holdout") or explanation.params.get("held_out_subgroup") is not None
-        lines.append(legend(explanation.base_rate, flagged, "the rows searched" if held else "all rows"))
+        seen = "the rows searched" if holds_out(explanation.params) else "all rows"
+        lines.append(legend(explanation.base_rate, flagged, seen))
         lines += [f"  {line}" for line in legend_lines([rs for _, rs in rows[:max_rows]], explanation.params)]
     best = explanation.best
     if best is not None and best.optimum is not None:
