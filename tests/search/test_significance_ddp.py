@@ -2,7 +2,7 @@
 search-aware p-values and stability of one process on the concatenated data (the rows numbered globally, shards in
 rank order), and the p-values equal a literal loop of extract_rules on the permuted concatenated targets. With
 ``holdout_rows``, each rank gives its own rows: extract_rules and the explainer then get the numbers of one process
-given the concatenated rows."""
+given the concatenated rows, also where one rank's part holds none or all of its rows."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ def held_rows(n: int) -> torch.Tensor:
     return torch.arange(n) % 4 == 1
 
 
+def held_on_rank0(n: int) -> torch.Tensor:
+    """Rows held out of rank 0's shard only: rank 1's part holds none of them (allowed: the parts are checked over
+    all ranks)."""
+    return held_rows(n) & (torch.arange(n) < 300)
+
+
 class Score(nn.Module):
     """Class 1 where ``x_0 - 0.05 x_2 > 0.45`` (reads neither column 1 nor column 3, which holds NaN)."""
 
@@ -72,6 +78,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         rows = shards(len(t))[rank]
         found = extract_rules(X[rows], t[rows], **EVIDENCE, **OPTS)
         out = {"evidence": summary(found), "given": given_rows(X[rows], t[rows], held_rows(len(t))[rows])}
+        out["one_rank"] = given_rows(X[rows], t[rows], held_on_rank0(len(t))[rows])
+        all_of_rank1 = torch.arange(len(t)) >= 300  # rank 1 searches none of its rows
+        out["all_of_rank1"] = summary(extract_rules(X[rows], t[rows], holdout_rows=all_of_rank1[rows], **OPTS))
         torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -103,6 +112,21 @@ def test_each_ranks_own_held_out_rows_give_the_numbers_of_one_process(ranks):
     )
     assert ranks[0]["given"] == single
     assert ranks[1]["given"] == single
+
+
+def test_a_rank_holding_out_none_of_its_rows_gets_the_numbers_of_one_process(ranks):
+    X, t = data()
+    held = held_on_rank0(len(t))
+    assert not held[300:].any() and held[:300].any()  # rank 1's part holds none
+    single = given_rows(X, t, held)
+    for found in single.values():
+        assert found and all(p is not None and h is not None for _, _, p, _, h in found)
+    assert ranks[0]["one_rank"] == single
+    assert ranks[1]["one_rank"] == single
+    all_of_rank1 = summary(extract_rules(X, t, holdout_rows=torch.arange(len(t)) >= 300, **OPTS))
+    assert all_of_rank1 and all(h is not None for *_, h in all_of_rank1)
+    assert ranks[0]["all_of_rank1"] == all_of_rank1
+    assert ranks[1]["all_of_rank1"] == all_of_rank1
 
 
 def test_the_sharded_p_values_are_a_literal_loop_over_global_rows(ranks):

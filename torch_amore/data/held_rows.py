@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore._utils import distributed as D
 from torch_amore.data.validation import align_rows
 
 __all__ = ["aligned_holdout_rows", "resolve_holdout_rows"]
@@ -75,7 +76,8 @@ def _index_mask(rows: np.ndarray, n: int) -> np.ndarray:
 
 def resolve_holdout_rows(holdout_rows: Any, n: int, rows_of: str = "X") -> torch.Tensor:
     """``holdout_rows`` (a boolean mask of the ``n`` rows, or distinct row indices in ``[0, n)``) as an (n,) boolean
-    CPU mask, holding some but not all rows; ``rows_of``: what the rows are of, in messages.
+    CPU mask, holding some but not all rows; ``rows_of``: what the rows are of, in messages. In a sharded (DDP) run
+    these are one rank's rows, which may hold none or all of them: the search checks both parts over all ranks.
 
     Example:
         >>> resolve_holdout_rows([3, 0], 4).tolist()
@@ -92,6 +94,8 @@ def resolve_holdout_rows(holdout_rows: Any, n: int, rows_of: str = "X") -> torch
         mask = _index_mask(rows, n)
     else:
         raise TypeError(f"Expected `holdout_rows` to hold booleans or integer row indices, but got dtype {rows.dtype}.")
+    if D.is_sharded():
+        return torch.from_numpy(mask)
     if not mask.any():
         raise ValueError("Expected `holdout_rows` to hold at least one row, but it holds none.")
     if mask.all():

@@ -24,8 +24,8 @@ When none of the rule sets stands out at ``1 - level``, one ``UserWarning`` says
 In a sharded (DDP) run the rows are numbered globally, the shards concatenated in rank order: the held-out split, the
 permutations and the half-samples are drawn over all ranks' rows (every rank gathers the target once and draws the
 same), each rank searches its part, and the counts are summed over the ranks, so every rank gets the numbers of one
-process on the concatenated data. ``holdout_rows`` are each rank's own rows. A source of batches (streamed data)
-refuses these options.
+process on the concatenated data. ``holdout_rows`` are each rank's own rows (a rank's part may hold none or all of
+them). A source of batches (streamed data) refuses these options.
 """
 
 from __future__ import annotations
