@@ -155,3 +155,20 @@ def test_with_holdout_rows_lift_and_base_rate_are_of_the_rows_searched():
         assert rs.confidence == pytest.approx((mask & subgroup[~held]).sum().item() / mask.sum().item())
         assert explanation.stats(rs)["lift"] == pytest.approx(rs.confidence / searched)
     assert f"base rate {searched:.3f} (1: no better than the rows searched)" in str(explanation)
+
+
+@pytest.mark.parametrize("given", [[0, 3, 6], np.array([True, False, False, True, False, False, True, False])])
+def test_a_ranks_shard_of_held_out_rows_is_its_rows_of_the_whole_dataset(monkeypatch, given):
+    """The callback's request on one rank of two (rows 1, 3, 5, 7 of 8, the first three explained): ``holdout_rows``
+    given as positions or as a mask of the whole dataset becomes the mask of those rows, as a mask ``target`` does."""
+    from torch_amore._utils import distributed as D
+    from torch_amore.explain.request import ExplainRequest
+
+    monkeypatch.setattr(D, "global_count", lambda n: 2 * n)  # two ranks of four rows each
+    monkeypatch.setattr(D, "is_sharded", lambda: True)
+    whole = torch.tensor([True, False, False, True, False, False, True, False])
+    request = ExplainRequest.make(target=whole, holdout_rows=given).shard([1, 3, 5, 7], 3)
+    assert request.target.tolist() == whole[[1, 3, 5]].tolist()
+    assert request.holdout_rows.tolist() == [False, True, False]
+    with pytest.raises(ValueError, match=r"length 8 \(the rows of the dataset\)"):
+        ExplainRequest.make(target=1, holdout_rows=np.ones(6, dtype=bool)).shard([1, 3, 5, 7], 3)

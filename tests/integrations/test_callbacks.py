@@ -382,6 +382,41 @@ def test_trainer_test_explains_the_test_split(tmp_path, caplog):
     assert verdict in line and f"held out: confidence={best.held_out.confidence:.3f}" in line
 
 
+def test_held_out_rows_of_the_dataset_give_the_numbers_of_extract_rules(tmp_path):
+    """``holdout_rows`` (positions of the validation dataset's rows): the rule sets and held-out numbers of
+    extract_rules with those rows held out, the logged held-out confidence recounted from the best rule set's mask;
+    with ``limit_val_batches``, the positions among the rows explained."""
+    model = BreastCancerModule()
+    X = split_data(loaders()[1])[0]
+    positions = list(range(1, len(X), 4))  # every fourth row
+    held = torch.zeros(len(X), dtype=torch.bool)
+    held[positions] = True
+    opts = dict(target=1, n_grids=6, min_support=5, holdout_rows=positions)
+    callback, limited = RegionalRuleExtractor(**opts), RegionalRuleExtractor(**opts, filename="limited")
+    t = trainer(tmp_path, [callback], pl.loggers.CSVLogger(tmp_path))
+    t.fit(model, *loaders())
+    _, mask, direct = by_hand(model, X, 1, n_grids=6, min_support=5, holdout_rows=held)
+    got = callback.explanation.rule_sets
+    assert direct and all(rs.held_out is not None for rs in direct)
+    assert_rule_sets_close(got, direct)
+    assert [rs.held_out for rs in got] == [rs.held_out for rs in direct]
+    best = got[0]
+    covered = best.mask(X) & held
+    assert best.held_out.support == int(covered.sum())
+    confidence = int((covered & mask).sum()) / int(covered.sum())
+    assert best.held_out.confidence == pytest.approx(confidence)
+    logged = t.callback_metrics[f"{callback.log_prefix}held_out_confidence"]
+    assert float(logged) == pytest.approx(confidence, rel=1e-6)
+    assert callback.explanation.params["held_out_rows"] == len(positions)
+
+    model = BreastCancerModule()
+    trainer(tmp_path / "limited", [limited], limit_val_batches=1).fit(model, *loaders())
+    assert limited.explanation.params["n_samples"] == 64
+    _, _, direct = by_hand(model, X[:64], 1, n_grids=6, min_support=5, holdout_rows=held[:64])
+    assert direct and [rs.held_out for rs in limited.explanation.rule_sets] == [rs.held_out for rs in direct]
+    assert limited.explanation.params["held_out_rows"] == int(held[:64].sum())
+
+
 def test_limit_val_batches_and_fast_dev_run_are_honoured(tmp_path):
     model = BreastCancerModule()
     callback = RegionalRuleExtractor(target=1, n_grids=6, min_support=5)
@@ -428,6 +463,10 @@ def test_batch_splitting_and_mode_restoring():
         (dict(threshold=2.0), ValueError),
         (dict(min_suport=10), TypeError),
         (dict(forward_kwargs=[1]), TypeError),
+        (dict(holdout_rows=[0.5, 1.5]), TypeError),
+        (dict(holdout_rows="rows"), TypeError),
+        (dict(holdout_rows=torch.zeros(2, 2, dtype=torch.bool)), ValueError),
+        (dict(holdout_rows=[0, 1], holdout=0.3), ValueError),
     ],
 )
 def test_bad_options_raise_at_construction(kwargs, error):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,22 @@ def test_auto_streams_under_a_small_memory_limit(tmp_path, monkeypatch):
 def test_a_bad_stream_value_fails_at_construction():
     with pytest.raises(ValueError, match="True, False or 'auto'"):
         RegionalRuleExtractor(target=1, stream="always")
+
+
+@pytest.mark.parametrize(
+    "kwargs, names",
+    [
+        (dict(holdout=0.3), "`holdout`, `holdout_rows`"),
+        (dict(holdout_rows=[0, 1]), "`holdout`, `holdout_rows`"),
+        (dict(permutations=9), "`holdout`, `holdout_rows`, `permutations`"),
+        (dict(threshold="roc"), "threshold='roc'"),
+        (dict(select_features=True), "select_features=True"),
+        (dict(target=torch.tensor([True, False])), "a mask `target`"),
+    ],
+)
+def test_what_streaming_cannot_do_fails_at_construction_with_stream_true(kwargs, names):
+    """Not after the training run, where the extraction would refuse it."""
+    kwargs = {"target": 1, **kwargs}
+    with pytest.raises(ValueError, match=f"Expected no {re.escape(names)}.*with stream=True"):
+        RegionalRuleExtractor(stream=True, **kwargs)
+    RegionalRuleExtractor(stream="auto", **kwargs)  # "auto" takes the in-memory path for them

@@ -18,7 +18,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore.data.validation import align_rows
 
-__all__ = ["aligned_holdout_rows", "resolve_holdout_rows"]
+__all__ = ["aligned_holdout_rows", "check_holdout_rows", "resolve_holdout_rows"]
 
 
 def aligned_holdout_rows(holdout_rows: Any, frame: Any, frame_name: str = "X") -> Any:
@@ -57,6 +57,32 @@ def _as_array(holdout_rows: Any) -> np.ndarray:
     return rows
 
 
+def _rows_array(holdout_rows: Any) -> np.ndarray:
+    """:func:`_as_array` of booleans or integers (an empty array counts as integers)."""
+    rows = _as_array(holdout_rows)
+    if rows.dtype != bool and not np.issubdtype(rows.dtype, np.integer) and rows.size:
+        raise TypeError(f"Expected `holdout_rows` to hold booleans or integer row indices, but got dtype {rows.dtype}.")
+    return rows
+
+
+def check_holdout_rows(holdout_rows: Any) -> Any:
+    """``holdout_rows`` as given, checked as far as it can be before the rows are known (one-dimensional booleans or
+    integers: a ``TypeError``/``ValueError`` naming it otherwise); for arguments kept until the data come, as a
+    callback's.
+
+    Example:
+        >>> check_holdout_rows([0, 5])
+        [0, 5]
+        >>> check_holdout_rows([0.5])
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `holdout_rows` to hold booleans or integer row indices, but got dtype float64.
+    """
+    if holdout_rows is not None:
+        _rows_array(holdout_rows)
+    return holdout_rows
+
+
 def _index_mask(rows: np.ndarray, n: int) -> np.ndarray:
     """The (n,) mask of distinct integer row indices in ``[0, n)``."""
     rows = rows.astype(np.int64)
@@ -83,17 +109,15 @@ def resolve_holdout_rows(holdout_rows: Any, n: int, rows_of: str = "X") -> torch
         >>> resolve_holdout_rows([3, 0], 4).tolist()
         [True, False, False, True]
     """
-    rows = _as_array(holdout_rows)
+    rows = _rows_array(holdout_rows)
     if rows.dtype == bool:
         if rows.shape[0] != n:
             raise ValueError(
                 f"Expected a boolean `holdout_rows` of length {n} (the rows of {rows_of}), but got {rows.shape[0]}."
             )
         mask = rows.copy()
-    elif np.issubdtype(rows.dtype, np.integer) or rows.size == 0:
-        mask = _index_mask(rows, n)
     else:
-        raise TypeError(f"Expected `holdout_rows` to hold booleans or integer row indices, but got dtype {rows.dtype}.")
+        mask = _index_mask(rows, n)
     if D.is_sharded():
         return torch.from_numpy(mask)
     if not mask.any():

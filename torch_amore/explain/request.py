@@ -169,7 +169,8 @@ class ExplainRequest:
 
     def shard(self, rows: list[int] | None, n: int | None) -> ExplainRequest:
         """The request on one rank's ``rows`` (its indices of the whole dataset), of which the first ``n`` are
-        explained; ``rows=None``: the data are not sharded.
+        explained: a mask ``target``, ``features`` and ``holdout_rows`` (a mask or positions) are of the whole dataset;
+        ``rows=None``: the data are not sharded.
 
         Example:
             >>> request = ExplainRequest.make(target=torch.tensor([True, False, True, False]))
@@ -180,7 +181,12 @@ class ExplainRequest:
             return self
         target = _rows_of(self.target, rows, n, "target") if _is_mask(self.target) else self.target
         matrix = None if self.matrix is None else _rows_of(self.matrix, rows, n, "features")
-        return replace(self, target=target, matrix=matrix)
+        held = self.holdout_rows
+        if held is not None:  # a mask of the whole dataset's rows (all ranks), then these rows of it
+            held = _rows_of(
+                resolve_holdout_rows(held, D.global_count(len(rows)), "the dataset"), rows, n, "holdout_rows"
+            )
+        return replace(self, target=target, matrix=matrix, holdout_rows=held)
 
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""

@@ -25,7 +25,15 @@ from torch_amore.model.forward import check_finite_outputs, model_device
 from torch_amore.model.subgroups import looks_like_probs, subgroup_mask
 from torch_amore.rules.caveats import base_rate_reason, useless_reason
 
-__all__ = ["STREAM_MEMORY_SHARE", "check_stream", "explain_streamed", "should_stream", "unsupported", "ModelBatches"]
+__all__ = [
+    "STREAM_MEMORY_SHARE",
+    "check_stream",
+    "check_streamable",
+    "explain_streamed",
+    "should_stream",
+    "unsupported",
+    "ModelBatches",
+]
 
 #: ``stream="auto"`` streams when the (N, D) float matrix would take more than this share of the available memory.
 STREAM_MEMORY_SHARE = 0.5
@@ -70,13 +78,30 @@ def unsupported(request: Any) -> str:
     return ""
 
 
+def check_streamable(stream: bool | str, request: Any) -> str:
+    """:func:`unsupported` of ``request``: a ``ValueError`` with ``stream=True`` when it names something (before any
+    data are read: the callback checks it at construction).
+
+    Example:
+        >>> from torch_amore.explain.request import ExplainRequest
+        >>> check_streamable("auto", ExplainRequest.make(target=1, threshold="roc"))
+        "threshold='roc' (it needs all outputs at once)"
+        >>> check_streamable(True, ExplainRequest.make(target=1, threshold="roc"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected no threshold='roc' (it needs all outputs at once) with stream=True; pass stream=False ...
+    """
+    why = unsupported(request)
+    if stream is True and why:
+        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+    return why
+
+
 def should_stream(stream: bool | str, explainer: Any, source: Any, request: Any) -> bool:
     """Whether an explanation of ``request`` on ``source`` streams: ``stream`` itself, or for ``"auto"`` whether the
     ``source.n`` rows, of the width of the features on a first batch, exceed :data:`STREAM_MEMORY_SHARE` of the
     available memory on any rank (said once); never for what :func:`unsupported` names or an unknown ``source.n``."""
-    why = unsupported(request)
-    if stream is True and why:
-        raise ValueError(f"Expected no {why} with stream=True; pass stream=False (the in-memory path) for it.")
+    why = check_streamable(stream, request)
     if stream != "auto":
         return stream is True
     n, device = source.n, model_device(explainer.model)

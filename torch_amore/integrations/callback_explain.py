@@ -53,6 +53,21 @@ class CallbackExplain:
         )
         return shard, rows, limited_batches(len(shard), limit)
 
+    def _request(self, *, progress: bool) -> ExplainRequest:
+        """The request of :meth:`RegionalRuleExplainer.explain` that the callback's arguments make (checked by it)."""
+        return ExplainRequest.make(
+            target=self.target,
+            threshold=self.threshold,
+            features=self.features,
+            feature_names=self.feature_names,
+            select_features=self.select_features,
+            options=self.options.replace(progress=progress),
+            batch_size=self.batch_size,
+            input_key=self.input_key,
+            label_key=self.label_key,
+            holdout_rows=self.holdout_rows,
+        )
+
     def _explain(self, trainer: Trainer, pl_module: LightningModule, split: str) -> tuple[RegionalExplanation, Any]:
         """The explanation of this rank's rows of the data (none of its rule sets when the subgroup holds no row or
         every row) and the loader of those rows."""
@@ -68,17 +83,7 @@ class CallbackExplain:
             label_key=self.label_key,
             forward_kwargs=self.forward_kwargs,
         )
-        request = ExplainRequest.make(
-            target=self.target,
-            threshold=self.threshold,
-            features=self.features,
-            feature_names=self.feature_names,
-            select_features=self.select_features,
-            options=self.options.replace(progress=self.options.progress and trainer.is_global_zero),
-            batch_size=self.batch_size,
-            input_key=self.input_key,
-            label_key=self.label_key,
-        )
+        request = self._request(progress=self.options.progress and trainer.is_global_zero)
         concepts = None if self.concepts is None else fresh_basis(self.concepts)  # fitted anew on each extraction
         explainer = RegionalRuleExplainer(pl_module, self.layer, concepts=concepts)
         with OneWarning(stacklevel=2, leave_out=("leak",)) as warned:  # rules are meant to match the model's decision

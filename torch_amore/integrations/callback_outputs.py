@@ -32,7 +32,8 @@ class CallbackOutputs:
     def _evidence_names(self) -> list[str]:
         """The evidence metrics the options compute: held-out confidence and p-value, the search-aware p-value."""
         options = getattr(self, "options", None)
-        names = list(_HELD_OUT) if getattr(options, "holdout", None) is not None else []
+        held = getattr(options, "holdout", None) is not None or getattr(self, "holdout_rows", None) is not None
+        names = list(_HELD_OUT) if held else []
         return names + (["p_value"] if getattr(options, "permutations", 0) else [])
 
     def _metric_names(self) -> list[str]:

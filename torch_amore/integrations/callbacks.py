@@ -28,11 +28,12 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.data.held_rows import check_holdout_rows
 from torch_amore.explain.concept_space import resolve_basis
 from torch_amore.explain.evaluation import evaluate_on
 from torch_amore.explain.explainer import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.stream_explain import check_stream
+from torch_amore.explain.stream_explain import check_stream, check_streamable
 from torch_amore.integrations.callback_args import (
     _describe_target,
     _first_loader,
@@ -68,6 +69,10 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         options: a :class:`~torch_amore.SearchOptions`; keyword arguments named like its fields override it.
         features, select_features, feature_names, threshold: as in :meth:`RegionalRuleExplainer.explain`
             (``select_features`` and ``threshold="roc"`` in a single process only).
+        holdout_rows: rows of ``data``'s dataset held out of the search, as in :meth:`RegionalRuleExplainer.explain`
+            (a boolean mask of its rows or their positions; with ``limit_*_batches``, those among the rows explained;
+            under DDP, of the whole dataset): every rule set gets its numbers there (``held_out``), and the held-out
+            confidence and p-value of the best one are logged. Not with ``holdout`` (a fraction drawn anew).
         every_n_val_epochs: also extract after every n-th validation epoch of ``trainer.fit``.
         at_train_end: extract when training ends (default ``True``).
         dirpath: where to write the files (default: ``trainer.log_dir``).
@@ -115,6 +120,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         select_features: bool | dict = False,
         feature_names: Sequence[str] | None = None,
         threshold: float | str | None = None,
+        holdout_rows: Any = None,
         every_n_val_epochs: int | None = None,
         at_train_end: bool = True,
         dirpath: str | Path | None = None,
@@ -153,6 +159,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.select_features = select_features
         self.feature_names = A.name_list(feature_names)
         self.threshold = threshold
+        self.holdout_rows = check_holdout_rows(holdout_rows)
         self.every_n_val_epochs = every_n_val_epochs
         self.at_train_end = bool(at_train_end)
         self.dirpath = None if dirpath is None else Path(dirpath)
@@ -172,6 +179,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             raise ValueError(
                 "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
             )
+        check_streamable(self.stream, self._request(progress=False))  # what the request or streaming cannot take
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
