@@ -16,7 +16,8 @@ Parts (``--parts``, comma-separated):
    timed permutations, scaled to 99) at each of ``--sizes`` (default 10,000 x 128 and 100,000 x 128, latent-like data
    of ``_tasks.latent_like``, ``max_length`` 2), beside the same permutations without the shared counts of all rows
    and as a literal loop of ``extract_rules`` (same run, interleaved), with a breakdown of one permutation's search by
-   stage; then the ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=20`` against one search.
+   stage, and the call with permutations on ``--side-threads`` threads (default: the CPU's), its permutations side by
+   side; then the ``max_length`` 3 permutation, ``holdout=0.3`` and ``stability=20`` against one search.
 
 Usage::
 
@@ -229,7 +230,7 @@ def seconds(fn) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> None:
+def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int, side_threads: int = 1) -> None:
     """One row of the cost part: one search on the real target and the permutations three ways, interleaved in one
     run (each time a mean over the ``cost_perms`` rounds): the literal loop of ``extract_rules`` on each permuted
     target, :class:`NullSearch` without the shared counts of all rows (``share_all_rows=False``: codes, grids and
@@ -237,7 +238,8 @@ def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> N
     permutations to 99. As in ``permutations=``, the permutations take the codes and grids of the search on the real
     target (timed as one search); the preparation is what they add before their first search, and the first
     searches make the shared counts of all rows (timed among them). Then one call ``extract_rules(...,
-    permutations=99)`` end to end, against one search."""
+    permutations=99)`` end to end, against one search, and with ``side_threads`` > 1 the same call on that many
+    threads (the permutations side by side, :func:`torch_amore._utils.threads.side_by_side`)."""
     X, t = latent_like(n, f)
     X, t = X.to(device), t.to(device)
     kw = {"max_length": max_length}
@@ -275,6 +277,15 @@ def cost_row(n: int, f: int, cost_perms: int, device: str, max_length: int) -> N
     whole, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, permutations=99, **kw))
     extra = (whole - one) / one
     print(f"    end to end: extract_rules(..., permutations=99) {whole:.1f} s = one search + {extra:.1f} x one search")
+    if side_threads > 1:  # the permutations side by side on the caller's threads (one torch thread each)
+        before = torch.get_num_threads()
+        torch.set_num_threads(side_threads)
+        try:
+            side, _ = seconds(lambda: quiet(torch_amore.extract_rules, X, t, permutations=99, **kw))
+        finally:
+            torch.set_num_threads(before)
+        print(f"    on {side_threads} threads: extract_rules(..., permutations=99) {side:.1f} s, {whole / side:.2f} x "
+              f"faster than on one; one search + {(side - one) / one:.1f} x one search (one thread)")  # fmt: skip
     print("    one permutation by stage (seconds; nested stages count in each):")
     for _, _, label in STAGES:
         print(f"      {label:<34} {times[label] / cost_perms:7.3f}")
@@ -291,10 +302,10 @@ def evidence_cost(n: int, f: int, device: str) -> None:
           f"{stab:.1f} s ({stab / one:.1f} x)")  # fmt: skip
 
 
-def cost(sizes: list[tuple[int, int]], cost_perms: int, device: str) -> None:
+def cost(sizes: list[tuple[int, int]], cost_perms: int, device: str, side_threads: int = 1) -> None:
     print(f"== cost: {torch.get_num_threads()} thread(s), device {device}")
     for n, f in sizes:
-        cost_row(n, f, cost_perms, device, 2)
+        cost_row(n, f, cost_perms, device, 2, side_threads if device == "cpu" else 1)
     n, f = sizes[0]
     cost_row(n, f, cost_perms, device, 3)
     evidence_cost(n, f, device)
@@ -311,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-perms", type=int, default=99, help="permutations timed in the cost part")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--side-threads", type=int, default=os.cpu_count() or 1, help="threads of the side-by-side line of the cost"
+    )
     parser.add_argument("--every", type=int, default=0, help="print the counts so far every this many data sets")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -325,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         coverage(args.draws)
     if "cost" in parts:
         sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
-        cost(sizes, args.cost_perms, args.device)
+        cost(sizes, args.cost_perms, args.device, args.side_threads)
     return 0
 
 

@@ -250,3 +250,51 @@ def test_a_boolean_series_of_held_out_rows_goes_by_its_index_like_the_target():
     assert [rs.held_out for rs in by_order] == [rs.held_out for rs in shuffled] == [rs.held_out for rs in by_position]
     with pytest.raises(ValueError, match="holdout_rows"):
         extract_rules(X, t, holdout_rows=pd.Series(held.to_numpy(), index=np.arange(1000, 1400)), **kw)
+
+
+def test_the_searches_side_by_side_give_the_numbers_of_one_after_the_other(monkeypatch):
+    """The permutations' and half-samples' searches on three threads side by side: the same p-values, stability and
+    held-out numbers as one after the other (each search is deterministic and shares only what does not depend on
+    the target)."""
+    import threading
+
+    import torch_amore.search.significance as S
+    from torch_amore.search.null_search import NullSearch
+
+    X, t = weak_box()
+    kw = {"permutations": 9, "stability": 4, "holdout": 0.25, "seed": 2, **OPTS}
+    monkeypatch.setattr(S, "side_workers", lambda *args: 1)
+    one = extract_rules(X, t, **kw)
+    monkeypatch.setattr(S, "side_workers", lambda *args: 3)
+    names = set()
+    best_fitness = NullSearch.best_fitness
+    monkeypatch.setattr(
+        NullSearch, "best_fitness", lambda self, t: names.add(threading.current_thread().name) or best_fitness(self, t)
+    )
+    three = extract_rules(X, t, **kw)
+    assert len(names) >= 2 and all(n.startswith("torch_amore_side") for n in names)
+    summary = [(rs.rules, rs.fitness, rs.p_value, rs.stability, rs.held_out) for rs in one]
+    assert summary == [(rs.rules, rs.fitness, rs.p_value, rs.stability, rs.held_out) for rs in three]
+    assert all(rs.p_value is not None and rs.stability is not None for rs in one)
+
+
+def test_side_workers_are_the_callers_threads_within_the_memory(monkeypatch):
+    import torch_amore.search.significance as S
+    from torch_amore.search.options import SearchOptions
+    from torch_amore.search.plan import SearchPlan
+
+    plan = SearchPlan.make(10_000, 16, SearchOptions())
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(S, "caller_threads", lambda: 8)
+    each = S.M.search_memory(10_000, 16, 10)
+    monkeypatch.setattr(S.M, "available_memory", lambda device: (100 * each, "test"))
+    assert S.side_workers(99, 10_000, plan, cpu) == 8
+    assert S.side_workers(5, 10_000, plan, cpu) == 5  # no more than the searches
+    assert S.side_workers(99, 10_000, plan, torch.device("cuda")) == 1  # one device: one after the other
+    monkeypatch.setattr(S.M, "available_memory", lambda device: (int(6.5 * each), "test"))
+    assert S.side_workers(99, 10_000, plan, cpu) == 3  # half of the memory holds three
+    monkeypatch.setattr(S.M, "available_memory", lambda device: (each, "test"))
+    assert S.side_workers(99, 10_000, plan, cpu) == 1
+    monkeypatch.setattr(S.D, "is_sharded", lambda: True)
+    monkeypatch.setattr(S.M, "available_memory", lambda device: (100 * each, "test"))
+    assert S.side_workers(99, 10_000, plan, cpu) == 1

@@ -182,3 +182,47 @@ def test_with_progress_bars_the_tree_runs_on_the_calling_thread(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert runs == [threading.get_ident()]  # bars one after the other, not side by side
+
+
+def test_side_by_side_gives_maps_results_in_order_on_several_threads(two_threads):
+    from torch_amore._utils.threads import side_by_side
+
+    seen = []
+
+    def work(k: int) -> tuple[int, int, int]:
+        seen.append(threading.current_thread().name)
+        with parallel_pass(PARALLEL_MIN_ELEMENTS):  # a search inside takes one thread and no more
+            inside = torch.get_num_threads()
+        return k * k, torch.get_num_threads(), inside
+
+    with torch.inference_mode():
+        modes = list(side_by_side(lambda k: torch.is_inference_mode_enabled(), range(4), workers=2))
+    assert modes == [True] * 4  # the caller's autograd modes
+    out = list(side_by_side(work, range(6), workers=3))
+    assert [o[0] for o in out] == [k * k for k in range(6)]
+    assert all(o[1:] == (1, 1) for o in out)
+    assert all(name.startswith("torch_amore_side") for name in seen)
+    assert torch.get_num_threads() == 2  # the caller's count is back
+
+
+def test_side_by_side_raises_the_first_error_and_restores_the_threads(two_threads):
+    from torch_amore._utils.threads import side_by_side
+
+    def work(k: int) -> int:
+        if k == 2:
+            raise ValueError("k=2")
+        return k
+
+    with pytest.raises(ValueError, match="k=2"):
+        list(side_by_side(work, range(5), workers=2))
+    assert torch.get_num_threads() == 2
+
+
+def test_side_by_side_runs_in_order_on_the_calling_thread_in_a_sharded_run(two_threads, monkeypatch):
+    from torch_amore._utils import distributed as D
+    from torch_amore._utils.threads import side_by_side
+
+    monkeypatch.setattr(D, "is_sharded", lambda: True)  # collectives must come in the same order on every rank
+    order = []
+    out = list(side_by_side(lambda k: order.append((k, threading.current_thread())) or k, range(4), workers=4))
+    assert out == [0, 1, 2, 3] and order == [(k, threading.main_thread()) for k in range(4)]

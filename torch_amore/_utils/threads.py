@@ -5,7 +5,9 @@ descheduled thread stalls each of them (diabetes, 70,000 x 15, 2 busy cores: 0.5
 So on CPU the search runs with ``torch.set_num_threads(1)`` (:func:`search_threads`) and gives the caller's count
 back to passes over at least :data:`PARALLEL_MIN_ELEMENTS` elements (:func:`parallel_pass`). On small data,
 independent stages may run on a second Python thread (:func:`beside`); large passes are not split across Python
-threads, since a second thread's allocator arena raised the peak memory by a third at 1,000,000 x 16.
+threads, since a second thread's allocator arena raised the peak memory by a third at 1,000,000 x 16. Whole searches
+that do not depend on each other (the permutations and half-samples of the evidence) run side by side on the
+caller's threads, one torch thread each (:func:`side_by_side`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
@@ -23,6 +25,7 @@ import torch
 from torch_amore._utils import distributed as D
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 #: Passes over at least this many elements use the caller's thread count inside the search.
 PARALLEL_MIN_ELEMENTS = 1 << 22
@@ -137,3 +140,50 @@ def done(result: R) -> Callable[[], R]:
         3
     """
     return lambda: result
+
+
+def caller_threads() -> int:
+    """The caller's CPU thread count: that of :func:`search_threads` inside it, else torch's.
+
+    Example:
+        >>> import torch
+        >>> caller_threads() == torch.get_num_threads()
+        True
+    """
+    caller = _CALLER_THREADS.get()
+    return torch.get_num_threads() if caller is None else caller
+
+
+def side_by_side(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[R]:
+    """``fn(item)`` for each of ``items``, in their order, on up to ``workers`` Python threads side by side, each
+    running its operations on one torch thread (and none of :func:`parallel_pass` or :func:`beside` of its own), in
+    the caller's autograd modes. For independent, deterministic calls: the results are those of ``map(fn, items)``.
+
+    In order, one after the other, with ``workers < 2`` and in a sharded run (whose collectives must come in the same
+    order on every process). The first exception a call raises is raised; the calls not started are cancelled.
+
+    Example:
+        >>> list(side_by_side(lambda k: k * k, range(5), workers=2))
+        [0, 1, 4, 9, 16]
+    """
+    items = list(items)
+    if workers < 2 or len(items) < 2 or D.is_sharded():
+        yield from map(fn, items)
+        return
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+    def run(item: T) -> R:
+        token = _CALLER_THREADS.set(1)  # the searches inside take one thread and start no other
+        try:
+            return _in_modes(lambda: fn(item), inference, grad)
+        finally:
+            _CALLER_THREADS.reset(token)
+
+    # inside search_threads: the pool's threads take one torch thread at their first operation; the caller's count
+    # comes back afterwards
+    with search_threads("cpu"):
+        pool = ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="torch_amore_side")
+        try:
+            yield from pool.map(run, items)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -41,6 +41,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
+from torch_amore._utils.threads import caller_threads, side_by_side
 from torch_amore.data import arguments as A
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
@@ -56,10 +57,50 @@ from torch_amore.search.null_search import NullSearch
 from torch_amore.search.options import SearchOptions
 from torch_amore.search.plan import SearchPlan
 
-__all__ = ["STABILITY_JACCARD", "extract_with_evidence", "permutation_p_values", "stability_shares"]
+__all__ = [
+    "SIDE_MEMORY_SHARE",
+    "STABILITY_JACCARD",
+    "extract_with_evidence",
+    "permutation_p_values",
+    "side_workers",
+    "stability_shares",
+]
 
 #: Two rule sets select "nearly the same rows" when the Jaccard index of their masks is at least this.
 STABILITY_JACCARD = 0.8
+
+#: The searches of the evidence that run side by side take at most this share of the available memory (2 GiB where
+#: it is unknown), each estimated by :func:`torch_amore.data.memory.search_memory`.
+SIDE_MEMORY_SHARE = 0.5
+_UNKNOWN_MEMORY = 2 << 30
+
+
+def side_workers(n_searches: int, n_rows: int, plan: SearchPlan, device: torch.device) -> int:
+    """How many of ``n_searches`` searches of ``plan`` on ``n_rows`` rows run side by side
+    (:func:`torch_amore._utils.threads.side_by_side`): the caller's CPU threads, at most as many as
+    :data:`SIDE_MEMORY_SHARE` of the available memory holds; one on other devices and in a sharded run.
+
+    Example:
+        >>> plan = SearchPlan.make(1000, 4, SearchOptions())
+        >>> 1 <= side_workers(99, 1000, plan, torch.device("cpu")) <= torch.get_num_threads()
+        True
+    """
+    workers = min(n_searches, caller_threads())
+    if workers < 2 or device.type != "cpu" or D.is_sharded():
+        return 1
+    o = plan.options
+    each = M.search_memory(
+        n_rows,
+        len(plan.columns),
+        o.n_grids,
+        strategy=o.strategy,
+        max_length=o.max_length,
+        top_k=o.top_k,
+        bin_strategy=o.bin_strategy,
+    )
+    free, _ = M.available_memory("cpu")
+    budget = _UNKNOWN_MEMORY if free is None else int(SIDE_MEMORY_SHARE * free)
+    return max(1, min(workers, budget // max(1, each)))
 
 
 def _refuse(X: Any, codes_dir: str | None) -> None:
@@ -195,10 +236,14 @@ def null_fitness(
         warnings.simplefilter("ignore")
         quiet = replace(plan.options, progress=False)
         null = NullSearch(X, target, quiet, plan=replace(plan, options=quiet), base=base)
-        out = []
-        for k in range(permutations):
+
+        def best(k: int) -> float:
             order = torch.from_numpy(permutation_order(rows.target.shape[0], seed, k)).to(target.device)
-            out.append(null.best_fitness(rows.local(rows.target[order])))
+            return null.best_fitness(rows.local(rows.target[order]))
+
+        out = []
+        for fitness in side_by_side(best, range(permutations), side_workers(permutations, X.shape[0], plan, X.device)):
+            out.append(fitness)
             bar.update(1)
     bar.close()
     return out
@@ -254,17 +299,21 @@ def stability_shares(
     every = _Rows(target)  # in a sharded run, half-samples of all ranks' rows: each rank searches its part
     n = every.target.shape[0]
     bar = progress_bar(options.progress, total=n_halves, desc="half-samples")
-    for b in range(n_halves):
+
+    def search_half(b: int) -> list[RuleSet]:
         chosen = half_sample(every.target, seed, b)
         rows = every.local_index(chosen).to(X.device)
         half = replace(plan.options, progress=False)
         if isinstance(half.min_support, int):
             half = replace(half, min_support=max(1, math.ceil(half.min_support * len(chosen) / n)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            again = search_plan(X[rows], target[rows], plan.on_rows(len(chosen), half))[0][: len(found)]
-        if again:
-            hits += _near(masks, torch.stack([rs.mask(on) for rs in again]))
-        bar.update(1)
+        return search_plan(X[rows], target[rows], plan.on_rows(len(chosen), half))[0][: len(found)]
+
+    workers = side_workers(n_halves, (X.shape[0] + 1) // 2, plan, X.device)
+    with warnings.catch_warnings():  # the search's own warnings were given by the search on all rows
+        warnings.simplefilter("ignore")
+        for again in side_by_side(search_half, range(n_halves), workers):
+            if again:
+                hits += _near(masks, torch.stack([rs.mask(on) for rs in again]))
+            bar.update(1)
     bar.close()
     return [h / n_halves for h in hits.tolist()]

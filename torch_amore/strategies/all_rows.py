@@ -35,7 +35,9 @@ CELL_BYTES = 1 << 28
 
 
 class AllRows:
-    """The target-independent counts of one fine binning's rows, each made on first use and kept.
+    """The target-independent counts of one fine binning's rows, each made on first use and kept. Searches side by
+    side on threads may share one: what it keeps is the same whichever makes it, made before it is read, and its
+    dicts are copied before a loop reads them.
 
     Args:
         fine: the beam's fine binning (:func:`torch_amore.grids.fine_grid.fine_binning`) of the searched rows (in a
@@ -92,8 +94,8 @@ class AllRows:
             if len(numeric) < codes_t.shape[0]:
                 codes_t = codes_t[torch.tensor(numeric, device=codes_t.device)]
             self._grams[key] = D.all_reduce_sum(pair_histograms(codes_t, lut, width, None, exact32=exact32))
+            self._n_cells = width  # before the cells: a search beside this one reads them (cells_of, cell_counts)
             self._lut.update(zip(numeric, lut))
-            self._n_cells = width
         return self._grams[key]
 
     def pair_supports(self, numeric: tuple[int, ...], lut: torch.Tensor, exact32: bool) -> torch.Tensor | None:
@@ -132,7 +134,7 @@ class AllRows:
         if j not in self._cells:
             codes_t, n_cells = self.fine.codes_t, self._n_cells
             size = n_cells * codes_t.shape[0] * self.fine.n_bins_max * 4
-            if size + sum(c.numel() * 4 for c in self._cells.values()) > CELL_BYTES:
+            if size + sum(c.numel() * 4 for c in list(self._cells.values())) > CELL_BYTES:
                 return None
             cell = self._lut[j][codes_t[j].long()]  # missing values: cell ``n_cells``, counted nowhere
             rows = torch.nonzero(cell < n_cells, as_tuple=True)[0]
