@@ -291,7 +291,8 @@ def test_best_intervals_in_feature_blocks_agree_with_one_pass(monkeypatch):
 def test_best_intervals_of_a_block_of_few_grids_on_its_own_grids():
     """A block of one-hot columns (few grids each) has its best intervals computed on its own grids: the same valid
     intervals, counts and validity as on the widest feature's grids."""
-    from torch_amore.strategies.beam import BeamSearch, _narrow_block
+    from torch_amore.strategies.beam import BeamSearch
+    from torch_amore.strategies.node_counts import narrow_block
 
     g = torch.Generator().manual_seed(5)
     n = 3000
@@ -313,7 +314,7 @@ def test_best_intervals_of_a_block_of_few_grids_on_its_own_grids():
     assert torch.equal(split.valid, whole.valid) and split.valid.any()
     for field in ("g_low", "g_high", "hits", "support"):
         assert torch.equal(getattr(split, field)[split.valid], getattr(whole, field)[whole.valid])
-    assert _narrow_block(fine.n_bins_host[:30]) is None  # 28 one-hot columns: fewer than NARROW_BLOCK
+    assert narrow_block(fine.n_bins_host[:30]) is None  # 28 one-hot columns: fewer than NARROW_BLOCK
 
 
 @pytest.mark.parametrize("hot_limit", [None, 0])
@@ -322,10 +323,10 @@ def test_node_counts_of_a_block_of_few_grids_are_those_of_the_plain_pass(monkeyp
     large, from its own bincount pass), are the counts of one pass over every feature's full grids, missing values
     included."""
     from torch_amore.grids.ratios import group_grid_counts
-    from torch_amore.strategies import beam
+    from torch_amore.strategies import beam, node_counts
 
     if hot_limit is not None:
-        monkeypatch.setattr(beam, "_NARROW_HOT", hot_limit)
+        monkeypatch.setattr(node_counts, "NARROW_HOT", hot_limit)
     g = torch.Generator().manual_seed(7)
     n = 2500
     hot = torch.nn.functional.one_hot(torch.randint(0, 36, (n,), generator=g), 36).double()

@@ -11,6 +11,7 @@ import torch_amore as ta
 from torch_amore.grids.binning import bin_features
 from torch_amore.strategies import exact as exact_module
 from torch_amore.strategies.exact import exact_search
+from torch_amore.strategies.exact_cost import estimate_cost
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -139,7 +140,7 @@ def test_refused_up_front_with_its_cost_and_how_to_narrow_it():
 def test_budget_stops_the_branch_and_bound_and_says_so():
     X, target, kinds = _data(1)
     b = bin_features(X, [0, 1, 2, 3], kinds, n_grids=5, bin_strategy="quantile")
-    up_front = exact_module.estimate_cost(X.shape[0], 4, b.n_bins_max, 3)
+    up_front = estimate_cost(X.shape[0], 4, b.n_bins_max, 3)
     with pytest.warns(RuntimeWarning, match="stopped at `exact_budget`"):
         got = exact_search(b, target, max_length=3, min_support=5, top_k=1, budget=up_front + 1)
     assert not got.complete

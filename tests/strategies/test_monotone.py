@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_amore as ta
-from torch_amore.strategies.exact import estimate_cost
+from torch_amore.strategies.exact_cost import estimate_cost
 
 
 def best_fitness(X, target, **options) -> float:

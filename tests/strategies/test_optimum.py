@@ -13,7 +13,7 @@ from grid_brute import brute_force, mixed_data
 import torch_amore as ta
 from torch_amore.cli.commands import main
 from torch_amore.grids.binning import bin_features
-from torch_amore.strategies.exact import estimate_cost
+from torch_amore.strategies.exact_cost import estimate_cost
 
 
 def _brute_optimum(X, target, kinds, max_length, min_support, n_grids=6):

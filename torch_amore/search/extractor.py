@@ -28,7 +28,8 @@ from torch_amore.search.options import SearchOptions
 from torch_amore.search.readable import ReadableRules
 from torch_amore.strategies.all_rows import AllRows
 from torch_amore.strategies.beam import BeamSearch
-from torch_amore.strategies.exact import estimate_cost, exact_search
+from torch_amore.strategies.exact import exact_search
+from torch_amore.strategies.exact_cost import estimate_cost
 from torch_amore.strategies.polish import SortedColumns, polish_many, polish_one
 from torch_amore.strategies.seeding import pair_seeds, seed_affordable
 from torch_amore.strategies.tree import grow_tree, insertion_order

@@ -111,10 +111,11 @@ class SearchOptions:
             ``max_length <= 2`` it refuses up front when its estimate exceeds it; at ``max_length = 3`` the branch and
             bound stops there and says so (:mod:`torch_amore.strategies.exact`).
         optimum_budget: work allowed to compute :attr:`torch_amore.RuleSet.optimum` for the ``"beam"`` and
-            ``"paper"`` strategies: at ``max_length <= 2`` the exact search runs on the same grid when its estimate
-            (:func:`torch_amore.strategies.exact.estimate_cost`) is at most this (default 5e7: a tenth to a fifth of
-            a second on one CPU thread), and the beam also takes its best rule set as a candidate; 0 never. At
-            ``max_length = 1`` the optimum is one pass over the per-grid counts, computed whatever this budget (but 0).
+            ``"paper"`` strategies: at ``max_length <= 2`` the exact search runs on the same grid when its
+            estimate (:func:`torch_amore.strategies.exact_cost.estimate_cost`) is at most this (default 5e7: a tenth
+            to a fifth of a second on one CPU thread), and the beam also takes its best rule set as a candidate; 0
+            never. At ``max_length = 1`` the optimum is one pass over the per-grid counts, computed whatever this
+            budget (but 0).
         min_gain: the fitness a condition must add to earn its place, like scikit-learn's ``min_impurity_decrease``
             (default 0.001): a condition whose removal lowers the fitness (on the data searched) by less is removed,
             the least useful first, unless the confidence would fall below ``min_confidence``. 0 keeps the rule sets

@@ -17,7 +17,7 @@ from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
 from torch_amore.search.extractor import capped_max_length
 from torch_amore.search.options import SearchOptions, auto_min_support
-from torch_amore.strategies.exact import check_budget
+from torch_amore.strategies.exact_cost import check_budget
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,6 @@ from torch_amore._utils import distributed as D
 from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.transfer import tensor_on
 from torch_amore.grids.binning import Binned
-from torch_amore.grids.box_counts import box_counts, box_masks
-from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.masks import count_true
 from torch_amore.rules.metrics import base_rate, fitness_value
 from torch_amore.strategies.all_rows import AllRows
@@ -60,6 +58,7 @@ from torch_amore.strategies.best_interval import (
     packed_keys,
     table_budget,
 )
+from torch_amore.strategies.node_counts import NodeCounts, narrow_block
 from torch_amore.strategies.refine import Refinement, State
 
 
@@ -72,41 +71,12 @@ def _first_per_features(pool: dict[tuple, State], obj: Objective) -> list[State]
     return list(first.values())
 
 
-#: A block of consecutive features of at most :data:`NARROW_BINS` grids each, at least :data:`NARROW_BLOCK` long,
-#: has its best intervals computed on its own grids (its tables that much narrower than the widest feature's).
-NARROW_BINS = 16
-NARROW_BLOCK = 32
-
-
-def _narrow_block(n_bins: list[int] | None) -> tuple[int, int, int] | None:
-    """``(start, stop, grids)``: the longest run of at least :data:`NARROW_BLOCK` consecutive features of at most
-    :data:`NARROW_BINS` grids, and the most grids among them; ``None`` where there is none.
-
-    Example:
-        >>> _narrow_block([1024] * 3 + [2] * 40 + [3] + [1024])
-        (3, 44, 3)
-        >>> _narrow_block([1024, 2, 2]) is None
-        True
-    """
-    best, start = None, 0
-    for f, n in enumerate([*(n_bins or []), NARROW_BINS + 1]):
-        if n > NARROW_BINS:
-            if f - start >= NARROW_BLOCK and (best is None or f - start > best[1] - best[0]):
-                best = (start, f, max(n_bins[start:f]))
-            start = f + 1
-    return best
-
-
 def _seed_beam(seeds: list[tuple[tuple, ...]], chosen: dict[tuple, State]) -> list[State]:
     """The conditions of the seed pairs none of whose features the beam (``chosen``) expands already."""
     held = {c[0] for conds in chosen for c in conds}
     new = [c for pair in seeds if not any(c[0] in held for c in pair) for c in pair]
     return [State((c,), 0, 0) for c in dict.fromkeys(new)]  # expanded beside the beam
 
-
-#: Elements of the one-hot codes of a block of few grids that :meth:`BeamSearch._narrow_hot` keeps (32 MiB as float32):
-#: a node's counts on them are one matrix product, many times faster than a ``bincount`` pass over its samples.
-_NARROW_HOT = 1 << 23
 
 #: Bytes of the (rule sets x samples) masks and codes that :meth:`BeamSearch._without_idle_conditions` makes at once.
 _MASK_BYTES = 1 << 25
@@ -118,7 +88,7 @@ _REFINE_BUDGET = 1 << 27
 _REFINE_BUDGET_MIN = 1 << 22
 
 
-class BeamSearch(Refinement):
+class BeamSearch(NodeCounts, Refinement):
     """Beam search with fitness-optimal intervals and refinement on a fine binning (see module docstring).
 
     The nodes of one length are expanded together: their samples come from one ``nonzero`` over their stacked
@@ -154,7 +124,7 @@ class BeamSearch(Refinement):
         self.row_chunk = row_chunk  # count nodes a chunk of rows at a time (codes on disk)
         if row_chunk is not None:  # little memory: one rule set refined at a time
             self.refine_budget = 1
-        self.narrow = _narrow_block(getattr(fine, "n_bins_host", None))
+        self.narrow = narrow_block(getattr(fine, "n_bins_host", None))
         host = getattr(fine, "is_cat_host", None)
         self.any_cat = any(host) if host is not None else bool(fine.is_cat.any())
         self.objectives = [Objective()] + ([Objective(min_confidence)] if min_confidence is not None else [])
@@ -187,8 +157,8 @@ class BeamSearch(Refinement):
         self, tot: torch.Tensor, tgt: torch.Tensor, every: torch.Tensor, g: int, min_support: int, kappas: tuple
     ) -> DenseBest:
         """:meth:`_dense` of the (G * F, width) counts of every feature of ``g`` nodes; a block of features of few
-        grids (:func:`_narrow_block`: a one-hot-heavy table) on its first grids only (the same intervals: no sample
-        lies beyond a feature's grids), the other features on all."""
+        grids (:func:`~torch_amore.strategies.node_counts.narrow_block`: a one-hot-heavy table) on its first grids
+        only (the same intervals: no sample lies beyond a feature's grids), the other features on all."""
         if self.narrow is None:
             return self._dense(tot, tgt, every, min_support, kappas)
         n_feat, (a, b, w) = len(self.fine.columns), self.narrow
@@ -215,85 +185,6 @@ class BeamSearch(Refinement):
             return self._node_counts([()])
         tgt = self.root_target_counts()
         return torch.stack([self.all_rows.counts - tgt, tgt])
-
-    def _node_masks(self, nodes: list[tuple]) -> torch.Tensor:
-        """(G, N) bool: the samples satisfying each node's conditions
-        (:func:`torch_amore.grids.box_counts.box_masks`)."""
-        return box_masks(self.codes_t, nodes, column_major=True)
-
-    def _node_rows(self, nodes: list[tuple], masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The samples of every node and each one's node (``rows``, ``groups``), from one ``nonzero`` (of the
-        nodes' ``masks`` when given)."""
-        if masks is None and all(not c for c in nodes):
-            n = self.codes_t.shape[1]
-            rows = torch.arange(n, device=self.codes_t.device).repeat(len(nodes))
-            return rows, torch.arange(len(nodes), device=rows.device).repeat_interleave(n)
-        groups, rows = torch.nonzero(self._node_masks(nodes) if masks is None else masks, as_tuple=True)
-        return rows, groups
-
-    def _node_counts(self, nodes: list[tuple]) -> torch.Tensor:
-        """(2 G, F, width) per-grid counts of the G ``nodes``: of each node's samples outside the target, then of its
-        target samples; from the nodes' rows, or with ``row_chunk`` from their conditions, chunk by chunk
-        (:func:`torch_amore.grids.box_counts.box_counts`). A block of features of few grids (:func:`_narrow_block`,
-        the one-hot columns of a categorical table) is counted on its own grids: by one matrix product of the nodes'
-        masks with the block's one-hot codes where those are small (:meth:`_narrow_hot`), else by its own
-        ``bincount`` pass; the same counts (no sample lies beyond a feature's grids, missing values in none)."""
-        g = len(nodes)
-        if self.row_chunk is not None:
-            counts, _ = box_counts(self.codes_t, self.target, nodes, self.width, self.row_chunk, column_major=True)
-            return torch.cat([counts[:, 0], counts[:, 1]])
-        if self.narrow is None and nodes == [()]:  # the root: every row once, in order (nothing gathered)
-            return group_grid_counts(self.codes_t, None, self.target, 2, self.width)  # target: group 1
-        if self.narrow is None:
-            rows, groups = self._node_rows(nodes)
-            t = self.target[rows].to(groups.dtype)
-            return group_grid_counts(self.codes_t, rows, groups + g * t, 2 * g, self.width)  # target: g + node
-        a, b, w = self.narrow
-        codes_t, hot = self.codes_t, self._narrow_hot()
-        n_feat, device = codes_t.shape[0], codes_t.device
-        masks = None
-        if hot is not None:
-            masks = (
-                self._node_masks(nodes)
-                if any(nodes)
-                else torch.ones(g, codes_t.shape[1], dtype=torch.bool, device=device)
-            )
-        rows, groups = self._node_rows(nodes, masks)
-        groups = groups + g * self.target[rows].to(groups.dtype)  # target samples: g + node
-        out = torch.zeros(2 * g, n_feat, self.width, dtype=torch.long, device=device)
-        for f0, f1 in ((0, a), (b, n_feat)):
-            if f1 > f0:
-                out[:, f0:f1] = group_grid_counts(codes_t[f0:f1], rows, groups, 2 * g, self.width)
-        if hot is None:
-            out[:, a:b, :w] = group_grid_counts(self._narrow_codes(), rows, groups, 2 * g, w)
-        else:  # (2 G, N) which samples each count takes, times (N, block x w) one-hot codes: exact integer sums
-            member = torch.cat([masks & ~self.target, masks & self.target]).to(hot.dtype)
-            block = D.all_reduce_sum((member @ hot).round_().long())
-            out[:, a:b, :w] = block.view(2 * g, b - a, w)
-        return out
-
-    def _narrow_codes(self) -> torch.Tensor:
-        """The codes of the block of ``narrow`` (:func:`_narrow_block`) with a missing value's code lowered to the
-        block's grids (the column its counts drop); made once."""
-        if "_narrow_t" not in self.__dict__:
-            a, b, w = self.narrow
-            self._narrow_t = self.codes_t[a:b].clamp(max=w)
-        return self._narrow_t
-
-    def _narrow_hot(self) -> torch.Tensor | None:
-        """(N, block x w) the one-hot codes of the block of ``narrow`` (a row per sample, a column per feature and
-        grid; missing values in none), made once, in float32 (exact integer sums below 2**24 samples, float64
-        above); ``None`` where it would hold more than :data:`_NARROW_HOT` elements."""
-        if "_hot" not in self.__dict__:
-            a, b, w = self.narrow
-            n = self.codes_t.shape[1]
-            self._hot = None
-            if n * (b - a) * w <= _NARROW_HOT:
-                dt = torch.float32 if self.n_rows < (1 << 24) else torch.float64
-                cells = torch.arange(w, dtype=self.codes_t.dtype, device=self.codes_t.device)
-                hot = torch.empty(n, b - a, w, dtype=dt, device=self.codes_t.device)  # written in its final layout
-                self._hot = torch.eq(self.codes_t[a:b].t().unsqueeze(2), cells, out=hot).view(n, -1)
-        return self._hot
 
     def _candidates(
         self, beam: list[State], tot: torch.Tensor, tgt: torch.Tensor, min_support: int, lift: bool

@@ -32,8 +32,9 @@ How
   reaches the ``top_k``-th best value found. The work is capped by ``exact_budget``: when the cap is hit, a warning
   says so and the result carries the best estimate not explored (:attr:`ExactResult.bound`).
 
-The work of ``max_length <= 2`` is estimated up front (:func:`estimate_cost`, in grid-cell updates) and a search over
-``exact_budget`` is refused with the estimate and how to narrow it (fewer ``features``, fewer ``n_grids``).
+The work of ``max_length <= 2`` is estimated up front (:func:`torch_amore.strategies.exact_cost.estimate_cost`, in
+grid-cell updates) and a search over ``exact_budget`` is refused with the estimate and how to narrow it (fewer
+``features``, fewer ``n_grids``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torch_amore.grids.pair_counts import ExactGrid, PairCounts, compress
 from torch_amore.grids.ratios import group_grid_counts
 from torch_amore.rules.metrics import fitness_bound, fitness_value, recall
 from torch_amore.strategies.best_interval import packed_keys
+from torch_amore.strategies.exact_cost import check_budget, pair_count
 
 #: Value of an infeasible rule set (values are ``2 * hits - support``, integers far from it).
 _NEG = -(1 << 62)
@@ -85,50 +87,6 @@ class ExactResult:
     complete: bool = True
     bound: int | None = None
     shorter: list[list[tuple[int, int, tuple[tuple[int, int, int], ...]]]] = field(default_factory=list)
-
-
-def _pair_count(n_features: int) -> int:
-    return n_features * (n_features - 1) // 2
-
-
-def estimate_cost(n_rows: int, n_features: int, n_grids: int, max_length: int) -> int:
-    """Grid-cell updates of an exact search at ``max_length <= 2`` (one pass of every row over every pair of
-    features, then one row of bounds per pair and interval); at ``max_length = 3`` the same plus every rectangle of
-    every pair once (the branch and bound's nodes; their expansion is capped by the budget).
-
-    Example:
-        >>> estimate_cost(10_000, 128, 32, 2)
-        222902272
-    """
-    n_int = n_grids * (n_grids + 1) // 2
-    pairs = _pair_count(n_features)
-    if max_length <= 1:
-        return n_rows * n_features + n_features * n_int
-    cost = pairs * n_rows + pairs * n_int * (n_grids + 1)
-    if max_length >= 3:
-        cost += pairs * n_int * n_int
-    return cost
-
-
-def check_budget(n_rows: int, n_features: int, n_grids: int, max_length: int, budget: int) -> int:
-    """The estimated work (:func:`estimate_cost`); ``ValueError`` naming it and how to narrow the search when it
-    exceeds ``budget`` or when ``max_length > 3``.
-
-    Example:
-        >>> check_budget(1_000, 10, 10, 2, 10**9)
-        72225
-    """
-    if max_length > 3:
-        raise ValueError(f"Expected `max_length` <= 3 for strategy='exact', but got {max_length}.")
-    cost = estimate_cost(n_rows, n_features, n_grids, max_length)
-    if cost > budget:
-        raise ValueError(
-            f"strategy='exact' would take about {cost:.2e} grid-cell updates ({n_rows:,} samples x "
-            f"{_pair_count(n_features):,} pairs of {n_features} features, {n_grids} grids each; about "
-            f"{cost * 1e-8:.0f} s on one CPU thread), over `exact_budget`={budget:.2e}. Narrow it: fewer features "
-            "(`features=`, e.g. from select_features), fewer grids (`n_grids`), or raise `exact_budget`."
-        )
-    return cost
 
 
 def intervals(n_max: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,7 +229,7 @@ def _pairs(ctx: _Context, counts: PairCounts, pool: torch.Tensor, kth: int, keep
     device = ctx.s.device
     # the triples' search indexes the kept counts by pair: then the plain order
     order = torch.arange(n_feat, device=device) if keep else _promising_order(ctx.val1)
-    n_pairs = _pair_count(n_feat)
+    n_pairs = pair_count(n_feat)
     n_int, w = ctx.s.numel(), grid.n_max + 1
     per = max(1, min(_CHUNK // (w * w), _CHUNK // max(1, grid.n_rows)))  # same on every DDP rank
     kept = []
@@ -461,7 +419,7 @@ def exact_search(
     (``grid_counts``: its per-grid counts of all and of the target samples, when the caller has them already).
 
     Raises ``ValueError`` before any heavy work when ``max_length > 3`` or when the estimated work
-    (:func:`estimate_cost`) exceeds ``budget``.
+    (:func:`torch_amore.strategies.exact_cost.estimate_cost`) exceeds ``budget``.
 
     Example:
         >>> import torch
