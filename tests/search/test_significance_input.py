@@ -35,6 +35,7 @@ def no_search(monkeypatch):
         ({"holdout": -0.2}, ValueError, "`holdout`"),
         ({"holdout": "0.3"}, TypeError, "`holdout`"),
         ({"holdout": True}, TypeError, "`holdout`"),
+        ({"holdout": torch.tensor(0.3)}, TypeError, "`holdout` to be a number"),  # as every numeric option
         ({"permutations": -1}, ValueError, "`permutations` to be an integer >= 0"),
         ({"permutations": 9.0}, TypeError, "`permutations` to be an integer >= 0"),
         ({"permutations": True}, TypeError, "`permutations`"),
@@ -46,6 +47,8 @@ def no_search(monkeypatch):
         ({"level": 1.0}, ValueError, "`level`"),
         ({"level": 95}, ValueError, "`level`"),
         ({"level": None}, TypeError, "`level`"),
+        ({"level": torch.tensor(0.9)}, TypeError, "`level` to be a number"),
+        ({"max_length": torch.tensor(2)}, TypeError, "`max_length` to be an integer"),
     ],
 )
 def test_bad_options_name_the_argument(kwargs, error, words):

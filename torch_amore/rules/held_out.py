@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from torch_amore.rules.metrics import base_rate, confidence_of_counts, fitness_of_counts, lift
@@ -45,13 +46,10 @@ def check_level(level: Any, name: str = "level", example: str = "0.95") -> float
         >>> check_level(0.9)
         0.9
     """
-    wrong = TypeError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level!r}.")
-    if isinstance(level, bool) or not isinstance(level, (int, float)) and not hasattr(level, "__float__"):
-        raise wrong
-    try:
-        value = float(level)
-    except (TypeError, ValueError, RuntimeError):  # e.g. an array of several numbers
-        raise wrong from None
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.integer, np.floating)):
+        # a Python or numpy number, as every numeric option takes (a tensor would be read back from its device)
+        raise TypeError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level!r}.")
+    value = float(level)
     if not 0.0 < value < 1.0:
         raise ValueError(f"Expected `{name}` to be a number in (0, 1) such as {example}, but got {level}.")
     return value
