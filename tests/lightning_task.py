@@ -22,6 +22,8 @@ EXTRACTORS = {
     "inputs_uniform": dict(target=1, data="val", bin_strategy="uniform", n_grids=8, min_support=0.05),
     "hidden_quantile": dict(target=0, data="train", layer="net.1", bin_strategy="quantile", n_grids=6, min_support=30),
     "inputs_kmeans": dict(target=1, data="val", bin_strategy="kmeans", n_grids=5, min_support=0.1, max_length=1),
+    # rows of the validation dataset held out by position (under DDP each rank's share of them)
+    "inputs_held": dict(target=1, data="val", n_grids=6, min_support=10, holdout_rows=list(range(1, 169, 4))),
 }
 
 

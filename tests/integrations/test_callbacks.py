@@ -491,8 +491,9 @@ def test_roc_and_feature_selection_are_refused_under_ddp(monkeypatch):
 
 @pytest.mark.slow
 def test_ddp_two_processes_give_the_single_process_rules(tmp_path):
-    """Trainer(devices=2, strategy="ddp") relaunches the script for rank 1; the rules of the three extractors
-    (inputs/uniform, hidden layer/quantile, inputs/kmeans) equal one process's on the same final weights.
+    """Trainer(devices=2, strategy="ddp") relaunches the script for rank 1; the rules of the four extractors
+    (inputs/uniform, hidden layer/quantile, inputs/kmeans, inputs with held-out rows) equal one process's on the same
+    final weights, and so do the held-out numbers.
     """
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
     run = subprocess.run(
@@ -517,6 +518,10 @@ def test_ddp_two_processes_give_the_single_process_rules(tmp_path):
         assert ddp.params["subgroup_size"] == int(mask.sum())
         for a, b in zip(ddp.rule_sets, single):
             assert torch.equal(a.mask(feats), b.mask(feats))
+            if "holdout_rows" in opts:  # the held-out numbers of one process on the rows held out of the dataset
+                assert a.held_out.support == b.held_out.support
+                assert a.held_out.confidence == pytest.approx(b.held_out.confidence)
+                assert a.held_out.p_value == pytest.approx(b.held_out.p_value)
     rows = [r for r in read_csv(log_dir / "metrics.csv") if r.get("inputs_uniform/fitness")]
     assert len(rows) == 1  # logged once (rank 0), not once per rank
 
