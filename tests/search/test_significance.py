@@ -284,17 +284,18 @@ def test_side_workers_are_the_callers_threads_within_the_memory(monkeypatch):
     from torch_amore.search.plan import SearchPlan
 
     plan = SearchPlan.make(10_000, 16, SearchOptions())
+    each = S.M.search_memory(10_000, 16, 10)  # the default options' search on these rows
+    assert plan.search_bytes == each
     cpu = torch.device("cpu")
     monkeypatch.setattr(S, "caller_threads", lambda: 8)
-    each = S.M.search_memory(10_000, 16, 10)
     monkeypatch.setattr(S.M, "available_memory", lambda device: (100 * each, "test"))
-    assert S.side_workers(99, 10_000, plan, cpu) == 8
-    assert S.side_workers(5, 10_000, plan, cpu) == 5  # no more than the searches
-    assert S.side_workers(99, 10_000, plan, torch.device("cuda")) == 1  # one device: one after the other
+    assert S.side_workers(99, plan, cpu) == 8
+    assert S.side_workers(5, plan, cpu) == 5  # no more than the searches
+    assert S.side_workers(99, plan, torch.device("cuda")) == 1  # one device: one after the other
     monkeypatch.setattr(S.M, "available_memory", lambda device: (int(6.5 * each), "test"))
-    assert S.side_workers(99, 10_000, plan, cpu) == 3  # half of the memory holds three
+    assert S.side_workers(99, plan, cpu) == 3  # half of the memory holds three
     monkeypatch.setattr(S.M, "available_memory", lambda device: (each, "test"))
-    assert S.side_workers(99, 10_000, plan, cpu) == 1
+    assert S.side_workers(99, plan, cpu) == 1
     monkeypatch.setattr(S.D, "is_sharded", lambda: True)
     monkeypatch.setattr(S.M, "available_memory", lambda device: (100 * each, "test"))
-    assert S.side_workers(99, 10_000, plan, cpu) == 1
+    assert S.side_workers(99, plan, cpu) == 1

@@ -14,6 +14,7 @@ import torch
 
 from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
+from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.search.extractor import capped_max_length
 from torch_amore.search.options import SearchOptions, auto_min_support
@@ -33,6 +34,8 @@ class SearchPlan:
             size by :meth:`support_count`).
         local_x: the sample of local rules (F,), or ``None``.
         target_name: the subgroup's name in printed rules.
+        search_bytes: the working memory one search of the plan needs on its local rows, as made
+            (:func:`torch_amore.data.memory.search_memory`; a plan :meth:`on_rows` of fewer rows keeps it: a bound).
     """
 
     options: SearchOptions
@@ -42,6 +45,7 @@ class SearchPlan:
     min_support: int | None
     local_x: torch.Tensor | None = None
     target_name: str = "target"
+    search_bytes: int = 0
 
     @classmethod
     def make(
@@ -82,10 +86,13 @@ class SearchPlan:
         if local is not None and bool(torch.isinf(local).any()):
             raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
         names = A.resolve_names(feature_names, frame_names, n_features)
+        o = options
+        kw = {"strategy": o.strategy, "max_length": o.max_length, "top_k": o.top_k, "bin_strategy": o.bin_strategy}
+        search_bytes = M.search_memory(n_rows, len(columns), o.n_grids, **kw)
         if target_name is not None and not isinstance(target_name, str):
             raise TypeError(f"Expected `target_name` to be a string, but got {target_name!r}.")
         target_name = "target" if target_name is None else target_name  # the default of every entry point
-        return cls(options, n_all, tuple(columns), tuple(names), min_support, local, target_name)
+        return cls(options, n_all, tuple(columns), tuple(names), min_support, local, target_name, search_bytes)
 
     def on_rows(self, n_rows: int, options: SearchOptions) -> SearchPlan:
         """The plan on ``n_rows`` of its rows (e.g. a half-sample) with ``options``, ``min_support`` counted there."""

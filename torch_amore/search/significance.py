@@ -70,37 +70,28 @@ __all__ = [
 STABILITY_JACCARD = 0.8
 
 #: The searches of the evidence that run side by side take at most this share of the available memory (2 GiB where
-#: it is unknown), each estimated by :func:`torch_amore.data.memory.search_memory`.
+#: it is unknown), each :attr:`torch_amore.search.plan.SearchPlan.search_bytes`.
 SIDE_MEMORY_SHARE = 0.5
 _UNKNOWN_MEMORY = 2 << 30
 
 
-def side_workers(n_searches: int, n_rows: int, plan: SearchPlan, device: torch.device) -> int:
-    """How many of ``n_searches`` searches of ``plan`` on ``n_rows`` rows run side by side
+def side_workers(n_searches: int, plan: SearchPlan, device: torch.device) -> int:
+    """How many of ``n_searches`` searches of ``plan`` run side by side
     (:func:`torch_amore._utils.threads.side_by_side`): the caller's CPU threads, at most as many as
-    :data:`SIDE_MEMORY_SHARE` of the available memory holds; one on other devices and in a sharded run.
+    :data:`SIDE_MEMORY_SHARE` of the available memory holds (each search's :attr:`SearchPlan.search_bytes`); one on
+    other devices and in a sharded run.
 
     Example:
         >>> plan = SearchPlan.make(1000, 4, SearchOptions())
-        >>> 1 <= side_workers(99, 1000, plan, torch.device("cpu")) <= torch.get_num_threads()
+        >>> 1 <= side_workers(99, plan, torch.device("cpu")) <= torch.get_num_threads()
         True
     """
     workers = min(n_searches, caller_threads())
     if workers < 2 or device.type != "cpu" or D.is_sharded():
         return 1
-    o = plan.options
-    each = M.search_memory(
-        n_rows,
-        len(plan.columns),
-        o.n_grids,
-        strategy=o.strategy,
-        max_length=o.max_length,
-        top_k=o.top_k,
-        bin_strategy=o.bin_strategy,
-    )
     free, _ = M.available_memory("cpu")
     budget = _UNKNOWN_MEMORY if free is None else int(SIDE_MEMORY_SHARE * free)
-    return max(1, min(workers, budget // max(1, each)))
+    return max(1, min(workers, budget // max(1, plan.search_bytes)))
 
 
 def _refuse(X: Any, codes_dir: str | None) -> None:
@@ -232,6 +223,7 @@ def null_fitness(
     permutations, seed = options.permutations, options.seed
     bar = progress_bar(options.progress, total=permutations, desc="permutations")  # one bar, not one per search
     rows = _Rows(target)  # in a sharded run, permutations of all ranks' rows: each rank searches its part
+    workers = side_workers(permutations, plan, X.device)
     with warnings.catch_warnings():  # the search's own warnings were given by the search on the real target
         warnings.simplefilter("ignore")
         quiet = replace(plan.options, progress=False)
@@ -242,7 +234,7 @@ def null_fitness(
             return null.best_fitness(rows.local(rows.target[order]))
 
         out = []
-        for fitness in side_by_side(best, range(permutations), side_workers(permutations, X.shape[0], plan, X.device)):
+        for fitness in side_by_side(best, range(permutations), workers):
             out.append(fitness)
             bar.update(1)
     bar.close()
@@ -308,7 +300,7 @@ def stability_shares(
             half = replace(half, min_support=max(1, math.ceil(half.min_support * len(chosen) / n)))
         return search_plan(X[rows], target[rows], plan.on_rows(len(chosen), half))[0][: len(found)]
 
-    workers = side_workers(n_halves, (X.shape[0] + 1) // 2, plan, X.device)
+    workers = side_workers(n_halves, plan, X.device)  # (the plan's memory on all rows: a bound)
     with warnings.catch_warnings():  # the search's own warnings were given by the search on all rows
         warnings.simplefilter("ignore")
         for again in side_by_side(search_half, range(n_halves), workers):
