@@ -288,8 +288,12 @@ def test_side_workers_are_the_callers_threads_within_the_memory(monkeypatch):
     assert plan.search_bytes == each
     cpu = torch.device("cpu")
     monkeypatch.setattr(S, "caller_threads", lambda: 8)
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(S.M, "available_memory", lambda device: (100 * each, "test"))
     assert S.side_workers(99, plan, cpu) == 8
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert S.side_workers(99, plan, cpu) == 2  # torch's count of the machine's cores, the process on two of them
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert S.side_workers(5, plan, cpu) == 5  # no more than the searches
     assert S.side_workers(99, plan, torch.device("cuda")) == 1  # one device: one after the other
     monkeypatch.setattr(S.M, "available_memory", lambda device: (int(6.5 * each), "test"))

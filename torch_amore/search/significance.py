@@ -31,6 +31,7 @@ them). A source of batches (streamed data) refuses these options.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -77,16 +78,17 @@ _UNKNOWN_MEMORY = 2 << 30
 
 def side_workers(n_searches: int, plan: SearchPlan, device: torch.device) -> int:
     """How many of ``n_searches`` searches of ``plan`` run side by side
-    (:func:`torch_amore._utils.threads.side_by_side`): the caller's CPU threads, at most as many as
-    :data:`SIDE_MEMORY_SHARE` of the available memory holds (each search's :attr:`SearchPlan.search_bytes`); one on
-    other devices and in a sharded run.
+    (:func:`torch_amore._utils.threads.side_by_side`): the caller's CPU threads (at most the CPUs the process may
+    run on), at most as many as :data:`SIDE_MEMORY_SHARE` of the available memory holds (each search's
+    :attr:`SearchPlan.search_bytes`); one on other devices and in a sharded run.
 
     Example:
         >>> plan = SearchPlan.make(1000, 4, SearchOptions())
         >>> 1 <= side_workers(99, plan, torch.device("cpu")) <= torch.get_num_threads()
         True
     """
-    workers = min(n_searches, caller_threads())
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(n_searches, caller_threads(), cpus)  # (torch counts the machine's cores, not the process's)
     if workers < 2 or device.type != "cpu" or D.is_sharded():
         return 1
     free, _ = M.available_memory("cpu")
