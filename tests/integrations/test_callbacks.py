@@ -24,7 +24,7 @@ from lightning_task import (  # noqa: E402
 )
 from rule_compare import assert_rule_sets_close  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from torch_amore import (  # noqa: E402
     RegionalExplanation,
@@ -472,6 +472,32 @@ def test_batch_splitting_and_mode_restoring():
 def test_bad_options_raise_at_construction(kwargs, error):
     with pytest.raises(error):
         RegionalRuleExtractor(target=1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (
+            dict(target=torch.zeros(50, dtype=torch.bool)),
+            "`target` to have one row per row of the explained dataset (100)",
+        ),
+        (
+            dict(target=1, features=torch.rand(50, 2)),
+            "`features` to have one row per row of the explained dataset (100)",
+        ),
+        (dict(target=1, holdout_rows=torch.zeros(50, dtype=torch.bool)), "`holdout_rows` of length 100"),
+        (dict(target=1, holdout_rows=[3, 150]), "`holdout_rows` indices in [0, 100)"),
+    ],
+)
+def test_rows_that_do_not_fit_a_dataloaders_dataset_fail_at_construction(kwargs, words):
+    """With ``data`` a DataLoader over a sized dataset, a mask target, a features matrix or held-out rows of
+    another number of rows fail when the callback is made, not at the first extraction after training."""
+    loader = DataLoader(TensorDataset(torch.rand(100, 3), torch.zeros(100)), batch_size=10)
+    with pytest.raises(ValueError) as info:
+        RegionalRuleExtractor(data=loader, **kwargs)
+    assert words in str(info.value)
+    fits = dict(target=torch.arange(100) < 30, features=torch.rand(100, 2), holdout_rows=[3, 99])
+    RegionalRuleExtractor(data=loader, **fits)  # the same arguments of the dataset's rows
 
 
 @pytest.mark.parametrize("names", ["abc", 5, torch.tensor([[1, 2]])])

@@ -188,6 +188,23 @@ class ExplainRequest:
             )
         return replace(self, target=target, matrix=matrix, holdout_rows=held)
 
+    def check_dataset_rows(self, n_rows: int) -> None:
+        """A mask ``target``, ``features`` and ``holdout_rows`` checked against a dataset of ``n_rows`` rows, before
+        any model runs (the callback's DataLoader, when it is made), with the messages of :meth:`shard`.
+
+        Example:
+            >>> ExplainRequest.make(target=torch.tensor([True, False])).check_dataset_rows(3)
+            Traceback (most recent call last):
+            ...
+            ValueError: Expected `target` to have one row per row of the explained dataset (3), but got 2.
+        """
+        if _is_mask(self.target):
+            _check_dataset_rows(self.target, n_rows, "target")
+        if self.matrix is not None:
+            _check_dataset_rows(self.matrix, n_rows, "features")
+        if self.holdout_rows is not None:
+            resolve_holdout_rows(self.holdout_rows, n_rows, "the dataset")
+
     def aligned_with_rows(self, n: int | None) -> str:
         """What must stay aligned with the rows of the data ('' when nothing does)."""
         what = []
@@ -208,14 +225,18 @@ def _is_mask(target: Any) -> bool:
     return isinstance(target, (torch.Tensor, np.ndarray, list))
 
 
+def _check_dataset_rows(values: Any, n_rows: int, name: str) -> None:
+    """Per-sample ``values`` have a row per row of the explained dataset, ``n_rows`` rows (all ranks)."""
+    size = values.shape[0] if hasattr(values, "shape") else len(values)
+    if n_rows != size:
+        raise ValueError(
+            f"Expected `{name}` to have one row per row of the explained dataset ({n_rows}), but got {size}."
+        )
+
+
 def _rows_of(values: Any, rows: list[int], n: int, name: str) -> Any:
     """The first ``n`` of ``rows`` of per-sample ``values`` with a row per row of the whole dataset (all ranks)."""
-    size = values.shape[0] if hasattr(values, "shape") else len(values)
-    if D.global_count(len(rows)) != size:
-        raise ValueError(
-            f"Expected `{name}` to have one row per row of the explained dataset ({D.global_count(len(rows))}), "
-            f"but got {size}."
-        )
+    _check_dataset_rows(values, D.global_count(len(rows)), name)
     index = rows[:n]
     if hasattr(values, "iloc"):
         return values.iloc[index]

@@ -22,7 +22,7 @@ from pytorch_lightning.callbacks import EarlyStopping
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info
 from pytorch_lightning.utilities.model_helpers import is_overridden
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from torch_amore._utils import distributed as D
 from torch_amore._utils.typing import BatchKey
@@ -179,7 +179,11 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             raise ValueError(
                 "Expected no separate `features` matrix with `concepts=`: the concepts are of the layer's activations."
             )
-        check_streamable(self.stream, self._request(progress=False))  # what the request or streaming cannot take
+        request = self._request(progress=False)
+        check_streamable(self.stream, request)  # what the request or streaming cannot take
+        dataset = getattr(data, "dataset", None)
+        if isinstance(data, DataLoader) and not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__"):
+            request.check_dataset_rows(len(dataset))  # a mask target, features, holdout_rows: before any training
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
