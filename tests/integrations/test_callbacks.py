@@ -233,6 +233,8 @@ class _NoValidationStep(_NoForward):
         (_NoValidationStep, dict(data="val"), True, ValueError, "validation split"),
         (_NoForward, dict(data="train"), True, TypeError, "forward"),
         (ScaledModule, dict(filename="same"), True, ValueError, "distinct `filename`s"),
+        (ScaledModule, dict(data="train", holdout_rows=[1, 400]), True, ValueError, r"indices in \[0, 400\)"),
+        (ScaledModule, dict(data="train", features=torch.rand(300, 2)), True, ValueError, r"explained dataset \(400\)"),
     ],
 )
 def test_mistakes_fail_before_the_first_training_step(tmp_path, make, kwargs, fit_val, error, match):

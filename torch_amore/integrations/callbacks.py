@@ -42,7 +42,7 @@ from torch_amore.integrations.callback_args import (
     _safe,
     _same_names,
 )
-from torch_amore.integrations.callback_explain import CallbackExplain
+from torch_amore.integrations.callback_explain import _LOADERS, CallbackExplain
 from torch_amore.integrations.callback_outputs import CallbackOutputs
 from torch_amore.integrations.lightning_batches import LightningBatches
 from torch_amore.model.forward import resolve_layer
@@ -54,6 +54,13 @@ from torch_amore.search.options import SearchOptions
 from torch_amore.verify.verification import check_verify_options
 
 _SPLITS = ("train", "val", "test")
+
+
+def _check_rows_of(loader: Any, request: Any) -> None:
+    """``request``'s row-aligned arguments against ``loader``'s dataset, where it is a DataLoader over a sized one."""
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(loader, DataLoader) and not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__"):
+        request.check_dataset_rows(len(dataset))
 
 
 class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
@@ -181,9 +188,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             )
         request = self._request(progress=False)
         check_streamable(self.stream, request)  # what the request or streaming cannot take
-        dataset = getattr(data, "dataset", None)
-        if isinstance(data, DataLoader) and not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__"):
-            request.check_dataset_rows(len(dataset))  # a mask target, features, holdout_rows: before any training
+        _check_rows_of(data, request)  # a mask target, features, holdout_rows: before any training
         self.explanation: RegionalExplanation | None = None
         self.last_path: Path | None = None
         self.last_epoch: int | None = None
@@ -290,6 +295,12 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
                     f"Expected every_n_val_epochs=1 for EarlyStopping(monitor={monitor!r}), which needs the metric at "
                     f"every validation epoch, but got every_n_val_epochs={n}."
                 )
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Before the first training step: a mask target, features or held-out rows against the explained split's
+        dataset where its loader is loaded by now (the training split; the validation split after a sanity check)."""
+        if isinstance(self.data, str) and self.data != "test":
+            _check_rows_of(_first_loader(getattr(trainer, _LOADERS[self.data], None)), self._request(progress=False))
 
     # --- when to extract ------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
