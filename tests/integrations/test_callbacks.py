@@ -502,6 +502,19 @@ def test_rows_that_do_not_fit_a_dataloaders_dataset_fail_at_construction(kwargs,
     RegionalRuleExtractor(data=loader, **fits)  # the same arguments of the dataset's rows
 
 
+def test_a_dirpath_that_cannot_hold_the_files_fails_at_construction(tmp_path):
+    """Not at the first extraction after training, where the files are written."""
+    a_file = tmp_path / "rules.txt"
+    a_file.write_text("not a folder")
+    for where in (a_file, a_file / "below"):
+        with pytest.raises(ValueError, match="to be a folder, but .*rules.txt' is a file"):
+            RegionalRuleExtractor(target=1, dirpath=where)
+    with pytest.raises(TypeError, match="`dirpath` to be a folder path"):
+        RegionalRuleExtractor(target=1, dirpath=5)
+    assert RegionalRuleExtractor(target=1, dirpath=tmp_path / "new" / "deeper").dirpath == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists()  # made at the first extraction, not here
+
+
 @pytest.mark.parametrize("names", ["abc", 5, torch.tensor([[1, 2]])])
 def test_feature_names_that_are_no_sequence_of_names_are_refused_by_name_at_construction(names):
     with pytest.raises(TypeError, match="Expected `feature_names` to be a sequence of strings"):

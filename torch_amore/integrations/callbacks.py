@@ -9,6 +9,7 @@ so the rules equal those of one process on the whole data; rank 0 writes the fil
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -54,6 +55,26 @@ from torch_amore.search.options import SearchOptions
 from torch_amore.verify.verification import check_verify_options
 
 _SPLITS = ("train", "val", "test")
+
+
+def _writable_dir(dirpath: Any) -> Path:
+    """``dirpath`` as a ``Path`` where the files can be written: an existing folder, or one that can be made in the
+    nearest existing folder above it (made at the first extraction); else an error naming it, now rather than after
+    training.
+
+    Example:
+        >>> _writable_dir("logs/rules").name
+        'rules'
+    """
+    if not isinstance(dirpath, (str, os.PathLike)):
+        raise TypeError(f"Expected `dirpath` to be a folder path (str or Path), but got {dirpath!r}.")
+    path = Path(dirpath)
+    above = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+    if not above.is_dir():
+        raise ValueError(f"Expected `dirpath` {str(path)!r} to be a folder, but {str(above)!r} is a file.")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise ValueError(f"Expected `dirpath` {str(path)!r} to be a folder it can write to, but {str(above)!r} is not.")
+    return path
 
 
 def _check_rows_of(loader: Any, request: Any) -> None:
@@ -169,7 +190,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.holdout_rows = check_holdout_rows(holdout_rows)
         self.every_n_val_epochs = every_n_val_epochs
         self.at_train_end = bool(at_train_end)
-        self.dirpath = None if dirpath is None else Path(dirpath)
+        self.dirpath = None if dirpath is None else _writable_dir(dirpath)
         self.filename = filename if filename is not None else self._default_filename()
         self.log_prefix = f"{self.filename}/" if log_prefix is None else str(log_prefix)
         self.batch_size = batch_size
