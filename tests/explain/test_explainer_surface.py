@@ -590,3 +590,22 @@ def test_an_explanation_is_a_sequence_of_its_rule_sets():
     assert second in explanation and outside not in explanation
     assert explanation.index(second) == 1 and explanation.count(first) == 1
     assert explanation[:1] == [first]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(select_features={"n_step": 3}), TypeError, "argument 'n_step' (did you mean 'n_steps'?)"),
+        (dict(select_features={"gamma": 0.05}), ValueError, "`gamma` >= `min_frequency`"),
+        (dict(select_features={"max_seconds": 0}), ValueError, "`max_seconds` > 0"),
+        (dict(features=[0, -1]), ValueError, "`features` to hold feature indices >= 0"),
+    ],
+)
+def test_selection_options_and_negative_features_fail_before_the_model_runs(kwargs, error, words):
+    class Unrun(torch.nn.Module):
+        def forward(self, x):
+            raise AssertionError("the model ran")
+
+    with pytest.raises(error) as info:
+        RegionalRuleExplainer(Unrun()).explain(torch.rand(20, 3), 1, **kwargs)
+    assert words in str(info.value)

@@ -469,6 +469,12 @@ def test_batch_splitting_and_mode_restoring():
         (dict(holdout_rows="rows"), TypeError),
         (dict(holdout_rows=torch.zeros(2, 2, dtype=torch.bool)), ValueError),
         (dict(holdout_rows=[0, 1], holdout=0.3), ValueError),
+        (dict(select_features={"n_step": 3}), TypeError),  # select_features' options, checked now
+        (dict(select_features={"n_steps": 0}), ValueError),
+        (dict(features=[-1, 2]), ValueError),
+        (dict(at_train_end="no"), TypeError),  # a string would read as True
+        (dict(html="yes"), TypeError),
+        (dict(log_figures=None), TypeError),
     ],
 )
 def test_bad_options_raise_at_construction(kwargs, error):

@@ -101,6 +101,23 @@ def resolve_min_support(min_support: Any, n: int) -> int:
     return value
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` as a bool: ``True``/``False`` (numpy's too); anything else is a ``TypeError`` naming ``name`` (a
+    string such as ``"no"`` would otherwise read as true).
+
+    Example:
+        >>> check_flag(False, "html")
+        False
+        >>> check_flag("no", "html")
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `html` to be True or False, but got 'no'.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Expected `{name}` to be True or False, but got {value!r}.")
+    return bool(value)
+
+
 def check_int(value: Any, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"Expected `{name}` to be an integer >= {low}, but got {value!r}.")

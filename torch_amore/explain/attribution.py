@@ -104,8 +104,8 @@ class RuleAttribution:
             raise ValueError("Expected a `layer` whose units the rules are on, but got None.")
         self.model = model
         self.layer, self.layer_name = resolve_layer(model, layer)
-        self.layer_input = bool(layer_input)
-        self.multiply_by_inputs = bool(multiply_by_inputs)
+        self.layer_input = A.check_flag(layer_input, "layer_input")
+        self.multiply_by_inputs = A.check_flag(multiply_by_inputs, "multiply_by_inputs")
         if concepts is not None and not isinstance(concepts, ConceptBasis):
             raise TypeError(f"Expected `concepts` to be a ConceptBasis or None, but got {type(concepts).__name__}.")
         if concepts is not None and not concepts.fitted:

@@ -90,7 +90,7 @@ class RegionalRuleExplainer:
             raise TypeError("Expected `feature_names` to be a sequence of strings, but got a single string.")
         self.model = model
         self.layer, self.layer_name = resolve_layer(model, layer)
-        self.layer_input = bool(layer_input)
+        self.layer_input = A.check_flag(layer_input, "layer_input")
         self.feature_names = None if feature_names is None else [str(n) for n in feature_names]
         #: The concept basis of the rules (``None``: rules on units); a fitted one once the first call fitted it.
         self.concepts = resolve_basis(

@@ -21,6 +21,7 @@ from torch_amore.model.forward import Forward, ModelArgs
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
 from torch_amore.search.options import SearchOptions
+from torch_amore.selection.selection import check_selection_options
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class ExplainRequest:
             )
         if not isinstance(select_features, (bool, dict)):
             raise TypeError(f"Expected `select_features` to be a bool or a dict of options, got {select_features!r}.")
+        if isinstance(select_features, dict):  # its options checked before the model runs
+            check_selection_options(select_features)
         if target_name is not None and not isinstance(target_name, str):
             raise TypeError(f"Expected `target_name` to be a string or None, but got {target_name!r}.")
         matrix, matrix_names, indices = _split_features(features)
@@ -274,7 +277,9 @@ def _split_features(features: Any) -> tuple[torch.Tensor | None, list[str] | Non
             features = np.asarray(features, dtype=np.float64)
         matrix, names = V.to_tensor_2d(features, "features")
         return matrix, names, None
-    A.whole_indices(features)  # feature indices: checked before the model runs (their range after it)
+    negative = [f for f in A.whole_indices(features) if f < 0]  # checked before the model runs (the range after it)
+    if negative:
+        raise ValueError(f"Expected `features` to hold feature indices >= 0 (positions), but got {negative[:5]}.")
     return None, None, features
 
 

@@ -189,7 +189,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.threshold = threshold
         self.holdout_rows = check_holdout_rows(holdout_rows)
         self.every_n_val_epochs = every_n_val_epochs
-        self.at_train_end = bool(at_train_end)
+        self.at_train_end = A.check_flag(at_train_end, "at_train_end")
         self.dirpath = None if dirpath is None else _writable_dir(dirpath)
         self.filename = filename if filename is not None else self._default_filename()
         self.log_prefix = f"{self.filename}/" if log_prefix is None else str(log_prefix)
@@ -197,8 +197,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.input_key = input_key
         self.label_key = label_key
         self.forward_kwargs = dict(forward_kwargs or {})
-        self.log_figures = bool(log_figures)
-        self.html = bool(html)
+        self.log_figures = A.check_flag(log_figures, "log_figures")
+        self.html = A.check_flag(html, "html")
         self.verify = check_verify_options(verify, target)
         self.stream = check_stream(stream)
         #: The concept basis of the rules (``None``: rules on units); a fitted kind is fitted on each extraction.

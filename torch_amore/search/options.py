@@ -178,9 +178,7 @@ class SearchOptions:
         set_(self, "feature_offset", _float_tuple(self.feature_offset, "feature_offset"))
         if self.feature_scale is not None and any(s == 0 for s in self.feature_scale):
             raise ValueError(f"Expected non-zero entries in `feature_scale`, but got {list(self.feature_scale)}.")
-        if not isinstance(self.progress, (bool, np.bool_)):
-            raise TypeError(f"Expected `progress` to be True or False, but got {self.progress!r}.")
-        set_(self, "progress", bool(self.progress))
+        set_(self, "progress", A.check_flag(self.progress, "progress"))
         set_(self, "exact_budget", A.check_int(self.exact_budget, "exact_budget", 1))
         set_(self, "optimum_budget", A.check_int(self.optimum_budget, "optimum_budget", 0))
         set_(self, "min_gain", _check_gain(self.min_gain))

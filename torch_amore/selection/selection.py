@@ -9,8 +9,9 @@ deterministic fallback when its budget runs out. See ``docs/feature_selection.md
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -232,15 +233,12 @@ def select_features(
         >>> sel.features, sel.names
         ((0, 2), ('feature_0', 'feature_2'))
     """
-    gamma = _check_fraction(gamma, "gamma")
-    min_frequency = _check_fraction(min_frequency, "min_frequency")
-    if gamma < min_frequency:
-        raise ValueError(
-            f"Expected `gamma` >= `min_frequency` (the paper takes gamma in (c_min / BM, 1]), but got gamma={gamma} "
-            f"and min_frequency={min_frequency}."
-        )
-    max_length = None if max_length is None else A.check_int(max_length, "max_length", 1)
-    budget = _check_budget(max_itemsets, max_bytes, max_seconds)
+    given = {"gamma": gamma, "min_frequency": min_frequency, "max_length": max_length, "max_itemsets": max_itemsets}
+    given.update(max_bytes=max_bytes, max_seconds=max_seconds, n_test_per_class=n_test_per_class, n_steps=n_steps)
+    given.update(internal_batch_size=internal_batch_size, seed=seed, target=target)
+    o = check_selection_options(given)
+    gamma, min_frequency, max_length = o["gamma"], o["min_frequency"], o["max_length"]
+    budget = {key: o[key] for key in ("max_itemsets", "max_bytes", "max_seconds")}
 
     if importance is not None:
         J = _importance_from_matrix(importance)
@@ -248,11 +246,8 @@ def select_features(
         names = _names(feature_names, frame, J.shape[1])
         return _select(J, names, gamma, min_frequency, max_length, budget, pairs=None, n_skipped=0)
 
-    n_test_per_class = A.check_int(n_test_per_class, "n_test_per_class", 1)
-    n_steps = A.check_int(n_steps, "n_steps", 1)
-    internal_batch_size = A.check_int(internal_batch_size, "internal_batch_size", 1)
-    seed = A.check_int(seed, "seed", 0)
-    target = None if target is None else A.check_int(target, "target", 0)
+    n_test_per_class, n_steps, seed, target = o["n_test_per_class"], o["n_steps"], o["seed"], o["target"]
+    internal_batch_size = o["internal_batch_size"]
     if model is None or not callable(model):
         raise TypeError(f"Expected `model` to be a callable torch model (or pass `importance=`), but got {model!r}.")
     if isinstance(model, nn.Module):
@@ -399,6 +394,45 @@ def _select(
 
 
 # ---------------------------------------------------------------------------------------------- input handling
+
+
+#: The keywords of :func:`select_features` besides its data (``model``, ``inputs``, ``labels``).
+SELECTION_KEYWORDS = tuple(inspect.signature(select_features).parameters)[3:]
+
+
+def check_selection_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options of :func:`select_features` checked without the data: unknown names and bad numbers are
+    errors naming them (for ``select_features={...}`` of the explainer and the callback, checked before any model
+    runs); the numbers given come back as Python numbers, the other options as they are.
+
+    Example:
+        >>> check_selection_options({"n_steps": 8, "gamma": 0.9})["n_steps"]
+        8
+        >>> check_selection_options({"n_step": 8})
+        Traceback (most recent call last):
+        ...
+        TypeError: select_features() got an unexpected keyword argument 'n_step' (did you mean 'n_steps'?)
+    """
+    A.unexpected_keywords(options, SELECTION_KEYWORDS, "select_features")
+    o = dict(options)
+    defaults = {k: p.default for k, p in inspect.signature(select_features).parameters.items()}
+    gamma = _check_fraction(o.get("gamma", defaults["gamma"]), "gamma")
+    min_frequency = _check_fraction(o.get("min_frequency", defaults["min_frequency"]), "min_frequency")
+    if gamma < min_frequency:
+        raise ValueError(
+            f"Expected `gamma` >= `min_frequency` (the paper takes gamma in (c_min / BM, 1]), but got gamma={gamma} "
+            f"and min_frequency={min_frequency}."
+        )
+    o.update(gamma=gamma, min_frequency=min_frequency)
+    if o.get("max_length") is not None:
+        o["max_length"] = A.check_int(o["max_length"], "max_length", 1)
+    budget = [o.get(k, defaults[k]) for k in ("max_itemsets", "max_bytes", "max_seconds")]
+    o.update(_check_budget(*budget))
+    for name, low in (("n_test_per_class", 1), ("n_steps", 1), ("internal_batch_size", 1), ("seed", 0)):
+        o[name] = A.check_int(o.get(name, defaults[name]), name, low)
+    if o.get("target") is not None:
+        o["target"] = A.check_int(o["target"], "target", 0)
+    return o
 
 
 def _check_budget(max_itemsets: Any, max_bytes: Any, max_seconds: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from torch import nn
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import ConceptBasis
-from torch_amore.data.arguments import check_int
+from torch_amore.data.arguments import check_flag, check_int
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer
 from torch_amore.model.input_shape import check_width
 from torch_amore.model.source import run_model
@@ -104,8 +104,7 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"Expected `level` to be a probability in (0, 1), e.g. 0.95, but got {level!r}.")
     seed = check_int(given.seed, "seed", 0)
-    if not isinstance(given.progress, (bool, np.bool_)):
-        raise TypeError(f"Expected `progress` to be True or False, but got {given.progress!r}.")
+    check_flag(given.progress, "progress")
     chosen = _chosen(explanation, given.rule_sets)
     longest = max(len(rs.rules) for _, rs in chosen)
     if n_controls and n_units - longest < longest:
