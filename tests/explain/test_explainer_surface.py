@@ -609,3 +609,33 @@ def test_selection_options_and_negative_features_fail_before_the_model_runs(kwar
     with pytest.raises(error) as info:
         RegionalRuleExplainer(Unrun()).explain(torch.rand(20, 3), 1, **kwargs)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(features=[0, 7]), "`features` indices in [0, 5]"),
+        (dict(feature_names=["a", "b"]), "`feature_names` to have 6 entries"),
+        (dict(features=torch.rand(40, 2), feature_names=["a"]), "`feature_names` to have 2 entries"),
+        (dict(features=torch.rand(40, 2), select_features=False, target_name="t", min_support=3), None),
+    ],
+)
+def test_features_and_names_of_a_known_width_fail_before_the_model_runs(kwargs, words):
+    """Tensor inputs (2 x 3 per sample: 6 features, flattened) or a separate features matrix: the indices and names
+    are checked against that width before the model runs, with the messages they get after it."""
+
+    class Counted(torch.nn.Module):
+        calls = 0
+
+        def forward(self, x):
+            Counted.calls += 1
+            first = x.flatten(1)[:, 0]
+            return torch.stack([first, 1 - first], 1)
+
+    X = torch.rand(40, 2, 3, generator=torch.Generator().manual_seed(0))
+    if words is None:  # the same arguments of the right width run
+        assert RegionalRuleExplainer(Counted()).explain(X, 1, **kwargs).params["source"] == "features"
+        return
+    with pytest.raises(ValueError) as info:
+        RegionalRuleExplainer(Counted()).explain(X, 1, **kwargs)
+    assert words in str(info.value) and Counted.calls == 0

@@ -301,6 +301,7 @@ class RegionalRuleExplainer:
         request = request.on_rows(source)
         if self.concepts is not None:
             check_concepts(self, source, request)
+        self._check_width(source, request)
         if stream is not False and should_stream(stream, self, source, request):
             return explain_streamed(self, source, request)
         fwd, labels = self._run(source, request)
@@ -407,6 +408,24 @@ class RegionalRuleExplainer:
         if labels is not None and labels.shape[0] != n:
             raise ValueError(f"Expected `labels` to have one entry per sample of `inputs` ({n}), got {len(labels)}.")
         return fwd, fwd.labels if labels is None else labels
+
+    def _check_width(self, source: BatchSource, request: ExplainRequest) -> None:
+        """``features`` indices and feature names against the rules' width where it is known before the model runs (a
+        separate features matrix; tensor inputs, flattened, when the rules are on them), with the messages of
+        :meth:`_feature_space` and the search."""
+        inputs = getattr(source, "inputs", None)
+        if request.matrix is not None:
+            width, fallback = request.matrix.shape[1], [self.feature_names, request.matrix_names]
+        elif self.layer is None and isinstance(inputs, (torch.Tensor, np.ndarray)) and inputs.ndim >= 2:
+            width, fallback = (
+                int(np.prod(inputs.shape[1:])),
+                [self.feature_names, getattr(source, "column_names", None)],
+            )
+        else:
+            return
+        resolve_names(request.feature_names, fallback, width, "feature")
+        if request.indices is not None:
+            A.resolve_features(request.indices, width)
 
     def _feature_space(
         self, fwd: Forward, request: ExplainRequest, column_names: list[str] | None
