@@ -415,15 +415,12 @@ class RegionalRuleExplainer:
         :meth:`_feature_space` and the search."""
         inputs = getattr(source, "inputs", None)
         if request.matrix is not None:
-            width, fallback = request.matrix.shape[1], [self.feature_names, request.matrix_names]
+            width, kind = request.matrix.shape[1], "features"
         elif self.layer is None and isinstance(inputs, (torch.Tensor, np.ndarray)) and inputs.ndim >= 2:
-            width, fallback = (
-                int(np.prod(inputs.shape[1:])),
-                [self.feature_names, getattr(source, "column_names", None)],
-            )
+            width, kind = int(np.prod(inputs.shape[1:])), "inputs"
         else:
             return
-        resolve_names(request.feature_names, fallback, width, "feature")
+        self._names(request, kind, width, getattr(source, "column_names", None))
         if request.indices is not None:
             A.resolve_features(request.indices, width)
 
@@ -432,16 +429,27 @@ class RegionalRuleExplainer:
     ) -> tuple[torch.Tensor, list[str], str]:
         """The (N, D) matrix the rules are built on, its feature names and its kind (features, layer or inputs)."""
         if request.matrix is not None:
-            X, source, fallback = request.matrix, "features", [self.feature_names, request.matrix_names]
+            X, source = request.matrix, "features"
         elif self.concepts is not None:
             self.concepts = fit_once(self.concepts, fwd.activations, progress=request.options.progress)
-            X, source, fallback = encode_concepts(self.concepts, fwd.activations), "layer", [self.concepts.names]
+            X, source = encode_concepts(self.concepts, fwd.activations), "layer"
         elif self.layer is not None:
-            X, source, fallback = fwd.activations, "layer", [self.feature_names]
+            X, source = fwd.activations, "layer"
         else:
-            X, source, fallback = fwd.flat_inputs, "inputs", [self.feature_names, column_names]
-        prefix = "z" if source == "layer" else "feature"
-        return X, resolve_names(request.feature_names, fallback, X.shape[1], prefix), source
+            X, source = fwd.flat_inputs, "inputs"
+        return X, self._names(request, source, X.shape[1], column_names), source
+
+    def _names(self, request: ExplainRequest, kind: str, width: int, column_names: list[str] | None) -> list[str]:
+        """The names of the ``width`` features of ``kind`` (features, layer or inputs): the request's, else the
+        explainer's, the features matrix's, the concepts' or the frame's columns, else ``z_i`` / ``feature_i``;
+        checked against ``width``."""
+        if kind == "features":
+            fallback = [self.feature_names, request.matrix_names]
+        elif kind == "inputs":
+            fallback = [self.feature_names, column_names]
+        else:
+            fallback = [self.concepts.names] if self.concepts is not None else [self.feature_names]
+        return resolve_names(request.feature_names, fallback, width, "z" if kind == "layer" else "feature")
 
     def _select(
         self, fwd: Forward, mask: torch.Tensor, labels: torch.Tensor | None, request: ExplainRequest, names: list[str]

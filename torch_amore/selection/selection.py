@@ -233,10 +233,21 @@ def select_features(
         >>> sel.features, sel.names
         ((0, 2), ('feature_0', 'feature_2'))
     """
-    given = {"gamma": gamma, "min_frequency": min_frequency, "max_length": max_length, "max_itemsets": max_itemsets}
-    given.update(max_bytes=max_bytes, max_seconds=max_seconds, n_test_per_class=n_test_per_class, n_steps=n_steps)
-    given.update(internal_batch_size=internal_batch_size, seed=seed, target=target)
-    o = check_selection_options(given)
+    o = check_selection_options(
+        {
+            "gamma": gamma,
+            "min_frequency": min_frequency,
+            "max_length": max_length,
+            "max_itemsets": max_itemsets,
+            "max_bytes": max_bytes,
+            "max_seconds": max_seconds,
+            "n_test_per_class": n_test_per_class,
+            "n_steps": n_steps,
+            "internal_batch_size": internal_batch_size,
+            "seed": seed,
+            "target": target,
+        }
+    )
     gamma, min_frequency, max_length = o["gamma"], o["min_frequency"], o["max_length"]
     budget = {key: o[key] for key in ("max_itemsets", "max_bytes", "max_seconds")}
 
