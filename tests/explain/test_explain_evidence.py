@@ -58,6 +58,8 @@ def test_search_hyperparameters_refuses_the_evidence():
     X = torch.from_numpy(np.random.default_rng(0).uniform(size=(300, 3)))
     with pytest.raises(ValueError, match="search_hyperparameters does not compute"):
         search_hyperparameters(X, X[:, 0] > 0.5, permutations=9)
+    with pytest.raises(ValueError, match="does not compute `holdout`, `holdout_rows`"):  # not an unknown keyword
+        search_hyperparameters(X, X[:, 0] > 0.5, holdout_rows=[1, 2])
 
 
 def test_with_holdout_the_min_support_count_is_that_of_the_rows_searched():

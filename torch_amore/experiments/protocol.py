@@ -193,12 +193,13 @@ def search_hyperparameters(
               10          100      593    1.000
     """
     bound = check_bound(confidence_lower_bound)
+    held = search_options.pop("holdout_rows", None) is not None  # extract_rules' keyword, not an option
     options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
-    if options.wants_evidence:  # its choice of the setting is a search the p-values would not cover
+    if options.wants_evidence or held:  # its choice of the setting is a search the p-values would not cover
         raise ValueError(
-            "search_hyperparameters does not compute `holdout`, `permutations` or `stability`: its choice among the "
-            "settings is part of the search, and their p-values would not cover it. Pick the setting here, then run "
-            "extract_rules with that setting and the evidence on fresh rows (docs/trust.md)."
+            "search_hyperparameters does not compute `holdout`, `holdout_rows`, `permutations` or `stability`: its "
+            "choice among the settings is part of the search, and their p-values would not cover it. Pick the "
+            "setting here, then run extract_rules with that setting and the evidence on fresh rows (docs/trust.md)."
         )
     progress = options.progress
     options = options.replace(progress=False)
