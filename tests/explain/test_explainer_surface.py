@@ -119,6 +119,8 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
         ({"features": [0.5, 2]}, ValueError, "whole feature indices"),
         ({"features": [True, False, True, False]}, TypeError, "booleans (a mask?)"),
         ({"features": torch.tensor([True, False, True, False])}, TypeError, "booleans (a mask?)"),
+        ({"input_key": "x"}, ValueError, "`input_key` only with a Dataset or DataLoader"),
+        ({"label_key": 1}, ValueError, "drop `label_key` and pass the labels as `labels=`"),
     ],
 )
 def test_odd_arguments_are_refused_by_name_before_the_model_runs(task, kwargs, error, words):

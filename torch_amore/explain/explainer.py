@@ -154,10 +154,11 @@ class RegionalRuleExplainer:
                 are built on: rules print in its original units (instead of ``feature_scale``/``feature_offset``).
             options: a :class:`torch_amore.SearchOptions` (or a dict of its fields); keyword arguments override it.
             batch_size: samples per forward pass for tensor, Dataset and graph-list inputs.
-            input_key: which element of each batch is the model input: an index or key, a sequence of them or a
-                callable ``batch -> input`` (default: a tensor batch itself, else the first element of a tuple batch,
-                else the whole batch).
-            label_key: where each batch holds the labels (default: the second element of tuple batches).
+            input_key: which element of each batch of a Dataset or DataLoader is the model input: an index or key,
+                a sequence of them or a callable ``batch -> input`` (default: a tensor batch itself, else the first
+                element of a tuple batch, else the whole batch); refused with tensor inputs, the model input itself.
+            label_key: where each batch of a Dataset or DataLoader holds the labels (default: the second element of
+                tuple batches); refused with tensor inputs, whose labels go in ``labels``.
             target_name: name of the subgroup in the printed rules (default e.g. ``"predicted 7"``).
             additional_forward_args: extra positional model arguments after the inputs (as in Captum); a tensor or
                 array with one row per sample is split along with the batches, anything else is passed whole.

@@ -154,7 +154,14 @@ class ExplainRequest:
                 f"Expected `features` to have one row per sample of `inputs` ({n}), got {self.matrix.shape[0]} rows."
             )
         labels = None if self.labels is None else V.to_labels(self.labels, n)
-        in_batches = self.label_key is not None or not isinstance(inputs, (torch.Tensor, tuple))
+        in_batches = not isinstance(inputs, (torch.Tensor, tuple))
+        keys = [k for k, v in (("input_key", self.input_key), ("label_key", self.label_key)) if v is not None]
+        if keys and not in_batches:  # a tensor (or a tuple of them) is the model input itself: no key picks from it
+            raise ValueError(
+                f"Expected `{keys[0]}` only with a Dataset or DataLoader, whose batches hold the model input and "
+                f"labels, but `inputs` is a {type(inputs).__name__}, the model input itself; drop `{keys[0]}`"
+                + (" and pass the labels as `labels=`." if "label_key" in keys else ".")
+            )
         if self.threshold == "roc" and labels is None and not in_batches:
             raise ValueError("Expected `labels` for threshold='roc' (the ROC curve needs true labels), but got None.")
         aligned = self.aligned_with_rows(n)
