@@ -147,6 +147,21 @@ def test_bad_arguments_fail_before_binning(monkeypatch):
         sequential_covering(X, target, min_confidence=-0.1)
     with pytest.raises(TypeError, match=r"^sequential_covering\(\) got an unexpected keyword argument 'scale'$"):
         sequential_covering(X, target, scale=[1.0, 2.0])
+    # an option each setting replaces would be ignored: it is refused, pointing to the grid's argument
+    with pytest.raises(TypeError, match="`min_support`.*`min_supports=`"):
+        search_hyperparameters(X, target, min_support=150)
+    with pytest.raises(TypeError, match="`bin_strategy`.*`bin_strategies=`"):
+        search_hyperparameters(X, target, bin_strategy="quantile")
+
+
+def test_the_settings_replace_the_options_min_support():
+    # documented: the options' min_support is replaced by each setting's, so it is not checked against the rows
+    X, target = _toy(n=200)
+    kw = dict(bin_strategies="uniform", n_grids=[5], min_supports=[20], max_length=1)
+    given = search_hyperparameters(X, target, options=SearchOptions(strategy="paper", min_support=5000), **kw)
+    plain = search_hyperparameters(X, target, **kw)
+    assert given.setting == plain.setting == {"bin_strategy": "uniform", "n_grids": 5, "min_support": 20}
+    assert given.best == plain.best
 
 
 # ------------------------------------------------------------------------------------------- sequential covering

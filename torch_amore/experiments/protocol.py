@@ -193,8 +193,15 @@ def search_hyperparameters(
               10          100      593    1.000
     """
     bound = check_bound(confidence_lower_bound)
+    for field, grid in (("min_support", "min_supports"), ("bin_strategy", "bin_strategies")):
+        if field in search_options:  # each setting replaces it: taken, it would be ignored
+            raise TypeError(
+                f"search_hyperparameters() got `{field}`, which each setting of the grid replaces; give its values "
+                f"as `{grid}=` (one value or a sequence)."
+            )
     held = search_options.pop("holdout_rows", None) is not None  # extract_rules' keyword, not an option
     options = SearchOptions.resolve(SearchOptions(strategy="paper") if options is None else options, **search_options)
+    options = options.replace(min_support=None)  # each setting's replaces it (not checked against these rows)
     if options.wants_evidence or held:  # its choice of the setting is a search the p-values would not cover
         raise ValueError(
             "search_hyperparameters does not compute `holdout`, `holdout_rows`, `permutations` or `stability`: its "
