@@ -102,3 +102,40 @@ def test_dataframe_columns_of_every_dtype_compare_exactly():
     assert Rule(1, "flag", value=1.0, kind="cat").mask(df).tolist() == [True, False, True]
     assert Rule(2, "x", low=1.0).mask(df).tolist() == [False, False, True]
     assert str(Rule(0, "x", low=-0.5, high=0.25, scale=-4.0, offset=1.0)) == "0 < x <= 3"  # raw = 1 - 4x
+
+
+def test_a_dataframe_column_is_read_by_the_rules_name_wherever_it_stands():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.random((200, 3)), columns=["a", "b", "c"])
+    target = (df["a"] > 0.6).to_numpy()
+    rs = RuleSet.from_rules([Rule(0, "a", low=0.6)], df, target)
+    by_hand = df["a"].to_numpy() >= 0.6
+    for X in (df, df[["c", "b", "a"]]):  # the column named a, not the first column
+        assert rs.mask(X).tolist() == by_hand.tolist()
+        m = rs.evaluate(X, target)
+        assert (m.support, m.confidence) == (by_hand.sum(), target[by_hand].mean())
+    with pytest.raises(ValueError, match=r"a column named 'a'.*\['x', 'b', 'c'\].*X.to_numpy\(\)"):
+        rs.mask(df.rename(columns={"a": "x"}))
+    # unnamed data's default names read by position, as before
+    unnamed = RuleSet.from_rules([Rule(2, "feature_2", low=0.6)], df.to_numpy(), target)
+    assert unnamed.mask(df).tolist() == (df["c"].to_numpy() >= 0.6).tolist()
+
+
+@pytest.mark.parametrize(
+    "target, error, words",
+    [
+        (np.array([0.9, 0.1] * 2), TypeError, "boolean (or 0/1)"),
+        (np.array([1.0, np.nan] * 2), ValueError, "holds NaN"),
+        (["yes", "no"] * 2, TypeError, "boolean (or 0/1)"),
+    ],
+)
+def test_evaluate_takes_the_targets_extract_rules_takes(target, error, words):
+    X = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+    rs = RuleSet.from_rules([Rule(0, "x", low=1.5)], X, torch.tensor([False, False, True, True]))
+    with pytest.raises(error) as info:
+        rs.evaluate(X, target)
+    assert words in str(info.value)
+    m = rs.evaluate(X, np.array([0, 1, 1, 1]))  # 0/1 numbers, as extract_rules takes them
+    assert (m.support, m.confidence) == (2, 1.0)
+    with pytest.raises(TypeError, match="`X`"):
+        rs.evaluate([[0.0], [1.0], [2.0], [3.0]], [0, 1, 1, 1])

@@ -319,8 +319,17 @@ def check_finite(X: torch.Tensor, name: str = "X", *, any_inf: bool) -> None:
         )
 
 
-def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
-    """Boolean (N,) subgroup mask on ``device``; 0/1 numbers are accepted."""
+def to_mask(target: Any, n: int, name: str = "target") -> torch.Tensor:
+    """Boolean (N,) mask of ``n`` booleans or 0/1 numbers (NaN, other numbers, strings and pandas NA refused).
+
+    Example:
+        >>> to_mask([1, 0, 1], 3).tolist()
+        [True, False, True]
+        >>> to_mask([0.9, 0.1], 2)
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `target` to be boolean (or 0/1), but got values [0.1..., 0.9...] of dtype torch.float64; ...
+    """
     target = to_labels(_mask_values(target, name), n, name, what="booleans", per="row of X")
     if target.dtype != torch.bool:
         if target.is_floating_point() and torch.isnan(target).any():
@@ -332,6 +341,13 @@ def to_target(target: Any, n: int, device: torch.device, name: str = "target") -
                 f"{target.dtype}; build a mask first, e.g. `{name} = (predictions == 1)`."
             )
         target = target != 0
+    return target
+
+
+def to_target(target: Any, n: int, device: torch.device, name: str = "target") -> torch.Tensor:
+    """Boolean (N,) subgroup mask on ``device`` (:func:`to_mask`) that holds some but not all samples (over all
+    ranks of a DDP run)."""
+    target = to_mask(target, n, name)
     counts = torch.stack([target.count_nonzero(), torch.full((), n, device=target.device)])  # int64, no host copy
     n_t, n = D.all_reduce_sum(counts).tolist()  # all shards of a DDP run; one transfer
     if n_t == 0:

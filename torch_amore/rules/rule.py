@@ -25,14 +25,34 @@ def _n_columns(X: Any) -> int:
     return int(shape[1])
 
 
-def _column(X: ArrayLike, feature: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One column of X and its missing-value mask (``None``: none missing), for exact comparisons: floating columns
-    as float64 (so that float32 and float64 data compare alike), integer and bool columns as int64 (no rounding
-    through float64)."""
+def _frame_position(X: Any, feature: int, name: str | None) -> int:
+    """The position of a rule's column in a DataFrame ``X``: the column named ``name`` wherever it stands, or
+    ``feature`` when the name is the default ``feature_<i>`` of unnamed data; any other name missing is a
+    ``ValueError`` (the rule reads that column, not whichever stands at its position)."""
+    names = [str(c) for c in X.columns]
+    if name is None or (feature < len(names) and names[feature] == name):
+        return feature
+    if name in names:
+        return names.index(name)
+    if name == f"feature_{feature}" or feature >= len(names):  # beyond the columns: said by position
+        return feature
+    raise ValueError(
+        f"Expected `X` to have a column named {name!r}, which the rule reads, but its columns are "
+        f"{names[:10]}{' ...' if len(names) > 10 else ''}; rename the column, or pass `X.to_numpy()` to read column "
+        f"{feature} by position."
+    )
+
+
+def _column(X: ArrayLike, feature: int, name: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One column of X (a DataFrame's by ``name``, see :func:`_frame_position`) and its missing-value mask
+    (``None``: none missing), for exact comparisons: floating columns as float64 (so that float32 and float64 data
+    compare alike), integer and bool columns as int64 (no rounding through float64)."""
     if isinstance(X, torch.Tensor) and X.device.type == "meta":
         raise ValueError(
             "Expected `X` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or 'cuda'."
         )
+    if hasattr(X, "iloc") and hasattr(X, "columns"):
+        feature = _frame_position(X, feature, name)
     n_cols = _n_columns(X)
     if not 0 <= feature < n_cols:
         raise ValueError(f"The rule uses feature {feature}, but `X` has only {n_cols} columns.")
@@ -159,8 +179,10 @@ class Rule:
 
     def mask(self, X: ArrayLike) -> torch.Tensor:
         """Boolean (N,) tensor: which rows of ``X`` satisfy the rule (on X's device). Integer columns are compared
-        exactly; a ``feature`` beyond X's columns is a ``ValueError``."""
-        col, missing = _column(X, self.feature)
+        exactly; a ``feature`` beyond X's columns is a ``ValueError``; a DataFrame's column is the one named
+        :attr:`name` wherever it stands (a ``ValueError`` when none is, unless the name is the default
+        ``feature_<i>`` of unnamed data: then column ``feature``)."""
+        col, missing = _column(X, self.feature, self.name)
         if self.value is not None:
             if col.is_floating_point():
                 out = col == self.value

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from torch_amore._utils.typing import ArrayLike, MaskLike
-from torch_amore.data.validation import align_rows, to_labels
+from torch_amore.data.validation import align_rows, to_mask
 from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence import evidence_text
 from torch_amore.rules.held_out import HeldOut
@@ -128,12 +128,11 @@ class RuleSet:
 
     def evaluate(self, X: ArrayLike, target: MaskLike) -> RuleMetrics:
         """Support, confidence and fitness of this rule set on any data (e.g. a test split); ``target`` is a mask
-        of booleans (or numbers: nonzero is in the subgroup), one per row of ``X``."""
+        of booleans (or 0/1 numbers), one per row of ``X``, as :func:`torch_amore.extract_rules` takes it."""
+        mask = self.mask(X)  # a TypeError naming `X` for what is not a matrix
         if not isinstance(target, torch.Tensor):  # a pandas Series by the index of a DataFrame X
             target = align_rows(target, X, "target")
-        target = to_labels(target, X.shape[0], "target", what="booleans", per="row of X")
-        mask = self.mask(X)
-        target = target if target.dtype == torch.bool else target != 0
+        target = to_mask(target, mask.shape[0], "target")
         return rule_metrics(mask, target.to(mask.device))
 
     def with_units(self, scale: Sequence[float] | None = None, offset: Sequence[float] | None = None) -> RuleSet:
