@@ -20,6 +20,10 @@ from torch_amore.data.column_stats import column_stats
 #: Largest number of grids per feature: bin codes are int16 and the code after the last grid marks a missing value.
 MAX_GRIDS = 32767
 
+#: A product ``fraction * n`` this close above a whole number (relative, at least absolute) is that number: float
+#: rounding, not a wish for one more sample (:func:`fraction_count`).
+COUNT_TOLERANCE = 1e-9
+
 
 def check_n_grids(value: Any) -> int:
     """``n_grids`` as an int in [2, :data:`MAX_GRIDS`]."""
@@ -76,7 +80,13 @@ def check_units(
 def check_min_support(min_support: Any) -> int | float:
     """``min_support`` as given, checked: an int count >= 1 or a float fraction in (0, 1).
 
-    A float is always a fraction: ``1.0`` or ``50.0`` are refused (write ``1`` or ``50`` for a count).
+    A float is always a fraction: ``1.0`` or ``50.0`` are refused (write ``1`` or ``50`` for a count). A numpy float
+    narrower than float64 (``np.float32(0.1)``) is taken as the shortest decimal that rounds to it in its own
+    precision (``0.1``, not ``0.10000000149011612``), the number that was written.
+
+    Example:
+        >>> check_min_support(np.float32(0.1)), check_min_support(7)
+        (0.1, 7)
     """
     if isinstance(min_support, bool) or not isinstance(min_support, (int, float, np.integer, np.floating)):
         raise TypeError(f"Expected `min_support` to be an int count or a float in (0, 1), but got {min_support!r}.")
@@ -85,17 +95,43 @@ def check_min_support(min_support: Any) -> int | float:
             whole = float(min_support).is_integer()
             hint = f" (for a count of samples pass the int {int(min_support)})" if whole else ""
             raise ValueError(f"Expected a float `min_support` to be a fraction in (0, 1), but got {min_support}{hint}.")
+        if isinstance(min_support, np.floating) and min_support.dtype.itemsize < 8:  # float16, float32
+            return float(np.format_float_scientific(min_support, unique=True))
         return float(min_support)
     if min_support < 1:
         raise ValueError(f"Expected an int `min_support` to be a count >= 1, but got {min_support}.")
     return int(min_support)
 
 
+def fraction_count(fraction: float, n: int) -> int:
+    """The count of samples meant by a ``fraction`` of ``n`` samples: ``ceil(fraction * n)``, where a product within
+    :data:`COUNT_TOLERANCE` (relative, at least that much absolute) above a whole number counts as that number, so
+    that a fraction that is a whole count of samples up to float rounding gives that count (``0.07 * 100`` is
+    ``7.000000000000001`` in float64, ``(5 / 6) * 6`` is ``5.000000000000001``).
+
+    Float64 rounding puts the product a few units in its 16th significant digit off; the tolerance, far above that,
+    only moves a count for a fraction within a relative 1e-9 of ``k / n`` (e.g. 0.0700000000001 on 100 rows: 7).
+    A numpy float32 fraction is read as its shortest decimal first (:func:`check_min_support`).
+
+    Example:
+        >>> fraction_count(0.07, 100), fraction_count(0.14, 100), fraction_count(5 / 6, 6), fraction_count(0.071, 100)
+        (7, 14, 5, 8)
+    """
+    product = float(fraction) * n
+    return math.ceil(product - COUNT_TOLERANCE * max(1.0, product))
+
+
 def resolve_min_support(min_support: Any, n: int) -> int:
-    """The count of samples meant by ``min_support`` (see :func:`check_min_support`) on ``n`` samples."""
+    """The count of samples meant by ``min_support`` (see :func:`check_min_support`) on ``n`` samples: a count as
+    it is, a fraction as :func:`fraction_count` of ``n``.
+
+    Example:
+        >>> resolve_min_support(0.07, 100), resolve_min_support(np.float32(0.1), 1000), resolve_min_support(7, 100)
+        (7, 100, 7)
+    """
     value = check_min_support(min_support)
     if isinstance(value, float):
-        value = int(math.ceil(value * n))
+        value = fraction_count(value, n)
     if value > n:
         raise ValueError(f"Expected `min_support` to lie in [1, {n}] (the number of samples), but got {min_support}.")
     return value
@@ -243,7 +279,26 @@ def name_list(feature_names: Any) -> list[str] | None:
         )
     if not isinstance(feature_names, Iterable) or getattr(feature_names, "ndim", 1) != 1:
         raise TypeError(f"Expected `feature_names` to be a sequence of strings, but got {feature_names!r}.")
-    return [str(n) for n in feature_names]
+    names = [str(n) for n in feature_names]
+    check_distinct(names, "`feature_names`")
+    return names
+
+
+def check_distinct(names: list[str], arg: str) -> None:
+    """A ``ValueError`` naming ``arg`` when ``names`` repeat a name (rules on different columns would print alike).
+
+    Example:
+        >>> check_distinct(["a", "b", "a"], "`feature_names`")
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `feature_names` to be distinct (rules on different columns would print the same), ...
+    """
+    dup = sorted(name for name, count in Counter(names).items() if count > 1)
+    if dup:
+        raise ValueError(
+            f"Expected {arg} to be distinct (rules on different columns would print the same), but got "
+            f"duplicates {dup[:10]}."
+        )
 
 
 def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | None, n_features: int) -> list[str]:
@@ -258,12 +313,7 @@ def resolve_names(feature_names: Sequence[str] | None, frame_names: list[str] | 
                 f"Expected `feature_names` to have {n_features} entries (columns of X), but got {len(names)}."
             )
         arg = "`feature_names`"
-    dup = sorted(name for name, count in Counter(names).items() if count > 1)
-    if dup:
-        raise ValueError(
-            f"Expected {arg} to be distinct (rules on different columns would print the same), but got "
-            f"duplicates {dup[:10]}."
-        )
+    check_distinct(names, arg)
     return names
 
 

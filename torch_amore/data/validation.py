@@ -153,13 +153,20 @@ def align_rows(values: Any, frame: Any, name: str, frame_name: str = "X") -> Any
         return values.reindex(frame.index)
     raise ValueError(
         f"Expected `{name}` (a pandas {type(values).__name__}) to be indexed like `{frame_name}`: its index labels "
-        f"differ from `{frame_name}`'s ({_show_index(values.index)} against {_show_index(frame.index)}), so its rows "
+        f"differ from `{frame_name}`'s ({show_index(values.index)} against {show_index(frame.index)}), so its rows "
         f"cannot be matched to `{frame_name}`'s; give it `{frame_name}`'s index, or pass `{name}.to_numpy()` to pair "
         "the rows by position."
     )
 
 
-def _show_index(index: Any) -> str:
+def show_index(index: Any) -> str:
+    """A pandas index in a message: its length and first labels.
+
+    Example:
+        >>> import pandas as pd
+        >>> show_index(pd.RangeIndex(5))
+        '5 labels [0, 1, 2, ...]'
+    """
     head = ", ".join(repr(v) for v in index[:3].tolist())
     return f"{len(index)} labels [{head}{', ...' if len(index) > 3 else ''}]"
 
@@ -464,25 +471,3 @@ indices 0..C-1).
             f"({name} must be class indices 0..C-1)."
         )
     return labels
-
-
-def to_local_x(local_x: Any, n_features: int) -> torch.Tensor | None:
-    """One sample (F,) as a float64 CPU tensor (``None`` stays ``None``)."""
-    if local_x is None:
-        return None
-    if hasattr(local_x, "to_numpy") or isinstance(local_x, (list, tuple, np.ndarray)):
-        try:
-            raw = local_x.to_numpy() if hasattr(local_x, "to_numpy") else local_x
-            local_x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
-        except (TypeError, ValueError) as err:
-            raise TypeError(
-                f"Expected `local_x` to be one sample of {n_features} numbers, but it holds non-numeric values: {err}"
-            ) from err
-    if not isinstance(local_x, torch.Tensor):
-        raise TypeError(f"Expected `local_x` to be one sample of shape ({n_features},), got {type(local_x).__name__}.")
-    local_x = check_dense_tensor(local_x, "local_x")
-    if local_x.ndim == 2 and local_x.shape[0] == 1:
-        local_x = local_x[0]
-    if local_x.ndim != 1 or local_x.shape[0] != n_features:
-        raise ValueError(f"Expected `local_x` to have shape ({n_features},), but got shape {tuple(local_x.shape)}.")
-    return local_x.to("cpu", torch.float64)

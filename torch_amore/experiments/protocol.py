@@ -19,6 +19,7 @@ from torch_amore._utils.progress import progress_bar
 from torch_amore._utils.typing import ArrayLike, MaskLike
 from torch_amore.data import arguments as A
 from torch_amore.data import validation as V
+from torch_amore.data.local_x import to_local_x
 from torch_amore.rules import serialization as S
 from torch_amore.rules.metrics import RuleMetrics, confidence_of_counts, hits_of_rates, recall, rule_metrics
 from torch_amore.rules.rules import RuleSet, load_rule_sets
@@ -218,7 +219,7 @@ def search_hyperparameters(
     options = capped_max_length(options, len(A.resolve_features(features, n_features)))  # said once, not per setting
     names = A.resolve_names(feature_names, frame_names, n_features)
     supports = [A.resolve_min_support(m, n) for m in as_grid(min_supports, "min_supports")]
-    local = V.to_local_x(local_x, n_features)
+    local = to_local_x(local_x, n_features, frame_names)
     if local is not None and bool(torch.isinf(local).any()):
         raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
 

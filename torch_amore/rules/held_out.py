@@ -26,7 +26,14 @@ import numpy as np
 import torch
 
 from torch_amore.rules.metrics import base_rate, confidence_of_counts, fitness_of_counts, lift
-from torch_amore.rules.serialization import expect_float, expect_int, expect_keys, expect_mapping, load_items
+from torch_amore.rules.serialization import (
+    FieldError,
+    expect_float,
+    expect_int,
+    expect_keys,
+    expect_mapping,
+    load_items,
+)
 
 __all__ = [
     "HeldOut",
@@ -142,19 +149,30 @@ class HeldOut:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HeldOut:
-        """The object of a dict written by :meth:`to_dict`, every field checked (a ``FieldError`` names it).
+        """The object of a dict written by :meth:`to_dict`, every field checked (a ``FieldError`` names it): the
+        shares in [0, 1], ``confidence_interval`` two of them in order (low <= high), ``level`` in (0, 1).
 
         Example:
             >>> h = HeldOut(5, 0.6, 0.1, 2.0, (0.15, 0.95), 0.2, 0.1, 0.3)
             >>> HeldOut.from_dict(h.to_dict()) == h
             True
+            >>> HeldOut.from_dict({**h.to_dict(), "confidence_interval": [0.95, 0.15]})
+            Traceback (most recent call last):
+            ...
+            torch_amore.rules.serialization.FieldError: Invalid `confidence_interval`: expected low <= high, but got \
+[0.95, 0.15].
         """
         data = expect_mapping(data)
         expect_keys(data, [f.name for f in fields(cls) if f.name != "level"], ("level",))
         unit = {"low": 0.0, "high": 1.0}
         interval = load_items(data["confidence_interval"], lambda v: expect_float(v, "", **unit), "confidence_interval")
         if len(interval) != 2:
-            raise ValueError(f"Invalid `confidence_interval`: expected two numbers, but got {len(interval)}.")
+            raise FieldError("confidence_interval", f"expected two numbers (low, high), but got {len(interval)}.")
+        if interval[0] > interval[1]:
+            raise FieldError("confidence_interval", f"expected low <= high, but got {interval}.")
+        level = expect_float(data.get("level", 0.95), "level", **unit)
+        if not 0.0 < level < 1.0:
+            raise FieldError("level", f"expected a number in (0, 1), but got {level}.")
         return cls(
             support=expect_int(data["support"], "support", low=0),
             confidence=expect_float(data["confidence"], "confidence", **unit),
@@ -164,7 +182,7 @@ class HeldOut:
             p_value=expect_float(data["p_value"], "p_value", **unit),
             raw_p_value=expect_float(data["raw_p_value"], "raw_p_value", **unit),
             base_rate=expect_float(data["base_rate"], "base_rate", **unit),
-            level=expect_float(data.get("level", 0.95), "level", low=0.0, high=1.0),
+            level=level,
         )
 
     def text(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -240,12 +241,23 @@ def _extra_fields() -> list[Any]:
     return [f for f in fields(RuleSet) if f.name not in _CORE_FIELDS]
 
 
+#: The bounds of the optional numeric fields: ``p_value`` and ``stability`` are shares, ``optimum`` a fitness.
+_EXTRA_BOUNDS = {"p_value": (0.0, 1.0), "stability": (0.0, 1.0), "optimum": (-math.inf, 1.0)}
+
+
 def _extra_value(value: Any, path: str) -> Any:
-    """An optional field's value: ``None``, a finite number, a string or the held-out numbers' dict."""
-    if path == "held_out" and value is not None:
+    """An optional field's value, ``None`` or: the held-out numbers' dict for ``held_out``; a finite number within
+    its bounds for ``p_value`` and ``stability`` ([0, 1]) and ``optimum`` (<= 1, a fitness); for any other field, a
+    string or a finite number."""
+    if value is None:
+        return None
+    if path == "held_out":
         with S.at_path(path):
             return HeldOut.from_dict(value)
-    if value is None or isinstance(value, str):
+    if path in _EXTRA_BOUNDS:
+        low, high = _EXTRA_BOUNDS[path]
+        return S.expect_float(value, path, low=low, high=high)
+    if isinstance(value, str):
         return value
     return S.expect_float(value, path)
 

@@ -31,12 +31,17 @@ __all__ = [
 HOLDOUT_STREAM, PERMUTATION_STREAM, HALF_SAMPLE_STREAM = 0, 1, 2
 
 
-def _stratified(target: torch.Tensor, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Sorted row indices: ``round(fraction * n_c)`` rows drawn from each class ``c``, the target rows first."""
+def _stratified(
+    target: torch.Tensor, fraction: float, rng: np.random.Generator, *, every_class: bool = False
+) -> np.ndarray:
+    """Sorted row indices: ``round(fraction * n_c)`` rows drawn from each class ``c`` (Python's ``round``, half to
+    even), the target rows first; ``every_class``: at least one row of each class that has rows."""
     flags = target.detach().to("cpu").numpy().astype(bool)
     chosen = []
     for rows in (np.flatnonzero(flags), np.flatnonzero(~flags)):
         take = int(round(fraction * len(rows)))
+        if every_class and len(rows):
+            take = max(1, take)
         chosen.append(rng.permutation(rows)[:take])
     return np.sort(np.concatenate(chosen))
 
@@ -67,11 +72,15 @@ def permutation_order(n: int, seed: int, k: int) -> np.ndarray:
 
 
 def half_sample(target: torch.Tensor, seed: int, b: int) -> np.ndarray:
-    """Half-sample ``b``: the sorted indices of half the target rows and half the other rows (rounded), drawn with
-    ``numpy.random.default_rng([seed, HALF_SAMPLE_STREAM, b])``.
+    """Half-sample ``b``: the sorted indices of half the target rows and half the other rows, each ``round(n_c / 2)``
+    (half to even) but at least one, drawn with ``numpy.random.default_rng([seed, HALF_SAMPLE_STREAM, b])``: the
+    first ``k`` of a permutation of the target rows, then of the other rows. A class of one row is in every
+    half-sample, so that each half-sample holds both classes, as the search needs.
 
     Example:
         >>> half_sample(torch.tensor([True, True, False, False]), seed=0, b=0).shape
         (2,)
+        >>> half_sample(torch.tensor([True, False, False, False]), seed=0, b=0)[0].item()  # the one target row
+        0
     """
-    return _stratified(target, 0.5, np.random.default_rng([seed, HALF_SAMPLE_STREAM, b]))
+    return _stratified(target, 0.5, np.random.default_rng([seed, HALF_SAMPLE_STREAM, b]), every_class=True)

@@ -255,8 +255,7 @@ def search_converted(
             "feature_names": list(plan.names),
             "target_name": plan.target_name,
         }
-        local_x = plan_args.get("local_x")
-        rule_sets, min_support = extract_with_evidence(
-            X, target, options, local_x=local_x, holdout_rows=holdout_rows, **named
+        rule_sets, min_support = extract_with_evidence(  # local_x as the plan read it (a Series by its labels)
+            X, target, options, local_x=plan.local_x, holdout_rows=holdout_rows, **named
         )
     return rule_sets, plan, min_support, None

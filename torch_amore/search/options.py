@@ -29,14 +29,15 @@ AUTO_SHARE_OF_SUBGROUP = 0.5
 
 
 def auto_min_support(n_samples: int, subgroup_size: int) -> int:
-    """The count meant by ``min_support=None``: 5 % of the samples, at most half the subgroup (at least 1).
+    """The count meant by ``min_support=None``: 5 % of the samples, at most half the subgroup (at least 1), each
+    share counted as a given fraction is (:func:`torch_amore.data.arguments.fraction_count`).
 
     Example:
-        >>> auto_min_support(10_000, 3_000), auto_min_support(10_000, 100)
-        (500, 50)
+        >>> auto_min_support(10_000, 3_000), auto_min_support(10_000, 100), auto_min_support(60, 100)
+        (500, 50, 3)
     """
-    share = min(AUTO_SHARE_OF_SAMPLES * n_samples, AUTO_SHARE_OF_SUBGROUP * subgroup_size)
-    return max(1, math.ceil(share - 1e-9))
+    share_of_samples = A.fraction_count(AUTO_SHARE_OF_SAMPLES, n_samples)
+    return max(1, min(share_of_samples, A.fraction_count(AUTO_SHARE_OF_SUBGROUP, subgroup_size)))
 
 
 def _float_tuple(values: Any, name: str) -> tuple[float, ...] | None:

@@ -15,7 +15,7 @@ import torch
 from torch_amore._utils import distributed as D
 from torch_amore.data import arguments as A
 from torch_amore.data import memory as M
-from torch_amore.data import validation as V
+from torch_amore.data.local_x import to_local_x
 from torch_amore.search.extractor import capped_max_length
 from torch_amore.search.options import SearchOptions, auto_min_support
 from torch_amore.strategies.exact_cost import check_budget
@@ -82,7 +82,7 @@ class SearchPlan:
             min_support = options.given_support_count(n_all)  # a bad count fails before the binning
         if options.strategy == "exact":  # refused before any binning when it would take too long
             check_budget(n_all, len(columns), options.n_grids, options.max_length, options.exact_budget)
-        local = V.to_local_x(local_x, n_features)
+        local = to_local_x(local_x, n_features, frame_names)  # a pandas Series by its labels, X's columns
         if local is not None and bool(torch.isinf(local).any()):
             raise ValueError("Expected `local_x` to hold finite values (NaN marks a missing value).")
         names = A.resolve_names(feature_names, frame_names, n_features)

@@ -143,9 +143,15 @@ def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) 
     for (n_held, n_rest), what in zip((counts[:2], counts[2:]), ("target rows", "rows outside the target")):
         if n_held == 0 or n_rest == 0:
             part = "held-out rows" if n_held == 0 else "rows left to search"
+            given = "`holdout_rows`" if holdout_rows is not None else f"`holdout={options.holdout:g}`"
+            hint = "hold out other rows or more of them"
+            if holdout_rows is None:  # a fraction
+                hint = "it holds out round(holdout * n) of each class's n rows (half to even): pick another `holdout`"
+                if n_held + n_rest == 1:
+                    hint = f"there is one of the {what} in all, which no split puts on both sides"
             raise ValueError(
                 f"Expected {what} both among the held-out rows and among the rows searched, but the {part} hold "
-                f"none ({n_held} held out, {n_rest} searched): hold out other rows or more of them."
+                f"none ({n_held} held out, {n_rest} searched) with {given}: {hint}."
             )
     return held
 
@@ -198,6 +204,7 @@ def extract_with_evidence(
     columns = A.resolve_features(features, Xs.shape[1])
     M.check_search_memory(Xs, plain, None if features is None else columns)
     named = {"features": features, "columns": columns, "feature_names": names, "local_x": local_x}
+    named["frame_names"] = frame_names  # a pandas Series local_x by its labels, X's columns
     found, plan, min_count, searched = search_converted(Xs, ts, plain, target_name=target_name, **named)  # one plan
     changes: list[dict[str, Any]] = [{} for _ in found]
     if found and options.permutations:
