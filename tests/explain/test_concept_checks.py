@@ -39,14 +39,14 @@ def negative_first_sample(model: Counting, X: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_nmf_on_negative_activations_is_refused_on_one_sample(stream):
+def test_nmf_on_negative_activations_is_refused_on_the_first_batch(stream):
     model, X = Counting(), inputs()
     assert negative_first_sample(model, X)  # the premise: the Linear layer's output is negative somewhere
     explainer = RegionalRuleExplainer(model, layer="net.0", concepts="nmf", n_concepts=2)
     kw = dict(stream=True, batch_size=100) if stream else {}
     with pytest.raises(ValueError, match="NMF needs non-negative activations, but the layer's smallest activation"):
         explainer.explain(X, 1, **kw, **FAST)
-    assert model.rows == 1  # the one-sample probe, no pass over the 400 rows
+    assert model.rows == kw.get("batch_size", 256) < len(X)  # the probe's first batch, no pass over the 400 rows
     assert not explainer.concepts.fitted
 
 
@@ -94,11 +94,11 @@ def test_name_errors_name_concept_names(concepts, names, match):
     assert "`names`" not in str(info.value)
 
 
-def test_an_encoders_names_are_checked_on_one_sample_as_concept_names():
+def test_an_encoders_names_are_checked_on_the_first_batch_as_concept_names():
     model = Counting()
     basis = {"encode": lambda a: a[:, :3], "decode": lambda c: torch.cat([c, torch.zeros(c.shape[0], D - 3)], 1)}
     explainer = RegionalRuleExplainer(model, layer="net.0", concepts=basis, concept_names=["a", "b"])
     with pytest.raises(ValueError, match="Expected 3 concept `concept_names`, one per concept, but got 2"):
         explainer.explain(inputs(), 1, **FAST)
-    assert model.rows == 1
+    assert model.rows == 256 < len(inputs())  # the first batch (of the default batch_size), no full pass
     assert isinstance(explainer.concepts, EncoderDecoder)

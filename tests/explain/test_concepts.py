@@ -266,20 +266,20 @@ class Counting(nn.Module):
         return self.net(x)
 
 
-def test_a_wrong_width_or_shape_fails_on_one_sample():
+def test_a_wrong_width_or_shape_fails_on_the_first_batch():
     model = Counting()
     wrong = RegionalRuleExplainer(model, layer="net.0", concepts=torch.eye(5)[:, :2])
     with pytest.raises(ValueError, match="5 units.*the layer has 8"):
-        wrong.explain(data(), 1, **FAST)
-    assert model.rows == 1
+        wrong.explain(data(), 1, batch_size=100, **FAST)
+    assert model.rows == 100 < len(data())  # the first batch, no full pass
     not_nk = RegionalRuleExplainer(model, layer="net.0", concepts=EncoderDecoder(lambda a: a.sum()))
     with pytest.raises(ValueError, match=r"\(N, K\)"):
-        not_nk.explain(data(), 1, **FAST)
-    assert model.rows == 2
+        not_nk.explain(data(), 1, batch_size=100, **FAST)
+    assert model.rows == 200
     too_many = RegionalRuleExplainer(model, layer="net.0", concepts="pca", n_concepts=9)
     with pytest.raises(ValueError, match="`n_concepts` <= 8"):
-        too_many.explain(data(), 1, **FAST)
-    assert model.rows == 3
+        too_many.explain(data(), 1, batch_size=100, **FAST)
+    assert model.rows == 300
 
 
 @pytest.mark.parametrize(

@@ -174,3 +174,26 @@ def test_a_ranks_shard_of_held_out_rows_is_its_rows_of_the_whole_dataset(monkeyp
     assert request.holdout_rows.tolist() == [False, True, False]
     with pytest.raises(ValueError, match=r"length 8 \(the rows of the dataset\)"):
         ExplainRequest.make(target=1, holdout_rows=np.ones(6, dtype=bool)).shard([1, 3, 5, 7], 3)
+
+
+@pytest.mark.parametrize("how", ["holdout", "holdout_rows"])
+def test_the_header_says_on_which_rows_the_table_is(how):
+    """The table's numbers are of the rows searched: the header says how many, and how many of the subgroup (the
+    recall's denominator), beside the rows held out; counted here from the subgroup and the held-out rows."""
+    model, X = model_and_data()
+    with torch.no_grad():
+        subgroup = model(X).argmax(1) == 1
+    held = torch.zeros(len(X), dtype=torch.bool)
+    held[::4] = True
+    kw = dict(holdout=0.3) if how == "holdout" else dict(holdout_rows=held)
+    explanation = RegionalRuleExplainer(model).explain(X, 1, **kw, **OPTS)
+    best = explanation.rule_sets[0]
+    if how == "holdout":  # the searched subgroup from a rule set's own counts: hits over recall
+        hits = round(best.support * best.confidence)
+        searched_size = round(hits / explanation.stats(best)["recall"])
+        n_held = len(X) - round(searched_size / explanation.stats(best)["base_rate"])  # base rate: of the searched
+    else:
+        searched_size, n_held = int((subgroup & ~held).sum()), int(held.sum())
+    words = f"{len(X) - n_held} searched ({searched_size} of the subgroup) and {n_held} held out"
+    assert words in str(explanation).splitlines()[0]
+    assert f"subgroup: {int(subgroup.sum())} of {len(X)} samples" in str(explanation).splitlines()[0]

@@ -120,6 +120,14 @@ def test_a_misspelt_option_is_a_type_error_before_the_model_runs(task):
         ({"features": [True, False, True, False]}, TypeError, "booleans (a mask?)"),
         ({"features": torch.tensor([True, False, True, False])}, TypeError, "booleans (a mask?)"),
         ({"input_key": "x"}, ValueError, "`input_key` only with a Dataset or DataLoader"),
+        ({"input_key": 3.5}, TypeError, "`input_key` to be an index or key of the batches"),
+        ({"feature_names": ["a", "b", "a", "c", "d", "e", "f", "g"]}, ValueError, "duplicates ['a']"),
+        ({"target": 1.0}, TypeError, "got 1.0 (float)"),
+        ({"target": "7"}, TypeError, "got '7' (str)"),
+        ({"target": None}, TypeError, "got None (NoneType)"),
+        ({"target": [7, 0, 3] * 400}, TypeError, "Captum's per-sample output indices are not a subgroup"),
+        ({"target": np.zeros(1200, dtype=np.int64)}, TypeError, "boolean mask of the subgroup, but got dtype int64"),
+        ({"target": (7, "a")}, TypeError, "a (low, high) range of a regression output"),
         ({"label_key": 1}, ValueError, "drop `label_key` and pass the labels as `labels=`"),
     ],
 )
@@ -131,7 +139,7 @@ def test_odd_arguments_are_refused_by_name_before_the_model_runs(task, kwargs, e
     handle = model.register_forward_hook(lambda *a: calls.append(1))
     try:
         with pytest.raises(error) as info:
-            RegionalRuleExplainer(model).explain(X, 7, **kwargs, **FAST)
+            RegionalRuleExplainer(model).explain(X, **{"target": 7, **kwargs}, **FAST)
     finally:
         handle.remove()
     assert words in str(info.value)
@@ -641,3 +649,89 @@ def test_features_and_names_of_a_known_width_fail_before_the_model_runs(kwargs, 
     with pytest.raises(ValueError) as info:
         RegionalRuleExplainer(Counted()).explain(X, 1, **kwargs)
     assert words in str(info.value) and Counted.calls == 0
+
+
+def test_the_width_probe_neither_asks_the_target_nor_refuses_a_shuffling_loader(task):
+    """stream='auto' measures the features' width on a first batch before the run: that batch must not be handed to
+    the target (a callable sees every output once), nor make a shuffling loader a streamed one (no rows must align
+    with a class target), nor be a batch the run would not take (a model that squeezes a batch of one)."""
+    X, model = task
+    keep = X[:, 3] > 0
+    seen = []
+
+    def target(out):
+        seen.append(out.shape[0])
+        return (out.argmax(1) == 7) & keep
+
+    auto = RegionalRuleExplainer(model, "1").explain(X, target, **FAST)
+    in_memory = RegionalRuleExplainer(model, "1").explain(X, target, stream=False, **FAST)
+    assert seen == [len(X), len(X)]
+    assert auto.rule_sets == in_memory.rule_sets and len(auto.rule_sets) > 0
+    hidden, prediction = _hidden_and_prediction(model, X)
+    on_mask = extract_rules(hidden, (prediction == 7) & keep, **FAST)
+    assert [(rs.support, rs.confidence) for rs in auto.rule_sets] == [(rs.support, rs.confidence) for rs in on_mask]
+
+    plain = RegionalRuleExplainer(model, "1").explain(X, 7, **FAST)
+    loader = DataLoader(TensorDataset(X), batch_size=50, shuffle=True, generator=torch.Generator().manual_seed(0))
+    shuffled = RegionalRuleExplainer(model, "1").explain(loader, 7, **FAST)
+    assert [rs.rules for rs in shuffled.rule_sets] == [rs.rules for rs in plain.rule_sets]
+
+    class Squeezed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, x):
+            return self.net(x).squeeze()  # (10,) on a batch of one: the run never takes one here
+
+    squeezed = RegionalRuleExplainer(Squeezed(), "net.1").explain(X, 7, **FAST)
+    assert [rs.rules for rs in squeezed.rule_sets] == [rs.rules for rs in plain.rule_sets]
+
+
+@pytest.mark.parametrize("how", ["transposed", "pooled"])
+def test_a_model_that_does_not_return_one_row_per_sample_is_named(task, how):
+    X, model = task
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = model[0]
+
+        def forward(self, x):
+            out = self.fc(x)
+            return out.T if how == "transposed" else out.mean(0, keepdim=True)
+
+    shape = "(8, 256)" if how == "transposed" else "(1, 8)"
+    for kwargs in (dict(), dict(stream=False), dict(layer="fc")):
+        layer = kwargs.pop("layer", None)
+        with pytest.raises(
+            ValueError, match=re.escape(f"one row per sample, but it returned outputs of shape {shape}")
+        ):
+            RegionalRuleExplainer(Odd(), layer).explain(X, 1, **kwargs, **FAST)
+
+
+def test_a_features_frame_indexed_unlike_the_inputs_frame_is_refused(task):
+    """Used by position, a features DataFrame in another row order than a DataFrame's inputs pairs samples with other
+    samples' features; the same index passes and gives the rules of the arrays."""
+    pd = pytest.importorskip("pandas")
+    X, model = task
+    frame = pd.DataFrame(X.numpy(), columns=list("abcd"))
+    feats = pd.DataFrame({"f1": X[:, 0].numpy(), "f2": X[:, 1].numpy()})
+    same = RegionalRuleExplainer(model).explain(frame, 7, features=feats, **FAST)
+    arrays = RegionalRuleExplainer(model).explain(X, 7, features=X[:, :2], feature_names=["f1", "f2"], **FAST)
+    assert [str(rs) for rs in same.rule_sets] == [str(rs) for rs in arrays.rule_sets] and len(same.rule_sets) > 0
+    with pytest.raises(ValueError, match=r"`features` \(a DataFrame\) to be indexed like the DataFrame `inputs`"):
+        RegionalRuleExplainer(model).explain(frame, 7, features=feats.sample(frac=1, random_state=1), **FAST)
+
+
+def test_select_features_with_a_mask_target_on_several_outputs_names_the_output(task):
+    """The labels of the selection are the subgroup; the output its gradients attribute is named by the class-index
+    target, or for a mask or callable target by select_features={'target': k} (the message says so)."""
+    X, model = task
+    mask = X[:, 0] > 0.5
+    with pytest.raises(ValueError, match=r"select_features=\{'target': k\} with a Tensor `target` on a model of 10"):
+        RegionalRuleExplainer(model).explain(X, mask, select_features=True, **FAST)
+    named = RegionalRuleExplainer(model).explain(X, mask, select_features={"target": 7, "n_steps": 4}, **FAST)
+    picked = torch_amore.select_features(model, X, mask.long(), target=7, n_steps=4, feature_names=list("abcd"))
+    assert named.selection.features == picked.features and len(named.rule_sets) > 0
+    assert {f for rs in named.rule_sets for f in rs.features} <= set(picked.features)

@@ -475,11 +475,17 @@ def test_batch_splitting_and_mode_restoring():
         (dict(at_train_end="no"), TypeError),  # a string would read as True
         (dict(html="yes"), TypeError),
         (dict(log_figures=None), TypeError),
+        (dict(target=1.5), TypeError),  # no class index: refused at the first extraction, after training
+        (dict(target="1"), TypeError),
+        (dict(target=[0, 1, 2]), TypeError),  # Captum's per-sample indices
+        (dict(feature_names=["a", "a", "b", "c"]), ValueError),
+        (dict(input_key=3.5), TypeError),
+        (dict(label_key=[]), TypeError),
     ],
 )
 def test_bad_options_raise_at_construction(kwargs, error):
     with pytest.raises(error):
-        RegionalRuleExtractor(target=1, **kwargs)
+        RegionalRuleExtractor(**{"target": 1, **kwargs})
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
-"""Rules over concepts: the explainer's concept basis resolved, checked on one sample before the full pass, fitted
-once (in memory on the explained activations, streamed on the first :data:`FIT_ROWS` rows; under DDP by rank 0,
-broadcast to every rank), and the one place where a layer's (N, D) activations become the (N, K) concept activations
-``c = encode(a)``.
+"""Rules over concepts: the explainer's concept basis resolved, checked on one sample (of the first batch) before the
+full pass, fitted once (in memory on the explained activations, streamed on the first :data:`FIT_ROWS` rows; under
+DDP by rank 0, broadcast to every rank), and the one place where a layer's (N, D) activations become the (N, K)
+concept activations ``c = encode(a)``.
 """
 
 from __future__ import annotations

@@ -50,6 +50,9 @@ def header(explanation: Any) -> str:
     facts = []
     if n is not None and size is not None:
         facts.append(f"subgroup: {size} of {n} samples")
+        searched, searched_size = searched_counts(explanation.params)
+        if holds_out(explanation.params) and searched is not None:  # the table's numbers are on these rows
+            facts.append(f"{searched} searched ({searched_size} of the subgroup) and {n - searched} held out")
     if explanation.params.get("layer") is not None:
         where = "input of" if explanation.params.get("layer_input") else "layer"
         facts.append(f"{where} {explanation.params['layer']}")

@@ -16,7 +16,7 @@ from torch_amore.data import validation as V
 from torch_amore.data.held_rows import aligned_holdout_rows, resolve_holdout_rows
 from torch_amore.explain.concept_space import encode_concepts
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.model.batches import check_row_order, is_graph
+from torch_amore.model.batches import check_batch_key, check_row_order, is_graph
 from torch_amore.model.forward import Forward, ModelArgs
 from torch_amore.model.source import BatchSource, ModelInputs
 from torch_amore.model.subgroups import check_outputs, check_target
@@ -47,6 +47,7 @@ class ExplainRequest:
     local: Any
     counted: tuple[int, int | None] | None = None  # (rows, min_support count) resolved on the data's rows
     holdout_rows: Any = None  # rows held out of the search: as given, then (on_rows) an (N,) boolean mask
+    matrix_index: Any = None  # the index of a DataFrame ``features``, matched against a DataFrame's inputs
 
     @classmethod
     def make(
@@ -93,6 +94,8 @@ class ExplainRequest:
         target = _class_index(target)
         check_target(target, threshold)
         feature_names = A.name_list(feature_names)
+        check_batch_key(input_key, "input_key")
+        check_batch_key(label_key, "label_key")
         if local is not None and not _is_sample(local):
             raise TypeError(
                 "Expected the sample of local rules `x` to be a row index, a tensor or array (one model input, or a "
@@ -129,12 +132,23 @@ class ExplainRequest:
             model_args=ModelArgs.make(additional_forward_args, forward_kwargs),
             local=local,
             holdout_rows=holdout_rows,
+            matrix_index=features.index if V.is_frame(features) else None,
         )
 
     def aligned_to(self, inputs: Any) -> ExplainRequest:
         """The request with a pandas mask ``target`` and ``labels`` in the row order of a DataFrame ``inputs`` (unless
-        :meth:`make` aligned them with a DataFrame ``features``)."""
-        if self.matrix_names is not None or not V.is_frame(inputs):
+        :meth:`make` aligned them with a DataFrame ``features``, whose index must then be that of ``inputs``)."""
+        if not V.is_frame(inputs):
+            return self
+        if self.matrix_index is not None:
+            if not self.matrix_index.equals(inputs.index):  # used by position, its rows would be other samples'
+                raise ValueError(
+                    "Expected `features` (a DataFrame) to be indexed like the DataFrame `inputs`, row for row, but "
+                    f"its index differs ({V.show_index(self.matrix_index)} against {V.show_index(inputs.index)}); "
+                    "pass `features.loc[inputs.index]`, or `features.to_numpy()` to pair the rows by position."
+                )
+            return self
+        if self.matrix_names is not None:
             return self
         target = V.align_rows(self.target, inputs, "target", "inputs")
         labels = V.align_rows(self.labels, inputs, "labels", "inputs")

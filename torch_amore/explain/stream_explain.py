@@ -131,12 +131,6 @@ class ModelBatches:
     """
 
     def __init__(self, explainer: Any, source: Any, request: Any) -> None:
-        inputs = source.inputs
-        if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
-            raise ValueError(
-                "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
-                "shuffles; pass DataLoader(..., shuffle=False)."
-            )
         self.explainer, self.source, self.request = explainer, source, request
         self.kind = request.outputs
         self.desc, self.threshold = "target", None
@@ -160,8 +154,7 @@ class ModelBatches:
             self.raw = False
 
     def probe(self) -> tuple[int, int]:
-        """(width, bytes per value) of the features, from the model run on the first sample (the first batch of a
-        DataLoader)."""
+        """(width, bytes per value) of the features, from the model run on the first batch (no subgroup made)."""
         for X, _ in self._run(first_only=True):
             return X.shape[1], X.element_size()
         raise ValueError(self.source.empty)
@@ -178,9 +171,10 @@ class ModelBatches:
                 if not first_only and self.source.checks_finite:  # the probe only measures the width
                     check_finite_outputs(step.outputs, batch_start=step.start)
                 X = self._features(step.activations, step.inputs, rows)
-                yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
-                if first_only:
+                if first_only:  # the features' width or a concept basis: the target is not asked
+                    yield X, None
                     return
+                yield X, self._subgroup(step.outputs, step.labels, rows).to(X.device)
 
     def _features(self, activations: torch.Tensor | None, inp: Any, rows: int) -> torch.Tensor:
         basis = getattr(self.explainer, "concepts", None)
@@ -209,6 +203,12 @@ def explain_streamed(explainer: Any, source: Any, request: Any) -> RegionalExpla
     ``source``."""
     from torch_amore.search.stream import prepare_stream, search_stream  # loaded when a call streams
 
+    inputs = source.inputs
+    if isinstance(inputs, DataLoader) and isinstance(inputs.sampler, RandomSampler):
+        raise ValueError(
+            "Expected `inputs` in the same order on every pass of a streamed explanation, but the DataLoader "
+            "shuffles; pass DataLoader(..., shuffle=False)."
+        )
     batches = ModelBatches(explainer, source, request)
     names = request.feature_names or explainer.feature_names
     if explainer.concepts is not None:  # fitted on the first rows, once; then every batch is encoded

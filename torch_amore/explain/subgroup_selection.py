@@ -47,6 +47,12 @@ def select_for_subgroup(
     multi = outputs.ndim == 2 and outputs.shape[1] > 1
     classes = labels if is_class and labels is not None and labels.ndim == 1 else mask.long().cpu()
     opts = dict(options) if isinstance(options, dict) else {}
+    if multi and not is_class and opts.get("target") is None:  # the labels are the subgroup; the output is unnamed
+        raise ValueError(
+            f"Expected select_features={{'target': k}} with a {type(target).__name__} `target` on a model of "
+            f"{outputs.shape[1]} outputs: the integrated gradients attribute one output (class k), which a class-index "
+            "`target` names and a mask or a callable does not."
+        )
     if basis is not None and layer is not None:
         model = ConceptModel(model, layer, basis, layer_input=layer_input)
         layer, layer_input = model.concepts, False

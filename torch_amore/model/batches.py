@@ -63,6 +63,33 @@ def _pick(batch: Any, key: int | str, what: str) -> Any:
         ) from None
 
 
+def check_batch_key(key: Any, name: str) -> None:
+    """A ``TypeError`` naming ``name`` unless ``key`` is a :data:`BatchKey`: an index or key (int or str), a sequence
+    of them, a callable on the batch, or None.
+
+    Example:
+        >>> check_batch_key(3.5, "input_key")
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `input_key` to be an index or key of the batches (an int or str), ... but got 3.5.
+    """
+
+    def one(k: Any) -> bool:
+        return isinstance(k, (int, str)) and not isinstance(k, bool)
+
+    ok = (
+        key is None
+        or callable(key)
+        or one(key)
+        or (isinstance(key, (tuple, list)) and bool(key) and all(map(one, key)))
+    )
+    if not ok:
+        raise TypeError(
+            f"Expected `{name}` to be an index or key of the batches (an int or str), a sequence of them, a callable "
+            f"on the batch or None, but got {key!r}."
+        )
+
+
 def split_batch(batch: Any, input_key: BatchKey = None, label_key: BatchKey = None) -> tuple[Any, Any]:
     """(model input, labels or None) of one batch; a tuple model input means several positional arguments.
 

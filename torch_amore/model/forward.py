@@ -292,6 +292,12 @@ def forward_batches(
                 accepted = tuple(fed.shape[1:])  # later batches of another shape are named against it
             out = output_tensor(out, noun).detach()
             rows = out.shape[0]
+            given = batch_len(fed) if isinstance(fed, (torch.Tensor, tuple)) else None
+            if given is not None and rows != given:  # e.g. outputs transposed or pooled over the batch
+                raise ValueError(
+                    f"Expected the {noun} to return one row per sample, but it returned outputs of shape "
+                    f"{tuple(out.shape)} for a batch of {given} samples (rows {start} to {start + given - 1})."
+                )
             acts = None if capture is None else layer_activations(capture.values, layer_name, rows)
             yield Step(out, acts, inp, lab, start)
             start += rows

@@ -54,8 +54,8 @@ class BatchSource:
     finds = "the rules are found"
 
     def batches(self, first_only: bool = False) -> Iterator[tuple[Any, Any]]:
-        """Each transferred ``(model input, labels)``; ``first_only``: a first batch (as small as the source can
-        cut it) to probe the model's width."""
+        """Each transferred ``(model input, labels)``; ``first_only``: the first one alone (the batch the run takes
+        first), to probe the model's width."""
         raise NotImplementedError
 
     def feed(self, inp: Any, start: int) -> tuple[Any, tuple, dict[str, Any]]:
@@ -175,9 +175,8 @@ class ModelInputs(BatchSource):
         return cls(model, inputs, n, column_names=column_names, batch_size=batch_size, **options)
 
     def batches(self, first_only: bool = False) -> Iterator[tuple[Any, Any]]:
-        # the probe needs one sample: a batch of one where the inputs are cut into batches here (tensors, Datasets)
-        size = 1 if first_only else self.batch_size
-        it, n_batches = iter_batches(self.inputs, size, self.input_key, self.label_key)
+        # the probe takes the first batch the run takes: a model may treat a batch of one otherwise (``squeeze()``)
+        it, n_batches = iter_batches(self.inputs, self.batch_size, self.input_key, self.label_key)
         if self.progress and not first_only and (n_batches is None or n_batches > 1):
             from tqdm.auto import tqdm
 

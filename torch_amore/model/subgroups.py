@@ -21,12 +21,48 @@ def _is_range(target: Any) -> bool:
     )
 
 
-def check_target(target: Any, threshold: Any) -> None:
-    """Type checks that need no model outputs."""
-    if isinstance(target, bool):
+_TUPLE_TARGET = (
+    "Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; Captum-style "
+    "output indices are not subgroups: pass a callable on the outputs instead, e.g. "
+    "`target=lambda out: out[:, 0, 1] > 0`."
+)
+#: Captum's per-sample output indices look like a mask of numbers; a subgroup is a boolean mask.
+_NOT_CAPTUM = "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
+
+
+def _check_target_kind(target: Any) -> None:
+    """A ``TypeError`` for a ``target`` of a kind that is no subgroup definition (a number that is no class index, a
+    string, None, a tuple that is no range, a per-sample array of other than booleans)."""
+    called = callable(target) and not isinstance(target, torch.Tensor)
+    if isinstance(target, (bool, float, str, bytes, np.floating)) or target is None:
         raise TypeError(
-            f"Expected `target` to be a class index, a mask, a callable or a (low, high) range, got {target}."
+            "Expected `target` to be a class index, a mask, a callable or a (low, high) range, got "
+            f"{target!r} ({type(target).__name__})."
         )
+    if isinstance(target, tuple) and not called and not _is_range(target):
+        raise TypeError(_TUPLE_TARGET.format(target=target))
+    try:  # a ragged list: refused with the mask's own message where it is converted
+        array = np.asarray(target) if isinstance(target, list) else target
+    except ValueError:
+        return
+    if isinstance(array, (np.ndarray, torch.Tensor)) and array.ndim >= 1 and array.dtype not in (bool, torch.bool):
+        raise TypeError(
+            f"Expected a per-sample `target` to be a boolean mask of the subgroup, but got dtype {array.dtype}; "
+            + _NOT_CAPTUM
+        )
+
+
+def check_target(target: Any, threshold: Any) -> None:
+    """Type checks that need no model outputs: what no model output could make a subgroup is refused here, before
+    the model runs.
+
+    Example:
+        >>> check_target(1.0, None)
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `target` to be a class index, a mask, a callable or a (low, high) range, got 1.0 (float).
+    """
+    _check_target_kind(target)
     is_class = isinstance(target, (int, np.integer))
     if is_class and target < 0:
         raise ValueError(f"Expected a class-index `target` >= 0, but got {target}.")
@@ -159,11 +195,7 @@ def _given_mask(target: Any, outputs: torch.Tensor) -> tuple[torch.Tensor, str]:
     """A boolean mask ``target`` (N,), or a callable ``target``'s mask of the outputs, and its description."""
     called = callable(target) and not isinstance(target, torch.Tensor)
     if isinstance(target, tuple) and not called:
-        raise TypeError(
-            f"Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; "
-            "Captum-style output indices are not subgroups: pass a callable on the outputs instead, e.g. "
-            "`target=lambda out: out[:, 0, 1] > 0`."
-        )
+        raise TypeError(_TUPLE_TARGET.format(target=target))
     name = getattr(target, "__name__", "target") if called else "target"
     try:
         given = target(outputs) if called else target
@@ -180,6 +212,6 @@ def _given_mask(target: Any, outputs: torch.Tensor) -> tuple[torch.Tensor, str]:
     if mask.dtype != torch.bool:
         raise TypeError(
             f"Expected a per-sample `target` to be a boolean mask of the subgroup, but got dtype {mask.dtype}; "
-            "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
+            + _NOT_CAPTUM
         )
     return mask, "target" if name == "<lambda>" else name

@@ -103,7 +103,8 @@ def plot_rule(
 
     Each panel shows one condition's feature in raw units as the share of the subgroup's rows (orange outline) and
     of the other rows (blue) per bin or value, the values it admits shaded green; the title gives the rule set's
-    support, confidence and fitness on ``X`` and ``subgroup``.
+    support, confidence and fitness on ``X`` and ``subgroup`` (of an explanation: on all its rows, the held-out ones
+    included where its search held rows out), and on how many rows.
 
     Args:
         rules: a :class:`~torch_amore.RuleSet`, or a :class:`~torch_amore.RegionalExplanation` (its best rule set,
@@ -126,7 +127,7 @@ def plot_rule(
         >>> rs = RuleSet.from_rules([Rule(0, "age", low=40.0)], X, subgroup, target_name="predicted sick")
         >>> fig = plot_rule(rs, X, subgroup)
         >>> fig.axes[0].get_title(), fig.get_suptitle()
-        ('age >= 40', 'IF age >= 40 THEN predicted sick\\nsupport 2, confidence 1.000, fitness 1.000')
+        ('age >= 40', 'IF age >= 40 THEN predicted sick\\nsupport 2, confidence 1.000, fitness 1.000 on 4 rows')
     """
     rules, X, subgroup = _unpack(rules, X, subgroup)
     if subgroup is None:
@@ -158,7 +159,7 @@ def plot_rule(
     cond = " AND ".join(r.format() for r in rules.rules)
     fig.suptitle(
         f"IF {cond} THEN {rules.target_name}\nsupport {metrics.support}, confidence {metrics.confidence:.3f}, "
-        f"fitness {metrics.fitness:.3f}",
+        f"fitness {metrics.fitness:.3f} on {n} rows",
         fontsize=10,
     )
     return fig
