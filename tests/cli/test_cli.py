@@ -349,6 +349,18 @@ BAD_INPUTS = [
     (["{csv}", "--target", "pred == 1", "--feature-scale", "size=0"], "--feature-scale"),
     (["{csv}", "--target", "pred == 1", "--feature-offset", "size=abc"], "--feature-offset"),
     (["{csv}", "--target", "pred == 1", "--feature-scale", "1,2"], "--feature-scale has 2 values"),
+    (
+        ["{csv}", "--target", "pred == 1", "--feature-types", "size=int,size=float"],
+        "argument --feature-types: name 'size' given more than once in 'size=int,size=float'",
+    ),
+    (
+        ["{csv}", "--target", "pred == 1", "--feature-scale", "size=2,count=3,size=10"],
+        "argument --feature-scale: name 'size' given more than once",
+    ),
+    (
+        ["{csv}", "--target", "pred == 1", "--feature-offset", "count=1, count =2"],
+        "argument --feature-offset: name 'count' given more than once",
+    ),
     (["{csv}", "--target", "pred == 1", "--features", "size,weight"], "unknown column 'weight' in --features"),
     (["{csv}", "--target", "pred == 1", "--features", "pred"], "excluded"),
     (["{csv}", "--target", "pred == 1", "--exclude", "weight"], "in --exclude"),

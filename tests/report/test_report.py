@@ -162,6 +162,62 @@ def test_bad_report_arguments_are_named(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def _figure():
+    fig = plt.figure(figsize=(1, 1))
+    fig.gca().plot([0, 1], [1, 0])
+    return fig
+
+
+# values of `figures` none of the documented shapes, made inside the test (its figures are closed after it)
+BAD_FIGURES = [
+    pytest.param(lambda: 3, id="an int"),
+    pytest.param(lambda: 2.5, id="a float"),
+    pytest.param(lambda: {"x": None}, id="a dict of None"),
+    pytest.param(lambda: {"x": "not a figure"}, id="a dict of a string"),
+    pytest.param(lambda: {1: _figure()}, id="a dict with a caption that is not a string"),
+]
+
+
+@pytest.mark.parametrize("make", BAD_FIGURES)
+def test_figures_of_any_other_shape_are_a_type_error_naming_figures_before_anything_is_rendered(tmp_path, make):
+    expl = _explanation()  # holds its data: plot_rules=3 would render three figures before the caller's
+    figures = make()
+    open_before = list(plt.get_fignums())
+    with pytest.raises(TypeError, match=r"Expected (`figures`|the captions in `figures`) to be"):
+        expl.to_html(tmp_path / "r.html", figures=figures, plot_rules=3)
+    assert not (tmp_path / "r.html").exists()
+    assert plt.get_fignums() == open_before  # no rule plot rendered (and left open) before the check
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "named"),
+    [
+        ({"title": 3}, TypeError, "`title`"),
+        ({"plot_rules": "2"}, TypeError, "`plot_rules`"),
+        ({"plot_rules": 2.5}, TypeError, "`plot_rules`"),
+        ({"plot_rules": -1}, ValueError, "`plot_rules`"),
+        ({"dpi": 0}, ValueError, "`dpi`"),
+        ({"dpi": 2.5}, TypeError, "`dpi`"),
+        ({"held_out": 3}, TypeError, "`held_out`"),
+    ],
+    ids=[
+        "title int",
+        "plot_rules str",
+        "plot_rules float",
+        "plot_rules negative",
+        "dpi 0",
+        "dpi float",
+        "held_out int",
+    ],
+)
+def test_other_bad_report_arguments_are_named_before_anything_is_rendered(tmp_path, kwargs, error, named):
+    expl = _explanation()
+    with pytest.raises(error, match=named):
+        expl.to_html(tmp_path / "r.html", **kwargs)
+    assert not (tmp_path / "r.html").exists()
+    assert plt.get_fignums() == []
+
+
 def _chromium():
     return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 

@@ -101,8 +101,17 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
-def _per_feature(parse_value):
-    """A parser of ``v1,v2,...`` (one value per feature) or ``name=v,name=v`` (the named features only)."""
+def _per_feature(parse_value: Callable[[str], Any]) -> Callable[[str], list | dict]:
+    """A parser of ``v1,v2,...`` (one value per feature) or ``name=v,name=v`` (the named features only, each once).
+
+    Example:
+        >>> _per_feature(float)("size=2,count=10")
+        {'size': 2.0, 'count': 10.0}
+        >>> _per_feature(float)("size=2,size=10")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: name 'size' given more than once in 'size=2,size=10'
+    """
 
     def parse(text: str) -> list | dict:
         items = [t.strip() for t in text.split(",")]
@@ -113,9 +122,12 @@ def _per_feature(parse_value):
         out = {}
         for item in items:
             name, sep, value = item.partition("=")
-            if not sep or not name.strip():
+            name = name.strip()
+            if not sep or not name:
                 raise argparse.ArgumentTypeError(f"expected name=value pairs, but got {item!r} in {text!r}")
-            out[name.strip()] = parse_value(value.strip())
+            if name in out:
+                raise argparse.ArgumentTypeError(f"name {name!r} given more than once in {text!r}")
+            out[name] = parse_value(value.strip())
         return out
 
     return parse

@@ -157,7 +157,34 @@ class RegionalExplanation(Sequence[RuleSet]):
     def stats(self, rule_set: RuleSet) -> dict[str, Any]:
         """A rule set's support, confidence and fitness with its lift, recall (of the subgroup rows the search saw),
         the base rate, whether its fitness is positive, the 95 % Wilson interval of its confidence and whether that
-        interval contains the base rate (NaN where the sizes are unknown)."""
+        interval contains the base rate (NaN where the sizes are unknown).
+
+        ``rule_set`` must be one of this explanation's :attr:`rule_sets` (or equal to one, e.g. read back from JSON);
+        another explanation's would be measured against this subgroup's base rate, so it is a ``ValueError`` (as in
+        :meth:`verify`), and anything but a :class:`~torch_amore.RuleSet` a ``TypeError``.
+
+        Example:
+            >>> import torch
+            >>> from torch_amore import Rule, RuleSet
+            >>> X, subgroup = torch.tensor([[0.1], [0.6], [0.7], [0.9]]), torch.tensor([False, False, True, True])
+            >>> rs = RuleSet.from_rules([Rule(0, "x", low=0.65)], X, subgroup)
+            >>> explanation = RegionalExplanation([rs], subgroup, 0.5, [0], ["x"], {"n_samples": 4, "subgroup_size": 2})
+            >>> explanation.stats(rs)["lift"]
+            2.0
+            >>> explanation.stats(RuleSet.from_rules([Rule(0, "x", low=0.5)], X, subgroup))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: Expected a rule set of this explanation, but 'IF x >= 0.5 THEN ...' is not one of its rule sets.
+        """
+        if not isinstance(rule_set, RuleSet):
+            raise TypeError(
+                f"Expected `rule_set` to be a RuleSet of this explanation, but got {type(rule_set).__name__}."
+            )
+        own = self.rule_sets  # the same object (a cheap scan first), or an equal one, as verify accepts
+        if not any(rs is rule_set for rs in own) and rule_set not in own:
+            raise ValueError(
+                f"Expected a rule set of this explanation, but {rule_set.format()!r} is not one of its rule sets."
+            )
         size, base = searched_counts(self.params)[1], self.base_rate
         hits = hits_of_rates(rule_set.confidence, rule_set.support)
         low, high = confidence_interval(rule_set)

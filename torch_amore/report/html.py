@@ -9,13 +9,14 @@ import base64
 import html
 import io
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from torch_amore._version import __version__
+from torch_amore.data.arguments import check_int
 from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
 from torch_amore.report.plot import plot_rule
 from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
@@ -232,17 +233,35 @@ def _default_figures(explanation: Any, shown_idx: Sequence[int], n_rules: int) -
     return [(caption.format(i + 1), plot_rule(explanation.rule_sets[i], X, subgroup)) for i in shown_idx[:n_rules]]
 
 
+_FIGURES = "a matplotlib figure, a list of figures or (caption, figure) pairs, or a dict {caption: figure}"
+
+
 def _figure_list(figures: Any) -> list[tuple[str, Any]]:
+    """``figures`` as (caption, figure) pairs; any other value is a TypeError naming ``figures`` (before any plotting).
+
+    Example:
+        >>> _figure_list({"rule #1": None})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `figures` to be a matplotlib figure, ..., but got NoneType (caption 'rule #1').
+    """
     if figures is None:
         return []
-    if isinstance(figures, Mapping):
-        return [(str(k), v) for k, v in figures.items()]
     if hasattr(figures, "savefig"):
         return [("", figures)]
-    out = [(str(item[0]), item[1]) if isinstance(item, tuple) and len(item) == 2 else ("", item) for item in figures]
-    for caption, fig in out:
+    if isinstance(figures, Mapping):
+        out = list(figures.items())
+        where = [f"caption {caption!r}" for caption in figures]
+    elif isinstance(figures, Iterable) and not isinstance(figures, (str, bytes)):
+        out = [item if isinstance(item, tuple) and len(item) == 2 else ("", item) for item in figures]
+        where = [f"item {i}" for i in range(len(out))]
+    else:
+        raise TypeError(f"Expected `figures` to be {_FIGURES}, but got {type(figures).__name__}.")
+    for (caption, fig), at in zip(out, where):
+        if not isinstance(caption, str):
+            raise TypeError(f"Expected the captions in `figures` to be strings, but got {caption!r} ({at}).")
         if not hasattr(fig, "savefig"):
-            raise TypeError(f"Expected matplotlib figures in `figures`, but got {type(fig).__name__} ({caption!r}).")
+            raise TypeError(f"Expected `figures` to be {_FIGURES}, but got {type(fig).__name__} ({at}).")
     return out
 
 
@@ -304,7 +323,15 @@ def explanation_html(
     if not (hasattr(explanation, "rule_sets") and hasattr(explanation, "distinct")):
         raise TypeError(f"Expected a RegionalExplanation, but got {type(explanation).__name__}.")
     n_sets = len(explanation.rule_sets)
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"Expected `title` to be a string or None, but got {type(title).__name__}.")
+    plot_rules, dpi = check_int(plot_rules, "plot_rules", 0), check_int(dpi, "dpi", 1)
     if held_out is not None:
+        if not isinstance(held_out, Iterable) or isinstance(held_out, (str, bytes)):
+            raise TypeError(
+                f"Expected `held_out` to be {n_sets} RuleMetrics (explanation.evaluate(...) on new data), but got "
+                f"{type(held_out).__name__}."
+            )
         held_out = list(held_out)
         if len(held_out) != n_sets or not all(isinstance(m, RuleMetrics) for m in held_out):
             raise ValueError(
@@ -371,13 +398,14 @@ def write_html(explanation: Any, path: str | Path, **kwargs: Any) -> Path:
         path: the ``.html`` file to write.
         figures: extra matplotlib figures: a figure, a list of figures or ``(caption, figure)`` pairs, or a dict
             ``{caption: figure}`` (e.g. :func:`~torch_amore.report.plot.plot_rule_attributions`); inlined as PNG.
+            Captions are strings; anything else is a ``TypeError`` raised before any figure is rendered.
         held_out: ``explanation.evaluate(...)`` on new data (one :class:`~torch_amore.RuleMetrics` per rule set).
         title: the page title (default: the explanation's header; its facts in parentheses follow the heading).
         plot_rules: a :func:`~torch_amore.report.plot.plot_rule` figure for this many of the best distinct rule sets
             (when the explanation holds its data); ``0`` for none.
         max_jaccard: near-duplicate threshold of the default table (:mod:`torch_amore.report.distinct`).
-        dpi: resolution of the inlined figures (each shown at one image pixel per CSS pixel, at most the page's
-            width).
+        dpi: resolution of the inlined figures, an integer >= 1 (each shown at one image pixel per CSS pixel, at
+            most the page's width).
 
     Returns:
         The path written.
