@@ -15,6 +15,7 @@ import torch
 import torch_amore
 from torch_amore import RegionalExplanation, Rule, RuleSet
 from torch_amore.report.distinct import distinct_rule_sets, duplicate_of, row_jaccard
+from torch_amore.report.html import explanation_html
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -116,6 +117,30 @@ def test_without_data_rule_sets_on_the_same_features_and_sides_collapse():
     d = RuleSet((Rule(0, "bmi", low=52.0),), 600, 0.3, 0.04)  # overlaps, but open above
     assert duplicate_of([a, b, c, d]) == [0, 0, 2, 3]
     assert distinct_rule_sets([b, a, c, d]) == [a, c, d]
+    # supports of 414 and 695 rows: their rows' Jaccard index is at most 414 / 695 < 0.9, so no near-duplicates
+    e = RuleSet((Rule(0, "bmi", low=60.0, high=87.0),), 414, 0.4, 0.3)
+    f = RuleSet((Rule(0, "bmi", low=55.0, high=88.0),), 695, 0.35, 0.2)
+    assert 414 / 695 < 0.9 and duplicate_of([e, f]) == [0, 1]
+    assert duplicate_of([e, f], max_jaccard=0.5) == [0, 0]
+
+
+def test_a_streamed_explanation_says_its_hidden_rule_sets_are_alike_by_their_bounds():
+    """A streamed explanation keeps no rows: its tables collapse rule sets by their bounds and say so, not by a
+    Jaccard index they could not compute; an in-memory one of the same rule sets speaks of near-duplicates."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    X = torch.randn(2000, 4, generator=torch.Generator().manual_seed(1))
+    explainer = torch_amore.RegionalRuleExplainer(model, layer="1")
+    kw = dict(min_support=100, max_length=2)
+    streamed = explainer.explain(X, 0, stream=True, **kw)
+    in_memory = explainer.explain(X, 0, stream=False, **kw)
+    assert streamed.rule_sets == in_memory.rule_sets and streamed.features_matrix is None
+    hidden = [line for line in str(streamed).splitlines() if "not shown" in line]
+    assert hidden and "alike by their bounds (no rows kept)" in hidden[0] and "near-duplicates" not in hidden[0]
+    page = explanation_html(streamed, plot_rules=0)
+    assert "alike bounds" in page and "Jaccard index" not in page
+    memory_hidden = [line for line in str(in_memory).splitlines() if "not shown" in line]
+    assert not memory_hidden or "alike by their bounds" not in memory_hidden[0]
 
 
 def test_bad_arguments_are_named():

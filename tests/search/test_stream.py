@@ -253,7 +253,21 @@ def test_codes_on_disk_removed_on_error(tmp_path):
         extract_rules(source, codes_dir=tmp_path, strategy="beam", feature_types=TYPES, min_support=20)
     assert len(calls) == 3
     assert list(tmp_path.iterdir()) == []
+    calls.clear()
     with pytest.raises(ValueError, match="existing folder"):
         extract_rules(source, codes_dir=tmp_path / "missing")
+    with pytest.raises(TypeError, match=r"`codes_dir` to be a path \(str or os.PathLike\)"):
+        extract_rules(source, codes_dir=3)
+    assert calls == []  # both before the first pass
     with pytest.raises(ValueError, match="only with a source of batches"):
         extract_rules(X, target, codes_dir=tmp_path)
+
+
+def test_a_list_of_batch_pairs_is_a_source():
+    """A list of (X_batch, target_batch) pairs is re-iterable: it streams and gives the rules of the rows in memory
+    (it was read as an in-memory X and refused for a missing target)."""
+    X, target = mixed_data(300, seed=3)
+    pairs = [(X[i : i + 64], target[i : i + 64]) for i in range(0, 300, 64)]
+    kw = dict(feature_types=TYPES, min_support=20, max_length=2)
+    assert_same(extract_rules(pairs, **kw), extract_rules(X, target, **kw))
+    assert_same(extract_rules(tuple(pairs), **kw), extract_rules(X, target, **kw))

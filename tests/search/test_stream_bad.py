@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from torch_amore import extract_rules
-from torch_amore.data.stream_source import BatchSource
+from torch_amore.data.stream_source import FINGERPRINT_COLUMNS, BatchSource
 
 
 def data(n: int = 300, f: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,6 +93,19 @@ def test_rows_in_another_order_on_the_second_pass(how):
     X2, t2 = (X[perm], t[perm]) if how != "target only" else (X, t.roll(1))
     source = per_pass(lambda k: split(X, t) if k == 0 else split(X2, t2))
     with pytest.raises(ValueError, match="same order on every pass.*shuffling.*shuffle=False"):
+        extract_rules(source)
+
+
+def test_a_column_the_hash_does_not_read_changing_its_values_on_the_second_pass():
+    """The order-sensitive hash reads 16 evenly spaced columns; a column outside them whose values change between
+    passes changes its range, which every pass is compared on too (the values would otherwise be coded at the end of
+    the first pass's grid, and the rules lose the column)."""
+    X, t = data(f=64)
+    assert 1 not in [j * 64 // FINGERPRINT_COLUMNS for j in range(FINGERPRINT_COLUMNS)]  # column 1 is not hashed
+    changed = X.clone()
+    changed[:, 1] = changed[:, 1] * 3 + 1
+    source = per_pass(lambda k: split(X, t) if k == 0 else split(changed, t))
+    with pytest.raises(ValueError, match="same order on every pass.*or with other values"):
         extract_rules(source)
 
 

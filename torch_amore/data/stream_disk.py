@@ -17,10 +17,11 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 import torch
 
-__all__ = ["TRIM_SECONDS", "DiskCodes"]
+__all__ = ["TRIM_SECONDS", "DiskCodes", "check_codes_dir"]
 
 #: how often the mapped pages are handed back to the page cache (seconds)
 TRIM_SECONDS = 0.02
@@ -59,6 +60,26 @@ def _cleanup(folder: Path, trimmer: list[_Trimmer]) -> None:
     shutil.rmtree(folder, True)
 
 
+def check_codes_dir(codes_dir: Any) -> Path:
+    """``codes_dir`` as a :class:`~pathlib.Path` of an existing folder (a ``TypeError`` for what is no path, a
+    ``ValueError`` for a path that is no folder), checked before any pass over the data.
+
+    Example:
+        >>> check_codes_dir(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected `codes_dir` to be a path (str or os.PathLike) of an existing folder, but got 3.
+    """
+    if not isinstance(codes_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"Expected `codes_dir` to be a path (str or os.PathLike) of an existing folder, but got {codes_dir!r}."
+        )
+    root = Path(codes_dir)
+    if not root.is_dir():
+        raise ValueError(f"Expected `codes_dir` to be an existing folder, but got {str(root)!r}; create it first.")
+    return root
+
+
 class DiskCodes:
     """A fresh folder inside ``codes_dir`` holding memory-mapped tensors (``None``: tensors in memory).
 
@@ -83,9 +104,7 @@ class DiskCodes:
         if codes_dir is None:
             self._finalizer = None
             return
-        root = Path(codes_dir)
-        if not root.is_dir():
-            raise ValueError(f"Expected `codes_dir` to be an existing folder, but got {str(root)!r}; create it first.")
+        root = check_codes_dir(codes_dir)
         self.folder = Path(tempfile.mkdtemp(prefix="torch_amore_codes_", dir=root))
         self._finalizer = weakref.finalize(self, _cleanup, self.folder, self._trimmer)
         self._count = 0

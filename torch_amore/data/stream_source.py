@@ -49,12 +49,17 @@ def _signed(v: int) -> int:
 def is_source(obj: Any) -> bool:
     """Whether ``obj`` is a source of batches rather than an in-memory array (tensor, numpy array, DataFrame, list).
 
+    A list or tuple of ``(X_batch, target_batch)`` pairs of arrays is a source (a re-iterable one); a list of rows is
+    not.
+
     Example:
         >>> import torch
-        >>> is_source(torch.zeros(2, 2)), is_source(lambda: iter([]))
-        (False, True)
+        >>> is_source(torch.zeros(2, 2)), is_source(lambda: iter([])), is_source([(torch.zeros(2, 2), torch.ones(2))])
+        (False, True, True)
     """
     if isinstance(obj, Dataset):
+        return True
+    if isinstance(obj, (list, tuple)) and obj and all(_is_pair_of_arrays(b) for b in obj):
         return True
     if isinstance(obj, (torch.Tensor, np.ndarray, list, tuple, dict, str, bytes)):
         return False
@@ -63,11 +68,22 @@ def is_source(obj: Any) -> bool:
     return callable(obj) or hasattr(obj, "__iter__")
 
 
+def _is_pair_of_arrays(batch: Any) -> bool:
+    """Whether ``batch`` is an ``(X_batch, target_batch)`` pair of a 2-D and a 1-D array or tensor."""
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        return False
+    x, t = batch
+    return getattr(x, "ndim", None) == 2 and getattr(t, "ndim", None) == 1
+
+
 class RowFingerprint:
-    """An order-sensitive hash of rows and their target, accumulated batch by batch.
+    """An order-sensitive hash of rows and their target, with every column's range, accumulated batch by batch.
 
     Each row's value bits (of at most :data:`FINGERPRINT_COLUMNS` columns) and target bit are mixed, weighted by its
-    global position and summed modulo 2**64 (integer arithmetic wraps), so the result does not depend on batch sizes.
+    global position and summed modulo 2**64 (integer arithmetic wraps), so the result does not depend on batch sizes;
+    beside it, the smallest and largest value of every column (exact whatever the batches), so that a column the hash
+    does not read cannot change its values' range unseen (a value beyond the first pass's range would be coded at the
+    end of its grid).
 
     Example:
         >>> import torch
@@ -89,6 +105,7 @@ class RowFingerprint:
             device=device, dtype=torch.int32
         )
         self._acc = torch.zeros((), dtype=torch.int64, device=device)
+        self._range: torch.Tensor | None = None  # (2, width): each column's min and max (NaN where one was NaN)
         self.rows = 0
 
     def update(self, X: torch.Tensor, target: torch.Tensor) -> None:
@@ -96,6 +113,13 @@ class RowFingerprint:
         :data:`_FINGERPRINT_ROWS` rows at a time)."""
         for part, t in zip(X.split(_FINGERPRINT_ROWS), target.split(_FINGERPRINT_ROWS)):
             self._update(part, t)
+        if X.shape[0]:
+            lo, hi = torch.aminmax(X, dim=0)
+            both = torch.stack([lo, hi])
+            if self._range is None:
+                self._range = both
+            else:
+                self._range = torch.stack([torch.minimum(self._range[0], lo), torch.maximum(self._range[1], hi)])
 
     def _update(self, X: torch.Tensor, target: torch.Tensor) -> None:
         n = X.shape[0]
@@ -111,9 +135,10 @@ class RowFingerprint:
         self._acc += (h * (pos * _signed(0x94D049BB133111EB) + 1)).sum()
         self.rows += n
 
-    def value(self) -> int:
-        """The hash (one host sync)."""
-        return int(self._acc)
+    def value(self) -> tuple[int, bytes]:
+        """The hash and the columns' ranges (as bytes; one host sync each)."""
+        ranges = b"" if self._range is None else self._range.to("cpu", torch.float64).numpy().tobytes()
+        return int(self._acc), ranges
 
 
 class BatchSource:
@@ -144,7 +169,7 @@ class BatchSource:
         self.width: int | None = None
         self.dtype: torch.dtype | None = None
         self.device: torch.device | None = None
-        self._fingerprint: int | None = None
+        self._fingerprint: tuple[int, bytes] | None = None
         self._last: Iterator | None = None
         self.n_passes = 0
 

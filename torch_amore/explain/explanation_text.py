@@ -123,7 +123,8 @@ def _hidden_line(explanation: Any, n_shown: int, include_negative: bool) -> str:
         return ""
     negative = 0 if include_negative else sum(rs.fitness <= 0 for rs in rule_sets)
     why = [f"{negative} with fitness <= 0"] if negative else []
-    why += [f"{hidden - negative} near-duplicates"] if hidden > negative else []
+    alike = "near-duplicates" if explanation.features_matrix is not None else "alike by their bounds (no rows kept)"
+    why += [f"{hidden - negative} {alike}"] if hidden > negative else []
     return (
         f"  ({hidden} rule sets not shown: {', '.join(why)}; format(distinct=False, include_negative=True) lists "
         f"all {len(rule_sets)})"

@@ -3,8 +3,9 @@
 Two rule sets are near-duplicates when the rows they cover on the searched data have a Jaccard index
 ``|rows(A) & rows(B)| / |rows(A) | rows(B)|`` of at least ``max_jaccard`` (two empty rule sets: 1). Visited best
 first, a rule set is kept unless it is a near-duplicate of one kept already, so the result does not depend on the
-input order. Without the data (an explanation read back with ``from_json``), rule sets on the same features whose
-conditions pairwise overlap with the same category or open sides count as near-duplicates.
+input order. Without the data (an explanation read back with ``from_json``, or a streamed one, which keeps no rows),
+rule sets on the same features whose conditions pairwise overlap with the same category or open sides, and whose
+supports allow the Jaccard index (``min / max >= max_jaccard``, its upper bound), count as alike by their bounds.
 """
 
 from __future__ import annotations
@@ -45,12 +46,31 @@ def _same_shape(a: Rule, b: Rule) -> bool:
     return same_sides and max(a.low, b.low) < min(a.high, b.high)
 
 
-def _bounds_alike(a: RuleSet, b: RuleSet) -> bool:
-    """Data-free proxy: same features, conditions pairwise overlapping with the same open sides."""
+def _bounds_alike(a: RuleSet, b: RuleSet, max_jaccard: float) -> bool:
+    """Data-free proxy: same features, conditions pairwise overlapping with the same open sides, and supports whose
+    ratio (the largest Jaccard index two row sets of these sizes can have) reaches ``max_jaccard``."""
     if sorted(a.features) != sorted(b.features) or len(set(a.features)) != len(a.features):
+        return False
+    if min(a.support, b.support) < max_jaccard * max(a.support, b.support):
         return False
     by_feature = {r.feature: r for r in b.rules}
     return all(_same_shape(r, by_feature[r.feature]) for r in a.rules)
+
+
+def duplicate_reason(has_rows: bool, max_jaccard: float = MAX_JACCARD) -> str:
+    """What makes a rule set a near-duplicate of a fitter one, in words: the rows' Jaccard index, or without the rows
+    (:func:`duplicate_of` with ``X=None``) the bounds.
+
+    Example:
+        >>> duplicate_reason(True), duplicate_reason(False)[:40]
+        ("covered rows' Jaccard index >= 0.9", 'alike bounds (the same features, overlap')
+    """
+    if has_rows:
+        return f"covered rows' Jaccard index >= {max_jaccard:g}"
+    return (
+        "alike bounds (the same features, overlapping intervals open on the same sides, supports within "
+        f"{max_jaccard:g} of each other; no rows are kept to compare)"
+    )
 
 
 def duplicate_of(rule_sets: Sequence[RuleSet], X: Any = None, *, max_jaccard: float = MAX_JACCARD) -> list[int]:
@@ -89,7 +109,7 @@ def duplicate_of(rule_sets: Sequence[RuleSet], X: Any = None, *, max_jaccard: fl
             if mask is not None and kept_mask is not None:
                 alike = row_jaccard(mask, kept_mask) >= max_jaccard
             else:
-                alike = _bounds_alike(rule_sets[i], rule_sets[k])
+                alike = _bounds_alike(rule_sets[i], rule_sets[k], max_jaccard)
             if alike:
                 out[i] = k
                 break

@@ -17,7 +17,7 @@ import torch
 
 from torch_amore._version import __version__
 from torch_amore.data.arguments import check_int
-from torch_amore.report.distinct import MAX_JACCARD, duplicate_of
+from torch_amore.report.distinct import MAX_JACCARD, duplicate_of, duplicate_reason
 from torch_amore.report.plot import plot_rule
 from torch_amore.rules.evidence_columns import EvidenceColumn, evidence_columns, legend_lines, verdict_line
 from torch_amore.rules.metrics import RuleMetrics
@@ -211,7 +211,8 @@ def _notes(explanation: Any, max_jaccard: float) -> tuple[list[int], list[str]]:
     for i, rs in enumerate(rule_sets):
         parts = []
         if rep[i] != i:
-            parts.append(f"near-duplicate of #{rep[i] + 1} (covered rows' Jaccard index >= {max_jaccard:g})")
+            reason = duplicate_reason(explanation.features_matrix is not None, max_jaccard)
+            parts.append(f"near-duplicate of #{rep[i] + 1} ({reason})")
         if rs.fitness < 0:
             parts.append("negative fitness: covers more rows outside the subgroup than in it")
         elif explanation.stats(rs)["at_base_rate"]:
@@ -351,8 +352,9 @@ def explanation_html(
         f"<p>{html.escape(header)}</p>" if heading != header else "",
         f'<p class="note">{html.escape(explanation.message)}</p>' if explanation.message else "",
         "<h2>Rule sets</h2>",
-        f'<p class="note">Best fitness first; near-duplicates (covered rows with a Jaccard index >= {max_jaccard:g}) '
-        "are collapsed into the fitter rule set and negative-fitness rule sets left out; the full list is below. "
+        f'<p class="note">Best fitness first; near-duplicates '
+        f"({html.escape(duplicate_reason(explanation.features_matrix is not None, max_jaccard))}) are collapsed "
+        "into the fitter rule set and negative-fitness rule sets left out; the full list is below. "
         "# is a rule set's place in the full list (rule_sets[i] is #i+1), so rule sets left out leave gaps. "
         "Click a column header to sort. Support: rows satisfying the rule set; confidence: the share of them in "
         "the subgroup; fitness: (covered rows in the subgroup - covered rows outside it) / subgroup size."

@@ -19,6 +19,7 @@ from torch_amore.data import arguments as A
 from torch_amore.data import memory as M
 from torch_amore.data import validation as V
 from torch_amore.data.column_stats import column_stats
+from torch_amore.data.stream_disk import check_codes_dir
 from torch_amore.data.stream_source import is_source
 from torch_amore.grids.binning import encode_features
 from torch_amore.rules.caveats import caveats
@@ -185,6 +186,8 @@ def extract_rules(
     named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
     with OneWarning(stacklevel=2):  # every reason to warn (caveats included) in one UserWarning
         evidence = options.wants_evidence or holdout_rows is not None  # held-out numbers, p-values, stability
+        if codes_dir is not None and is_source(X):  # before the first pass
+            check_codes_dir(codes_dir)
         if not evidence and not is_source(X):  # (N, F) data in memory: the common case
             if codes_dir is not None:
                 raise ValueError(
