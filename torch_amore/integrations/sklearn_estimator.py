@@ -17,8 +17,10 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from torch_amore.data import arguments as A
+from torch_amore.data.held_rows import aligned_holdout_rows
 from torch_amore.rules import metrics as M
 from torch_amore.rules.rules import RuleSet
+from torch_amore.search.evidence_split import holdout_mask
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
 
@@ -33,20 +35,29 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
     :meth:`fit` as scikit-learn asks), plus:
 
     Args:
-        target_class: the label of ``y`` whose subgroup the rules describe, against all other labels (any number of
-            classes); ``None`` (default): ``y`` must be binary and the rules describe ``classes_[1]``.
+        target_class: the label of ``y`` whose subgroup the rules describe, against all other labels: one label (an
+            int, float, str or numpy scalar; a bool only when ``y``'s labels are bools), checked in :meth:`fit`.
+            With a binary ``y`` the estimator predicts ``y``'s own labels (``target_class`` where a rule set fires),
+            so every scikit-learn scorer applies. With more than two labels there is no single other label: the
+            outcomes are ``0``/``1`` (1: ``y == target_class``), which only :meth:`score` and
+            :func:`fitness_scorer` compare with ``y`` correctly; for scikit-learn's scorers and metrics fit and
+            score on ``y == target_class`` with ``target_class=None`` instead
+            (``cross_val_score(RegionalRuleClassifier(), X, y == 2, scoring="f1")``). ``None`` (default): ``y``
+            must be binary and the rules describe ``classes_[1]``.
         n_rule_sets: how many of the best rule sets form the decision set (an integer >= 1, default 1; all of
             them when the search finds fewer).
 
     Attributes:
-        classes_: the two outcomes: ``y``'s two labels, or ``[0, 1]`` (1: ``y == target_class``) with
-            ``target_class``.
+        classes_: the two outcomes, sorted: ``y``'s two labels; ``[0, 1]`` (1: ``y == target_class``) when
+            ``target_class`` is set and ``y`` has more than two labels.
         rule_sets_: the rule sets of :func:`torch_amore.extract_rules` on the training data, best first; the first
-            ``n_rule_sets`` form the decision set.
+            ``n_rule_sets`` form the decision set. Their support, confidence and fitness are those of the rows the
+            search saw: every training sample, or with ``holdout`` / ``holdout_rows`` the ones not held out (the
+            held-out numbers are each rule set's ``held_out``).
         rules_: a DataFrame with one row per rule set of ``rule_sets_``: ``rule``, ``support``, ``confidence``,
-            ``fitness``, ``lift``, ``recall`` on the training data.
-        outside_rate_: the subgroup's share of the training samples that no rule set of the decision set selects
-            (of all training samples when they select every one).
+            ``fitness``, ``lift``, ``recall`` on the rows the search saw (so equal to the printed rule sets').
+        outside_rate_: the subgroup's share of the rows the search saw that no rule set of the decision set selects
+            (of all those rows when they select every one).
         n_features_in_, feature_names_in_: as for every scikit-learn estimator (the rules print the names).
 
     Example:
@@ -62,6 +73,13 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         ('feature_0 >= 0.7 AND feature_2 < 0.5', 152, 1.0)
         >>> clf.score(X, y)
         1.0
+
+        ``target_class`` on a binary ``y`` keeps ``y``'s labels, so scikit-learn's metrics agree with :meth:`score`:
+
+        >>> from sklearn.metrics import accuracy_score
+        >>> low = RegionalRuleClassifier(target_class=0, max_length=2, min_support=50).fit(X, y)
+        >>> low.classes_.tolist(), accuracy_score(y, low.predict(X)) == low.score(X, y)
+        ([0, 1], True)
     """
 
     def __init__(
@@ -144,38 +162,48 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         Args:
             X: (n_samples, n_features) numbers (an array or a DataFrame); NaN satisfies no rule.
             y: (n_samples,) labels: two classes, or any number with ``target_class`` set.
-            holdout_rows: samples held out of the search, a boolean (n_samples,) mask (or their positions), as
-                :func:`torch_amore.extract_rules` takes them: each rule set gets its numbers there, ``held_out``
-                (docs/trust.md); not with ``holdout``. A mask is split with the samples by ``GridSearchCV`` and
-                ``cross_validate``, which pass fit parameters of one entry per sample on to each fold.
+            holdout_rows: samples held out of the search, a boolean mask with one entry per sample (a boolean
+                pandas Series goes by its index when ``X`` is a DataFrame), as :func:`torch_amore.extract_rules`
+                takes it: each rule set gets its numbers there, ``held_out`` (docs/trust.md); not with
+                ``holdout``. ``GridSearchCV`` and ``cross_validate`` split such a mask with the samples, fold by
+                fold. Row positions are refused (a ``ValueError``): scikit-learn splits only fit parameters with one
+                entry per sample, so in each fold positions would point at other rows.
 
         Returns:
             The fitted estimator.
         """
         options = self.search_options()  # the parameters' checks first, before any work on the data
         n_rule_sets = A.check_int(self.n_rule_sets, "n_rule_sets", 1)
+        _check_label_type(self.target_class)
+        raw = X
         X, y = validate_data(self, X, y, ensure_all_finite="allow-nan")
-        self.classes_, target, label = self._outcomes(y)
+        held = _holdout_mask(holdout_rows, raw, X.shape[0])
+        self.classes_, target, self._label, self._one_vs_rest = self._outcomes(y)
+        self._subgroup_index = 1 if self._one_vs_rest else int(np.flatnonzero(self.classes_ == self._label)[0])
         names = [str(n) for n in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None
         self.rule_sets_ = extract_rules(
             X,
             torch.from_numpy(target),
             options=options,
             feature_names=names,
-            target_name=f"y == {label}",
-            holdout_rows=holdout_rows,
+            target_name=f"y == {self._label}",
+            holdout_rows=held,
         )
-        masks = [rs.mask(X).cpu().numpy() for rs in self.rule_sets_]
-        self.rules_ = _rule_table(self.rule_sets_, masks, target)
+        if held is None and options.holdout is not None:  # the split extract_rules draws, drawn again
+            held = holdout_mask(torch.from_numpy(target), options.holdout, options.seed).numpy()
+        seen = np.ones(len(target), dtype=bool) if held is None else ~held  # the rows the search saw
+        masks = [rs.mask(X).cpu().numpy()[seen] for rs in self.rule_sets_]
+        self.rules_ = _rule_table(self.rule_sets_, masks, target[seen])
         decision = masks[:n_rule_sets]
-        covered = np.logical_or.reduce(decision) if decision else np.zeros(len(target), dtype=bool)
-        outside = target[~covered] if not covered.all() else target
+        covered = np.logical_or.reduce(decision) if decision else np.zeros(int(seen.sum()), dtype=bool)
+        outside = target[seen][~covered] if not covered.all() else target[seen]
         self.outside_rate_ = float(outside.mean())
         _warn_disagreement(self.rule_sets_[:n_rule_sets], self.outside_rate_)
         return self
 
-    def _outcomes(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
-        """``classes_``, the boolean subgroup of ``y`` and the subgroup's label (checked: two outcomes)."""
+    def _outcomes(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any, bool]:
+        """``classes_``, the boolean subgroup of ``y``, the subgroup's label of ``y`` and whether the outcomes are
+        ``0``/``1`` rather than ``y``'s labels (``target_class`` on more than two labels). Checked: two outcomes."""
         check_classification_targets(y)
         labels = np.unique(y)
         if self.target_class is None:
@@ -185,13 +213,9 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
                     f"Only binary classification is supported. The type of the target is {kind} "
                     f"({len(labels)} classes); set `target_class` to the label whose subgroup the rules describe."
                 )
-            classes, label = labels, labels[-1]
+            label = labels[-1]
         else:
-            if not np.any(labels == self.target_class):
-                raise ValueError(
-                    f"Expected `target_class` to be a label of y {labels.tolist()}, but got {self.target_class!r}."
-                )
-            classes, label = np.array([0, 1]), self.target_class
+            label = _matched_label(self.target_class, labels)
         target = np.asarray(y == label, dtype=bool)
         if target.all() or not target.any():
             raise ValueError(
@@ -199,7 +223,9 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
                 f"{'' if self.target_class is None else f', target_class={self.target_class!r}'}): the rules need "
                 "samples inside and outside the subgroup."
             )
-        return classes, target, label
+        if len(labels) > 2:  # no other label to predict: the outcomes of y == target_class
+            return np.array([0, 1]), target, label, True
+        return labels, target, label, False
 
     def subgroup(self, y: Any) -> np.ndarray:
         """The boolean subgroup of labels ``y`` that the rules describe: ``y == classes_[1]``, or
@@ -214,12 +240,11 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         y = column_or_1d(y, warn=True)
-        label = self.classes_[1] if self.target_class is None else self.target_class
-        return np.asarray(y == label, dtype=bool)
+        return np.asarray(y == self._label, dtype=bool)
 
     def _first_firing(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """For each row of ``X``: the index of the first rule set of the decision set that selects it (-1: none),
-        and the probability of ``classes_[1]`` there."""
+        and the probability of the subgroup there (the outcome ``classes_[_subgroup_index]``)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan")
         first = np.full(X.shape[0], -1)
@@ -231,30 +256,83 @@ class RegionalRuleClassifier(ClassifierMixin, BaseEstimator):
         return first, proba
 
     def predict(self, X: Any) -> np.ndarray:
-        """``classes_[1]`` where any rule set of the decision set selects a row of ``X``, else ``classes_[0]``."""
+        """The subgroup's outcome (``classes_[1]``, or ``target_class`` when ``classes_`` are ``y``'s labels) where
+        any rule set of the decision set selects a row of ``X``, else the other outcome."""
         first, _ = self._first_firing(X)
-        return self.classes_[(first >= 0).astype(int)]
+        k = self._subgroup_index
+        return self.classes_[np.where(first >= 0, k, 1 - k)]
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """(n_samples, 2) probabilities of ``classes_``: ``classes_[1]`` gets the training confidence of the first
-        rule set of the decision set that selects the row, else :attr:`outside_rate_` (``fit`` warns where this can
-        disagree with :meth:`predict`)."""
+        """(n_samples, 2) probabilities of ``classes_`` (in their order): the subgroup's outcome gets the confidence
+        of the first rule set of the decision set that selects the row (the confidence it prints, that of
+        :attr:`rules_`), else :attr:`outside_rate_` (``fit`` warns where this can disagree with :meth:`predict`)."""
         _, proba = self._first_firing(X)
-        return np.column_stack([1.0 - proba, proba])
+        columns = [1.0 - proba, proba] if self._subgroup_index == 1 else [proba, 1.0 - proba]
+        return np.column_stack(columns)
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """(n_samples,) scores: the probability of ``classes_[1]`` (:meth:`predict_proba`) minus one half."""
+        """(n_samples,) scores, as scikit-learn's binary classifiers: the probability of ``classes_[1]``
+        (:meth:`predict_proba`) minus one half, positive where ``classes_[1]`` is the likelier outcome."""
         _, proba = self._first_firing(X)
-        return proba - 0.5
+        return proba - 0.5 if self._subgroup_index == 1 else 0.5 - proba
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """The accuracy of :meth:`predict` on the outcomes of ``y`` (``y == target_class`` with ``target_class``)."""
-        outcomes = self.classes_[self.subgroup(y).astype(int)]
-        return float(accuracy_score(outcomes, self.predict(X), sample_weight=sample_weight))
+        """The accuracy of :meth:`predict` on ``y``; on the ``0``/``1`` outcomes of ``y == target_class`` when
+        ``classes_`` are those (``target_class`` on more than two labels)."""
+        truth = self.subgroup(y).astype(int) if self._one_vs_rest else y
+        return float(accuracy_score(truth, self.predict(X), sample_weight=sample_weight))
+
+
+def _check_label_type(target_class: Any) -> None:
+    """A ``TypeError`` naming ``target_class`` unless it is ``None`` or one label: a Python or numpy scalar."""
+    if target_class is None or isinstance(target_class, (int, float, str, np.number, np.bool_, np.str_)):
+        return
+    raise TypeError(
+        "Expected `target_class` to be one label of y (an int, float, str or numpy scalar), but got "
+        f"{type(target_class).__name__} {target_class!r}; the rules describe one label against all others."
+    )
+
+
+def _matched_label(target_class: Any, labels: np.ndarray) -> Any:
+    """The label of ``y``'s sorted ``labels`` that ``target_class`` names; a bool names a label only among bools."""
+    flag = isinstance(target_class, (bool, np.bool_))
+    if flag != (labels.dtype == bool):
+        raise TypeError(
+            f"Expected `target_class` to be one label of y {labels.tolist()}, but got {target_class!r}: "
+            f"{'a bool names a label only when y holds bools' if flag else 'y holds bools: use True or False'}."
+        )
+    found = np.flatnonzero(labels == target_class)
+    if not found.size:
+        raise ValueError(f"Expected `target_class` to be a label of y {labels.tolist()}, but got {target_class!r}.")
+    return labels[found[0]]
+
+
+def _holdout_mask(holdout_rows: Any, X: Any, n_samples: int) -> np.ndarray | None:
+    """``fit``'s ``holdout_rows`` as a boolean (n_samples,) mask (a boolean Series by the index of a DataFrame
+    ``X``); row positions and other shapes are refused, naming ``holdout_rows``."""
+    if holdout_rows is None:
+        return None
+    rows = aligned_holdout_rows(holdout_rows, X)
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach().cpu().numpy()
+    rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows)
+    if rows.dtype == bool and rows.shape == (n_samples,):
+        return rows
+    if np.issubdtype(rows.dtype, np.integer):
+        raise ValueError(
+            f"Expected `holdout_rows` in fit to be a boolean mask with one entry per row of X ({n_samples}), but "
+            f"got {rows.size} row positions: scikit-learn's cross-validation splits only fit parameters with one "
+            "entry per sample, so in each fold positions would point at other rows. Pass the mask, e.g. "
+            "`np.isin(np.arange(len(X)), positions)`."
+        )
+    raise ValueError(
+        f"Expected `holdout_rows` in fit to be a boolean mask with one entry per row of X, shape ({n_samples},), "
+        f"but got dtype {rows.dtype} and shape {rows.shape}."
+    )
 
 
 def _rule_table(rule_sets: list[RuleSet], masks: list[np.ndarray], target: np.ndarray) -> pd.DataFrame:
-    """One row per rule set: its text and its metrics, recounted from its mask on the training data."""
+    """One row per rule set: its text and its metrics, recounted from its mask on the rows the search saw."""
     n_target = int(target.sum())
     rate = M.base_rate(n_target, len(target))
     rows = []
@@ -302,5 +380,5 @@ def fitness_scorer(estimator: Any, X: Any, y: Any) -> float:
             f"{type(final).__name__}."
         )
     target = final.subgroup(y)
-    predicted = np.asarray(estimator.predict(X)) == final.classes_[1]
+    predicted = np.asarray(estimator.predict(X)) == final.classes_[final._subgroup_index]
     return float(M.fitness(torch.from_numpy(predicted), torch.from_numpy(target)))
