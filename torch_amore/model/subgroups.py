@@ -21,11 +21,15 @@ def _is_range(target: Any) -> bool:
     )
 
 
-_TUPLE_TARGET = (
-    "Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; Captum-style "
-    "output indices are not subgroups: pass a callable on the outputs instead, e.g. "
-    "`target=lambda out: out[:, 0, 1] > 0`."
-)
+def _tuple_target(target: tuple) -> str:
+    """The message for a tuple ``target`` that is no (low, high) range."""
+    return (
+        f"Expected a tuple `target` to be a (low, high) range of a regression output, but got {target!r}; "
+        "Captum-style output indices are not subgroups: pass a callable on the outputs instead, e.g. "
+        "`target=lambda out: out[:, 0, 1] > 0`."
+    )
+
+
 #: Captum's per-sample output indices look like a mask of numbers; a subgroup is a boolean mask.
 _NOT_CAPTUM = "Captum's per-sample output indices are not a subgroup: pass a class index or a boolean mask."
 
@@ -40,7 +44,7 @@ def _check_target_kind(target: Any) -> None:
             f"{target!r} ({type(target).__name__})."
         )
     if isinstance(target, tuple) and not called and not _is_range(target):
-        raise TypeError(_TUPLE_TARGET.format(target=target))
+        raise TypeError(_tuple_target(target))
     try:  # a ragged list: refused with the mask's own message where it is converted
         array = np.asarray(target) if isinstance(target, list) else target
     except ValueError:
@@ -195,7 +199,7 @@ def _given_mask(target: Any, outputs: torch.Tensor) -> tuple[torch.Tensor, str]:
     """A boolean mask ``target`` (N,), or a callable ``target``'s mask of the outputs, and its description."""
     called = callable(target) and not isinstance(target, torch.Tensor)
     if isinstance(target, tuple) and not called:
-        raise TypeError(_TUPLE_TARGET.format(target=target))
+        raise TypeError(_tuple_target(target))
     name = getattr(target, "__name__", "target") if called else "target"
     try:
         given = target(outputs) if called else target

@@ -186,9 +186,10 @@ def extract_rules(
     named = {"features": features, "feature_names": feature_names, "local_x": local_x, "target_name": target_name}
     with OneWarning(stacklevel=2):  # every reason to warn (caveats included) in one UserWarning
         evidence = options.wants_evidence or holdout_rows is not None  # held-out numbers, p-values, stability
-        if codes_dir is not None and is_source(X):  # before the first pass
+        source = is_source(X)  # batches larger than memory, read in passes
+        if codes_dir is not None and source:  # before the first pass
             check_codes_dir(codes_dir)
-        if not evidence and not is_source(X):  # (N, F) data in memory: the common case
+        if not evidence and not source:  # (N, F) data in memory: the common case
             if codes_dir is not None:
                 raise ValueError(
                     "Expected `codes_dir` only with a source of batches; X in memory needs no codes on disk."

@@ -36,8 +36,8 @@ def auto_min_support(n_samples: int, subgroup_size: int) -> int:
         >>> auto_min_support(10_000, 3_000), auto_min_support(10_000, 100), auto_min_support(60, 100)
         (500, 50, 3)
     """
-    share_of_samples = A.fraction_count(AUTO_SHARE_OF_SAMPLES, n_samples)
-    return max(1, min(share_of_samples, A.fraction_count(AUTO_SHARE_OF_SUBGROUP, subgroup_size)))
+    share = min(AUTO_SHARE_OF_SAMPLES * n_samples, AUTO_SHARE_OF_SUBGROUP * subgroup_size)
+    return max(1, math.ceil(share - A.COUNT_TOLERANCE * max(1.0, share)))  # fraction_count of the smaller share
 
 
 def _float_tuple(values: Any, name: str) -> tuple[float, ...] | None:
