@@ -6,6 +6,7 @@ Lightning callback with given directions and with PCA. One tiny model for all: t
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 
@@ -77,8 +78,9 @@ def test_every_kind_of_basis_explains_streams_verifies_reports_and_round_trips(k
 
     result = explanation.verify(X[:200], rule_sets=1, n_controls=1, seed=0)
     row = result.rows[0]
-    assert row.sufficiency.n + row.necessity.n > 0
-    assert 0 <= row.sufficiency.value <= 1 and 0 <= row.necessity.value <= 1
+    assert row.sufficiency.n + row.necessity.n + sum(row.not_moved) > 0
+    for share in (row.sufficiency, row.necessity):  # of the samples the patch moved (none: no share)
+        assert 0 <= share.value <= 1 if share.n else math.isnan(share.value)
 
     text = explanation.to_html(tmp_path / "report.html").read_text()
     assert f"concepts: {basis.kind}, K={K}" in text

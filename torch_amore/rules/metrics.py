@@ -223,12 +223,15 @@ def rule_metrics(mask: torch.Tensor, target: torch.Tensor) -> RuleMetrics:
 
 def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval of the proportion ``hits / n`` at confidence ``level`` ((nan, nan) when n = 0);
-    ``n`` may be an effective sample size (and ``hits`` fractional).
+    ``n`` may be an effective sample size (and ``hits`` fractional). The interval holds ``hits / n``: it ends at
+    exactly 0 when ``hits`` is 0 and at exactly 1 when ``hits`` is ``n`` (rounding would leave 1 - 1e-16).
 
     Example:
         >>> low, high = wilson_interval(45, 50)
         >>> round(low, 4), round(high, 4)
         (0.7864, 0.9565)
+        >>> wilson_interval(138, 138)[1], wilson_interval(0, 138)[0]
+        (1.0, 0.0)
     """
     if n <= 0:
         return math.nan, math.nan
@@ -236,4 +239,6 @@ def wilson_interval(hits: float, n: float, level: float = 0.95) -> tuple[float, 
     p = hits / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if hits <= 0 else min(p, max(0.0, centre - half))
+    high = 1.0 if hits >= n else max(p, min(1.0, centre + half))
+    return low, high

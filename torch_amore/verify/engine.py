@@ -1,10 +1,12 @@
 """The engine of :meth:`RegionalExplanation.verify`: checks, one clean pass, then per rule set one patched pass per
 draw (its own units, then each control draw). Sufficiency and necessity act on disjoint samples, so one patched pass
-moves the first into the rule set and the second out of it; rules over concepts are patched in concept space.
+moves the first into the rule set and the second out of it; rules over concepts are patched in concept space, and a
+sample counts only when its patched activations, encoded again, lie on the side of the rule set it was moved to.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +16,14 @@ import torch
 from torch import nn
 
 from torch_amore._utils.progress import progress_bar
-from torch_amore.concepts.basis import ConceptBasis
+from torch_amore.concepts.basis import ConceptBasis, EncoderDecoder
 from torch_amore.data.arguments import check_flag, check_int
+from torch_amore.model.batches import check_row_order
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer
 from torch_amore.model.input_shape import check_width
 from torch_amore.model.source import run_model
 from torch_amore.model.subgroups import check_target, subgroup_mask
+from torch_amore.rules.held_out import check_level
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.interventions import (
     check_method,
@@ -30,7 +34,12 @@ from torch_amore.verify.interventions import (
     rank_bounds,
     subset_args,
 )
-from torch_amore.verify.verification import ControlShare, RuleVerification, Share, Verification
+from torch_amore.verify.verification import ControlShare, RuleVerification, Share, Verification, not_moved_warning
+
+#: A concept encoded again within this fraction of the largest concept magnitude (over the verified samples) of its
+#: replacement value counts as it: the rounding of an exact basis (PCA in float32) must not move a sample across a bound
+#: (a bound of a concept near 0, such as a component without variance, lies within that rounding).
+MOVED_TOLERANCE = 1e-4
 
 
 @dataclass
@@ -54,6 +63,7 @@ class _Setup:
     model_args: ModelArgs
     progress: bool
     basis: ConceptBasis | None = None
+    no_room: tuple[int, ...] = ()  # positions of the rule sets without enough other units for a control draw
 
 
 @dataclass(frozen=True)
@@ -81,11 +91,16 @@ def verify(explanation: Any, inputs: Any, args: VerifyArgs) -> Verification:
     inputs, _ = as_inputs(inputs)
     setup = _setup(explanation, inputs, args)
     X, T = _clean_pass(setup, inputs)
-    bar = progress_bar(setup.progress, total=len(setup.chosen) * (1 + setup.n_controls), desc="verify", unit="pass")
+    passes = sum(1 + (0 if pos in setup.no_room else setup.n_controls) for pos, _ in setup.chosen)
+    bar = progress_bar(setup.progress, total=passes, desc="verify", unit="pass")
     try:
         rows = [_verify_one(setup, inputs, X, T, pos, rs, bar) for pos, rs in setup.chosen]
     finally:
         bar.close()
+    if setup.basis is not None:
+        message = not_moved_warning(rows, setup.basis.kind)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=3)
     return Verification(
         rows, setup.method, setup.n_controls, setup.level, setup.seed, int(X.shape[0]), explanation.target_name
     )
@@ -100,22 +115,17 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
     basis = _basis(explanation)
     target = _target(explanation, given.target)
     n_controls = check_int(given.n_controls, "n_controls", 0)
-    level = given.level
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"Expected `level` to be a probability in (0, 1), e.g. 0.95, but got {level!r}.")
+    level = check_level(given.level)
+    if isinstance(given.level, np.floating) and given.level.dtype.itemsize < 8:  # np.float32(0.9): 0.9, as written
+        level = float(np.format_float_scientific(given.level, unique=True))
     seed = check_int(given.seed, "seed", 0)
     check_flag(given.progress, "progress")
     chosen = _chosen(explanation, given.rule_sets)
-    longest = max(len(rs.rules) for _, rs in chosen)
-    if n_controls and n_units - longest < longest:
-        raise ValueError(
-            f"Expected at least {2 * longest} units for control draws of {longest} units besides the rule set's, but "
-            f"the explanation has {n_units}; pass n_controls=0."
-        )
+    check_row_order(inputs, "the dataset's, from which `verify` reads each rule set's samples again by position")
     shape = explanation.params.get("input_shape")
     check_width(inputs, "inputs", n_features=n_units if layer is None else None, input_shape=shape)
     batch_size = given.batch_size if given.batch_size is not None else explanation.data_options.get("batch_size", 256)
-    return _Setup(
+    setup = _Setup(
         model=model,
         layer=layer,
         layer_input=layer_input,
@@ -126,7 +136,7 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
         chosen=chosen,
         method=check_method(given.method),
         n_controls=n_controls,
-        level=float(level),
+        level=level,
         seed=seed,
         batch_size=check_int(batch_size, "batch_size", 1),
         input_key=given.input_key if given.input_key is not None else explanation.data_options.get("input_key"),
@@ -134,16 +144,44 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
         progress=bool(given.progress),
         basis=basis,
     )
+    if n_controls:  # once every argument is checked: the warning names what will run
+        setup.no_room = _without_room(chosen, n_units, "concepts" if basis is not None else "units")
+    return setup
+
+
+def _without_room(chosen: list[tuple[int, RuleSet]], n_units: int, what: str) -> tuple[int, ...]:
+    """The positions of the rule sets naming more than half of the ``n_units`` units (concepts): too few others for a
+    control draw of as many; one UserWarning names them (they are verified without control)."""
+    crowded = [(pos, len(rs.rules)) for pos, rs in chosen if n_units - len(rs.rules) < len(rs.rules)]
+    if crowded:
+        many = len(crowded) > 1
+        names = ", ".join(f"#{pos} ({k} {what})" for pos, k in crowded)
+        warnings.warn(
+            f"Too few other {what} for a control draw of as many {what} as rule set{'s' if many else ''} {names} "
+            f"name{'' if many else 's'} (the explanation has {n_units}): verified without control (verdict 'no "
+            "control'); n_controls=0 skips every rule set's controls.",
+            UserWarning,
+            stacklevel=5,
+        )
+    return tuple(pos for pos, _ in crowded)
 
 
 def _basis(explanation: Any) -> ConceptBasis | None:
     """The explanation's concept basis (``None``: rules on units); a ValueError when its rules are on concepts whose
-    basis was not saved (e.g. an encoder read from JSON)."""
+    basis was not saved (e.g. an encoder read from JSON) or when it cannot set concepts (no ``decode``)."""
     basis = getattr(explanation, "concepts", None)
     if basis is None and explanation.params.get("concepts") is not None:
         raise ValueError(
             "Expected the explanation's concept basis to verify rules on concepts, but it has none (a basis that was "
             "not saved with the JSON); set `explanation.concepts` to the basis first."
+        )
+    if basis is None:
+        return None
+    inherited = type(basis).decode is ConceptBasis.decode and type(basis).intervene is ConceptBasis.intervene
+    if inherited or (isinstance(basis, EncoderDecoder) and basis.decoder is None):
+        raise ValueError(
+            "Expected a `decode` callable for interventions in concept space, but the basis has none: `verify` sets "
+            'the concepts through it (pass concepts={"encode": f, "decode": g}).'
         )
     return basis
 
@@ -209,6 +247,8 @@ def _chosen(explanation: Any, rule_sets: Any) -> list[tuple[int, RuleSet]]:
         given = [rule_sets] if isinstance(rule_sets, RuleSet) else list(rule_sets)
         chosen = [(_position(every, rs), rs) for rs in given]
     if not chosen:
+        if not isinstance(rule_sets, (int, np.integer)):
+            raise ValueError("Expected rule sets to verify, but `rule_sets` is empty.")
         raise ValueError("Expected rule sets to verify, but the explanation has none.")
     return chosen
 
@@ -279,30 +319,36 @@ def _verify_one(
         pool_out[torch.randint(len(pool_out), (len(Q),), generator=gen)] if len(Q) else Q,
     )
     plan = _Plan(setup, inputs, X, S, Q, donors, pool_in, pool_out, list(rs.rules))
-    flipped = plan.run(torch.tensor(units))
+    flipped, moved = plan.run(torch.tensor(units))
     bar.update(1)
     others = torch.tensor([u for u in range(setup.n_units) if u not in set(units)], dtype=torch.long)
-    draws = [random_units(others, len(S) + len(Q), len(units), gen) for _ in range(setup.n_controls)]
+    n_draws = 0 if position in setup.no_room else setup.n_controls
+    draws = [random_units(others, len(S) + len(Q), len(units), gen) for _ in range(n_draws)]
     control_flipped = []
     for draw in draws:
-        control_flipped.append(plan.run(draw))
+        control_flipped.append(plan.run(draw)[0])
         bar.update(1)
     n_s, level = len(S), setup.level
     # outcomes that share a donor are correlated: clusters for the intervals (each sample its own without donors)
-    cl = (torch.cat(donors) if setup.method == "resample" else torch.cat([S, Q])).tolist()
+    cl = torch.cat(donors) if setup.method == "resample" else torch.cat([S, Q])
+    # the shares, the rule set's and its control's, count the samples its own patch moved (all but for inexact bases)
+    suff, nec = torch.arange(len(moved)) < n_s, torch.arange(len(moved)) >= n_s
+    suff, nec = suff & moved, nec & moved
     return RuleVerification(
         position=position,
         rule_set=" AND ".join(r.format() for r in rs.rules),
         units=tuple(units),
-        sufficiency=Share.clustered(flipped[:n_s].tolist(), cl[:n_s], level),
-        necessity=Share.clustered(flipped[n_s:].tolist(), cl[n_s:], level),
-        control_sufficiency=ControlShare.of([f[:n_s].tolist() for f in control_flipped], level, cl[:n_s]),
-        control_necessity=ControlShare.of([f[n_s:].tolist() for f in control_flipped], level, cl[n_s:]),
+        sufficiency=Share.clustered(flipped[suff].tolist(), cl[suff].tolist(), level),
+        necessity=Share.clustered(flipped[nec].tolist(), cl[nec].tolist(), level),
+        control_sufficiency=ControlShare.of([f[suff].tolist() for f in control_flipped], level, cl[suff].tolist()),
+        control_necessity=ControlShare.of([f[nec].tolist() for f in control_flipped], level, cl[nec].tolist()),
+        not_moved=(int((~moved[:n_s]).sum()), int((~moved[n_s:]).sum())),
         details={
             "sufficiency_samples": S,
             "necessity_samples": Q,
             "donors": torch.cat(donors) if setup.method == "resample" else None,
             "flipped": flipped,
+            "moved": moved,
             "control_units": draws,
             "control_flipped": control_flipped,
         },
@@ -323,15 +369,17 @@ class _Plan:
     pool_out: torch.Tensor
     rules: list
 
-    def run(self, units: torch.Tensor) -> torch.Tensor:
+    def run(self, units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Whether each sample (``S`` then ``Q``) flipped (into the target, out of it) with ``units`` replaced: the
-        rule set's own (U,), or a control draw (M, U) of one row per sample."""
+        rule set's own (U,), or a control draw (M, U) of one row per sample; and whether the rule set's own patch moved
+        it (:meth:`moved`; all for a control draw)."""
         rows = torch.cat([self.S, self.Q])
         if not len(rows):
-            return torch.zeros(0, dtype=torch.bool)
+            return torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)
         s = self.setup
-        values = self.values(units) if units.ndim == 1 else self.control_values(units)
-        out = patched_outputs(
+        own = units.ndim == 1
+        values = self.values(units) if own else self.control_values(units)
+        out, encoded = patched_outputs(
             s.model,
             self.inputs,
             rows,
@@ -343,9 +391,29 @@ class _Plan:
             input_key=s.input_key,
             model_args=subset_args(s.model_args, rows, self.X.shape[0]),
             basis=s.basis,
+            encode_again=own and s.basis is not None,
         )
         in_target = _target_mask(s, out)
-        return torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])
+        flipped = torch.cat([in_target[: len(self.S)], ~in_target[len(self.S) :]])
+        moved = self.moved(units, values, encoded) if encoded is not None else torch.ones_like(flipped)
+        return flipped, moved
+
+    def moved(self, units: torch.Tensor, values: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
+        """Whether each sample's rule-set concepts, encoded again from its patched activations (``encoded``, (M, U)),
+        lie on the side of the rule set that the replacement ``values`` (M, U) lie on (inside for sufficiency, outside
+        for necessity except where ``"mean"`` or ``"clamp"`` could not move them out); a value within
+        :data:`MOVED_TOLERANCE` of the largest concept magnitude of its replacement counts as the replacement."""
+        dtype = self.X.dtype
+        want, got = values.to(dtype), encoded.to(dtype)
+        scale = self.X.abs().amax().clamp_min(torch.finfo(dtype).tiny)
+        got = torch.where((got - want).abs() <= MOVED_TOLERANCE * scale, want, got)
+        return self._inside(units, got) == self._inside(units, want)
+
+    def _inside(self, units: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Whether rows whose rule-set concepts are ``values`` (M, U) satisfy the rule set."""
+        full = torch.zeros(values.shape[0], self.X.shape[1], dtype=values.dtype)
+        full[:, units] = values
+        return torch.stack([rule.mask(full) for rule in self.rules]).all(0)
 
     def values(self, units: torch.Tensor) -> torch.Tensor:
         """The (|S| + |Q|, U) replacement values of the rule set's own ``units`` by the setup's method."""

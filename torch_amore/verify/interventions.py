@@ -203,13 +203,17 @@ def subset_args(model_args: ModelArgs, index: torch.Tensor, n: int) -> ModelArgs
 
 class _Patch:
     """Forward hook (or pre-hook for the layer's input) setting, in each row of the current batch, the flattened
-    ``units`` (B, U) to ``values`` (B, U); counts its calls so that a layer running twice per pass is refused."""
+    ``units`` (B, U) to ``values`` (B, U); counts its calls so that a layer running twice per pass is refused. With a
+    list ``encoded``, each batch's patched activations are encoded again and their concepts ``units`` kept there (on
+    the CPU): a basis whose encoder does not give back the concepts it was given (a top-k sparse autoencoder
+    re-selecting its k) may undo a patch."""
 
-    def __init__(self, basis: ConceptBasis | None = None) -> None:
+    def __init__(self, basis: ConceptBasis | None = None, encoded: list[torch.Tensor] | None = None) -> None:
         self.units: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.calls = 0
         self.basis = basis
+        self.encoded = encoded
 
     def apply(self, tensor: torch.Tensor) -> torch.Tensor:
         self.calls += 1
@@ -219,7 +223,11 @@ class _Patch:
             flat = tensor.reshape(tensor.shape[0], -1)
             concepts = self.basis.encode(flat).clone()
             concepts.scatter_(1, self.units, self.values.to(concepts.dtype))
-            return self.basis.intervene(flat, concepts).reshape(tensor.shape).to(tensor.dtype)
+            patched = self.basis.intervene(flat, concepts).reshape(tensor.shape).to(tensor.dtype)
+            if self.encoded is not None:
+                again = self.basis.encode(patched.reshape(tensor.shape[0], -1))
+                self.encoded.append(again.gather(1, self.units.to(again.device)).cpu())
+            return patched
         patched = tensor.clone(memory_format=torch.contiguous_format)
         flat = patched.reshape(patched.shape[0], -1)  # a view of the contiguous clone
         flat.scatter_(1, self.units, self.values.to(flat.dtype))
@@ -247,15 +255,18 @@ def patched_outputs(
     input_key: BatchKey = None,
     model_args: ModelArgs | None = None,
     basis: ConceptBasis | None = None,
-) -> torch.Tensor:
+    encode_again: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The model's outputs (eval mode, inference mode) on the samples ``index`` (M) of ``inputs`` with the flattened
     ``units`` of the i-th (the same (U,) for all, or (M, U)) set to ``values[i]``: on the layer (concepts with a
-    ``basis``) through a hook, or on the inputs when ``layer`` is None."""
+    ``basis``) through a hook, or on the inputs when ``layer`` is None; and, with ``encode_again`` and a ``basis``,
+    the (M, U) concepts ``units`` of the patched activations encoded again (else None)."""
     device = model_device(model)
     feed = model_feed(model, ModelArgs() if model_args is None else model_args, values.shape[0])
     values = values.to(device)
     units = units.to(device).expand(values.shape[0], -1)
-    patch = _Patch(basis)
+    encoded: list[torch.Tensor] | None = [] if encode_again and basis is not None else None
+    patch = _Patch(basis, encoded)
     outputs, start = [], 0
     hook = patch.input_hook if layer_input else patch.output_hook
     with eval_mode(model), hook_on(layer, hook, pre=layer_input), torch.inference_mode():
@@ -271,4 +282,4 @@ def patched_outputs(
                 raise ValueError(f"Expected the layer to run once per forward pass, but it ran {patch.calls} times.")
             outputs.append(out)
             start += out.shape[0]
-    return torch.cat(outputs)
+    return torch.cat(outputs), None if encoded is None else torch.cat(encoded)

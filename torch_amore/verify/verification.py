@@ -4,8 +4,10 @@
 **sufficiency** (samples outside the rule set and the target, moved into the rule set's intervals: the share that
 enters the target) and **necessity** (samples inside and in the target, moved out: the share that leaves it), each
 beside a **control** of as many random other units replaced the same way. The intervals are Wilson intervals at an
-effective sample size that accounts for outcomes sharing a donor or a sample (:func:`clustered_interval`). The shares
-describe this model on these samples, not the world the samples came from. See ``docs/explainer.md``.
+effective sample size that accounts for outcomes sharing a donor or a sample (:func:`clustered_interval`). Over
+concepts, a sample counts only when its patched activations, encoded again, lie where it was moved
+(:attr:`RuleVerification.not_moved` counts the others). The shares describe this model on these samples, not the world
+the samples came from. See ``docs/explainer.md``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def clustered_interval(
 
 #: The legend line of :meth:`Verification.format`.
 LEGEND = "  sufficiency/necessity: share of decisions moved into/out of the target; verdict: beside random units"
+
+#: The legend line of the ``not moved`` column, shown when a concept basis did not carry out every patch.
+NOT_MOVED_LEGEND = "  not moved: sufficiency, necessity samples whose re-encoded concepts undid the patch (not counted)"
+
+#: The share of a rule set's sufficiency or necessity samples left unmoved above which ``verify`` warns.
+NOT_MOVED_WARN = 0.05
 
 #: The words of a verdict (:func:`verdict`).
 USED, AT_CONTROL, BELOW_CONTROL, NOT_MEASURED, NO_CONTROL = (
@@ -144,10 +152,16 @@ class RuleVerification:
         rule_set: the rule set's conditions as text.
         units: the units (columns of the layer, flattened) it names.
         sufficiency, necessity: the shares (:class:`Share`) for the rule set's units.
-        control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`).
+        control_sufficiency, control_necessity: the same for the random units (:class:`ControlShare`), on the same
+            samples.
+        not_moved: the sufficiency and necessity samples left out of every share because the patch did not move them:
+            rules over concepts whose patched activations, encoded again, do not lie on the side of the rule set
+            they were moved to (a top-k sparse autoencoder may re-select its k); ``(0, 0)`` on units and for exact
+            bases.
         details: per-sample facts for audits (not serialized): ``sufficiency_samples``/``necessity_samples`` (row
-            indices), ``donors`` (each one's donor row, for ``"resample"``), ``flipped`` (per sample, sufficiency
-            samples first), ``control_units`` and ``control_flipped`` (per draw: each sample's replaced units, flips).
+            indices), ``donors`` (each one's donor row, for ``"resample"``), ``flipped`` and ``moved`` (per sample,
+            sufficiency samples first), ``control_units`` and ``control_flipped`` (per draw: each sample's replaced
+            units, flips).
     """
 
     position: int
@@ -157,6 +171,7 @@ class RuleVerification:
     necessity: Share
     control_sufficiency: ControlShare
     control_necessity: ControlShare
+    not_moved: tuple[int, int] = (0, 0)
     details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -194,6 +209,7 @@ class RuleVerification:
         control = lambda d: ControlShare(  # noqa: E731
             tuple(f(s) for s in d["shares"]), int(d["n"]), f(d["value"]), f(d["low"]), f(d["high"])
         )
+        moved = data.get("not_moved") or (0, 0)  # files written before it: every sample moved
         return cls(
             position=int(data["position"]),
             rule_set=str(data["rule_set"]),
@@ -202,6 +218,7 @@ class RuleVerification:
             necessity=share(data["necessity"]),
             control_sufficiency=control(data["control_sufficiency"]),
             control_necessity=control(data["control_necessity"]),
+            not_moved=(int(moved[0]), int(moved[1])),
         )
 
 
@@ -281,14 +298,22 @@ class Verification:
         cols = ["sufficiency", "necessity", "control suff.", "control nec."]
         verdicts = [r.verdict for r in self.rows]
         wv = max([len("verdict"), *map(len, verdicts)]) + 2
-        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + f"{'verdict':<{wv}}rule set"]
-        for r, v in zip(self.rows, verdicts):
+        unmoved = [_not_moved_cell(r) for r in self.rows] if any(any(r.not_moved) for r in self.rows) else None
+        wm = max([len("not moved"), *map(len, unmoved)]) + 2 if unmoved else 0
+        moved_head = f"{'not moved':<{wm}}" if unmoved else ""
+        lines = [head, f"  {'#':>2}  " + "".join(f"{c:<{w}}" for c in cols) + moved_head + f"{'verdict':<{wv}}rule set"]
+        for i, (r, v) in enumerate(zip(self.rows, verdicts)):
             cells = [
                 _fmt(s.value, s.low, s.high, precision)
                 for s in (r.sufficiency, r.necessity, r.control_sufficiency, r.control_necessity)
             ]
-            lines.append(f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + f"{v:<{wv}}" + r.rule_set)
+            moved = f"{unmoved[i]:<{wm}}" if unmoved else ""
+            lines.append(
+                f"  {r.position:>2}  " + "".join(f"{c:<{w}}" for c in cells) + moved + f"{v:<{wv}}" + r.rule_set
+            )
         lines.append(LEGEND)
+        if unmoved:
+            lines.append(NOT_MOVED_LEGEND)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -321,8 +346,8 @@ class Verification:
 
     def to_frame(self) -> Any:
         """A pandas DataFrame, one row per rule set (index ``#``, the position in the explanation's ``rule_sets``): the
-        verdicts (:attr:`RuleVerification.verdict`, and one per share) and each share, its interval bounds and its
-        ``n``."""
+        verdicts (:attr:`RuleVerification.verdict`, and one per share), each share, its interval bounds and its ``n``,
+        and the samples left out as not moved (``sufficiency_not_moved``, ``necessity_not_moved``)."""
         import pandas as pd
 
         records = []
@@ -337,9 +362,41 @@ class Verification:
             for name in ("sufficiency", "necessity", "control_sufficiency", "control_necessity"):
                 s = getattr(r, name)
                 rec.update({name: s.value, f"{name}_low": s.low, f"{name}_high": s.high, f"{name}_n": s.n})
+            rec.update({"sufficiency_not_moved": r.not_moved[0], "necessity_not_moved": r.not_moved[1]})
             records.append(rec)
         index = pd.Index([r.position for r in self.rows], name="#")
         return pd.DataFrame(records, index=index)
+
+
+def _not_moved_cell(row: RuleVerification) -> str:
+    """``"38/110, 400/961"``: of the sufficiency and the necessity samples, how many the patch did not move."""
+    s, q = row.not_moved
+    return f"{s}/{s + row.sufficiency.n}, {q}/{q + row.necessity.n}"
+
+
+def not_moved_warning(rows: Sequence[RuleVerification], kind: str) -> str:
+    """The warning text when a concept basis (of ``kind``) left more than :data:`NOT_MOVED_WARN` of a rule set's
+    sufficiency or necessity samples unmoved ('' otherwise).
+
+    Example:
+        >>> row = RuleVerification(2, "sae_1 >= 1", (1,), Share.of(5, 10, 0.95), Share.of(3, 10, 0.95),
+        ...                        ControlShare.of([], 0.95), ControlShare.of([], 0.95), not_moved=(0, 30))
+        >>> not_moved_warning([row], "sae")  # doctest: +ELLIPSIS
+        'The concept basis (sae) did not carry out every patch: ... #2: 0 of 10 sufficiency, 30 of 40 necessity ...'
+    """
+    counts = [
+        (r.position, *r.not_moved, r.sufficiency.n + r.not_moved[0], r.necessity.n + r.not_moved[1]) for r in rows
+    ]
+    shown = [f"#{p}: {s} of {ns} sufficiency, {q} of {nq} necessity samples" for p, s, q, ns, nq in counts
+             if s > NOT_MOVED_WARN * ns or q > NOT_MOVED_WARN * nq]  # fmt: skip
+    if not shown:
+        return ""
+    return (
+        f"The concept basis ({kind}) did not carry out every patch: encoded again, the patched activations of "
+        f"{'; '.join(shown)} do not lie on the side of the rule set they were moved to. The shares and their controls "
+        "leave these samples out (`not_moved`); a basis whose encoder re-selects its active concepts (a top-k sparse "
+        "autoencoder) can undo a patch."
+    )
 
 
 # ---------------------------------------------- the HTML report's column group (used by :mod:`torch_amore.report.html`)
@@ -391,7 +448,20 @@ def verification_note(verification: Verification | None) -> str:
         "the share that leave it once the units are moved out. The control columns replace as many random units of "
         "the same layer the same way. Verdict: 'used' when a share's interval lies above its control's, 'at control "
         "level' when they overlap (no measurable use: e.g. the units are redundant with others), 'below control' when "
-        "it lies below. These numbers test this model on these samples, not the world the samples come from.</p>"
+        "it lies below. These numbers test this model on these samples, not the world the samples come from."
+        + _not_moved_note(v)
+        + "</p>"
+    )
+
+
+def _not_moved_note(verification: Verification) -> str:
+    """The note's sentence on the samples a concept basis did not move ('' when it moved them all)."""
+    s, q = (sum(r.not_moved[i] for r in verification.rows) for i in (0, 1))
+    if not s and not q:
+        return ""
+    return (
+        f" Left out of every share: {s} sufficiency and {q} necessity samples whose concepts, encoded again after "
+        "the patch, did not lie where they were moved."
     )
 
 
