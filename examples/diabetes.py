@@ -160,6 +160,14 @@ def _row(label: str, rs, test=None) -> str:
     return line
 
 
+def _below_bound(rs, none: str) -> str:
+    """The note under a chosen rule set below the confidence bound: ``select_best`` fell back to the highest fitness
+    because ``none`` of the candidates reaches ``BOUND`` (``""`` when the chosen one reaches it)."""
+    if rs is None or rs.confidence >= BOUND:
+        return ""
+    return f"           (below confidence {BOUND}: {none} reaches it, so this is the highest fitness of all)"
+
+
 def _setting(result: SearchResult) -> str:
     return ", ".join(f"{k}={v}" for k, v in result.setting.items())
 
@@ -211,10 +219,12 @@ def compare(
     )
     t2 = time.perf_counter()
     print(f"\nAMORE vs decision tree (l_max = max_depth = {max_length}; grid search, confidence lower bound {BOUND})")
-    print(_row("AMORE", amore.best, test))
-    print(f"           chosen: {_setting(amore)}  ({len(amore.records)} settings, {t1 - t0:.1f} s)")
-    print(_row("DT", dt.best, test))
-    print(f"           chosen: {_setting(dt)}  ({len(dt.records)} settings, {t2 - t1:.1f} s)")
+    for name, result, seconds in (("AMORE", amore, t1 - t0), ("DT", dt, t2 - t1)):
+        print(_row(name, result.best, test))
+        print(f"           chosen: {_setting(result)}  ({len(result.records)} settings, {seconds:.1f} s)")
+        note = _below_bound(result.best, "no setting's rule set")
+        if note:
+            print(note)
     return amore, dt
 
 
@@ -224,7 +234,7 @@ def local_rules(
     """Local rules (rules containing the sample) for the test samples nearest the paper's three probabilities."""
     print(
         f"\nLocal rules for three test samples (max_length={max_length}, min_support={min_support}, "
-        f"n_grids={n_grids}, uniform; best fitness among confidence >= {BOUND})"
+        f"n_grids={n_grids}, uniform; best fitness among confidence >= {BOUND}, else the best fitness, noted)"
     )
     out = []
     for p in LOCAL_PROBABILITIES:
@@ -247,6 +257,9 @@ def local_rules(
         best = select_best(rule_sets, BOUND)
         print(f"  test sample {i} (predicted probability {float(prob_test[i]):.3f}; {time.perf_counter() - t0:.1f} s)")
         print("  " + _row("local", best))
+        note = _below_bound(best, f"none of its {len(rule_sets)} rule sets")
+        if note:
+            print("  " + note)
         out.append((i, float(prob_test[i]), best))
     return out
 

@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     held_out = explanation.evaluate(x_test)
     print(f"on the {len(x_test)} held-out images:")
     print(f"  {'#':>2}  {'support':>7}  {'confidence':>10}  {'fitness':>7}")
-    shown = [explanation.rule_sets.index(rs) for rs in explanation.distinct()[:5]]  # the rows of the table above
-    for i, m in enumerate((held_out[j] for j in shown), 1):
+    for i, _ in explanation.shown()[:5]:  # the rows of the table above, numbered as there: rule_sets[i - 1] is #i
+        m = held_out[i - 1]
         print(f"  {i:>2}  {m.support:>7}  {m.confidence:>10.3f}  {m.fitness:>7.3f}")
 
     if not args.no_figures:

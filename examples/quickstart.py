@@ -5,10 +5,11 @@ Trains a tiny CNN on the 8x8 digits that ship with scikit-learn (nothing is down
 support/confidence/fitness and how far to trust them (the search holds out 30 % of the training digits: each rule
 set's confidence there with its interval, and a p-value against the same search on 19 shuffled targets, under a
 one-line verdict), shows the same for a subgroup drawn at random (the verdict and a warning say it is noise), checks by
-intervention whether the model uses their units (sufficiency, necessity and a random-unit control), prints them on
-the training and test digits next to a depth-matched decision tree's rule, saves
-a pixel map (which pixels drive each rule's latent unit: integrated gradients, via Captum) and writes a self-contained
-HTML report (rule table with held-out metrics, the pixel map, the rules' mean images and distributions).
+intervention whether the model uses their units (sufficiency, necessity and a random-unit control), prints the best
+rule set next to a decision tree of the same depth fitted on the same searched digits (both measured there, on the
+held-out training digits and on the test digits), saves a pixel map (which pixels drive each rule's latent unit:
+integrated gradients, via Captum) and writes a self-contained HTML report (rule table with held-out metrics, the pixel
+map, the rules' mean images and distributions).
 
     python examples/quickstart.py [--out quickstart_pixels.png] [--html PATH]
 """
@@ -27,6 +28,7 @@ from torch.nn import functional as F
 
 import torch_amore
 from torch_amore import RegionalRuleExplainer
+from torch_amore.search.evidence_split import holdout_mask
 
 DIGIT = 7
 
@@ -95,21 +97,31 @@ def main(argv: list[str] | None = None) -> None:
     # Does the model use these latent units? Replace them (from donor digits) and compare with random units.
     print(f"\n{explanation.verify(x[train], rule_sets=3, n_controls=10)}\n")
 
-    # Next to the paper's baseline: a decision tree of the same depth on the same latent features and subgroup.
-    min_leaf = explanation.params["min_support_count"]
-    tree = torch_amore.decision_tree_rules(explanation.features_matrix, explanation.subgroup, max_depth=2,
-                                           min_samples_leaf=min_leaf, feature_names=explanation.feature_names,
+    # Next to the paper's baseline: a decision tree of the same depth, fitted on the rows the search saw. The
+    # explanation's features_matrix and subgroup hold all 1350 training digits, the 405 held out too; holdout_mask
+    # replays the search's seeded split, so both methods are fitted and measured on the same rows.
+    z, subgroup = explanation.features_matrix, explanation.subgroup
+    held = holdout_mask(subgroup, explanation.params["holdout"], seed=explanation.params["seed"])
+    min_leaf = explanation.params["min_support_count"]  # min_support as a count of the searched rows
+    tree = torch_amore.decision_tree_rules(z[~held], subgroup[~held], max_depth=2, min_samples_leaf=min_leaf,
+                                           feature_names=explanation.feature_names,
                                            target_name=explanation.target_name)[0]  # fmt: skip
-    z_test = explainer.features_matrix(x[test])  # latent features of the held-out digits
+    z_test = explainer.features_matrix(x[test])  # latent features of the test digits
     with torch.no_grad():
         predicted_test = model(x[test]).argmax(1) == DIGIT
-    amore_test = explanation.evaluate(x[test])[0]  # same model, layer and target
-    tree_test = tree.evaluate(z_test, predicted_test)
-    for name, rs, m in (("AMORE", explanation.best, amore_test), ("decision tree", tree, tree_test)):
+    searched = int((~held).sum())
+    print(
+        f"Next to a decision tree of the same depth (min_samples_leaf={min_leaf}, the search's min_support), fitted on "
+        f"the same {searched} training digits the search saw:\neach rule line's numbers are on those {searched}; below "
+        f"it, on the {int(held.sum())} training digits both held out and on the {len(test)} test digits"
+    )
+    for name, rs in (("AMORE", explanation.best), ("decision tree", tree)):
         print(f"{name:>13}: {rs}")
-        print(f"{'test digits':>13}:   support={m.support}, confidence={m.confidence:.3f}, fitness={m.fitness:.3f}")
+        for rows, (zs, target) in (("held out", (z[held], subgroup[held])), ("test digits", (z_test, predicted_test))):
+            m = rs.evaluate(zs, target)
+            print(f"{rows:>13}:   support={m.support}, confidence={m.confidence:.3f}, fitness={m.fitness:.3f}")
 
-    # Which pixels drive each rule's latent unit, on held-out digits the best rule set covers.
+    # Which pixels drive each rule's latent unit, on test digits the best rule set covers.
     try:
         import matplotlib
     except ImportError:

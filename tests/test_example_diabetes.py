@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from torch_amore import extract_rules
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "diabetes.py"
 DATA = (ROOT / ".." / "shared" / "data").resolve()
@@ -122,3 +124,42 @@ def test_quick_csv_run_writes_figure_and_tables(tmp_path):
     assert len(amore) == 1 * 2 * 3  # uniform x n_grids (5, 7) x 3 min_supports
     assert len(dt) == 2 * 3 * 2  # criteria x min_samples_leaf x class_weights
     assert set(dt["min_samples_leaf"]) == set(amore["min_support"])
+    # a chosen local rule set below the bound says that none reached it (select_best fell back to the best fitness)
+    lines = out.splitlines()
+    local = [i for i, line in enumerate(lines) if line.strip().startswith("local ")]
+    assert len(local) == 3
+    for i in local:
+        below = float(re.search(r" confidence=([\d.]+) ", lines[i]).group(1)) < 0.8
+        assert ("below confidence 0.8: none of its" in lines[i + 1]) == below, lines[i : i + 2]
+
+
+def _local_data(seed: int = 0):
+    """x0 >= 0.8: all in the target (a local rule there reaches confidence 1); 0.4 <= x0 < 0.8: half, above the base
+    rate (about 0.44) but no interval around a sample there reaches 0.8; x0 < 0.4: a tenth. The test probabilities put
+    the sample nearest 0.908 in the pure region and those nearest 0.591 and 0.424 in the half."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(3000, 2, generator=g, dtype=torch.float64)
+    u = torch.rand(3000, generator=g, dtype=torch.float64)
+    target = (X[:, 0] >= 0.8) | ((X[:, 0] >= 0.4) & (u < 0.5)) | (u < 0.1)
+    X_test = torch.tensor([[0.9, 0.5], [0.6, 0.5], [0.5, 0.3]], dtype=torch.float64)
+    prob_test = torch.tensor([0.908, 0.591, 0.424], dtype=torch.float64)
+    return X, target, X_test, prob_test
+
+
+def test_local_rules_below_the_bound_say_so(capsys):
+    mod = _module()
+    X, target, X_test, prob_test = _local_data()
+    unit = dict(names=["x0", "x1"], types=["float", "float"], scale=[1.0, 1.0], offset=[0.0, 0.0])
+    chosen = mod.local_rules(X, target, X_test, prob_test, n_grids=5, min_support=100, max_length=1, **unit)
+    out = capsys.readouterr().out
+    blocks = out.split("  test sample ")[1:]
+    assert len(blocks) == len(chosen) == 3
+    for (i, _, best), block in zip(chosen, blocks):
+        found = extract_rules(X, target, max_length=1, min_support=100, n_grids=5, bin_strategy="uniform",
+                              local_x=X_test[i], feature_names=["x0", "x1"])  # fmt: skip
+        reached = [rs for rs in found if rs.confidence >= 0.8]
+        expected = max(reached or found, key=lambda rs: rs.fitness)
+        assert best.rules == expected.rules
+        note = f"(below confidence 0.8: none of its {len(found)} rule sets reaches it, so this is the highest fitness"
+        assert (note in block) == (not reached), block
+    assert "below confidence" not in blocks[0] and all("below confidence" in b for b in blocks[1:])

@@ -181,6 +181,42 @@ def test_mnist_page_numbers_come_from_the_command():
     assert f"reaches {accuracy} held-out accuracy" in " ".join(page.split())
 
 
+def _numbered(out: str, after: str, pattern: str) -> dict[int, tuple[str, ...]]:
+    """# -> the other groups of ``pattern`` for the first run of table rows below the line containing ``after``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    matches = [re.fullmatch(pattern, line) for line in lines[start:]]
+    first = next(i for i, match in enumerate(matches) if match)
+    rows = {}
+    for match in matches[first:]:
+        if not match:
+            break
+        rows[int(match.group(1))] = match.groups()[1:]
+    return rows
+
+
+@needs_mnist
+@pytest.mark.slow
+def test_mnist_held_out_table_numbers_rule_sets_as_the_explainer_table():
+    out = _run(MNIST, "--quick", "--no-figures")
+    shown = _numbered(
+        out, "as the explainer shows them:", r"\s+(\d+)\s+(\d+)\s+[\d.]+\s+-?[\d.]+\s+[\d.]+\*?\s+[\d.]+\s+(.+)"
+    )
+    held = _numbered(out, "held-out images:", r"\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(-?[\d.]+)")
+    assert len(shown) == 5 and list(held) == list(shown)  # the places in rule_sets, as the table above numbers them
+    assert list(shown) != list(range(1, 6))  # near-duplicates left out leave gaps (else the check above is void)
+    # a rule set of the methods table has its held-out numbers there too (RuleSet.evaluate on the held-out images'
+    # latent features): the row of the same # must show them
+    matched = 0
+    for cells in _rule_rows(out).values():
+        rule, numbers = cells[1].strip("`"), cells[5].split(" / ")
+        for place, (_, text) in shown.items():
+            if text == rule and len(numbers) == 3:
+                assert held[place] == tuple(numbers), (place, rule)
+                matched += 1
+    assert matched >= 1, out
+
+
 # ------------------------------------------------------------------------------------------------------- fast checks
 def _tex_blocks() -> dict[str, str]:
     """The paper's Table "global results" split into its task blocks (title -> LaTeX text), ``\\multicolumn{1}``

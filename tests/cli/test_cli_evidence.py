@@ -71,7 +71,7 @@ def test_with_holdout_the_json_min_support_count_is_that_of_the_rows_searched(ta
     printed = capsys.readouterr().out  # the options line and the legend say the same of the rows searched
     assert f"min_support=0.1 ({math.ceil(0.1 * searched)} rows)" in printed
     n_target = size - round(0.3 * size)
-    assert f"(base rate {n_target / searched:.3f})" in printed
+    assert f"(base rate {n_target / searched:.3f} of the rows searched)" in printed
 
 
 def test_holdout_rows_hold_out_the_rows_of_a_condition(split_table, tmp_path, capsys):
@@ -98,11 +98,74 @@ def test_holdout_rows_hold_out_the_rows_of_a_condition(split_table, tmp_path, ca
     assert got.params["held_out_subgroup"] == int((held & label).sum())
     assert got.params["held_out_rows"] == int(held.sum())
     assert got.base_rate == pytest.approx((label & ~held).sum() / searched)  # the rows the lift compares with
-    assert f"held out: {int(held.sum())} of 800 rows" in stdout
+    searched_label = int((label & ~held).sum())
+    assert stdout.splitlines()[1] == (  # under the subgroup's line: which rows, and how many of the subgroup
+        f"held out: {int(held.sum())} of 800 rows, {int((label & held).sum())} of the subgroup "
+        f"(--holdout-rows \"split == 'test'\"); the search saw the other {searched}"
+    )
     assert f"min_support=0.1 ({math.ceil(0.1 * searched)} rows)" in stdout  # of the rows searched
     assert "level=0.95" in stdout and "held-out confidence [95% CI]" in stdout
-    assert f"(base rate {(label & ~held).sum() / searched:.3f})" in stdout  # the rows the table's numbers are of
+    assert f"(base rate {searched_label / searched:.3f} of the rows searched)" in stdout  # the table's numbers' rows
     assert "split" in stdout.splitlines()[0]  # named among the excluded columns
+
+
+def test_holdout_fraction_says_which_rows_were_held_out(table, tmp_path, capsys):
+    out = tmp_path / "rules.json"
+    argv = ["rules", str(table), "--target-column", "label", "--min-support", "30", "--holdout", "0.3", "--seed", "3"]
+    assert main([*argv, "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    df = pd.read_csv(table)
+    label = df["label"].to_numpy().astype(bool)
+    n, size = len(label), int(label.sum())
+    held_label, held_other = round(0.3 * size), round(0.3 * (n - size))  # stratified: 30 % of each side
+    searched = n - held_label - held_other
+    assert lines[1] == (  # under the subgroup's line, as with --holdout-rows
+        f"held out: {held_label + held_other} of {n} rows, {held_label} of the subgroup (--holdout 0.3 of each side, "
+        f"--seed 3); the search saw the other {searched}"
+    )
+    X = torch.from_numpy(df[["a", "b", "c"]].to_numpy())
+    for rs in RegionalExplanation.from_json(out).rule_sets:  # its numbers on the searched rows and on the others
+        assert rs.support + rs.held_out.support == int(rs.mask(X).sum())
+
+
+def _legend(lines: list[str]) -> list[str]:
+    """The lines from the table's legend (``confidence: ...``) to the ``best:`` line."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("confidence: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("best: "))
+    return lines[start:end]
+
+
+def test_every_evidence_column_has_a_legend_line(table, capsys):
+    argv = ["rules", str(table), "--target-column", "label", "--min-support", "30", "--holdout", "0.3",
+            "--permutations", "19", "--stability", "2", "--level", "0.9"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("#  rule"))
+    assert header.split("fitness")[1].split() == ["held-out", "confidence", "[90%", "CI]", "p(held-out)", "p(perm)",
+                                                  "stability"]  # fmt: skip
+    label = pd.read_csv(table)["label"].to_numpy().astype(bool)
+    n, size = len(label), int(label.sum())
+    searched, searched_label = n - round(0.3 * size) - round(0.3 * (n - size)), size - round(0.3 * size)
+    assert _legend(lines) == [
+        f"confidence: the subgroup's share of the rows covered (base rate {searched_label / searched:.3f} of the rows "
+        "searched); fitness: (in - out) / subgroup",
+        "held-out: measured on rows the search did not see (confidence with its 90% Clopper-Pearson interval; "
+        "p(held-out): exact binomial test against their base rate, Holm-adjusted)",
+        "p(perm): the share of 19 searches on shuffled targets that reach this fitness ((1 + k) / (P + 1))",
+        "stability: the share of 2 half-samples that find nearly the same rows (Jaccard index >= 0.8)",
+    ]
+
+
+def test_without_rows_held_out_the_base_rate_is_of_all_rows(table, capsys):
+    assert main(["rules", str(table), "--target-column", "label", "--min-support", "30", "--permutations", "19"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    label = pd.read_csv(table)["label"].to_numpy().astype(bool)
+    assert not any(line.startswith("held out: ") for line in lines)
+    assert _legend(lines) == [
+        f"confidence: the subgroup's share of the rows covered (base rate {label.mean():.3f}); fitness: (in - out) / "
+        "subgroup",
+        "p(perm): the share of 19 searches on shuffled targets that reach this fitness ((1 + k) / (P + 1))",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -228,7 +228,8 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         choices=STRATEGIES,
         help="paper: the paper's ratio-driven rule tree exactly; beam: that tree plus a beam search "
-        f"over fitness-optimal intervals (default: {d.strategy})",
+        "over fitness-optimal intervals; exact: the top-k rule sets of highest fitness on the grid, provably "
+        f"(max length <= 3) (default: {d.strategy})",
     )
     group.add_argument(
         "--min-confidence",
@@ -268,7 +269,8 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
         type=_integer,
         metavar="B",
         help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
-        f"thread); a search that would need more is refused up front (default: {d.exact_budget})",
+        "thread); up to max length 2 a search that would need more is refused up front, at 3 it stops there and "
+        f"says so (default: {d.exact_budget})",
     )
     group.add_argument(
         "--optimum-budget",

@@ -5,7 +5,7 @@ print the rule table and write the files asked for.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -18,9 +18,9 @@ import torch
 from torch_amore.cli.expression import ExpressionError, parse_expression, show_columns
 from torch_amore.cli.table import encode_features, is_text, read_table, subgroup_from_column
 from torch_amore.explain.explanation import RegionalExplanation
-from torch_amore.explain.explanation_text import searched_counts
+from torch_amore.explain.explanation_text import holds_out, searched_counts
 from torch_amore.report.distinct import distinct_rule_sets
-from torch_amore.rules.evidence_columns import aligned_evidence, verdict_line
+from torch_amore.rules.evidence_columns import aligned_evidence, legend_lines, verdict_line
 from torch_amore.rules.rules import RuleSet
 from torch_amore.search.extract import extract_rules
 from torch_amore.search.options import SearchOptions
@@ -126,10 +126,13 @@ def format_table(
     flag_negative: bool = False,
     positions: Sequence[int] | None = None,
     base_rate: float | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> str:
     """The rule sets as an aligned text table: ``#`` (``positions``, 1-based places in the full list; default
     1, 2, ...), rule, support, confidence, fitness (and, with ``flag_negative``, a note on rule sets with negative
-    fitness), then a legend line (with the ``base_rate`` when given).
+    fitness), the evidence columns some rule set carries, then the legend: a line on confidence and fitness (with
+    the ``base_rate`` when given, of the rows searched when ``params`` say rows were held out) and a line per
+    evidence column (:func:`torch_amore.rules.evidence_columns.legend_lines`, its counts from ``params``).
 
     Example:
         >>> from torch_amore.rules.rule import Rule
@@ -138,6 +141,13 @@ def format_table(
            #  rule       support  confidence  fitness
            3  age >= 50      120       0.750    0.200
         confidence: the subgroup's share of the rows covered (base rate 0.250); fitness: (in - out) / subgroup
+        >>> tested = RuleSet(rs.rules, support=120, confidence=0.75, fitness=0.2, p_value=0.05)
+        >>> table = format_table([tested], base_rate=0.25, params={"holdout": 0.3, "permutations": 19})
+        >>> print(table.splitlines()[0]); print(table.splitlines()[-2].split("; ")[0])
+           #  rule       support  confidence  fitness  p(perm)
+        confidence: the subgroup's share of the rows covered (base rate 0.250 of the rows searched)
+        >>> print(table.splitlines()[-1])
+        p(perm): the share of 19 searches on shuffled targets that reach this fitness ((1 + k) / (P + 1))
     """
     positions = list(range(1, len(rule_sets) + 1)) if positions is None else list(positions)
     rules = [" AND ".join(r.format() for r in rs.rules) or "TRUE" for rs in rule_sets]
@@ -149,8 +159,11 @@ def format_table(
         lines.append(
             f"{i:>4}  {text:<{width}}  {rs.support:>7}  {rs.confidence:>10.3f}  {rs.fitness:>7.3f}{cell}{note}"
         )
-    base = "" if base_rate is None else f" (base rate {base_rate:.3f})"
+    params = params or {}
+    of = " of the rows searched" if holds_out(dict(params)) else ""
+    base = "" if base_rate is None else f" (base rate {base_rate:.3f}{of})"
     lines.append(f"confidence: the subgroup's share of the rows covered{base}; fitness: (in - out) / subgroup")
+    lines += legend_lines(rule_sets, params)  # what the evidence columns mean
     return "\n".join(lines)
 
 
@@ -258,6 +271,25 @@ class _Run:
             rows.update(held_out_rows=int(self.held.sum()), held_out_subgroup=int((self.held & self.target).sum()))
         return rows
 
+    def params(self) -> dict[str, Any]:
+        """The search options and the counts of the run's rows (:meth:`rows`), as an explanation's ``params``."""
+        return {**self.options.to_dict(), **self.rows()}
+
+    def held_out_line(self) -> str | None:
+        """``held out: N of M rows, K of the subgroup (how); the search saw the other S`` with ``--holdout`` or
+        ``--holdout-rows`` (``None`` without): the rows the held-out columns are measured on."""
+        if self.held is None and self.options.holdout is None:
+            return None
+        searched, searched_target = self.searched()
+        if self.held is not None:
+            how = f"--holdout-rows {self.args.holdout_rows!r}"
+        else:
+            how = f"--holdout {self.options.holdout:g} of each side, --seed {self.options.seed}"
+        return (
+            f"held out: {self.n - searched} of {self.n} rows, {int(self.target.sum()) - searched_target} of the "
+            f"subgroup ({how}); the search saw the other {searched}"
+        )
+
     def searched(self) -> tuple[int, int]:
         """The rows the search saw and its target rows among them: with ``--holdout`` or ``--holdout-rows``, those not
         held out (:func:`torch_amore.explain.explanation_text.searched_counts`)."""
@@ -357,11 +389,9 @@ def _report(run: _Run) -> None:
         f"subgroup {run.target_name}: {n_target} of {run.n} rows ({100 * n_target / run.n:.1f}%); {features} "
         f"(excluded: {', '.join(run.excluded) or 'none'})"
     )
-    if run.held is not None:
-        n_held = int(run.held.sum())
-        print(
-            f"held out: {n_held} of {run.n} rows (--holdout-rows {run.args.holdout_rows!r}); the search saw the others"
-        )
+    held_out = run.held_out_line()
+    if held_out is not None:
+        print(held_out)
     searched, searched_target = run.searched()  # the rows of the table's numbers (not the held-out ones)
     print(_describe_options(run.options, searched, searched_target, held=run.held is not None))
     if not run.found:
@@ -371,18 +401,19 @@ def _report(run: _Run) -> None:
         )
         return
     print(_describe_rows(run.options, run.n_found, run.args.limit))
-    line = verdict_line(run.found, {"permutations": run.options.permutations, "level": run.options.level})
+    params = run.params()
+    line = verdict_line(run.found, params)
     if line is not None:
         print(line)
     shown, negative = run.shown(), run.negative
     if shown:
         place = {id(rs): i for i, rs in enumerate(run.found, 1)}  # rule_sets[i] is #i+1, as in --json and --html
         positions = [place[id(rs)] for rs in shown]
-        print(
-            format_table(
-                shown, flag_negative=run.args.all_rule_sets, positions=positions, base_rate=searched_target / searched
-            )
+        base_rate = searched_target / searched
+        table = format_table(
+            shown, flag_negative=run.args.all_rule_sets, positions=positions, base_rate=base_rate, params=params
         )
+        print(table)
     if run.found and run.found[0].optimum is not None:
         print(f"best: {run.found[0].optimum_text()}")
     hidden = len(run.found) - len(shown)

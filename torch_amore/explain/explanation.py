@@ -63,13 +63,17 @@ class RegionalExplanation(Sequence[RuleSet]):
 
     Args:
         rule_sets: candidate rule sets sorted by fitness (best first); empty when nothing qualifies.
-        subgroup: boolean (N,) mask of the explained subgroup on the data the rules were extracted on (``None`` after
-            :meth:`from_json`).
+        subgroup: boolean (N,) mask of the explained subgroup on every row explained, held-out rows included
+            (``None`` after :meth:`from_json`).
         threshold: the probability threshold that defined the subgroup (``None`` for argmax, masks, ranges).
         features: indices of the features the search used.
         feature_names: names of all D features.
         params: extraction parameters and data facts (``n_samples``, ``subgroup_size``, ``layer``, ...).
-        features_matrix: the (N, D) tensor the rules were extracted on (``None`` after :meth:`from_json`).
+        features_matrix: the (N, D) features of every row explained (``None`` after :meth:`from_json`). With
+            ``holdout`` or ``holdout_rows`` it holds the held-out rows too: the search saw only the others, on which
+            the rule sets' support, confidence and fitness are measured (``holdout``'s rows are
+            :func:`torch_amore.search.evidence_split.holdout_mask` of ``subgroup``, ``params["holdout"]`` and
+            ``params["seed"]``).
         sample: for local rules, the sample's feature vector (D,).
         message: why the result is empty, when it is.
         selection: the ``FeatureSelection`` when ``select_features=True`` was used.
