@@ -198,12 +198,15 @@ class HeldOut:
 
 
 def format_p_value(value: float) -> str:
-    """A p-value in 2 significant digits, fixed-point down to 1e-4.
+    """A p-value in 2 significant digits, fixed-point down to 1e-4; one too small for a float (0.0: the binomial
+    tail underflowed) as ``<1e-300``, not as a p-value of 0.
 
     Example:
-        >>> format_p_value(0.0123), format_p_value(3e-7)
-        ('0.012', '3.0e-07')
+        >>> format_p_value(0.0123), format_p_value(3e-7), format_p_value(0.0)
+        ('0.012', '3.0e-07', '<1e-300')
     """
+    if value == 0:
+        return "<1e-300"
     return f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
 
 
