@@ -32,6 +32,7 @@ from torch_amore.model.subgroups import subgroup_mask
 from torch_amore.rules.caveats import useless_reason
 from torch_amore.search.extract import extract_planned
 from torch_amore.search.options import SearchOptions
+from torch_amore.search.significance import NoHeldOutSplit
 
 #: What ``target`` accepts: a class index, a boolean mask, a callable on the outputs, or a ``(low, high)`` range.
 TargetType = int | torch.Tensor | np.ndarray | Sequence[bool] | Callable[[torch.Tensor], Any] | tuple[float, float]
@@ -286,7 +287,8 @@ class RegionalRuleExplainer:
     ) -> RegionalExplanation:
         """The explanation of ``request`` on the model's batches from ``source``, in memory or streamed: the one
         pipeline of :meth:`explain` and the Lightning callback. ``empty="keep"`` returns an explanation without rule
-        sets (its ``message`` says why) where the subgroup holds no row or every row, instead of raising.
+        sets (its ``message`` says why) where the subgroup holds no row or every row, or too few rows for the held-out
+        split (:class:`~torch_amore.search.significance.NoHeldOutSplit`), instead of raising.
 
         Example:
             >>> from torch_amore.model.source import ModelInputs
@@ -329,19 +331,28 @@ class RegionalRuleExplainer:
                 }
             options = with_units(options, request.scaler, X.shape[1], source_kind)
             features = selection if selection is not None else request.indices
-            rule_sets, plan, min_count, _ = extract_planned(
-                X,
-                mask,
-                options,
-                features=features,
-                feature_names=names,
-                local_x=local_x,
-                target_name=target_name,
-                counted=request.counted,
-                holdout_rows=None if request.holdout_rows is None else held,
-            )
-            columns = list(plan.columns)
-            message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
+            try:
+                rule_sets, plan, min_count, _ = extract_planned(
+                    X,
+                    mask,
+                    options,
+                    features=features,
+                    feature_names=names,
+                    local_x=local_x,
+                    target_name=target_name,
+                    counted=request.counted,
+                    holdout_rows=None if request.holdout_rows is None else held,
+                )
+            except NoHeldOutSplit as error:  # kept as a subgroup of no row is (the callback early in training)
+                if empty == "raise":
+                    raise
+                rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
+                min_count = options.support_count(n, size)
+                message = f"No rule sets: {error}"
+                warnings.warn(message, UserWarning, stacklevel=1)
+            else:
+                columns = list(plan.columns)
+                message = useless_reason(rule_sets, n, size, min_count=min_count, local=request.local is not None)
         else:
             rule_sets, columns = [], A.resolve_features(request.indices, X.shape[1])
             min_count = options.support_count(n, size)

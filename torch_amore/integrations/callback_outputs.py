@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
 from pytorch_lightning import LightningModule, Trainer
 
 from torch_amore.explain.explanation import RegionalExplanation
@@ -57,19 +58,20 @@ class CallbackOutputs:
         """NaN ("not extracted at this epoch") for the metrics a ModelCheckpoint monitors, which it requires at every
         validation epoch; it ranks NaN below every extracted value."""
         monitored = {getattr(cb, "monitor", None) for cb in trainer.callbacks} & set(self._metric_names())
+        nan = torch.tensor(math.nan, dtype=torch.float32, device=pl_module.device)  # the dtype of the extracted values
         for name in sorted(monitored):
-            pl_module.log(name, math.nan, on_step=False, on_epoch=True, sync_dist=False)
+            pl_module.log(name, nan, on_step=False, on_epoch=True, sync_dist=False)
 
     def _log(
         self, trainer: Trainer, pl_module: LightningModule, explanation: RegionalExplanation, in_loop: bool
     ) -> None:
-        metrics = self._metrics(explanation)
+        metrics = {name: torch.tensor(value, dtype=torch.float32) for name, value in self._metrics(explanation).items()}
         if in_loop:  # inside a loop: through Lightning, so that ModelCheckpoint and trainer.test's results see them
-            for name, value in metrics.items():
-                pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False)  # equal on every rank
-        elif trainer.is_global_zero:
+            for name, value in metrics.items():  # equal on every rank
+                pl_module.log(name, value.to(pl_module.device), on_step=False, on_epoch=True, sync_dist=False)
+        elif trainer.is_global_zero:  # float32 values as the loops log them
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+                logger.log_metrics({name: value.item() for name, value in metrics.items()}, step=trainer.global_step)
                 logger.save()
         if not trainer.is_global_zero:
             return

@@ -34,6 +34,7 @@ from torch_amore.explain.concept_space import resolve_basis
 from torch_amore.explain.evaluation import evaluate_on
 from torch_amore.explain.explainer import RegionalRuleExplainer
 from torch_amore.explain.explanation import RegionalExplanation
+from torch_amore.explain.explanation_text import holds_out, searched_counts
 from torch_amore.explain.stream_explain import check_stream, check_streamable
 from torch_amore.integrations.callback_args import (
     _describe_target,
@@ -43,7 +44,7 @@ from torch_amore.integrations.callback_args import (
     _safe,
     _same_names,
 )
-from torch_amore.integrations.callback_explain import _LOADERS, CallbackExplain
+from torch_amore.integrations.callback_explain import _LOADERS, CallbackExplain, check_rows_read
 from torch_amore.integrations.callback_outputs import CallbackOutputs
 from torch_amore.integrations.lightning_batches import LightningBatches
 from torch_amore.model.forward import resolve_layer
@@ -77,6 +78,35 @@ def _writable_dir(dirpath: Any) -> Path:
     return path
 
 
+def _check_data_arg(data: Any, every_n_val_epochs: Any, batch_size: Any) -> None:
+    """``data``: a split or a DataLoader whose sampler reads its dataset's rows; no ``every_n_val_epochs`` with
+    ``"test"``, which ``trainer.fit`` does not explain; and the two counts."""
+    if not (isinstance(data, DataLoader) or data in _SPLITS):
+        raise ValueError(f"Expected `data` to be 'train', 'val', 'test' or a DataLoader, but got {data!r}.")
+    A.check_int(batch_size, "batch_size", 1)
+    if every_n_val_epochs is not None:
+        A.check_int(every_n_val_epochs, "every_n_val_epochs", 1)
+        if isinstance(data, str) and data == "test":
+            raise ValueError(
+                f"Expected no `every_n_val_epochs` with data='test', which is explained on trainer.test only, but got "
+                f"every_n_val_epochs={every_n_val_epochs}; pass data='val', 'train' or a DataLoader to extract during "
+                "trainer.fit."
+            )
+    if isinstance(data, DataLoader) and not isinstance(data.dataset, IterableDataset):
+        check_rows_read(data, "`data`", batch_size)  # a sampler of other rows than the dataset's
+
+
+def _rows_text(params: dict[str, Any]) -> str:
+    """The rows of an explanation as the progress line names them: those searched of all, when some were held out.
+
+    Example:
+        >>> _rows_text({"n_samples": 100, "subgroup_size": 20, "holdout": 0.3}), _rows_text({"n_samples": 100})
+        ('70 of 100 rows searched', '100 rows')
+    """
+    n, searched = params["n_samples"], searched_counts(params)[0]
+    return f"{searched} of {n} rows searched" if holds_out(params) and searched is not None else f"{n} rows"
+
+
 def _check_rows_of(loader: Any, request: Any) -> None:
     """``request``'s row-aligned arguments against ``loader``'s dataset, where it is a DataLoader over a sized one."""
     dataset = getattr(loader, "dataset", None)
@@ -93,7 +123,8 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         layer: a submodule of the LightningModule (or its dotted name) whose flattened activations are the rule
             features; ``None`` uses the model inputs, flattened, after the batch hooks.
         data: ``"val"`` (the first validation DataLoader), ``"train"``, ``"test"`` (explained on ``trainer.test``),
-            or a DataLoader to explain.
+            or a DataLoader to explain; its dataset's rows are read in dataset order (without a ``drop_last`` loader's
+            last partial batch), so its sampler must read every row (sequential or shuffled).
         options: a :class:`~torch_amore.SearchOptions`; keyword arguments named like its fields override it.
         features, select_features, feature_names, threshold: as in :meth:`RegionalRuleExplainer.explain`
             (``select_features`` and ``threshold="roc"`` in a single process only).
@@ -114,12 +145,12 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             set to the loggers that take figures, when matplotlib is installed.
         html: also write ``{filename}.html``, the self-contained report of :meth:`RegionalExplanation.to_html`.
         verify: also verify the rule sets by intervention (:meth:`RegionalExplanation.verify`; a dict passes options
-            to it) before the files are written (under DDP, rank 0's rows).
+            to it, their names and values checked now) before the files are written (under DDP, rank 0's rows).
         concepts, n_concepts, concept_names: rules over concepts of ``layer``, as in
             :class:`~torch_amore.RegionalRuleExplainer`; a fitted basis is fitted anew on each extraction.
         stream: as in :meth:`RegionalRuleExplainer.explain` (default ``"auto"``).
         **search_options: any field of :class:`~torch_amore.SearchOptions` (documented there); a fractional
-            ``min_support`` is taken of all the explained rows (all ranks).
+            ``min_support`` is taken of the rows searched (all the explained rows of all ranks, less those held out).
 
     Attributes:
         explanation: the last :class:`RegionalExplanation` (``None`` before the first extraction). Its
@@ -168,14 +199,10 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         **search_options: Any,
     ) -> None:
         self.options = SearchOptions.resolve(options, **search_options)
-        if not (isinstance(data, DataLoader) or data in _SPLITS):
-            raise ValueError(f"Expected `data` to be 'train', 'val', 'test' or a DataLoader, but got {data!r}.")
+        _check_data_arg(data, every_n_val_epochs, batch_size)
         if layer is not None and not isinstance(layer, (str, torch.nn.Module)):
             raise TypeError(f"Expected `layer` to be an nn.Module, a dotted submodule name or None, got {layer!r}.")
         check_target(target, threshold)
-        if every_n_val_epochs is not None:
-            A.check_int(every_n_val_epochs, "every_n_val_epochs", 1)
-        A.check_int(batch_size, "batch_size", 1)
         if filename is not None and (not isinstance(filename, str) or not filename or re.search(r"[\\/]", filename)):
             raise ValueError(f"Expected `filename` to be a file stem such as 'rules', but got {filename!r}.")
         if forward_kwargs is not None and not isinstance(forward_kwargs, Mapping):
@@ -216,6 +243,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self.last_step: int | None = None
         self._val_epochs = 0  # validation epochs of fit seen so far (restored from checkpoints)
         self._train_epoch: int | None = None
+        self._data_checked = False  # the explained data's first batch checked in this fit
 
     def _default_filename(self) -> str:
         layer = self.layer if isinstance(self.layer, str) else "inputs" if self.layer is None else "layer"
@@ -261,6 +289,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             V.check_model_device(pl_module, type(pl_module).__name__)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._data_checked = False
         self._check_module(trainer, pl_module)
         if self.data == "val" and not trainer.enable_validation:
             raise ValueError(
@@ -277,6 +306,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             self._check_module(trainer, pl_module)
             if _first_loader(trainer.test_dataloaders) is None:
                 raise ValueError("Expected a test DataLoader for `data='test'`, but trainer.test has none.")
+            self._check_data(trainer, pl_module, "test")
 
     def _check_module(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not is_overridden("forward", pl_module):
@@ -307,10 +337,17 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
             )
 
     def _check_monitors(self, trainer: Trainer) -> None:
-        """An EarlyStopping on these metrics needs a value at every validation epoch."""
+        """A callback monitoring these metrics in trainer.fit needs them there (not with data='test'); an
+        EarlyStopping needs a value at every validation epoch."""
         n = self.every_n_val_epochs
         for cb in trainer.callbacks:
             monitor = getattr(cb, "monitor", None)
+            if monitor in self._metric_names() and self.data == "test":
+                raise ValueError(
+                    f"Expected no {type(cb).__name__}(monitor={monitor!r}) with data='test': the test split is "
+                    f"explained on trainer.test only, so trainer.fit never logs {monitor!r}; monitor the metric of an "
+                    "extractor with data='val' (or 'train', or a DataLoader)."
+                )
             if isinstance(cb, EarlyStopping) and monitor in self._metric_names() and n != 1:
                 raise ValueError(
                     f"Expected every_n_val_epochs=1 for EarlyStopping(monitor={monitor!r}), which needs the metric at "
@@ -318,10 +355,27 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
                 )
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Before the first training step: a mask target, features or held-out rows against the explained split's
-        dataset where its loader is loaded by now (the training split; the validation split after a sanity check)."""
-        if isinstance(self.data, str) and self.data != "test":
-            _check_rows_of(_first_loader(getattr(trainer, _LOADERS[self.data], None)), self._request(progress=False))
+        """Before the first training step: the explained data (see :meth:`_check_data`) where its loader is loaded by
+        now (a DataLoader, the training split; the validation split after a sanity check)."""
+        if self.data != "test":
+            self._check_data(trainer, pl_module, self.data if isinstance(self.data, str) else "loader")
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """The validation split, once loaded: at the sanity check, else at the first validation of trainer.fit."""
+        if self.data == "val" and trainer.state.fn == "fit":
+            self._check_data(trainer, pl_module, "val")
+
+    def _check_data(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
+        """Once per fit (at every trainer.test), where the split's loader is loaded: a mask target, features or
+        held-out rows against its dataset, its sampler, and what needs the model's outputs on its first batch."""
+        if self._data_checked and split != "test":
+            return
+        if split in _LOADERS and _first_loader(getattr(trainer, _LOADERS[split], None)) is None:
+            return  # the validation split before its first loop: checked in on_validation_start
+        self._data_checked = True
+        loader = self.data if split == "loader" else _first_loader(getattr(trainer, _LOADERS[split]))
+        _check_rows_of(loader, self._request(progress=False))
+        self._check_first_batch(trainer, pl_module, split)
 
     # --- when to extract ------------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -388,9 +442,9 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         self._write(trainer, explanation)
         self._log(trainer, pl_module, explanation, in_loop)
         best, verdict = explanation.best, verdict_line(explanation.rule_sets, explanation.params)
+        rows, seconds = _rows_text(explanation.params), time.perf_counter() - start
         rank_zero_info(
-            f"RegionalRuleExtractor {self.filename!r}: {len(explanation)} rule sets on "
-            f"{explanation.params['n_samples']} rows in {time.perf_counter() - start:.1f} s"
+            f"RegionalRuleExtractor {self.filename!r}: {len(explanation)} rule sets on {rows} in {seconds:.1f} s"
             + (f"; {verdict}" if verdict is not None else "")
             + (f"; best: {best}" if best is not None else f"; {explanation.message}")
         )

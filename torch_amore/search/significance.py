@@ -60,6 +60,7 @@ from torch_amore.search.plan import SearchPlan
 
 __all__ = [
     "SIDE_MEMORY_SHARE",
+    "NoHeldOutSplit",
     "STABILITY_JACCARD",
     "extract_with_evidence",
     "permutation_p_values",
@@ -126,6 +127,11 @@ class _Rows:
         return torch.from_numpy(mine).to(self.target.device)
 
 
+class NoHeldOutSplit(ValueError):
+    """The held-out rows or the rows left to search hold no target row, or no other row: the subgroup (or the rest)
+    is too small for the split. A ``ValueError``; the Lightning callback keeps an explanation without rule sets."""
+
+
 def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) -> torch.Tensor | None:
     """The held-out rows' mask (on the target's device), or ``None``; both parts must hold target rows and others.
     A fraction is drawn over all rows by global index (:class:`_Rows`); ``holdout_rows`` are this process's."""
@@ -149,7 +155,7 @@ def _held_rows(target: torch.Tensor, options: SearchOptions, holdout_rows: Any) 
                 hint = "it holds out round(holdout * n) of each class's n rows (half to even): pick another `holdout`"
                 if n_held + n_rest == 1:
                     hint = f"there is one of the {what} in all, which no split puts on both sides"
-            raise ValueError(
+            raise NoHeldOutSplit(
                 f"Expected {what} both among the held-out rows and among the rows searched, but the {part} hold "
                 f"none ({n_held} held out, {n_rest} searched) with {given}: {hint}."
             )
