@@ -1,5 +1,6 @@
 """Concept bases saved as JSON numbers and loaded back: encode equal before and after, for every kind; user modules by
-import path and state_dict only; each thing that cannot be saved or loaded gets a clear message."""
+import path and state_dict only, loaded from the classes the caller passes (nothing a file names is imported); each
+thing that cannot be saved or loaded gets a clear message."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from torch_amore.concepts import (
 
 def round_trip(basis: ConceptBasis, **kwargs) -> ConceptBasis:
     text = json.dumps(basis.to_dict(), allow_nan=False)  # plain JSON: numbers, strings, lists, dicts
-    return ConceptBasis.from_dict(json.loads(text), **kwargs)
+    return ConceptBasis.from_dict(json.loads(text), **{"classes": [TinySAE], **kwargs})
 
 
 A, _, _ = planted_features(n=200, d=6, k=4, seed=3)
@@ -80,7 +81,7 @@ def test_one_module_behind_encode_and_decode_is_saved_once():
     assert data["modules"][0]["module"] == "concept_models" and data["modules"][0]["class"] == "TinySAE"
     assert data["encode"] == {"module": 0, "method": "encode"} and data["decode"] == {"module": 0, "method": "decode"}
     assert data["modules"][0]["state_dict"]["steps"] == {"dtype": "int64", "shape": [], "data": 0}
-    again = ConceptBasis.from_dict(data)
+    again = ConceptBasis.from_dict(data, classes=[TinySAE])
     module = again.encoder.__self__
     assert isinstance(module, TinySAE) and module is again.decoder.__self__
     for key, value in sae.state_dict().items():
@@ -125,25 +126,28 @@ def test_local_classes_cannot_be_saved():
         EncoderDecoder(Local()).to_dict()
 
 
-def test_unimportable_paths_and_bad_files_get_clear_messages():
+def test_classes_not_given_are_refused_and_bad_files_get_clear_messages():
     data = EncoderDecoder(TinySAE().encode, TinySAE().decode).to_dict()
+    with pytest.raises(ValueError, match=r"`modules\[0\].class`: concept_models.TinySAE is not one of torch.nn's .*"
+                       r"pass the class, `classes=\[TinySAE\]`"):  # fmt: skip
+        ConceptBasis.from_dict(data)
     data["modules"][0]["module"] = "no_such_package.sae"
-    with pytest.raises(ValueError, match=r"class no_such_package.sae.TinySAE does not import here .*ModuleNotFound"):
-        ConceptBasis.from_dict(data)
+    with pytest.raises(ValueError, match=r"no_such_package.sae.TinySAE is not one of torch.nn's module classes"):
+        ConceptBasis.from_dict(data, classes=[SizedSAE])
     data["modules"][0].update(module="os", **{"class": "getcwd"})
-    with pytest.raises(ValueError, match="to name an nn.Module class, but os.getcwd is builtin_function_or_method"):
-        ConceptBasis.from_dict(data)
+    with pytest.raises(ValueError, match=r"os.getcwd is not one of torch.nn's module classes"):
+        ConceptBasis.from_dict(data, classes=[TinySAE])
     data["modules"][0].update(module="os; import sys")
-    with pytest.raises(ValueError, match="as a dotted path"):
+    with pytest.raises(ValueError, match=r"`modules\[0\].module`: expected a dotted module path"):
         ConceptBasis.from_dict(data)
     good = EncoderDecoder(TinySAE().encode, TinySAE().decode).to_dict()
     good["encode"]["method"] = "__init__"
     with pytest.raises(ValueError, match="public method name"):
-        ConceptBasis.from_dict(good)
+        ConceptBasis.from_dict(good, classes=[TinySAE])
     state = EncoderDecoder(TinySAE().encode).to_dict()
     del state["modules"][0]["state_dict"]["enc.weight"]
     with pytest.raises(ValueError, match="does not fit a new concept_models.TinySAE"):
-        ConceptBasis.from_dict(state)
+        ConceptBasis.from_dict(state, classes=[TinySAE])
 
 
 def test_unknown_kinds_and_keys():
@@ -153,13 +157,13 @@ def test_unknown_kinds_and_keys():
         ConceptBasis.from_dict({"kind": "direction"})
     data = bases()["directions"].to_dict()
     data["extra"] = 1
-    with pytest.raises(ValueError, match=r"\['extra'\] are unexpected"):
+    with pytest.raises(ValueError, match=r"`extra`: unexpected key"):
         ConceptBasis.from_dict(data)
-    with pytest.raises(ValueError, match="Expected a saved Directions, but the dict holds a FittedBasis"):
+    with pytest.raises(ValueError, match="expected a saved Directions, but the dict holds a FittedBasis"):
         Directions.from_dict(bases()["pca"].to_dict())
     bad = bases()["directions"].to_dict()
     bad["W"] = [[1.0, "x"]]
-    with pytest.raises(ValueError, match="`W` to be nested lists of numbers"):
+    with pytest.raises(ValueError, match="`W`: expected nested lists of numbers"):
         ConceptBasis.from_dict(bad)
 
 

@@ -87,7 +87,7 @@ def test_every_kind_of_basis_explains_streams_verifies_reports_and_round_trips(k
     assert all(r.name in names and r.name in text for r in explanation.best.rules)
 
     explanation.to_json(tmp_path / "explanation.json")
-    loaded = RegionalExplanation.from_json(tmp_path / "explanation.json")
+    loaded = RegionalExplanation.from_json(tmp_path / "explanation.json", classes=[StrokeSAE])  # the encoder's class
     assert isinstance(loaded.concepts, type(basis)) and loaded.concepts.names == names
     assert torch.allclose(loaded.concepts.encode(hidden(model, X[:50])), C[:50], atol=1e-6)
     assert loaded.params["concepts"] == explanation.params["concepts"]

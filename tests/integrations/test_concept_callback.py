@@ -122,3 +122,28 @@ def test_callback_selects_concepts(tmp_path):
     fit(tmp_path, [selecting])
     assert set(selecting.explanation.selection.features) <= {0, 1} and 0 in selecting.explanation.selection.features
     assert selecting.explanation.best.rules[0].name == "read"
+
+
+class Halves(nn.Module):
+    """An encoder module of the user's own: the concepts are the two halves' sums, decoded back evenly."""
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.stack([a[:, : D // 2].sum(1), a[:, D // 2 :].sum(1)], 1)
+
+    def decode(self, c: torch.Tensor) -> torch.Tensor:
+        return torch.cat([c[:, :1].expand(-1, D // 2), c[:, 1:].expand(-1, D // 2)], 1) / (D // 2)
+
+
+def test_a_checkpoint_with_the_users_encoder_module_restores(tmp_path):
+    """Loading imports nothing a file names: the callback restores an explanation whose basis is the user's own
+    ``nn.Module`` by the class of its own basis (a state saved from one callback restored into a fresh one)."""
+    encoder = Halves()
+    cb = RegionalRuleExtractor(data=loader(), concepts={"encode": encoder, "decode": encoder.decode}, **KW)
+    fit(tmp_path, [cb])
+    state = cb.state_dict()
+    fresh = RegionalRuleExtractor(data=loader(), concepts={"encode": Halves(), "decode": Halves().decode}, **KW)
+    fresh.load_state_dict(state)
+    assert [str(rs) for rs in fresh.explanation.rule_sets] == [str(rs) for rs in cb.explanation.rule_sets]
+    assert isinstance(fresh.explanation.concepts.encoder, Halves)
+    X = torch.randn(5, D, generator=torch.Generator().manual_seed(3))
+    assert torch.allclose(fresh.explanation.concepts.encode(X), encoder(X))

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 import torch_amore as ta
 from torch_amore import Rule, RuleSet
 from torch_amore.rules.rules import load_rule_sets
-from torch_amore.rules.serialization import FORMAT_VERSION, FieldError, at_path
+from torch_amore.rules.serialization import FORMAT_VERSION, FieldError, at_path, parse_json
 
 
 def good() -> dict:
@@ -345,6 +345,36 @@ def test_explanation_file_that_is_not_json_text(tmp_path):
     file.write_bytes(b"\xff\xfe\x00\x81garbage")
     with pytest.raises(FieldError, match="UTF-8"):
         ta.RegionalExplanation.from_json(file)
+
+
+@pytest.mark.parametrize("digits", [101, 5000])
+def test_an_integer_of_too_many_digits_is_a_field_error(digits, tmp_path):
+    """Python refuses to convert more than 4,300 digits with a ValueError naming no field; the reader refuses more than
+    100 (nothing written holds more than 20) with a FieldError."""
+    text = json.dumps(good()).replace('"support": 10', '"support": ' + "9" * digits)
+    assert "9" * digits in text
+    words = f"at most 100 digits, but the JSON holds one of {digits} digits"
+    with pytest.raises(FieldError, match=words):
+        RuleSet.from_json(text)
+    file = tmp_path / "e.json"
+    file.write_text(json.dumps(explanation_dict()).replace('"n_samples": 40', '"n_samples": -' + "1" * digits))
+    with pytest.raises(FieldError, match=words):
+        ta.RegionalExplanation.from_json(file)
+
+
+def test_integers_of_up_to_100_digits_are_read():
+    assert parse_json("[" + "9" * 100 + ", -" + "1" * 100 + "]") == [10**100 - 1, -int("1" * 100)]
+    text = json.dumps(good()).replace('"support": 10', '"support": ' + "1" + "0" * 99)
+    assert RuleSet.from_json(text).support == 10**99
+
+
+def test_a_number_too_large_to_show_is_a_field_error_naming_it():
+    """An int of 5,000 digits built in Python (not parsed): the message must not convert it to text."""
+    data = explanation_dict()
+    data["threshold"] = 10**5000
+    with pytest.raises(FieldError) as info:
+        ta.RegionalExplanation.from_dict(data)
+    assert info.value.path == "threshold" and "an integer of about 5000 digits" in str(info.value)
 
 
 @pytest.mark.parametrize("field", ["name", "feature", "low"])

@@ -15,13 +15,19 @@ import numpy as np
 import torch
 
 from torch_amore.concepts.saving import (
+    BasisFieldError,
+    ModuleClasses,
     ModuleFactories,
     callable_from_json,
     callable_to_json,
+    check_keys,
     dtype_from_name,
     dtype_name,
+    int_field,
+    module_classes,
     module_from_json,
     module_to_json,
+    names_field,
     tensor_from_list,
 )
 from torch_amore.data.arguments import did_you_mean
@@ -160,14 +166,26 @@ class ConceptBasis:
         raise ValueError(f"A {type(self).__name__} cannot be saved: it defines no `to_dict()`.")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, modules: ModuleFactories | None = None) -> ConceptBasis:
-        """The basis that :meth:`to_dict` wrote, of the class registered for its ``kind``.
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        modules: ModuleFactories | None = None,
+        classes: ModuleClasses | None = None,
+    ) -> ConceptBasis:
+        """The basis that :meth:`to_dict` wrote, of the class registered for its ``kind``; a malformed field raises
+        :class:`~torch_amore.concepts.saving.BasisFieldError` (a ``ValueError``) naming it, before anything is built.
+
+        Loading imports nothing a file names: a saved ``nn.Module`` (an :class:`EncoderDecoder`'s) is built from one
+        of torch.nn's own module classes or from ``classes``; any other class is refused.
 
         Args:
             data: the dict from :meth:`to_dict` (e.g. read back from JSON).
             modules: for an ``nn.Module`` that cannot be built without arguments: its class's import path, or its
                 index in the saved ``"modules"``, -> an instance or a callable that builds one (the saved
                 ``state_dict`` is loaded into it).
+            classes: your ``nn.Module`` classes the file may name (e.g. ``classes=[MySAE]``), each built with no
+                arguments; found by the saved import path, else by the class's name.
 
         Example:
             >>> import json, torch
@@ -176,22 +194,26 @@ class ConceptBasis:
             >>> again.names, again.encode(torch.tensor([[2.0, 3.0]]))
             (['sum'], tensor([[5.]]))
         """
+        allowed = module_classes(classes)  # the caller's mistakes first: a TypeError, not a field of the file
         if not isinstance(data, Mapping):
-            raise ValueError(f"Expected a concept basis saved as a dict, but got {type(data).__name__}.")
+            raise BasisFieldError("", f"expected a concept basis saved as a dict, but got {type(data).__name__}.")
         kind = data.get("kind")
-        if kind not in ConceptBasis._registry:
-            raise ValueError(
-                f"Expected a concept basis `kind` among {sorted(ConceptBasis._registry)}, but got {kind!r}"
-                f"{did_you_mean(kind, ConceptBasis._registry)}."
+        if not isinstance(kind, str) or kind not in ConceptBasis._registry:
+            raise BasisFieldError(  # the whole dict: a basis of a kind this library does not know
+                "",
+                f"expected a concept basis `kind` among {sorted(ConceptBasis._registry)}, but got {kind!r:.80}"
+                f"{did_you_mean(kind, ConceptBasis._registry) if isinstance(kind, str) else ''}.",
             )
         found = ConceptBasis._registry[kind]
         if not issubclass(found, cls):
-            raise ValueError(f"Expected a saved {cls.__name__}, but the dict holds a {found.__name__} ({kind!r}).")
-        return found._from_dict(data, modules)
+            raise BasisFieldError("", f"expected a saved {cls.__name__}, but the dict holds a {found.__name__}.")
+        return found._from_dict(data, modules, allowed)
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> ConceptBasis:
-        """The subclass's loader (``data["kind"]`` already checked)."""
+    def _from_dict(
+        cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
+    ) -> ConceptBasis:
+        """The subclass's loader (``data["kind"]`` already checked; ``classes`` by their import path)."""
         raise ValueError(f"A saved {cls.__name__} cannot be loaded: it defines no `_from_dict`.")
 
     def _saved_names(self) -> list[str] | None:
@@ -270,15 +292,22 @@ class Directions(ConceptBasis):
         }
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> Directions:
-        _check_keys(data, ("kind", "names", "dtype", "W", "center"))
+    def _from_dict(
+        cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
+    ) -> Directions:
+        check_keys(data, ("kind", "names", "dtype", "W", "center"), "a saved 'directions' basis")
         dtype = dtype_from_name(data["dtype"])
+        if not dtype.is_floating_point:
+            raise BasisFieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
+        W = tensor_from_list(data["W"], "W", dtype, shape=[None, None])
+        if W.numel() == 0 or not bool(torch.isfinite(W).all()):
+            raise BasisFieldError("W", f"expected a (D, K) matrix of finite numbers, but got shape {list(W.shape)}.")
         center = data["center"]
-        return cls(
-            tensor_from_list(data["W"], "W", dtype),
-            None if center is None else tensor_from_list(center, "center", dtype),
-            names=data["names"],
-        )
+        if center is not None:
+            center = tensor_from_list(center, "center", dtype, shape=[W.shape[0]])
+        if center is not None and not bool(torch.isfinite(center).all()):
+            raise BasisFieldError("center", "expected finite numbers, but it holds NaN or infinity.")
+        return cls(W, center, names=names_field(data["names"], "names", W.shape[1]))
 
 
 class LearnedBasis(ConceptBasis):
@@ -428,30 +457,23 @@ class EncoderDecoder(ConceptBasis):
         }
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> EncoderDecoder:
-        _check_keys(data, ("kind", "names", "n_concepts", "n_units", "modules", "encode", "decode"))
+    def _from_dict(
+        cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
+    ) -> EncoderDecoder:
+        keys = ("kind", "names", "n_concepts", "n_units", "modules", "encode", "decode")
+        check_keys(data, keys, "a saved 'encoder' basis")
+        k = int_field(data["n_concepts"], "n_concepts", low=1, optional=True)
+        d = int_field(data["n_units"], "n_units", low=1, optional=True)
+        names = names_field(data["names"], "names", k)
         if not isinstance(data["modules"], list):
-            raise ValueError("Expected `modules` to be a list of saved modules.")
-        built = [module_from_json(m, f"modules[{i}]", modules, i) for i, m in enumerate(data["modules"])]
+            got = type(data["modules"]).__name__
+            raise BasisFieldError("modules", f"expected a list of saved modules, but got {got}.")
+        built = [module_from_json(m, f"modules[{i}]", modules, i, classes) for i, m in enumerate(data["modules"])]
         encode = callable_from_json(data["encode"], "encode", built)
         decode = None if data["decode"] is None else callable_from_json(data["decode"], "decode", built)
-        basis = cls(encode, decode, n_concepts=data["n_concepts"], names=data["names"])
-        if data["n_units"] is not None:
-            basis._d = int(data["n_units"])
+        basis = cls(encode, decode, n_concepts=k, names=names)
+        basis._d = d
         return basis
-
-
-def _check_keys(data: Mapping[str, Any], keys: Sequence[str]) -> None:
-    """A ValueError naming the missing and the unexpected keys of a saved basis."""
-    missing, extra = [k for k in keys if k not in data], [k for k in data if k not in keys]
-    if missing or extra:
-        raise ValueError(
-            f"Expected a saved {data.get('kind')!r} basis with keys {list(keys)}, but "
-            + (f"{missing} are missing" if missing else "")
-            + (" and " if missing and extra else "")
-            + (f"{extra} are unexpected" if extra else "")
-            + "."
-        )
 
 
 def reconstruction_error(basis: ConceptBasis, activations: torch.Tensor, *, batch_size: int = 4096) -> dict[str, float]:

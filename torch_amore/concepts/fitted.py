@@ -13,7 +13,16 @@ from typing import Any, ClassVar
 import torch
 
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
-from torch_amore.concepts.saving import ModuleFactories, finite_or_none, tensor_from_list
+from torch_amore.concepts.saving import (
+    BasisFieldError,
+    ModuleFactories,
+    check_keys,
+    finite_or_none,
+    int_field,
+    names_field,
+    number_field,
+    tensor_from_list,
+)
 from torch_amore.data.arguments import check_int, did_you_mean
 
 __all__ = ["FITTED_METHODS", "FittedBasis"]
@@ -233,20 +242,51 @@ class FittedBasis(LearnedBasis):
         return out
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> FittedBasis:
+    def _from_dict(
+        cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
+    ) -> FittedBasis:
+        """The basis :meth:`to_dict` wrote, every field checked (a :class:`BasisFieldError` naming it): the fitted
+        tensors finite, ``components`` (K, D) with K = ``n_concepts`` <= D, ``mean`` (D,), ``mixing`` (D, K) for
+        ICA only, all or none of them saved."""
+        kind = data["kind"]
         keys = ("kind", "names", "n_concepts", "seed", "options", *_TENSORS, "fvu", "mse")
-        missing = [k for k in keys if k not in data]
-        if missing or set(data) - set(keys):
-            raise ValueError(f"Expected a saved {data['kind']!r} basis with keys {list(keys)}, but got {list(data)}.")
-        basis = cls(data["kind"], data["n_concepts"], seed=data["seed"], names=data["names"], options=data["options"])
-        for name in _TENSORS:
-            if data[name] is not None:
-                setattr(basis, name, tensor_from_list(data[name], name))
-        if basis.components is not None and tuple(basis.components.shape)[0] != basis.n_concepts:
-            raise ValueError(f"Expected {basis.n_concepts} saved `components`, but got {basis.components.shape[0]}.")
-        basis.fvu = None if data["fvu"] is None else float(data["fvu"])
-        basis.mse = None if data["mse"] is None else float(data["mse"])
+        check_keys(data, keys, f"a saved {kind!r} basis")
+        k = int_field(data["n_concepts"], "n_concepts", low=1)
+        seed = int_field(data["seed"], "seed", low=0)
+        names = names_field(data["names"], "names", k)
+        if not isinstance(data["options"], Mapping):
+            raise BasisFieldError("options", f"expected a dict, but got {type(data['options']).__name__}.")
+        try:
+            basis = cls(kind, k, seed=seed, names=names, options=data["options"])
+        except (TypeError, ValueError) as err:
+            raise BasisFieldError("options", str(err)) from None
+        saved = {name for name in _TENSORS if data[name] is not None}
+        wanted = {"components", "mean", "mixing"} if kind == "ica" else {"components", "mean"}
+        if saved and saved != wanted:  # fitted: all of them; unfitted: none
+            name = sorted(saved ^ wanted)[0]
+            state = "saved" if name in saved else "missing"
+            raise BasisFieldError(name, f"{state}, but a fitted {kind.upper()} basis saves {sorted(wanted)}.")
+        if saved:
+            components = tensor_from_list(data["components"], "components", shape=[k, None])
+            d = components.shape[1]
+            if d < k:
+                raise BasisFieldError(
+                    "components", f"expected K={k} rows of D >= K units each, but got shape {[k, d]}."
+                )
+            basis.components = _finite(components, "components")
+            basis.mean = _finite(tensor_from_list(data["mean"], "mean", shape=[d]), "mean")
+            if kind == "ica":
+                basis.mixing = _finite(tensor_from_list(data["mixing"], "mixing", shape=[d, k]), "mixing")
+        basis.fvu = number_field(data["fvu"], "fvu", low=0.0)
+        basis.mse = number_field(data["mse"], "mse", low=0.0)
         return basis
+
+
+def _finite(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """``tensor``, else a :class:`BasisFieldError` naming ``name`` when it holds NaN or infinity."""
+    if not bool(torch.isfinite(tensor).all()):
+        raise BasisFieldError(name, "expected finite numbers, but it holds NaN or infinity.")
+    return tensor
 
 
 def _nonnegative_least_squares(a: torch.Tensor, components: torch.Tensor, *, max_sweeps: int = 500) -> torch.Tensor:

@@ -1,25 +1,36 @@
-"""How concept bases travel in JSON: tensors as nested lists of numbers, a user's ``nn.Module`` as its import path
-and ``state_dict``; nothing is pickled or evaluated, and loading imports only a dotted path to an ``nn.Module`` class.
+"""How concept bases travel in JSON: tensors as nested lists of numbers, a user's ``nn.Module`` as its class's import
+path and ``state_dict``. Nothing is pickled or evaluated, and loading imports nothing a file names: a saved module's
+class is looked up among torch.nn's own module classes (attributes of ``torch.nn``) and the classes the caller passes
+(``classes=[MySAE]``); any other class is refused, with a message saying how to pass it.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = [
+    "BasisFieldError",
+    "ModuleClasses",
     "ModuleFactories",
-    "finite_or_none",
     "callable_from_json",
     "callable_to_json",
+    "check_keys",
+    "class_path",
+    "finite_or_none",
+    "int_field",
+    "module_classes",
     "module_from_json",
     "module_to_json",
+    "names_field",
+    "number_field",
     "tensor_from_json",
     "tensor_from_list",
     "tensor_to_json",
@@ -28,6 +39,8 @@ __all__ = [
 #: what loading may be given for a user's module, by its class's import path (or its index among the saved modules):
 #: an instance, or a callable that builds one
 ModuleFactories = Mapping[str | int, torch.nn.Module | Callable[[], torch.nn.Module]]
+#: the user's ``nn.Module`` classes a saved file may name, each built with no arguments (``classes=[MySAE]``)
+ModuleClasses = Iterable[type[torch.nn.Module]]
 
 # the dtypes a saved tensor may name (a saved file never names an arbitrary attribute of torch)
 _DTYPES = {
@@ -46,6 +59,104 @@ _DTYPES = {
     )
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_MAX_DIMS = 32  # numpy's and torch's practical limit; a saved tensor with more is refused
+
+
+class BasisFieldError(ValueError):
+    """A malformed field of a saved concept basis; ``path`` names it (``modules[0].state_dict.weight.shape``).
+
+    The concepts' twin of :class:`torch_amore.rules.serialization.FieldError` (the two folders share a layer and do
+    not import each other): :meth:`torch_amore.RegionalExplanation.from_dict` raises it again as a ``FieldError``
+    under ``concepts``.
+
+    Example:
+        >>> tensor_from_json({"dtype": "float32", "shape": [-3, -1], "data": []}, "W")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.concepts.saving.BasisFieldError: Invalid `W.shape`: expected a list of ... >= 0, but got [-3, -1].
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"Invalid `{path}`: {problem}" if path else f"Invalid saved concept basis: {problem}")
+
+
+def join(prefix: str, path: str) -> str:
+    """``prefix`` and a path inside it: ``join("modules[0]", "class") == "modules[0].class"``."""
+    if not prefix or not path:
+        return prefix or path
+    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
+
+
+@contextmanager
+def at_path(prefix: str) -> Iterator[None]:
+    """Prefix the path of any :class:`BasisFieldError` raised inside with ``prefix``."""
+    try:
+        yield
+    except BasisFieldError as err:
+        raise BasisFieldError(join(prefix, err.path), err.problem) from None
+
+
+def show(value: Any) -> str:
+    """A short repr of ``value`` for a message (a value nested too deeply to repr is named by its type)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # ValueError: an int of more digits than Python converts
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_keys(data: Any, keys: Sequence[str], what: str) -> Mapping[str, Any]:
+    """``data`` as a dict holding exactly ``keys``, else a :class:`BasisFieldError` naming the first key missing
+    (or unexpected) and listing ``keys``; ``what`` names the dict (``"a saved 'pca' basis"``)."""
+    if not isinstance(data, Mapping):
+        raise BasisFieldError("", f"expected {what} as a dict, but got {type(data).__name__} {show(data)}.")
+    for key in keys:
+        if key not in data:
+            raise BasisFieldError(str(key), f"this required key is missing ({what} has keys {list(keys)}).")
+    for key in data:
+        if key not in keys:
+            raise BasisFieldError(str(key), f"unexpected key ({what} has keys {list(keys)}).")
+    return data
+
+
+def int_field(value: Any, path: str, *, low: int = 0, optional: bool = False) -> int | None:
+    """An integer (not a bool or a float) ``>= low`` (or ``None`` when ``optional``), else a
+    :class:`BasisFieldError`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise BasisFieldError(path, f"expected an integer >= {low}, but got {type(value).__name__} {show(value)}.")
+    if value < low:
+        raise BasisFieldError(path, f"expected an integer >= {low}, but got {value}.")
+    return int(value)
+
+
+def number_field(value: Any, path: str, *, low: float = -math.inf, optional: bool = True) -> float | None:
+    """A finite number ``>= low`` (or ``None`` when ``optional``), else a :class:`BasisFieldError`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise BasisFieldError(path, f"expected a number, but got {type(value).__name__} {show(value)}.")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise BasisFieldError(path, f"expected a number within float64 range, but got {show(value)}.") from None
+    if not math.isfinite(out) or out < low:
+        raise BasisFieldError(path, f"expected a finite number >= {low}, but got {out}.")
+    return out
+
+
+def names_field(value: Any, path: str, count: int | None) -> list[str] | None:
+    """``None`` or a list of ``count`` strings (any number when ``count`` is ``None``), else a
+    :class:`BasisFieldError`."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise BasisFieldError(path, f"expected a list of concept names (strings) or null, but got {show(value)}.")
+    if count is not None and len(value) != count:
+        raise BasisFieldError(path, f"expected {count} concept names, one per concept, but got {len(value)}.")
+    return list(value)
 
 
 def finite_or_none(value: float | None) -> float | None:
@@ -64,27 +175,59 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def dtype_from_name(name: Any, where: str = "dtype") -> torch.dtype:
-    """The torch dtype written as ``name`` by :func:`dtype_name`, else a ValueError naming ``where``."""
-    if name not in _DTYPES:
-        raise ValueError(f"Expected `{where}` to be one of {sorted(_DTYPES)}, but got {name!r}.")
+    """The torch dtype written as ``name`` by :func:`dtype_name`, else a :class:`BasisFieldError` naming ``where``."""
+    if not isinstance(name, str) or name not in _DTYPES:
+        raise BasisFieldError(where, f"expected one of {sorted(_DTYPES)}, but got {show(name)}.")
     return _DTYPES[name]
 
 
-def tensor_from_list(values: Any, where: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """A tensor of ``dtype`` from nested lists of numbers, else a ValueError naming ``where``.
+def tensor_from_list(
+    values: Any, where: str, dtype: torch.dtype = torch.float64, *, shape: Sequence[int | None] | None = None
+) -> torch.Tensor:
+    """A tensor of ``dtype`` from nested lists of numbers (of ``shape``, ``None`` for any size along a dimension, when
+    given), else a :class:`BasisFieldError` naming ``where``. Integers must fit ``dtype``; booleans make a bool
+    tensor only.
 
     Example:
         >>> tensor_from_list([[1, 2], [3, 4]], "W", torch.float32)
         tensor([[1., 2.],
                 [3., 4.]])
+        >>> tensor_from_list([1.0, 2.0], "mean", shape=[3])
+        Traceback (most recent call last):
+        ...
+        torch_amore.concepts.saving.BasisFieldError: Invalid `mean`: expected shape [3], but got [2].
     """
     try:
-        array = np.asarray(values, dtype=np.float64 if dtype.is_floating_point else None)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"Expected `{where}` to be nested lists of numbers, but they do not form an array.") from err
-    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
-        raise ValueError(f"Expected `{where}` to be nested lists of numbers, but got {type(values).__name__}.")
+        array = np.asarray(values)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        raise BasisFieldError(
+            where, "expected nested lists of numbers, but they do not form an array (rows of different lengths?)."
+        ) from None
+    if array.size and array.dtype.kind not in _KINDS[_family(dtype)]:
+        wanted = {"float": "numbers", "int": "integers within int64", "bool": "true or false values"}[_family(dtype)]
+        got = show(values)
+        raise BasisFieldError(where, f"expected nested lists of {wanted} ({dtype_name(dtype)}), but got {got}.")
+    if shape is not None and (
+        len(shape) != array.ndim or any(want is not None and want != got for want, got in zip(shape, array.shape))
+    ):
+        want = [("any" if s is None else s) for s in shape]
+        raise BasisFieldError(where, f"expected shape {want}, but got {list(array.shape)}.")
+    if _family(dtype) == "int" and array.size:
+        info = torch.iinfo(dtype)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise BasisFieldError(where, f"expected integers in [{info.min}, {info.max}] ({dtype_name(dtype)}).")
+        array = array.astype(np.int64)
+    elif _family(dtype) == "float":
+        array = array.astype(np.float64)
     return torch.as_tensor(array).to(dtype)
+
+
+_KINDS = {"float": "iuf", "int": "iu", "bool": "b"}
+
+
+def _family(dtype: torch.dtype) -> str:
+    return "float" if dtype.is_floating_point else "bool" if dtype == torch.bool else "int"
 
 
 def tensor_to_json(tensor: torch.Tensor) -> dict[str, Any]:
@@ -102,29 +245,75 @@ def tensor_to_json(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def tensor_from_json(data: Any, where: str) -> torch.Tensor:
-    """The tensor :func:`tensor_to_json` wrote, else a ValueError naming ``where``.
+    """The tensor :func:`tensor_to_json` wrote, else a :class:`BasisFieldError` naming ``where``: the ``shape`` is
+    checked against the numbers given before anything of its size is made.
 
     Example:
         >>> tensor_from_json(tensor_to_json(torch.arange(3)), "steps")
         tensor([0, 1, 2])
+        >>> tensor_from_json({"dtype": "float32", "shape": [2**32, 2**32], "data": [[1.0]]}, "W")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.concepts.saving.BasisFieldError: Invalid `W.data`: expected 18446744073709551616 numbers ...
     """
-    if not isinstance(data, Mapping) or set(data) != {"dtype", "shape", "data"}:
-        raise ValueError(f"Expected `{where}` to be a dict with keys 'dtype', 'shape' and 'data'.")
-    dtype = dtype_from_name(data["dtype"], f"{where}.dtype")
+    with at_path(where):
+        check_keys(data, ("dtype", "shape", "data"), "a saved tensor")
+    dtype = dtype_from_name(data["dtype"], join(where, "dtype"))
     shape = data["shape"]
-    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-        raise ValueError(f"Expected `{where}.shape` to be a list of integers, but got {shape!r}.")
-    tensor = tensor_from_list(data["data"], f"{where}.data", dtype)
-    if tensor.numel() != int(np.prod(shape)):
-        raise ValueError(
-            f"Expected `{where}.data` to hold {int(np.prod(shape))} numbers, but it holds {tensor.numel()}."
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_DIMS
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in shape)
+    ):
+        raise BasisFieldError(
+            join(where, "shape"), f"expected a list of at most {_MAX_DIMS} integers >= 0, but got {show(shape)}."
         )
-    return tensor.reshape(shape)
+    count, values = math.prod(shape), data["data"]
+    # the numbers given must be those of the shape: a hostile shape is refused before any tensor of its size is made
+    outer = len(values) if isinstance(values, list) else None
+    if (outer is None) != (not shape) or (shape and outer != shape[0]):
+        got = "a single value" if outer is None else f"a list of {outer}"
+        raise BasisFieldError(join(where, "data"), f"expected {count} numbers of shape {shape}, but got {got}.")
+    tensor = tensor_from_list(values, join(where, "data"), dtype)
+    if count == 0 and tensor.numel() == 0:
+        return tensor.reshape(shape)
+    if list(tensor.shape) != shape:
+        raise BasisFieldError(
+            join(where, "data"),
+            f"expected {count} numbers of shape {shape}, but got {tensor.numel()} of shape {list(tensor.shape)}.",
+        )
+    return tensor
+
+
+def class_path(cls: type) -> str:
+    """``"package.module.Class"``: how a saved module names its class (:func:`module_to_json`)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def module_classes(classes: ModuleClasses | None) -> dict[str, type[torch.nn.Module]]:
+    """The classes a caller lets a saved file name, by :func:`class_path`; a TypeError for anything but a list of
+    ``nn.Module`` classes.
+
+    Example:
+        >>> module_classes([torch.nn.Linear])
+        {'torch.nn.modules.linear.Linear': <class 'torch.nn.modules.linear.Linear'>}
+    """
+    if classes is None:
+        return {}
+    if isinstance(classes, type | str | Mapping):
+        raise TypeError(f"Expected `classes` to be a list of nn.Module classes, but got {show(classes)}.")
+    out: dict[str, type[torch.nn.Module]] = {}
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            raise TypeError(f"Expected `classes` to hold nn.Module classes, but got {show(cls)}.")
+        out[class_path(cls)] = cls
+    return out
 
 
 def module_to_json(module: torch.nn.Module, role: str) -> dict[str, Any]:
     """``{"module", "class", "training", "state_dict"}``: an ``nn.Module`` as the import path of its class and its
-    state (tensors as :func:`tensor_to_json`); a ValueError when the class cannot be imported back by that path.
+    state (tensors as :func:`tensor_to_json`); a ValueError when the class is not found by that path (a class defined
+    inside a function). Loading finds the class among torch.nn's and the classes it is given (:func:`module_from_json`).
 
     Example:
         >>> saved = module_to_json(torch.nn.Linear(2, 1), "encode")
@@ -136,25 +325,31 @@ def module_to_json(module: torch.nn.Module, role: str) -> dict[str, Any]:
     if "<locals>" in qualname or "<lambda>" in qualname:
         raise ValueError(
             f"Expected the `{role}` module's class {qualname} to be defined at the top level of a module, so that it "
-            "can be imported by its path when loaded; define it there, or save the explanation without the basis."
+            "can be named by its path when loaded; define it there, or save the explanation without the basis."
         )
-    try:
-        found = _import_attribute(path, qualname)
-    except (ImportError, AttributeError):
-        found = None
+    found: Any = sys.modules.get(path)  # the class's own module, imported already: nothing is imported here
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
     if found is not cls:
         raise ValueError(
-            f"The `{role}` module's class {path}.{qualname} does not import by that path; it cannot be saved."
+            f"The `{role}` module's class {path}.{qualname} is not found by that path; it cannot be saved."
         )
     state = {name: tensor_to_json(value) for name, value in module.state_dict().items()}
     return {"module": path, "class": qualname, "training": bool(module.training), "state_dict": state}
 
 
 def module_from_json(
-    data: Any, where: str, modules: ModuleFactories | None = None, index: int | None = None
+    data: Any,
+    where: str,
+    modules: ModuleFactories | None = None,
+    index: int | None = None,
+    classes: Mapping[str, type[torch.nn.Module]] | None = None,
 ) -> torch.nn.Module:
-    """The module :func:`module_to_json` wrote: its class imported by the dotted path and built with no arguments (or
-    taken from ``modules[index]`` or ``modules[path]``), given the saved ``state_dict``.
+    """The module :func:`module_to_json` wrote, given its saved ``state_dict``: ``modules[index]`` or
+    ``modules[path]`` when given (an instance, or a callable that builds one), else its class built with no
+    arguments. Nothing is imported: the class is one of ``classes`` (from :func:`module_classes`; by its path, else
+    by its name when one class has it) or one of torch.nn's own module classes; any other is a
+    :class:`BasisFieldError` saying how to pass it. Every field is checked before anything is built.
 
     Example:
         >>> linear = torch.nn.Linear(2, 1)
@@ -162,14 +357,24 @@ def module_from_json(
         ...                          modules={"torch.nn.modules.linear.Linear": lambda: torch.nn.Linear(2, 1)})
         >>> torch.equal(again.weight, linear.weight)
         True
+        >>> saved = {"module": "this", "class": "X", "training": False, "state_dict": {}}  # `this` is not imported
+        >>> module_from_json(saved, "modules[0]")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.concepts.saving.BasisFieldError: Invalid `modules[0].class`: this.X is not one of torch.nn's ...
     """
-    if not isinstance(data, Mapping) or set(data) != {"module", "class", "training", "state_dict"}:
-        raise ValueError(f"Expected `{where}` to be a dict with keys 'module', 'class', 'training' and 'state_dict'.")
-    path, qualname = data["module"], data["class"]
-    if not isinstance(path, str) or not isinstance(qualname, str) or not _DOTTED.fullmatch(f"{path}.{qualname}"):
-        raise ValueError(
-            f"Expected `{where}` to name a module and class as a dotted path, but got {path!r}, {qualname!r}."
-        )
+    with at_path(where):
+        check_keys(data, ("module", "class", "training", "state_dict"), "a saved module")
+    path, qualname, training, state = data["module"], data["class"], data["training"], data["state_dict"]
+    if not isinstance(path, str) or not _DOTTED.fullmatch(path):
+        raise BasisFieldError(join(where, "module"), f"expected a dotted module path, but got {show(path)}.")
+    if not isinstance(qualname, str) or not _DOTTED.fullmatch(qualname):
+        raise BasisFieldError(join(where, "class"), f"expected a class name, but got {show(qualname)}.")
+    if not isinstance(training, bool):
+        raise BasisFieldError(join(where, "training"), f"expected true or false, but got {show(training)}.")
+    if not isinstance(state, Mapping):
+        raise BasisFieldError(join(where, "state_dict"), f"expected a dict of saved tensors, but got {show(state)}.")
+    tensors = {str(k): tensor_from_json(v, join(where, f"state_dict.{k}")) for k, v in state.items()}
     full = f"{path}.{qualname}"
     modules = modules or {}
     given = modules.get(index) if index is not None and index in modules else modules.get(full)
@@ -178,44 +383,49 @@ def module_from_json(
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"Expected `modules[{full!r}]` to be an nn.Module or build one, but got {type(module)}.")
     else:
-        module = _build(full, path, qualname, where)
-    state = data["state_dict"]
-    if not isinstance(state, Mapping):
-        raise ValueError(f"Expected `{where}.state_dict` to be a dict of tensors.")
-    tensors = {str(k): tensor_from_json(v, f"{where}.state_dict.{k}") for k, v in state.items()}
+        module = _build(_module_class(path, qualname, join(where, "class"), classes or {}), full, join(where, "class"))
     try:
         module.load_state_dict(tensors)
     except RuntimeError as err:
-        raise ValueError(f"The saved state of `{where}` does not fit a new {full}: {err}") from err
-    return module.train(bool(data["training"]))
+        raise BasisFieldError(join(where, "state_dict"), f"the saved state does not fit a new {full}: {err}") from None
+    return module.train(training)
 
 
-def _build(full: str, path: str, qualname: str, where: str) -> torch.nn.Module:
-    """A new instance of the class at ``path.qualname``, built with no arguments."""
-    try:
-        cls = _import_attribute(path, qualname)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(
-            f"The `{where}` module's class {full} does not import here ({type(err).__name__}: {err}); install or put "
-            "on the path the package that defines it, or pass `modules={" + repr(full) + ": module}`."
-        ) from err
-    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-        raise ValueError(f"Expected `{where}` to name an nn.Module class, but {full} is {type(cls).__name__}.")
+def _module_class(
+    path: str, qualname: str, where: str, classes: Mapping[str, type[torch.nn.Module]]
+) -> type[torch.nn.Module]:
+    """The class a saved module names, found without importing anything: one of ``classes`` (by its full path, else
+    by its name when exactly one of them has it) or one of torch.nn's own module classes."""
+    full = f"{path}.{qualname}"
+    if full in classes:
+        return classes[full]
+    same_name = [cls for cls in classes.values() if cls.__qualname__ == qualname]
+    if len(same_name) == 1:  # e.g. saved from a script (``__main__.MySAE``), loaded where it is imported
+        return same_name[0]
+    if (path == "torch.nn" or path.startswith("torch.nn.")) and "." not in qualname and not qualname.startswith("_"):
+        found = getattr(torch.nn, qualname, None)  # an attribute of torch.nn, which is imported already
+        if isinstance(found, type) and issubclass(found, torch.nn.Module) and found.__module__ == path:
+            return found
+    name = qualname.rsplit(".", 1)[-1]
+    hint = f"two of the classes given are named {qualname}; " if same_name else ""
+    raise BasisFieldError(
+        where,
+        f"{full} is not one of torch.nn's module classes nor of the `classes` given, and loading imports nothing a "
+        f"file names: {hint}pass the class, `classes=[{name}]` (built with no arguments), or an instance, "
+        f"`modules={{{full!r}: instance}}`.",
+    )
+
+
+def _build(cls: type[torch.nn.Module], full: str, where: str) -> torch.nn.Module:
+    """A new instance of ``cls``, built with no arguments."""
     try:
         return cls()
     except TypeError as err:
-        raise ValueError(
-            f"The `{where}` module's class {full} cannot be built without arguments ({err}); pass "
-            "`modules={" + repr(full) + ": module}` with an instance (or a function that builds one)."
-        ) from err
-
-
-def _import_attribute(path: str, qualname: str) -> Any:
-    """The attribute ``qualname`` (dotted) of the module imported by ``path``."""
-    found: Any = importlib.import_module(path)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
+        raise BasisFieldError(
+            where,
+            f"{full} cannot be built without arguments ({err}); pass `modules={{{full!r}: module}}` with an instance "
+            "(or a function that builds one).",
+        ) from None
 
 
 def callable_to_json(fn: Callable[..., Any], role: str, modules: list[torch.nn.Module]) -> dict[str, Any]:
@@ -242,17 +452,22 @@ def callable_to_json(fn: Callable[..., Any], role: str, modules: list[torch.nn.M
 
 
 def callable_from_json(spec: Any, role: str, modules: list[torch.nn.Module]) -> Callable[..., Any]:
-    """The module (or its public method) that :func:`callable_to_json` wrote."""
-    if not isinstance(spec, Mapping) or set(spec) != {"module", "method"}:
-        raise ValueError(f"Expected `{role}` to be a dict with keys 'module' and 'method'.")
+    """The module (or its public method) that :func:`callable_to_json` wrote; a :class:`BasisFieldError` naming
+    ``role`` otherwise."""
+    with at_path(role):
+        check_keys(spec, ("module", "method"), f"a saved `{role}`")
     index, method = spec["module"], spec["method"]
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(modules):
-        raise ValueError(f"Expected `{role}.module` to index the {len(modules)} saved modules, but got {index!r}.")
+        raise BasisFieldError(
+            join(role, "module"), f"expected an index into the {len(modules)} saved modules, but got {show(index)}."
+        )
     if method is None:
         return modules[index]
     if not isinstance(method, str) or not method.isidentifier() or method.startswith("_"):
-        raise ValueError(f"Expected `{role}.method` to be a public method name or None, but got {method!r}.")
+        raise BasisFieldError(join(role, "method"), f"expected a public method name or null, but got {show(method)}.")
     found = getattr(modules[index], method, None)
     if not callable(found):
-        raise ValueError(f"The saved `{role}` names {type(modules[index]).__name__}.{method}, which is not a method.")
+        raise BasisFieldError(
+            join(role, "method"), f"{type(modules[index]).__name__}.{method} is not a method of the saved module."
+        )
     return found

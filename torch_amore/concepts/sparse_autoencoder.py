@@ -14,7 +14,18 @@ import torch
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
-from torch_amore.concepts.saving import ModuleFactories, dtype_from_name, dtype_name, finite_or_none, tensor_from_list
+from torch_amore.concepts.saving import (
+    BasisFieldError,
+    ModuleFactories,
+    check_keys,
+    dtype_from_name,
+    dtype_name,
+    finite_or_none,
+    int_field,
+    names_field,
+    number_field,
+    tensor_from_list,
+)
 from torch_amore.data.arguments import check_int
 
 __all__ = ["SparseAutoencoderBasis"]
@@ -180,19 +191,39 @@ class SparseAutoencoderBasis(LearnedBasis):
         return out
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], modules: ModuleFactories | None) -> SparseAutoencoderBasis:
+    def _from_dict(
+        cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
+    ) -> SparseAutoencoderBasis:
+        """The basis :meth:`to_dict` wrote, every field checked (a :class:`BasisFieldError` naming it): the weights
+        finite and of the shapes of K = ``n_concepts`` features over D units, all or none of them saved."""
         keys = ("kind", "names", "n_concepts", *_SETTINGS, "dtype", *_WEIGHTS, "fvu", "mse", "dead_fraction")
-        if set(data) != set(keys):
-            raise ValueError(f"Expected a saved 'sae' basis with keys {list(keys)}, but got {list(data)}.")
-        basis = cls(data["n_concepts"], names=data["names"], **{name: data[name] for name in _SETTINGS})
-        if data["dtype"] is not None:
+        check_keys(data, keys, "a saved 'sae' basis")
+        k = int_field(data["n_concepts"], "n_concepts", low=1)
+        names = names_field(data["names"], "names", k)
+        try:
+            basis = cls(k, names=names, **{name: data[name] for name in _SETTINGS})
+        except (TypeError, ValueError) as err:
+            raise BasisFieldError("", str(err)) from None
+        saved = [name for name in ("dtype", *_WEIGHTS) if data[name] is not None]
+        if saved and len(saved) != 1 + len(_WEIGHTS):  # fitted: the dtype and every weight; unfitted: none
+            missing = next(name for name in ("dtype", *_WEIGHTS) if data[name] is None)
+            raise BasisFieldError(
+                missing, "missing, but a trained sparse autoencoder saves its dtype and every weight."
+            )
+        if saved:
             dtype = dtype_from_name(data["dtype"])
+            if not dtype.is_floating_point:
+                raise BasisFieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
+            center = tensor_from_list(data["center"], "center", dtype, shape=[None])
+            d = center.shape[0]
+            shapes = {"center": [d], "W_enc": [d, k], "b_enc": [k], "W_dec": [k, d], "b_dec": [d]}
             for name in _WEIGHTS:
-                setattr(basis, name, tensor_from_list(data[name], name, dtype))
-            if tuple(basis.W_dec.shape) != (basis.n_concepts, basis.center.shape[0]):
-                raise ValueError(f"Expected `W_dec` of shape (n_concepts, D), but got {tuple(basis.W_dec.shape)}.")
+                weight = center if name == "center" else tensor_from_list(data[name], name, dtype, shape=shapes[name])
+                if not bool(torch.isfinite(weight).all()):
+                    raise BasisFieldError(name, "expected finite numbers, but it holds NaN or infinity.")
+                setattr(basis, name, weight)
         for name in ("fvu", "mse", "dead_fraction"):
-            setattr(basis, name, None if data[name] is None else float(data[name]))
+            setattr(basis, name, number_field(data[name], name, low=0.0))
         return basis
 
 

@@ -19,12 +19,7 @@ from torch_amore.explain.loading import (
     DERIVED_COLUMNS,
     _basis_dict,
     _json_safe,
-    _load_basis,
-    _load_name,
-    _load_rule_set,
-    _load_selection,
-    _load_value,
-    _verification,
+    _load_fields,
 )
 from torch_amore.explain.units import scaler_units
 from torch_amore.model.input_shape import check_new_data, check_width
@@ -276,10 +271,22 @@ class RegionalExplanation(Sequence[RuleSet]):
         }
 
     @classmethod
-    def from_dict(cls, data: Any, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
+    def from_dict(
+        cls, data: Any, *, explainer: Any = None, modules: Any = None, classes: Any = None
+    ) -> RegionalExplanation:
         """The explanation written by :meth:`to_dict`, every field checked: a bad one raises
-        :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path. ``explainer``: for
-        :meth:`evaluate`; ``modules``: as in :meth:`torch_amore.concepts.ConceptBasis.from_dict`.
+        :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path.
+
+        Nothing is imported or built by a name the file holds: a concept basis's saved ``nn.Module`` (an encoder's)
+        is one of torch.nn's module classes or one of ``classes``.
+
+        Args:
+            data: the dict from :meth:`to_dict`.
+            explainer: for :meth:`evaluate` on model inputs.
+            modules: instances (or functions that build them) of saved ``nn.Module`` s that need constructor
+                arguments, by class path or index, as in :meth:`torch_amore.concepts.ConceptBasis.from_dict`.
+            classes: your ``nn.Module`` classes the basis may name (e.g. ``classes=[MySAE]``), built with no
+                arguments and given their saved ``state_dict``.
 
         Example:
             >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
@@ -298,35 +305,26 @@ class RegionalExplanation(Sequence[RuleSet]):
         version = data.get(key)
         if isinstance(version, bool) or version not in (1, 2, FORMAT_VERSION):
             raise S.FieldError(key, f"expected format_version 1, 2 or {FORMAT_VERSION}, but got {version!r}.")
-        if "rule_sets" not in data:
-            raise S.FieldError("rule_sets", "this required key is missing.")
-        threshold, sample = data.get("threshold"), data.get("sample")
-        return cls(
-            rule_sets=S.load_items(data["rule_sets"], _load_rule_set, "rule_sets"),
-            subgroup=None,
-            threshold=None if threshold is None else S.expect_float(threshold, "threshold", finite=False),
-            features=S.load_items(data.get("features", []), lambda f: S.expect_int(f, "", low=0), "features"),
-            feature_names=S.load_items(data.get("feature_names", []), _load_name, "feature_names"),
-            params=dict(S.expect_mapping(data.get("params", {}), "params")),
-            sample=None
-            if sample is None
-            else torch.tensor(S.load_items(sample, _load_value, "sample"), dtype=torch.float64),
-            message=S.expect_str(data.get("message", ""), "message"),
-            selection=_load_selection(data.get("selection")),
-            explainer=explainer,
-            verification=_verification(data.get("verification")),
-            concepts=_load_basis(data.get("concepts"), modules),
-        )
+        return cls(subgroup=None, explainer=explainer, **_load_fields(data, modules, classes))
 
     def to_json(self, path: str | Path) -> None:
         """Write the explanation (without the data) to a JSON file; :meth:`from_json` reads it back."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=2))
 
     @classmethod
-    def from_json(cls, path: str | Path, *, explainer: Any = None, modules: Any = None) -> RegionalExplanation:
-        """Read an explanation written by :meth:`to_json` (``explainer`` and ``modules`` as in :meth:`from_dict`);
-        text that is not JSON raises :class:`~torch_amore.rules.serialization.FieldError`, as a malformed field does."""
-        return cls.from_dict(S.parse_json(Path(path).read_bytes()), explainer=explainer, modules=modules)
+    def from_json(
+        cls, path: str | Path, *, explainer: Any = None, modules: Any = None, classes: Any = None
+    ) -> RegionalExplanation:
+        """Read an explanation written by :meth:`to_json` (``explainer``, ``modules`` and ``classes`` as in
+        :meth:`from_dict`); text that is not JSON raises :class:`~torch_amore.rules.serialization.FieldError`, as a
+        malformed field does.
+
+        A concept basis whose encoder is your own ``nn.Module`` loads only when you pass its class: nothing named in
+        the file is imported, e.g. ``RegionalExplanation.from_json("rules.json", classes=[MySAE])``.
+        """
+        return cls.from_dict(
+            S.parse_json(Path(path).read_bytes()), explainer=explainer, modules=modules, classes=classes
+        )
 
     def to_html(self, path: str | Path, **kwargs: Any) -> Path:
         """Write a self-contained HTML report (rule table, figures, options, version); see

@@ -274,8 +274,9 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         :class:`~torch_amore.rules.serialization.FieldError` naming it."""
         state_dict = S.expect_mapping(state_dict, "state_dict")
         data = state_dict.get("explanation")
-        with S.at_path("state_dict.explanation"):
-            self.explanation = None if data is None else RegionalExplanation.from_dict(data)
+        with S.at_path("state_dict.explanation"):  # the basis's own module classes: those of this callback's basis
+            classes = _module_classes(self.concepts)
+            self.explanation = None if data is None else RegionalExplanation.from_dict(data, classes=classes)
         last_epoch, last_step = state_dict.get("last_epoch"), state_dict.get("last_step")
         self.last_epoch = None if last_epoch is None else S.expect_int(last_epoch, "state_dict.last_epoch", low=0)
         self.last_step = None if last_step is None else S.expect_int(last_step, "state_dict.last_step", low=0)
@@ -486,3 +487,14 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
         return evaluate_on(
             RegionalRuleExplainer(pl_module, layer), explanation, on, target, labels=None, features=features
         )
+
+
+def _module_classes(basis: Any) -> list[type]:
+    """The classes of the ``nn.Module`` encoder and decoder of a concept basis (or that its methods are bound to): a
+    restored checkpoint may build them again, and nothing else (loading imports nothing a file names)."""
+    found = []
+    for part in (getattr(basis, "encoder", None), getattr(basis, "decoder", None)):
+        owner = getattr(part, "__self__", part)
+        if isinstance(owner, torch.nn.Module) and type(owner) not in found:
+            found.append(type(owner))
+    return found

@@ -25,6 +25,9 @@ T = TypeVar("T")
 
 #: The version of the serialized format written by ``to_dict`` (older files, without a version, still load).
 FORMAT_VERSION = 1
+#: The most digits an integer in JSON text may have (nothing written holds more than 20; Python refuses more than
+#: 4,300 with a message that names no field).
+MAX_INT_DIGITS = 100
 
 
 class FieldError(ValueError):
@@ -36,8 +39,9 @@ class FieldError(ValueError):
 
 
 def parse_json(text: str | bytes) -> Any:
-    """The value of a JSON document; malformed or too deeply nested text raises :class:`FieldError` (not a
-    ``RecursionError``).
+    """The value of a JSON document; malformed or too deeply nested text, or an integer of more than
+    :data:`MAX_INT_DIGITS` digits, raises :class:`FieldError` (not a ``RecursionError`` or a ``ValueError`` of
+    Python's integer conversion).
 
     Example:
         >>> parse_json('{"a": [1, 2]}')
@@ -46,9 +50,13 @@ def parse_json(text: str | bytes) -> Any:
         Traceback (most recent call last):
         ...
         torch_amore.rules.serialization.FieldError: Invalid input: the JSON is nested too deeply to read (more levels...
+        >>> parse_json('{"n_samples": ' + "9" * 5000 + "}")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torch_amore.rules.serialization.FieldError: Invalid input: expected integers of at most 100 digits, but the...
     """
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_parse_int)
     except RecursionError:
         raise FieldError(
             "", "the JSON is nested too deeply to read (more levels than Python's recursion limit allows)."
@@ -57,6 +65,17 @@ def parse_json(text: str | bytes) -> Any:
         raise FieldError("", f"expected UTF-8 JSON text, but the bytes do not decode ({err.reason}).") from None
     except json.JSONDecodeError as err:
         raise FieldError("", f"expected JSON text, but it does not parse: {err}.") from None
+
+
+def _parse_int(text: str) -> int:
+    """An integer literal of the JSON text; a :class:`FieldError` when it has more than :data:`MAX_INT_DIGITS`
+    digits (checked before Python converts it)."""
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise FieldError(
+            "", f"expected integers of at most {MAX_INT_DIGITS} digits, but the JSON holds one of {digits} digits."
+        )
+    return int(text)
 
 
 def join(prefix: str, path: str) -> str:
@@ -94,6 +113,9 @@ def _show(value: Any) -> str:
         text = repr(value)
     except RecursionError:
         return "(nested too deeply to show)"
+    except ValueError:  # an integer of more digits than Python converts to text
+        digits = int(value.bit_length() * 0.30103) if isinstance(value, int) else None
+        return f"(an integer of about {digits} digits)" if digits else f"(a {type(value).__name__})"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
