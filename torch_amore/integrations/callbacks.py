@@ -53,7 +53,7 @@ from torch_amore.rules import serialization as S
 from torch_amore.rules.evidence_columns import verdict_line
 from torch_amore.rules.metrics import RuleMetrics
 from torch_amore.search.options import SearchOptions
-from torch_amore.verify.verification import check_verify_options
+from torch_amore.verify.options import check_verify_options
 
 _SPLITS = ("train", "val", "test")
 
