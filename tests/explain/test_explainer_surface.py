@@ -608,6 +608,8 @@ def test_an_explanation_is_a_sequence_of_its_rule_sets():
         (dict(select_features={"n_step": 3}), TypeError, "argument 'n_step' (did you mean 'n_steps'?)"),
         (dict(select_features={"gamma": 0.05}), ValueError, "`gamma` >= `min_frequency`"),
         (dict(select_features={"max_seconds": 0}), ValueError, "`max_seconds` > 0"),
+        (dict(select_features={"layer": "1"}), ValueError, "options without ['layer']: the explainer sets them"),
+        (dict(select_features={"feature_names": list("abc")}), ValueError, "without ['feature_names']"),
         (dict(features=[0, -1]), ValueError, "`features` to hold feature indices >= 0"),
     ],
 )

@@ -199,3 +199,32 @@ def test_plot_rule_from_an_explanation_with_negative_scale_and_nan(tmp_path):
     assert ax.get_xlim() == pytest.approx((-9.0, -1.0))
     assert not math.isnan(sum(p.get_height() for p in ax.patches if isinstance(p, Rectangle)))
     _save(fig, tmp_path, "rule_negative_scale")
+
+
+def test_plot_rule_reads_a_frames_columns_by_name_and_checks_its_arguments_before_drawing():
+    """A DataFrame in another column order: each panel draws the column its rule names (its x range is that column's);
+    probabilities or NaN as the subgroup are refused, as extract_rules refuses them; bad bins and max_bars fail
+    before a figure is made; an all-NaN column draws without error."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"age": rng.uniform(20, 80, 500), "bmi": rng.uniform(15, 40, 500)})
+    sub = (df.age > 50).to_numpy() & (df.bmi > 25).to_numpy()
+    rs = RuleSet.from_rules([Rule(0, "age", low=50.0), Rule(1, "bmi", low=25.0)], df, sub)
+    fig = plot_rule(rs, df[["bmi", "age"]], sub)
+    spans = [ax.get_xlim() for ax in fig.axes[:2]]
+    assert spans[0][0] <= df.age.min() and spans[0][1] >= df.age.max() and spans[0][0] > df.bmi.max() - 25
+    assert spans[1][1] < df.age.min() + 25 and spans[1][0] <= df.bmi.min()
+    plt.close(fig)
+    open_before = len(plt.get_fignums())
+    for bad, error in ((dict(bins=0), ValueError), (dict(bins=2.5), TypeError), (dict(max_bars="x"), TypeError)):
+        with pytest.raises(error):
+            plot_rule(rs, df, sub, **bad)
+    with pytest.raises(TypeError, match="boolean"):
+        plot_rule(rs, df, np.where(sub, 0.9, 0.1))
+    with pytest.raises(ValueError, match="NaN"):
+        plot_rule(rs, df, np.where(sub, 1.0, np.nan))
+    assert len(plt.get_fignums()) == open_before
+    empty = df.assign(bmi=np.nan)
+    fig = plot_rule(RuleSet.from_rules([Rule(1, "bmi", low=25.0)], empty, sub), empty, sub)
+    assert fig.axes[0].get_title() == "bmi >= 25"
+    plt.close(fig)

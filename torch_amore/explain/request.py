@@ -105,6 +105,13 @@ class ExplainRequest:
             raise TypeError(f"Expected `select_features` to be a bool or a dict of options, got {select_features!r}.")
         if isinstance(select_features, dict):  # its options checked before the model runs
             check_selection_options(select_features)
+            taken = [k for k in ("layer", "attribute_to_layer_input", "feature_names") if k in select_features]
+            if taken:  # the explainer's own: the selection is of the features the rules are on
+                raise ValueError(
+                    f"Expected `select_features` options without {taken}: the explainer sets them (its `layer`, "
+                    "`layer_input` and the rules' feature names), so that the features selected are those the rules "
+                    "are on; give them to the explainer instead."
+                )
         if target_name is not None and not isinstance(target_name, str):
             raise TypeError(f"Expected `target_name` to be a string or None, but got {target_name!r}.")
         matrix, matrix_names, indices = _split_features(features)

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from torch_amore.data.arguments import check_int
+from torch_amore.data.validation import to_mask
 from torch_amore.report.pixel_maps import _as_hw, _axes_grid, _to_numpy, plot_rule_attributions
-from torch_amore.rules.rule import Rule
+from torch_amore.rules.rule import Rule, frame_position
 from torch_amore.rules.rules import RuleSet
 
 __all__ = ["plot_rule", "plot_rule_attributions", "plot_rule_means"]
@@ -38,10 +40,12 @@ def _unpack(rules: Any, X: Any, subgroup: Any) -> tuple[RuleSet, Any, Any]:
 
 
 def _mask(subgroup: Any, n: int, what: str) -> np.ndarray:
-    mask = _to_numpy(subgroup, "subgroup").reshape(-1) != 0
-    if mask.shape[0] != n:
-        raise ValueError(f"Expected `subgroup` to have one entry per {what} ({n}), but got {mask.shape[0]}.")
-    return mask
+    """``subgroup`` as a boolean (n,) array: booleans or 0/1 numbers, as ``extract_rules`` takes its target (not
+    probabilities or NaN, which ``!= 0`` would read as members)."""
+    values = _to_numpy(subgroup, "subgroup").reshape(-1)
+    if values.shape[0] != n:
+        raise ValueError(f"Expected `subgroup` to have one entry per {what} ({n}), but got {values.shape[0]}.")
+    return to_mask(values, n, "subgroup").numpy()
 
 
 # ------------------------------------------------------------------------------------------------------- tabular
@@ -67,7 +71,7 @@ def _plot_condition(ax: Any, rule: Rule, col: np.ndarray, sub: np.ndarray, *, bi
         share_sub = np.array([(in_sub == v).sum() for v in values]) / max(1, in_sub.size)
         share_rest = np.array([(rest == v).sum() for v in values]) / max(1, rest.size)
         pos = np.arange(values.size)
-        chosen = np.array([rule.contains((v - rule.offset) / rule.scale) for v in values])
+        chosen = np.array([rule.contains((v - rule.offset) / rule.scale) for v in values], dtype=bool)
         for p in pos[chosen]:
             ax.axvspan(p - 0.5, p + 0.5, color=RULE_COLOR, alpha=0.15, linewidth=0)
         ax.bar(pos + 0.2, share_rest, width=0.4, color=REST_COLOR, alpha=0.45)
@@ -129,6 +133,7 @@ def plot_rule(
         >>> fig.axes[0].get_title(), fig.get_suptitle()
         ('age >= 40', 'IF age >= 40 THEN predicted sick\\nsupport 2, confidence 1.000, fitness 1.000 on 4 rows')
     """
+    bins, max_bars = check_int(bins, "bins", 1), check_int(max_bars, "max_bars", 0)  # before anything is drawn
     rules, X, subgroup = _unpack(rules, X, subgroup)
     if subgroup is None:
         raise ValueError("Expected `subgroup`, a boolean (N,) mask, but got None.")
@@ -139,9 +144,17 @@ def plot_rule(
     metrics = rules.evaluate(X, torch.from_numpy(sub))
     n_rules = len(rules.rules)
     fig, grid = _axes_grid(axes, 1, n_rules, (max(6.0, panel_size[0] * n_rules), panel_size[1] + 0.9))
-    for ax, rule in zip(grid[0], rules.rules):
-        col = _to_numpy(X.iloc[:, rule.feature] if hasattr(X, "iloc") else X[:, rule.feature], "X")
-        _plot_condition(ax, rule, col, sub, bins=bins, max_bars=max_bars)
+    try:
+        for ax, rule in zip(grid[0], rules.rules):
+            at = frame_position(X, rule.feature, rule.name) if hasattr(X, "columns") else rule.feature  # by its name
+            col = _to_numpy(X.iloc[:, at] if hasattr(X, "iloc") else X[:, at], "X")
+            _plot_condition(ax, rule, col, sub, bins=bins, max_bars=max_bars)
+    except Exception:
+        if axes is None:  # the figure made here is not left open
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+        raise
     grid[0, 0].set_ylabel("share of group", fontsize=8)
     from matplotlib.patches import Patch
 

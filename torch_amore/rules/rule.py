@@ -25,7 +25,7 @@ def _n_columns(X: Any) -> int:
     return int(shape[1])
 
 
-def _frame_position(X: Any, feature: int, name: str | None) -> int:
+def frame_position(X: Any, feature: int, name: str | None) -> int:
     """The position of a rule's column in a DataFrame ``X``: the column named ``name`` wherever it stands, or
     ``feature`` when the name is the default ``feature_<i>`` of unnamed data; any other name missing is a
     ``ValueError`` (the rule reads that column, not whichever stands at its position)."""
@@ -44,7 +44,7 @@ def _frame_position(X: Any, feature: int, name: str | None) -> int:
 
 
 def _column(X: ArrayLike, feature: int, name: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One column of X (a DataFrame's by ``name``, see :func:`_frame_position`) and its missing-value mask
+    """One column of X (a DataFrame's by ``name``, see :func:`frame_position`) and its missing-value mask
     (``None``: none missing), for exact comparisons: floating columns as float64 (so that float32 and float64 data
     compare alike), integer and bool columns as int64 (no rounding through float64)."""
     if isinstance(X, torch.Tensor) and X.device.type == "meta":
@@ -52,7 +52,7 @@ def _column(X: ArrayLike, feature: int, name: str | None = None) -> tuple[torch.
             "Expected `X` on a device that holds data, but it is on 'meta' (shapes only); create it on 'cpu' or 'cuda'."
         )
     if hasattr(X, "iloc") and hasattr(X, "columns"):
-        feature = _frame_position(X, feature, name)
+        feature = frame_position(X, feature, name)
     n_cols = _n_columns(X)
     if not 0 <= feature < n_cols:
         raise ValueError(f"The rule uses feature {feature}, but `X` has only {n_cols} columns.")
