@@ -11,7 +11,16 @@ import torch
 
 import torch_amore.search.extract as search_mod
 import torch_amore.search.extractor as extractor_mod
-from torch_amore import DecisionList, RuleSet, SearchOptions, rule_metrics, search_hyperparameters, sequential_covering
+from torch_amore import (
+    DecisionList,
+    Rule,
+    RuleSet,
+    SearchOptions,
+    rule_metrics,
+    search_hyperparameters,
+    sequential_covering,
+)
+from torch_amore.rules.serialization import FieldError
 from torch_amore.search.extract import prepare
 
 
@@ -192,7 +201,8 @@ def test_sequential_covering_entries_are_disjoint_and_coverage_adds_up(grid):
     assert dl.coverage == pytest.approx(int((covered & target).sum()) / T)
     weights = [int(m.sum()) for m in new_masks]
     assert dl.confidence == pytest.approx(sum(w * r.confidence for w, r in zip(weights, dl)) / sum(weights))
-    assert dl.fitness == pytest.approx(sum(w * r.fitness for w, r in zip(weights, dl)) / sum(weights))
+    h_all, s_all = int((covered & target).sum()), int(covered.sum())
+    assert dl.fitness == pytest.approx((2 * h_all - s_all) / T)  # the union's fitness, not an average of the entries'
     assert torch.equal(dl.mask(X), covered)
     assert tuple(dl.evaluate(X, target)) == pytest.approx(tuple(rule_metrics(covered, target)))
     assign = dl.assign(X)
@@ -248,6 +258,43 @@ def test_decision_list_text_and_json_round_trip():
     assert "empty" in str(empty) and empty.coverage == 0.0
     assert isinstance(dl[0], RuleSet)
     assert np.isfinite(dl.fitness)
+
+
+def test_decision_list_fitness_is_that_of_the_union_on_its_build_data():
+    X, target = _toy(seed=7)
+    dl = sequential_covering(X, target, max_length=2, min_support=40, n_grids=10, min_confidence=0.8)
+    assert len(dl) >= 2
+    # recount by hand, in plain Python, from each entry's own mask
+    masks = [rs.mask(X).tolist() for rs in dl]
+    t = target.tolist()
+    covered = [any(m[i] for m in masks) for i in range(len(t))]
+    hits = sum(1 for c, y in zip(covered, t) if c and y)
+    support = sum(covered)
+    assert dl.fitness == pytest.approx((2 * hits - support) / sum(t))
+    assert dl.fitness == pytest.approx(dl.evaluate(X, target).fitness)
+    assert f"fitness={(2 * hits - support) / sum(t):.3f}" in str(dl).splitlines()[-1]
+    # the docstring's list: 2 + 1 target rows of 3 covered, no other row -> (2 * 3 - 3) / 3 = 1
+    X1 = torch.tensor([[0.1], [0.5], [0.7], [0.9]])
+    t1 = torch.tensor([False, True, True, True])
+    first = RuleSet.from_rules([Rule(0, "x", low=0.65)], X1, t1)
+    second = RuleSet.from_rules([Rule(0, "x", low=0.4)], X1[:2], t1[:2])
+    small = DecisionList((first, second), n_samples=4, n_target=3)
+    assert small.fitness == 1.0 == small.evaluate(X1, t1).fitness
+
+
+def test_decision_list_from_dict_checks_its_counts_against_each_other():
+    X1 = torch.tensor([[0.1], [0.3], [0.5], [0.7], [0.9]])
+    t1 = torch.tensor([False, False, True, False, True])
+    only = RuleSet.from_rules([Rule(0, "x", low=0.4)], X1, t1)  # covers 3 rows, 2 of them target
+    good = DecisionList((only,), n_samples=5, n_target=2).to_dict()
+    assert DecisionList.from_dict(good).coverage == 1.0
+    with pytest.raises(FieldError, match=r"Invalid `n_target`: the entries cover 2 target samples, but n_target is 1"):
+        DecisionList.from_dict({**good, "n_target": 1})
+    with pytest.raises(FieldError, match=r"Invalid `n_samples`: the entries cover 3 samples, 1 of them not target"):
+        DecisionList.from_dict({**good, "n_samples": 2})  # fewer samples than the entries cover
+    with pytest.raises(FieldError, match=r"Invalid `n_samples`: .* leaves 0 non-target samples"):
+        DecisionList.from_dict({**good, "n_samples": 2, "n_target": 2})  # room for the target rows only
+    assert DecisionList.from_dict({**good, "n_samples": 3}).n_samples == 3  # exactly what the entries cover
 
 
 def test_local_search_returns_rules_containing_the_sample():

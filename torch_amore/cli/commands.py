@@ -269,8 +269,8 @@ def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
         type=_integer,
         metavar="B",
         help="work allowed to --strategy exact, in grid-cell updates (about 10 ns each on one CPU "
-        "thread); up to max length 2 a search that would need more is refused up front, at 3 it stops there and "
-        f"says so (default: {d.exact_budget})",
+        "thread); a search estimated to need more is refused up front, and at max length 3 one that runs out of it "
+        f"stops there and says so (default: {d.exact_budget})",
     )
     group.add_argument(
         "--optimum-budget",

@@ -32,9 +32,10 @@ How
   reaches the ``top_k``-th best value found. The work is capped by ``exact_budget``: when the cap is hit, a warning
   says so and the result carries the best estimate not explored (:attr:`ExactResult.bound`).
 
-The work of ``max_length <= 2`` is estimated up front (:func:`torch_amore.strategies.exact_cost.estimate_cost`, in
+The work is estimated up front at every ``max_length`` (:func:`torch_amore.strategies.exact_cost.estimate_cost`, in
 grid-cell updates) and a search over ``exact_budget`` is refused with the estimate and how to narrow it (fewer
-``features``, fewer ``n_grids``).
+``features``, fewer ``n_grids``); at ``max_length`` 3 the branch and bound gets the budget left and stops, saying so,
+if it runs out.
 """
 
 from __future__ import annotations

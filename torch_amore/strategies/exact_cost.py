@@ -48,10 +48,13 @@ def check_budget(n_rows: int, n_features: int, n_grids: int, max_length: int, bu
         raise ValueError(f"Expected `max_length` <= 3 for strategy='exact', but got {max_length}.")
     cost = estimate_cost(n_rows, n_features, n_grids, max_length)
     if cost > budget:
+        pairs = "" if max_length <= 1 else f"{pair_count(n_features):,} pairs of "  # length 1 searches no pairs
+        seconds = cost * 1e-8  # about 10^8 grid-cell updates per second
+        took = "under a second" if seconds < 1 else f"about {seconds:,.0f} s"
         raise ValueError(
-            f"strategy='exact' would take about {cost:.2e} grid-cell updates ({n_rows:,} samples x "
-            f"{pair_count(n_features):,} pairs of {n_features} features, {n_grids} grids each; about "
-            f"{cost * 1e-8:.0f} s on one CPU thread), over `exact_budget`={budget:.2e}. Narrow it: fewer features "
-            "(`features=`, e.g. from select_features), fewer grids (`n_grids`), or raise `exact_budget`."
+            f"strategy='exact' would take about {cost:.2e} grid-cell updates ({n_rows:,} samples x {pairs}"
+            f"{n_features} features, {n_grids} grids each; {took} on one CPU thread), over `exact_budget`="
+            f"{budget:.2e}. Narrow it: fewer features (`features=`, e.g. from select_features), fewer grids "
+            "(`n_grids`), or raise `exact_budget`."
         )
     return cost
