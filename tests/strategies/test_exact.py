@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from grid_brute import brute_force
@@ -163,3 +164,28 @@ def test_default_strategy_reaches_the_exact_optimum_of_a_finer_grid(min_support)
     assert optimum.optimum == optimum.fitness
     assert best.fitness >= optimum.fitness - 0.005
     assert ta.RuleSet.from_rules(best.rules, X, target).fitness == pytest.approx(best.fitness, abs=1e-12)
+
+
+def test_with_min_gain_the_top_k_are_the_best_rule_sets_whose_conditions_earn_their_place():
+    """The pruning of ``min_gain`` collapses some of the top_k into shorter rule sets: the search goes deeper until
+    the rule sets it did not see rank below those kept, so the top_k of a smaller top_k are the first of a larger
+    one's (a top 2 missed the 0.25 of the top 3), and every condition of each earns its place (recounted)."""
+    rng = np.random.default_rng(12)
+    rng.integers(15, 50), rng.integers(2, 4), rng.integers(2, 5)  # the draws of the case found by review
+    X = torch.tensor(rng.normal(size=(36, 2)))
+    t = torch.tensor(rng.random(36) < 0.4)
+    lists = [
+        ta.extract_rules(X, t, strategy="exact", max_length=2, min_support=1, n_grids=4, top_k=k) for k in (1, 2, 3, 4)
+    ]
+    values = [[rs.fitness for rs in found] for found in lists]
+    for shorter, longer in zip(values, values[1:]):
+        assert longer[: len(shorter)] == shorter
+    assert values[1] == [0.3125, 0.25]
+    n_target = int(t.sum())
+    for rs in lists[-1]:
+        mask = rs.mask(X)
+        value = 2 * int((mask & t).sum()) - int(mask.sum())
+        for k in range(len(rs.rules)):
+            rest = [r for i, r in enumerate(rs.rules) if i != k]
+            sub = torch.ones(len(X), dtype=torch.bool) if not rest else torch.stack([r.mask(X) for r in rest]).all(0)
+            assert (value - (2 * int((sub & t).sum()) - int(sub.sum()))) / n_target >= 0.001

@@ -81,6 +81,12 @@ def _to_polish(
     return list(chosen.values())
 
 
+#: How deep (x ``top_k``) the exact strategy searches at most for ``top_k`` rule sets that survive the ``min_gain``
+#: pruning (which collapses some into shorter ones): it doubles its ``top_k`` until every rule set not searched ranks
+#: below those kept.
+EXACT_PRUNED_DEPTH = 64
+
+
 class Extractor:
     """Runs the rule tree on binned data; shared by :func:`extract_rules` and the hyperparameter search."""
 
@@ -176,14 +182,21 @@ class Extractor:
         """The exact strategy of :meth:`extract`."""
         if local_codes is not None:
             raise ValueError("strategy='exact' does not support `local_x`; use strategy='beam' or 'paper'.")
-        found = self.run_exact(
-            max_length=o.max_length,
-            min_support=min_support,
-            top_k=o.top_k,
-            budget=o.exact_budget,
-            shorter=o.min_gain > 0,
-        )
-        return self.finish(found, o)[: o.top_k] if o.min_gain > 0 else found
+        budget = o.exact_budget
+        if o.min_gain <= 0:
+            return self.run_exact(max_length=o.max_length, min_support=min_support, top_k=o.top_k, budget=budget)
+        # pruning collapses some of the top_k into shorter rule sets (or drops them as the same rows): search deeper
+        # until every rule set not searched ranks below the top_k kept (each pool's last value is their bar)
+        k = o.top_k
+        while True:
+            pools = self.exact_pools(max_length=o.max_length, min_support=min_support, top_k=k, budget=budget)
+            kept = self.finish([rs for pool in pools for rs in pool], o)[: o.top_k]
+            bars = [pool[-1].fitness for pool in pools if len(pool) >= k]  # pools cut at k: more rule sets below
+            settled = len(kept) == o.top_k and all(kept[-1].fitness > bar for bar in bars)
+            incomplete = not pools[0] or pools[0][0].optimum is None  # none found, or stopped by the budget
+            if not bars or settled or incomplete or k >= EXACT_PRUNED_DEPTH * o.top_k:
+                return kept
+            k *= 2
 
     def _tree(self, o: SearchOptions, min_support: int, local_codes: list[int] | None) -> list[RuleSet]:
         """The rule tree of :meth:`run` with the options of ``o``."""
@@ -297,12 +310,21 @@ class Extractor:
         n_rows, n_feat = D.global_count(self.binned.codes.shape[0]), self.binned.codes.shape[1]
         return estimate_cost(n_rows, n_feat, self.binned.n_bins_max, o.max_length) <= o.optimum_budget
 
+    def exact_pools(self, *, max_length: int, min_support: int, top_k: int, budget: int) -> list[list[RuleSet]]:
+        """The ``top_k`` best rule sets of at most ``max_length`` conditions, then those of each shorter length, as
+        pools (each best first), as :meth:`run_exact` with ``shorter`` returns them one after the other."""
+        return self._exact(max_length, min_support, top_k, budget, shorter=True)
+
     def run_exact(
         self, *, max_length: int, min_support: int, top_k: int, budget: int, shorter: bool = False
     ) -> list[RuleSet]:
         """The ``top_k`` best rule sets on the grid (:mod:`torch_amore.strategies.exact`), best first; each carries the
         optimum (the first one's fitness) when the search was complete. ``shorter``: followed by the ``top_k`` best of
         each shorter ``max_length`` (the pools a search at that length returns)."""
+        return [rs for pool in self._exact(max_length, min_support, top_k, budget, shorter) for rs in pool]
+
+    def _exact(self, max_length: int, min_support: int, top_k: int, budget: int, shorter: bool) -> list[list[RuleSet]]:
+        """The pools of :meth:`exact_pools` (only the first without ``shorter``)."""
         found = exact_search(
             self.binned,
             self.target,
@@ -313,11 +335,11 @@ class Extractor:
             grid_counts=self.root_counts(),
         )
         optimum = fitness_of_counts(*found.boxes[0][:2], self.n_total_target) if found.boxes else None
-        boxes = found.boxes + ([b for pool in found.shorter for b in pool] if shorter else [])
-        conds = sorted({c for _, _, box in boxes for c in box})
+        pools = [found.boxes] + (found.shorter if shorter else [])
+        conds = sorted({c for pool in pools for _, _, box in pool for c in box})
         rules = dict(zip(conds, self.readable.rules(self.binned, conds)))
         optimum = optimum if found.complete else None
-        return [self._rule_set([rules[c] for c in box], hits, support, optimum) for hits, support, box in boxes]
+        return [[self._rule_set([rules[c] for c in box], h, n, optimum) for h, n, box in pool] for pool in pools]
 
     def _rule_set(self, rules: list, hits: int, support: int, optimum: float | None = None) -> RuleSet:
         """The rule set of ``rules`` from its counts on the searched data."""
