@@ -192,7 +192,10 @@ class Extractor:
             pools = self.exact_pools(max_length=o.max_length, min_support=min_support, top_k=k, budget=budget)
             kept = self.finish([rs for pool in pools for rs in pool], o)[: o.top_k]
             bars = [pool[-1].fitness for pool in pools if len(pool) >= k]  # pools cut at k: more rule sets below
-            settled = len(kept) == o.top_k and all(kept[-1].fitness > bar for bar in bars)
+            # settled: nothing pruned or dropped among the best (the search's own top_k, ties in its order), or
+            # every rule set not seen ranks below the last kept
+            unchanged = kept == pools[0][: o.top_k] and len(pools[0]) >= o.top_k
+            settled = unchanged or (len(kept) == o.top_k and all(kept[-1].fitness > bar for bar in bars))
             incomplete = not pools[0] or pools[0][0].optimum is None  # none found, or stopped by the budget
             if not bars or settled or incomplete or k >= EXACT_PRUNED_DEPTH * o.top_k:
                 return kept
