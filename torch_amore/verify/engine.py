@@ -17,16 +17,14 @@ from torch import nn
 
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import ConceptBasis, EncoderDecoder
-from torch_amore.data.arguments import check_flag, check_int
+from torch_amore.data.arguments import check_int
 from torch_amore.model.batches import check_row_order
 from torch_amore.model.forward import ModelArgs, as_inputs, resolve_layer
 from torch_amore.model.input_shape import check_width
 from torch_amore.model.source import run_model
 from torch_amore.model.subgroups import check_target, subgroup_mask
-from torch_amore.rules.held_out import check_level
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.interventions import (
-    check_method,
     clamp_by_rank,
     clamp_unit,
     patched_outputs,
@@ -34,6 +32,7 @@ from torch_amore.verify.interventions import (
     rank_bounds,
     subset_args,
 )
+from torch_amore.verify.options import VALUE_CHECKS
 from torch_amore.verify.verification import ControlShare, RuleVerification, Share, Verification, not_moved_warning
 
 #: A concept encoded again within this fraction of the largest concept magnitude (over the verified samples) of its
@@ -114,12 +113,10 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
     n_units = len(explanation.feature_names)  # the concepts' K with a basis
     basis = _basis(explanation)
     target = _target(explanation, given.target)
-    n_controls = check_int(given.n_controls, "n_controls", 0)
-    level = check_level(given.level)
-    if isinstance(given.level, np.floating) and given.level.dtype.itemsize < 8:  # np.float32(0.9): 0.9, as written
-        level = float(np.format_float_scientific(given.level, unique=True))
-    seed = check_int(given.seed, "seed", 0)
-    check_flag(given.progress, "progress")
+    n_controls = VALUE_CHECKS["n_controls"](given.n_controls)
+    level = VALUE_CHECKS["level"](given.level)
+    seed = VALUE_CHECKS["seed"](given.seed)
+    VALUE_CHECKS["progress"](given.progress)
     chosen = _chosen(explanation, given.rule_sets)
     check_row_order(inputs, "the dataset's, from which `verify` reads each rule set's samples again by position")
     shape = explanation.params.get("input_shape")
@@ -134,11 +131,11 @@ def _setup(explanation: Any, inputs: Any, given: VerifyArgs) -> _Setup:
         threshold=explanation.threshold if isinstance(target, (int, np.integer)) else None,
         outputs=explanation.params.get("outputs", "auto"),
         chosen=chosen,
-        method=check_method(given.method),
+        method=VALUE_CHECKS["method"](given.method),
         n_controls=n_controls,
         level=level,
         seed=seed,
-        batch_size=check_int(batch_size, "batch_size", 1),
+        batch_size=VALUE_CHECKS["batch_size"](batch_size),
         input_key=given.input_key if given.input_key is not None else explanation.data_options.get("input_key"),
         model_args=_model_args(explanation, given.additional_forward_args, given.forward_kwargs),
         progress=bool(given.progress),

@@ -3,15 +3,38 @@ with the checks :meth:`~torch_amore.RegionalExplanation.verify` makes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from torch_amore.data.arguments import check_flag, check_int, did_you_mean
 from torch_amore.rules.held_out import check_level
 from torch_amore.verify.interventions import check_method
 
-__all__ = ["VERIFY_OPTIONS", "check_verify_options"]
+__all__ = ["VALUE_CHECKS", "VERIFY_OPTIONS", "check_verify_options"]
 
 VERIFY_OPTIONS = ("rule_sets", "method", "n_controls", "level", "seed", "batch_size", "progress")
+
+
+def _level(value: Any) -> float:
+    """``level`` checked (:func:`~torch_amore.rules.held_out.check_level`); a numpy float narrower than float64 as the
+    decimal it was written as (``np.float32(0.9)``: 0.9)."""
+    level = check_level(value)
+    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+        level = float(np.format_float_scientific(value, unique=True))
+    return level
+
+
+#: The checks of ``verify``'s option values (each returns the value to use), for ``verify`` itself and the callback.
+VALUE_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "method": check_method,
+    "n_controls": lambda v: check_int(v, "n_controls", 0),
+    "level": _level,
+    "seed": lambda v: check_int(v, "seed", 0),
+    "batch_size": lambda v: check_int(v, "batch_size", 1),
+    "progress": lambda v: check_flag(v, "progress"),
+}
 
 
 def check_verify_options(verify: Any, target: Any) -> dict[str, Any] | None:
@@ -39,15 +62,7 @@ def check_verify_options(verify: Any, target: Any) -> dict[str, Any] | None:
     for key in options:
         if key not in VERIFY_OPTIONS:
             raise TypeError(f"Unexpected option {key!r} in `verify`{did_you_mean(key, VERIFY_OPTIONS)}.")
-    checks = {  # the checks (and lower bounds) of the verify engine's ``_setup``
-        "method": check_method,
-        "rule_sets": lambda v: check_int(v, "rule_sets", 1),  # a count: the rule sets are not found yet
-        "n_controls": lambda v: check_int(v, "n_controls", 0),
-        "level": check_level,
-        "seed": lambda v: check_int(v, "seed", 0),
-        "batch_size": lambda v: check_int(v, "batch_size", 1),
-        "progress": lambda v: check_flag(v, "progress"),
-    }
+    checks = {**VALUE_CHECKS, "rule_sets": lambda v: check_int(v, "rule_sets", 1)}  # a count: none are found yet
     for key, value in options.items():
         checks[key](value)
     if hasattr(target, "__len__") and not isinstance(target, tuple) and not callable(target):
