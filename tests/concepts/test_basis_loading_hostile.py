@@ -1,6 +1,6 @@
 """Saved concept bases from hostile or corrupted files: loading imports nothing a file names and builds only torch.nn's
 module classes or the classes the caller passes; corrupted fitted numbers (shapes that do not fit together, NaN) and
-hostile tensors (negative or huge shapes, integers outside their dtype) are each refused with a ``BasisFieldError``
+hostile tensors (negative or huge shapes, integers outside their dtype) are each refused with a ``FieldError``
 naming the field, before anything is built."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def saved(basis: ConceptBasis) -> dict:
 
 
 def refused(data: dict, path: str, words: str, **kwargs) -> ValueError:
-    """The BasisFieldError (a ValueError with ``path``) of loading ``data``: it names ``path`` and says ``words``."""
+    """The FieldError (a ValueError with ``path``) of loading ``data``: it names ``path`` and says ``words``."""
     with pytest.raises(ValueError) as info:
         ConceptBasis.from_dict(data, **kwargs)
     assert getattr(info.value, "path", None) == path, str(info.value)

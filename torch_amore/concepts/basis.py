@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from torch_amore.concepts.saving import (
-    BasisFieldError,
     ModuleClasses,
     ModuleFactories,
     callable_from_json,
@@ -31,6 +30,7 @@ from torch_amore.concepts.saving import (
     tensor_from_list,
 )
 from torch_amore.data.arguments import did_you_mean
+from torch_amore.data.fields import FieldError
 
 __all__ = ["ConceptBasis", "Directions", "EncoderDecoder", "LearnedBasis", "reconstruction_error"]
 
@@ -174,7 +174,7 @@ class ConceptBasis:
         classes: ModuleClasses | None = None,
     ) -> ConceptBasis:
         """The basis that :meth:`to_dict` wrote, of the class registered for its ``kind``; a malformed field raises
-        :class:`~torch_amore.concepts.saving.BasisFieldError` (a ``ValueError``) naming it, before anything is built.
+        :class:`~torch_amore.concepts.saving.FieldError` (a ``ValueError``) naming it, before anything is built.
 
         Loading imports nothing a file names: a saved ``nn.Module`` (an :class:`EncoderDecoder`'s) is built from one
         of torch.nn's own module classes or from ``classes``; any other class is refused.
@@ -196,17 +196,17 @@ class ConceptBasis:
         """
         allowed = module_classes(classes)  # the caller's mistakes first: a TypeError, not a field of the file
         if not isinstance(data, Mapping):
-            raise BasisFieldError("", f"expected a concept basis saved as a dict, but got {type(data).__name__}.")
+            raise FieldError("", f"expected a concept basis saved as a dict, but got {type(data).__name__}.")
         kind = data.get("kind")
         if not isinstance(kind, str) or kind not in ConceptBasis._registry:
-            raise BasisFieldError(  # the whole dict: a basis of a kind this library does not know
+            raise FieldError(  # the whole dict: a basis of a kind this library does not know
                 "",
                 f"expected a concept basis `kind` among {sorted(ConceptBasis._registry)}, but got {kind!r:.80}"
                 f"{did_you_mean(kind, ConceptBasis._registry) if isinstance(kind, str) else ''}.",
             )
         found = ConceptBasis._registry[kind]
         if not issubclass(found, cls):
-            raise BasisFieldError("", f"expected a saved {cls.__name__}, but the dict holds a {found.__name__}.")
+            raise FieldError("", f"expected a saved {cls.__name__}, but the dict holds a {found.__name__}.")
         return found._from_dict(data, modules, allowed)
 
     @classmethod
@@ -298,15 +298,15 @@ class Directions(ConceptBasis):
         check_keys(data, ("kind", "names", "dtype", "W", "center"), "a saved 'directions' basis")
         dtype = dtype_from_name(data["dtype"])
         if not dtype.is_floating_point:
-            raise BasisFieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
+            raise FieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
         W = tensor_from_list(data["W"], "W", dtype, shape=[None, None])
         if W.numel() == 0 or not bool(torch.isfinite(W).all()):
-            raise BasisFieldError("W", f"expected a (D, K) matrix of finite numbers, but got shape {list(W.shape)}.")
+            raise FieldError("W", f"expected a (D, K) matrix of finite numbers, but got shape {list(W.shape)}.")
         center = data["center"]
         if center is not None:
             center = tensor_from_list(center, "center", dtype, shape=[W.shape[0]])
         if center is not None and not bool(torch.isfinite(center).all()):
-            raise BasisFieldError("center", "expected finite numbers, but it holds NaN or infinity.")
+            raise FieldError("center", "expected finite numbers, but it holds NaN or infinity.")
         return cls(W, center, names=names_field(data["names"], "names", W.shape[1]))
 
 
@@ -467,7 +467,7 @@ class EncoderDecoder(ConceptBasis):
         names = names_field(data["names"], "names", k)
         if not isinstance(data["modules"], list):
             got = type(data["modules"]).__name__
-            raise BasisFieldError("modules", f"expected a list of saved modules, but got {got}.")
+            raise FieldError("modules", f"expected a list of saved modules, but got {got}.")
         built = [module_from_json(m, f"modules[{i}]", modules, i, classes) for i, m in enumerate(data["modules"])]
         encode = callable_from_json(data["encode"], "encode", built)
         decode = None if data["decode"] is None else callable_from_json(data["decode"], "decode", built)

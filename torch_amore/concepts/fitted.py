@@ -14,7 +14,6 @@ import torch
 
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
 from torch_amore.concepts.saving import (
-    BasisFieldError,
     ModuleFactories,
     check_keys,
     finite_or_none,
@@ -24,6 +23,7 @@ from torch_amore.concepts.saving import (
     tensor_from_list,
 )
 from torch_amore.data.arguments import check_int, did_you_mean
+from torch_amore.data.fields import FieldError
 
 __all__ = ["FITTED_METHODS", "FittedBasis"]
 
@@ -245,7 +245,7 @@ class FittedBasis(LearnedBasis):
     def _from_dict(
         cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
     ) -> FittedBasis:
-        """The basis :meth:`to_dict` wrote, every field checked (a :class:`BasisFieldError` naming it): the fitted
+        """The basis :meth:`to_dict` wrote, every field checked (a :class:`FieldError` naming it): the fitted
         tensors finite, ``components`` (K, D) with K = ``n_concepts`` <= D, ``mean`` (D,), ``mixing`` (D, K) for
         ICA only, all or none of them saved."""
         kind = data["kind"]
@@ -255,24 +255,22 @@ class FittedBasis(LearnedBasis):
         seed = int_field(data["seed"], "seed", low=0)
         names = names_field(data["names"], "names", k)
         if not isinstance(data["options"], Mapping):
-            raise BasisFieldError("options", f"expected a dict, but got {type(data['options']).__name__}.")
+            raise FieldError("options", f"expected a dict, but got {type(data['options']).__name__}.")
         try:
             basis = cls(kind, k, seed=seed, names=names, options=data["options"])
         except (TypeError, ValueError) as err:
-            raise BasisFieldError("options", str(err)) from None
+            raise FieldError("options", str(err)) from None
         saved = {name for name in _TENSORS if data[name] is not None}
         wanted = {"components", "mean", "mixing"} if kind == "ica" else {"components", "mean"}
         if saved and saved != wanted:  # fitted: all of them; unfitted: none
             name = sorted(saved ^ wanted)[0]
             state = "saved" if name in saved else "missing"
-            raise BasisFieldError(name, f"{state}, but a fitted {kind.upper()} basis saves {sorted(wanted)}.")
+            raise FieldError(name, f"{state}, but a fitted {kind.upper()} basis saves {sorted(wanted)}.")
         if saved:
             components = tensor_from_list(data["components"], "components", shape=[k, None])
             d = components.shape[1]
             if d < k:
-                raise BasisFieldError(
-                    "components", f"expected K={k} rows of D >= K units each, but got shape {[k, d]}."
-                )
+                raise FieldError("components", f"expected K={k} rows of D >= K units each, but got shape {[k, d]}.")
             basis.components = _finite(components, "components")
             basis.mean = _finite(tensor_from_list(data["mean"], "mean", shape=[d]), "mean")
             if kind == "ica":
@@ -283,9 +281,9 @@ class FittedBasis(LearnedBasis):
 
 
 def _finite(tensor: torch.Tensor, name: str) -> torch.Tensor:
-    """``tensor``, else a :class:`BasisFieldError` naming ``name`` when it holds NaN or infinity."""
+    """``tensor``, else a :class:`FieldError` naming ``name`` when it holds NaN or infinity."""
     if not bool(torch.isfinite(tensor).all()):
-        raise BasisFieldError(name, "expected finite numbers, but it holds NaN or infinity.")
+        raise FieldError(name, "expected finite numbers, but it holds NaN or infinity.")
     return tensor
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from torch_amore.data.fields import FieldError, at_path, join
+
 __all__ = [
-    "BasisFieldError",
     "ModuleClasses",
     "ModuleFactories",
     "callable_from_json",
@@ -62,41 +62,6 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _MAX_DIMS = 32  # numpy's and torch's practical limit; a saved tensor with more is refused
 
 
-class BasisFieldError(ValueError):
-    """A malformed field of a saved concept basis; ``path`` names it (``modules[0].state_dict.weight.shape``).
-
-    The concepts' twin of :class:`torch_amore.rules.serialization.FieldError` (the two folders share a layer and do
-    not import each other): :meth:`torch_amore.RegionalExplanation.from_dict` raises it again as a ``FieldError``
-    under ``concepts``.
-
-    Example:
-        >>> tensor_from_json({"dtype": "float32", "shape": [-3, -1], "data": []}, "W")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        torch_amore.concepts.saving.BasisFieldError: Invalid `W.shape`: expected a list of ... >= 0, but got [-3, -1].
-    """
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path, self.problem = path, problem
-        super().__init__(f"Invalid `{path}`: {problem}" if path else f"Invalid saved concept basis: {problem}")
-
-
-def join(prefix: str, path: str) -> str:
-    """``prefix`` and a path inside it: ``join("modules[0]", "class") == "modules[0].class"``."""
-    if not prefix or not path:
-        return prefix or path
-    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
-
-
-@contextmanager
-def at_path(prefix: str) -> Iterator[None]:
-    """Prefix the path of any :class:`BasisFieldError` raised inside with ``prefix``."""
-    try:
-        yield
-    except BasisFieldError as err:
-        raise BasisFieldError(join(prefix, err.path), err.problem) from None
-
-
 def show(value: Any) -> str:
     """A short repr of ``value`` for a message (a value nested too deeply to repr is named by its type)."""
     try:
@@ -107,55 +72,55 @@ def show(value: Any) -> str:
 
 
 def check_keys(data: Any, keys: Sequence[str], what: str) -> Mapping[str, Any]:
-    """``data`` as a dict holding exactly ``keys``, else a :class:`BasisFieldError` naming the first key missing
+    """``data`` as a dict holding exactly ``keys``, else a :class:`FieldError` naming the first key missing
     (or unexpected) and listing ``keys``; ``what`` names the dict (``"a saved 'pca' basis"``)."""
     if not isinstance(data, Mapping):
-        raise BasisFieldError("", f"expected {what} as a dict, but got {type(data).__name__} {show(data)}.")
+        raise FieldError("", f"expected {what} as a dict, but got {type(data).__name__} {show(data)}.")
     for key in keys:
         if key not in data:
-            raise BasisFieldError(str(key), f"this required key is missing ({what} has keys {list(keys)}).")
+            raise FieldError(str(key), f"this required key is missing ({what} has keys {list(keys)}).")
     for key in data:
         if key not in keys:
-            raise BasisFieldError(str(key), f"unexpected key ({what} has keys {list(keys)}).")
+            raise FieldError(str(key), f"unexpected key ({what} has keys {list(keys)}).")
     return data
 
 
 def int_field(value: Any, path: str, *, low: int = 0, optional: bool = False) -> int | None:
     """An integer (not a bool or a float) ``>= low`` (or ``None`` when ``optional``), else a
-    :class:`BasisFieldError`."""
+    :class:`FieldError`."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise BasisFieldError(path, f"expected an integer >= {low}, but got {type(value).__name__} {show(value)}.")
+        raise FieldError(path, f"expected an integer >= {low}, but got {type(value).__name__} {show(value)}.")
     if value < low:
-        raise BasisFieldError(path, f"expected an integer >= {low}, but got {value}.")
+        raise FieldError(path, f"expected an integer >= {low}, but got {value}.")
     return int(value)
 
 
 def number_field(value: Any, path: str, *, low: float = -math.inf, optional: bool = True) -> float | None:
-    """A finite number ``>= low`` (or ``None`` when ``optional``), else a :class:`BasisFieldError`."""
+    """A finite number ``>= low`` (or ``None`` when ``optional``), else a :class:`FieldError`."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise BasisFieldError(path, f"expected a number, but got {type(value).__name__} {show(value)}.")
+        raise FieldError(path, f"expected a number, but got {type(value).__name__} {show(value)}.")
     try:
         out = float(value)
     except OverflowError:
-        raise BasisFieldError(path, f"expected a number within float64 range, but got {show(value)}.") from None
+        raise FieldError(path, f"expected a number within float64 range, but got {show(value)}.") from None
     if not math.isfinite(out) or out < low:
-        raise BasisFieldError(path, f"expected a finite number >= {low}, but got {out}.")
+        raise FieldError(path, f"expected a finite number >= {low}, but got {out}.")
     return out
 
 
 def names_field(value: Any, path: str, count: int | None) -> list[str] | None:
     """``None`` or a list of ``count`` strings (any number when ``count`` is ``None``), else a
-    :class:`BasisFieldError`."""
+    :class:`FieldError`."""
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise BasisFieldError(path, f"expected a list of concept names (strings) or null, but got {show(value)}.")
+        raise FieldError(path, f"expected a list of concept names (strings) or null, but got {show(value)}.")
     if count is not None and len(value) != count:
-        raise BasisFieldError(path, f"expected {count} concept names, one per concept, but got {len(value)}.")
+        raise FieldError(path, f"expected {count} concept names, one per concept, but got {len(value)}.")
     return list(value)
 
 
@@ -175,9 +140,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def dtype_from_name(name: Any, where: str = "dtype") -> torch.dtype:
-    """The torch dtype written as ``name`` by :func:`dtype_name`, else a :class:`BasisFieldError` naming ``where``."""
+    """The torch dtype written as ``name`` by :func:`dtype_name`, else a :class:`FieldError` naming ``where``."""
     if not isinstance(name, str) or name not in _DTYPES:
-        raise BasisFieldError(where, f"expected one of {sorted(_DTYPES)}, but got {show(name)}.")
+        raise FieldError(where, f"expected one of {sorted(_DTYPES)}, but got {show(name)}.")
     return _DTYPES[name]
 
 
@@ -185,7 +150,7 @@ def tensor_from_list(
     values: Any, where: str, dtype: torch.dtype = torch.float64, *, shape: Sequence[int | None] | None = None
 ) -> torch.Tensor:
     """A tensor of ``dtype`` from nested lists of numbers (of ``shape``, ``None`` for any size along a dimension, when
-    given), else a :class:`BasisFieldError` naming ``where``. Integers must fit ``dtype``; booleans make a bool
+    given), else a :class:`FieldError` naming ``where``. Integers must fit ``dtype``; booleans make a bool
     tensor only.
 
     Example:
@@ -195,28 +160,28 @@ def tensor_from_list(
         >>> tensor_from_list([1.0, 2.0], "mean", shape=[3])
         Traceback (most recent call last):
         ...
-        torch_amore.concepts.saving.BasisFieldError: Invalid `mean`: expected shape [3], but got [2].
+        torch_amore.data.fields.FieldError: Invalid `mean`: expected shape [3], but got [2].
     """
     try:
         array = np.asarray(values)
     except (TypeError, ValueError, OverflowError, RecursionError):
-        raise BasisFieldError(
+        raise FieldError(
             where, "expected nested lists of numbers, but they do not form an array (rows of different lengths?)."
         ) from None
     if array.size and array.dtype.kind not in _KINDS[_family(dtype)]:
         wanted = {"float": "numbers", "int": "integers within int64", "bool": "true or false values"}[_family(dtype)]
         got = show(values)
-        raise BasisFieldError(where, f"expected nested lists of {wanted} ({dtype_name(dtype)}), but got {got}.")
+        raise FieldError(where, f"expected nested lists of {wanted} ({dtype_name(dtype)}), but got {got}.")
     if shape is not None and (
         len(shape) != array.ndim or any(want is not None and want != got for want, got in zip(shape, array.shape))
     ):
         want = [("any" if s is None else s) for s in shape]
-        raise BasisFieldError(where, f"expected shape {want}, but got {list(array.shape)}.")
+        raise FieldError(where, f"expected shape {want}, but got {list(array.shape)}.")
     if _family(dtype) == "int" and array.size:
         info = torch.iinfo(dtype)
         low, high = array.min(), array.max()
         if low < info.min or high > info.max:
-            raise BasisFieldError(where, f"expected integers in [{info.min}, {info.max}] ({dtype_name(dtype)}).")
+            raise FieldError(where, f"expected integers in [{info.min}, {info.max}] ({dtype_name(dtype)}).")
         array = array.astype(np.int64)
     elif _family(dtype) == "float":
         array = array.astype(np.float64)
@@ -245,7 +210,7 @@ def tensor_to_json(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def tensor_from_json(data: Any, where: str) -> torch.Tensor:
-    """The tensor :func:`tensor_to_json` wrote, else a :class:`BasisFieldError` naming ``where``: the ``shape`` is
+    """The tensor :func:`tensor_to_json` wrote, else a :class:`FieldError` naming ``where``: the ``shape`` is
     checked against the numbers given before anything of its size is made.
 
     Example:
@@ -254,7 +219,7 @@ def tensor_from_json(data: Any, where: str) -> torch.Tensor:
         >>> tensor_from_json({"dtype": "float32", "shape": [2**32, 2**32], "data": [[1.0]]}, "W")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        torch_amore.concepts.saving.BasisFieldError: Invalid `W.data`: expected 18446744073709551616 numbers ...
+        torch_amore.data.fields.FieldError: Invalid `W.data`: expected 18446744073709551616 numbers ...
     """
     with at_path(where):
         check_keys(data, ("dtype", "shape", "data"), "a saved tensor")
@@ -265,7 +230,7 @@ def tensor_from_json(data: Any, where: str) -> torch.Tensor:
         or len(shape) > _MAX_DIMS
         or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in shape)
     ):
-        raise BasisFieldError(
+        raise FieldError(
             join(where, "shape"), f"expected a list of at most {_MAX_DIMS} integers >= 0, but got {show(shape)}."
         )
     count, values = math.prod(shape), data["data"]
@@ -273,12 +238,12 @@ def tensor_from_json(data: Any, where: str) -> torch.Tensor:
     outer = len(values) if isinstance(values, list) else None
     if (outer is None) != (not shape) or (shape and outer != shape[0]):
         got = "a single value" if outer is None else f"a list of {outer}"
-        raise BasisFieldError(join(where, "data"), f"expected {count} numbers of shape {shape}, but got {got}.")
+        raise FieldError(join(where, "data"), f"expected {count} numbers of shape {shape}, but got {got}.")
     tensor = tensor_from_list(values, join(where, "data"), dtype)
     if count == 0 and tensor.numel() == 0:
         return tensor.reshape(shape)
     if list(tensor.shape) != shape:
-        raise BasisFieldError(
+        raise FieldError(
             join(where, "data"),
             f"expected {count} numbers of shape {shape}, but got {tensor.numel()} of shape {list(tensor.shape)}.",
         )
@@ -349,7 +314,7 @@ def module_from_json(
     ``modules[path]`` when given (an instance, or a callable that builds one), else its class built with no
     arguments. Nothing is imported: the class is one of ``classes`` (from :func:`module_classes`; by its path, else
     by its name when one class has it) or one of torch.nn's own module classes; any other is a
-    :class:`BasisFieldError` saying how to pass it. Every field is checked before anything is built.
+    :class:`FieldError` saying how to pass it. Every field is checked before anything is built.
 
     Example:
         >>> linear = torch.nn.Linear(2, 1)
@@ -361,19 +326,19 @@ def module_from_json(
         >>> module_from_json(saved, "modules[0]")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        torch_amore.concepts.saving.BasisFieldError: Invalid `modules[0].class`: this.X is not one of torch.nn's ...
+        torch_amore.data.fields.FieldError: Invalid `modules[0].class`: this.X is not one of torch.nn's ...
     """
     with at_path(where):
         check_keys(data, ("module", "class", "training", "state_dict"), "a saved module")
     path, qualname, training, state = data["module"], data["class"], data["training"], data["state_dict"]
     if not isinstance(path, str) or not _DOTTED.fullmatch(path):
-        raise BasisFieldError(join(where, "module"), f"expected a dotted module path, but got {show(path)}.")
+        raise FieldError(join(where, "module"), f"expected a dotted module path, but got {show(path)}.")
     if not isinstance(qualname, str) or not _DOTTED.fullmatch(qualname):
-        raise BasisFieldError(join(where, "class"), f"expected a class name, but got {show(qualname)}.")
+        raise FieldError(join(where, "class"), f"expected a class name, but got {show(qualname)}.")
     if not isinstance(training, bool):
-        raise BasisFieldError(join(where, "training"), f"expected true or false, but got {show(training)}.")
+        raise FieldError(join(where, "training"), f"expected true or false, but got {show(training)}.")
     if not isinstance(state, Mapping):
-        raise BasisFieldError(join(where, "state_dict"), f"expected a dict of saved tensors, but got {show(state)}.")
+        raise FieldError(join(where, "state_dict"), f"expected a dict of saved tensors, but got {show(state)}.")
     tensors = {str(k): tensor_from_json(v, join(where, f"state_dict.{k}")) for k, v in state.items()}
     full = f"{path}.{qualname}"
     modules = modules or {}
@@ -387,7 +352,7 @@ def module_from_json(
     try:
         module.load_state_dict(tensors)
     except RuntimeError as err:
-        raise BasisFieldError(join(where, "state_dict"), f"the saved state does not fit a new {full}: {err}") from None
+        raise FieldError(join(where, "state_dict"), f"the saved state does not fit a new {full}: {err}") from None
     return module.train(training)
 
 
@@ -408,7 +373,7 @@ def _module_class(
             return found
     name = qualname.rsplit(".", 1)[-1]
     hint = f"two of the classes given are named {qualname}; " if same_name else ""
-    raise BasisFieldError(
+    raise FieldError(
         where,
         f"{full} is not one of torch.nn's module classes nor of the `classes` given, and loading imports nothing a "
         f"file names: {hint}pass the class, `classes=[{name}]` (built with no arguments), or an instance, "
@@ -421,7 +386,7 @@ def _build(cls: type[torch.nn.Module], full: str, where: str) -> torch.nn.Module
     try:
         return cls()
     except TypeError as err:
-        raise BasisFieldError(
+        raise FieldError(
             where,
             f"{full} cannot be built without arguments ({err}); pass `modules={{{full!r}: module}}` with an instance "
             "(or a function that builds one).",
@@ -452,22 +417,22 @@ def callable_to_json(fn: Callable[..., Any], role: str, modules: list[torch.nn.M
 
 
 def callable_from_json(spec: Any, role: str, modules: list[torch.nn.Module]) -> Callable[..., Any]:
-    """The module (or its public method) that :func:`callable_to_json` wrote; a :class:`BasisFieldError` naming
+    """The module (or its public method) that :func:`callable_to_json` wrote; a :class:`FieldError` naming
     ``role`` otherwise."""
     with at_path(role):
         check_keys(spec, ("module", "method"), f"a saved `{role}`")
     index, method = spec["module"], spec["method"]
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(modules):
-        raise BasisFieldError(
+        raise FieldError(
             join(role, "module"), f"expected an index into the {len(modules)} saved modules, but got {show(index)}."
         )
     if method is None:
         return modules[index]
     if not isinstance(method, str) or not method.isidentifier() or method.startswith("_"):
-        raise BasisFieldError(join(role, "method"), f"expected a public method name or null, but got {show(method)}.")
+        raise FieldError(join(role, "method"), f"expected a public method name or null, but got {show(method)}.")
     found = getattr(modules[index], method, None)
     if not callable(found):
-        raise BasisFieldError(
+        raise FieldError(
             join(role, "method"), f"{type(modules[index]).__name__}.{method} is not a method of the saved module."
         )
     return found

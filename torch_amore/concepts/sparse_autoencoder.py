@@ -15,7 +15,6 @@ import torch
 from torch_amore._utils.progress import progress_bar
 from torch_amore.concepts.basis import LearnedBasis, reconstruction_error
 from torch_amore.concepts.saving import (
-    BasisFieldError,
     ModuleFactories,
     check_keys,
     dtype_from_name,
@@ -27,6 +26,7 @@ from torch_amore.concepts.saving import (
     tensor_from_list,
 )
 from torch_amore.data.arguments import check_int
+from torch_amore.data.fields import FieldError
 
 __all__ = ["SparseAutoencoderBasis"]
 
@@ -194,7 +194,7 @@ class SparseAutoencoderBasis(LearnedBasis):
     def _from_dict(
         cls, data: Mapping[str, Any], modules: ModuleFactories | None, classes: Mapping[str, type[torch.nn.Module]]
     ) -> SparseAutoencoderBasis:
-        """The basis :meth:`to_dict` wrote, every field checked (a :class:`BasisFieldError` naming it): the weights
+        """The basis :meth:`to_dict` wrote, every field checked (a :class:`FieldError` naming it): the weights
         finite and of the shapes of K = ``n_concepts`` features over D units, all or none of them saved."""
         keys = ("kind", "names", "n_concepts", *_SETTINGS, "dtype", *_WEIGHTS, "fvu", "mse", "dead_fraction")
         check_keys(data, keys, "a saved 'sae' basis")
@@ -203,24 +203,22 @@ class SparseAutoencoderBasis(LearnedBasis):
         try:
             basis = cls(k, names=names, **{name: data[name] for name in _SETTINGS})
         except (TypeError, ValueError) as err:
-            raise BasisFieldError("", str(err)) from None
+            raise FieldError("", str(err)) from None
         saved = [name for name in ("dtype", *_WEIGHTS) if data[name] is not None]
         if saved and len(saved) != 1 + len(_WEIGHTS):  # fitted: the dtype and every weight; unfitted: none
             missing = next(name for name in ("dtype", *_WEIGHTS) if data[name] is None)
-            raise BasisFieldError(
-                missing, "missing, but a trained sparse autoencoder saves its dtype and every weight."
-            )
+            raise FieldError(missing, "missing, but a trained sparse autoencoder saves its dtype and every weight.")
         if saved:
             dtype = dtype_from_name(data["dtype"])
             if not dtype.is_floating_point:
-                raise BasisFieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
+                raise FieldError("dtype", f"expected a floating dtype, but got {data['dtype']!r}.")
             center = tensor_from_list(data["center"], "center", dtype, shape=[None])
             d = center.shape[0]
             shapes = {"center": [d], "W_enc": [d, k], "b_enc": [k], "W_dec": [k, d], "b_dec": [d]}
             for name in _WEIGHTS:
                 weight = center if name == "center" else tensor_from_list(data[name], name, dtype, shape=shapes[name])
                 if not bool(torch.isfinite(weight).all()):
-                    raise BasisFieldError(name, "expected finite numbers, but it holds NaN or infinity.")
+                    raise FieldError(name, "expected finite numbers, but it holds NaN or infinity.")
                 setattr(basis, name, weight)
         for name in ("fvu", "mse", "dead_fraction"):
             setattr(basis, name, number_field(data[name], name, low=0.0))

@@ -275,7 +275,7 @@ class RegionalExplanation(Sequence[RuleSet]):
         cls, data: Any, *, explainer: Any = None, modules: Any = None, classes: Any = None
     ) -> RegionalExplanation:
         """The explanation written by :meth:`to_dict`, every field checked: a bad one raises
-        :class:`~torch_amore.rules.serialization.FieldError` (a ``ValueError``) naming its path.
+        :class:`~torch_amore.data.fields.FieldError` (a ``ValueError``) naming its path.
 
         Nothing is imported or built by a name the file holds: a concept basis's saved ``nn.Module`` (an encoder's)
         is one of torch.nn's module classes or one of ``classes``.
@@ -292,7 +292,7 @@ class RegionalExplanation(Sequence[RuleSet]):
             >>> RegionalExplanation.from_dict({"format": "torch_amore.RegionalExplanation", "format_version": 3})
             Traceback (most recent call last):
             ...
-            torch_amore.rules.serialization.FieldError: Invalid `rule_sets`: this required key is missing.
+            torch_amore.data.fields.FieldError: Invalid `rule_sets`: this required key is missing.
         """
         data = S.expect_mapping(data)
         if data.get("format") != _FORMAT:
@@ -316,7 +316,7 @@ class RegionalExplanation(Sequence[RuleSet]):
         cls, path: str | Path, *, explainer: Any = None, modules: Any = None, classes: Any = None
     ) -> RegionalExplanation:
         """Read an explanation written by :meth:`to_json` (``explainer``, ``modules`` and ``classes`` as in
-        :meth:`from_dict`); text that is not JSON raises :class:`~torch_amore.rules.serialization.FieldError`, as a
+        :meth:`from_dict`); text that is not JSON raises :class:`~torch_amore.data.fields.FieldError`, as a
         malformed field does.
 
         A concept basis whose encoder is your own ``nn.Module`` loads only when you pass its class: nothing named in

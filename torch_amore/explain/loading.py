@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from torch_amore.concepts.basis import ConceptBasis
-from torch_amore.concepts.saving import BasisFieldError
 from torch_amore.rules import serialization as S
 from torch_amore.rules.rules import RuleSet
 from torch_amore.verify.verification import VERIFICATION_VERSION, Verification
@@ -169,9 +168,10 @@ def _load_basis(data: Any, modules: Any = None, classes: Any = None) -> Any:
         return None
     data = S.expect_mapping(data, "concepts")
     try:
-        return ConceptBasis.from_dict(data, modules=modules, classes=classes)
-    except BasisFieldError as err:
-        raise S.FieldError(S.join("concepts", err.path), err.problem) from None
+        with S.at_path("concepts"):
+            return ConceptBasis.from_dict(data, modules=modules, classes=classes)
+    except S.FieldError:
+        raise
     except (ValueError, KeyError) as err:
         raise S.FieldError("concepts", f"expected a saved concept basis: {err}") from None
 

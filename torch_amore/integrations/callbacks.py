@@ -271,7 +271,7 @@ class RegionalRuleExtractor(CallbackExplain, CallbackOutputs, Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the state saved by :meth:`state_dict`; a malformed entry (e.g. a corrupted checkpoint) raises
-        :class:`~torch_amore.rules.serialization.FieldError` naming it."""
+        :class:`~torch_amore.data.fields.FieldError` naming it."""
         state_dict = S.expect_mapping(state_dict, "state_dict")
         data = state_dict.get("explanation")
         with S.at_path("state_dict.explanation"):  # the basis's own module classes: those of this callback's basis

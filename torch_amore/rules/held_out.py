@@ -159,7 +159,7 @@ class HeldOut:
             >>> HeldOut.from_dict({**h.to_dict(), "confidence_interval": [0.95, 0.15]})
             Traceback (most recent call last):
             ...
-            torch_amore.rules.serialization.FieldError: Invalid `confidence_interval`: expected low <= high, but got \
+            torch_amore.data.fields.FieldError: Invalid `confidence_interval`: expected low <= high, but got \
 [0.95, 0.15].
         """
         data = expect_mapping(data)

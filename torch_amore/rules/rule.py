@@ -280,7 +280,7 @@ class Rule:
             >>> Rule.from_dict({"feature": -1, "name": "x", "low": 0.5})
             Traceback (most recent call last):
             ...
-            torch_amore.rules.serialization.FieldError: Invalid `feature`: expected an integer >= 0, but got -1.
+            torch_amore.data.fields.FieldError: Invalid `feature`: expected an integer >= 0, but got -1.
         """
         data = S.expect_mapping(data)
         S.expect_keys(data, ("feature", "name"), ("kind", "low", "high", "value", "scale", "offset"))

@@ -205,7 +205,7 @@ class RuleSet:
             ...                    "confidence": 1.0, "fitness": 1.0})
             Traceback (most recent call last):
             ...
-            torch_amore.rules.serialization.FieldError: Invalid `support`: expected an integer >= 0, but got -5.
+            torch_amore.data.fields.FieldError: Invalid `support`: expected an integer >= 0, but got -5.
         """
         data = S.expect_mapping(data)
         extra = {f.name: f for f in _extra_fields()}
@@ -275,6 +275,6 @@ def load_rule_sets(items: Any, *, n_features: int | None = None, path: str = "ru
         >>> load_rule_sets([rs.to_dict(), bad])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        torch_amore.rules.serialization.FieldError: Invalid `rule_sets[1].rules[0].feature`: expected an integer...
+        torch_amore.data.fields.FieldError: Invalid `rule_sets[1].rules[0].feature`: expected an integer...
     """
     return S.load_items(items, lambda d: RuleSet.from_dict(d, n_features=n_features), path)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from torch_amore._version import __version__
+from torch_amore.data.fields import FieldError, at_path, join
 
 T = TypeVar("T")
 
@@ -28,14 +28,6 @@ FORMAT_VERSION = 1
 #: The most digits an integer in JSON text may have (nothing written holds more than 20; Python refuses more than
 #: 4,300 with a message that names no field).
 MAX_INT_DIGITS = 100
-
-
-class FieldError(ValueError):
-    """A malformed serialized field. ``path`` names it (``rule_sets[2].rules[0].feature``)."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path, self.problem = path, problem
-        super().__init__(f"Invalid `{path}`: {problem}" if path else f"Invalid input: {problem}")
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -49,11 +41,11 @@ def parse_json(text: str | bytes) -> Any:
         >>> parse_json("[" * 100_000 + "]" * 100_000)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        torch_amore.rules.serialization.FieldError: Invalid input: the JSON is nested too deeply to read (more levels...
+        torch_amore.data.fields.FieldError: Invalid input: the JSON is nested too deeply to read (more levels...
         >>> parse_json('{"n_samples": ' + "9" * 5000 + "}")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        torch_amore.rules.serialization.FieldError: Invalid input: expected integers of at most 100 digits, but the...
+        torch_amore.data.fields.FieldError: Invalid input: expected integers of at most 100 digits, but the...
     """
     try:
         return json.loads(text, parse_int=_parse_int)
@@ -76,24 +68,6 @@ def _parse_int(text: str) -> int:
             "", f"expected integers of at most {MAX_INT_DIGITS} digits, but the JSON holds one of {digits} digits."
         )
     return int(text)
-
-
-def join(prefix: str, path: str) -> str:
-    """``prefix`` and a path inside it: ``join("rule_sets[2]", "rules[0]") == "rule_sets[2].rules[0]"``."""
-    if not prefix:
-        return path
-    if not path:
-        return prefix
-    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
-
-
-@contextmanager
-def at_path(prefix: str) -> Iterator[None]:
-    """Prefix the path of any :class:`FieldError` raised inside with ``prefix``."""
-    try:
-        yield
-    except FieldError as e:
-        raise FieldError(join(prefix, e.path), e.problem) from None
 
 
 def load_items(items: Any, load: Callable[[Any], T], path: str) -> list[T]:
